@@ -1,0 +1,787 @@
+"""Audio decoding at the edge of the server: uploaded bytes -> float32 mono at the model rate.
+
+The engine only ever sees waveforms. Every surface (OpenAI upload, Google gRPC, realtime
+WebSocket) turns what the client sent into float32 mono samples at `target_rate` here:
+
+    bytes --sniff--> container (soundfile for WAV/FLAC/Ogg-Vorbis, PyAV/FFmpeg for the rest)
+          or headerless PCM (LINEAR16, LINEAR32F, G.711 μ-law / A-law)
+          --> (frames, channels) float32 --mean--> mono --soxr--> target_rate
+
+Exceptions (every one carries the HTTP `status_code` a route should answer with):
+
+    AudioError                    base, status_code
+    ├── AudioDecodeError          400: empty, garbage, truncated/corrupt, bad sample_rate/channels, NaN
+    ├── UnsupportedAudioError     400: unknown encoding or codec, sample rate outside what we resample
+    └── AudioTooLongError         413: decoded duration is above max_seconds
+
+Messages are written for the person who sent the audio: what is wrong and what to do.
+This module has no web-framework imports; routes map `status_code` themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import functools
+import io
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import av
+import numpy as np
+import soundfile as sf
+import soxr
+
+from app.g711 import PCM16_FULL_SCALE, alaw_to_float, mulaw_to_float
+
+__all__ = [
+    "DEFAULT_MAX_CONCURRENT_DECODES",
+    "MAX_CHANNELS",
+    "MAX_SAMPLE_RATE_HZ",
+    "MIN_SAMPLE_RATE_HZ",
+    "MODEL_SAMPLE_RATE_HZ",
+    "AudioDecodeError",
+    "AudioDecoder",
+    "AudioEncoding",
+    "AudioError",
+    "AudioTooLongError",
+    "DecodedAudio",
+    "StreamResampler",
+    "UnsupportedAudioError",
+    "alaw_to_float",
+    "decode_audio",
+    "linear32f_to_float",
+    "mulaw_to_float",
+    "parse_encoding",
+    "pcm16_to_float",
+    "sniff_container",
+]
+
+logger = logging.getLogger(__name__)
+
+MODEL_SAMPLE_RATE_HZ = 16000
+"""Whisper's input rate; the default `target_rate`."""
+MIN_SAMPLE_RATE_HZ = 4000
+"""Lowest source rate accepted (Hz); below it there is no usable speech band left."""
+MAX_SAMPLE_RATE_HZ = 384000
+"""Highest source rate accepted (Hz); the top rate of studio converters."""
+MAX_CHANNELS = 32
+"""Most interleaved channels accepted for headerless audio; larger counts are a client mistake."""
+DEFAULT_MAX_CONCURRENT_DECODES = 2
+"""Decodes run at once by `AudioDecoder`; decoding is CPU-bound, so about one per spare core."""
+RESAMPLE_QUALITY = "HQ"
+"""soxr quality recipe: 'HQ' keeps the passband flat up to ~95 % of Nyquist at a low CPU cost."""
+
+TRUNCATION_TOLERANCE_S = 0.25
+"""Decoded audio may fall short of a header's declared length by this many seconds
+(plus TRUNCATION_TOLERANCE_FRACTION) before the file is called truncated: codec
+priming, padding and rounding in muxers stay well inside it."""
+TRUNCATION_TOLERANCE_FRACTION = 0.02
+
+FFMPEG_DEMUXERS = (
+    "wav,w64,flac,ogg,mp3,mov,matroska,aac,amr,amrnb,amrwb,aiff,caf,au,wv,ape,tta,mpc,mpc8,"
+    "asf,avi,flv,mpeg,mpegts,ac3,eac3,dts,loas,gsm,voc,dsf,xwma,sbc,nut,ircam"
+)
+"""The FFmpeg demuxers an upload may open. An allow-list, because FFmpeg also probes
+playlists (hls, concat) that open further files or URLs, and image formats we never want."""
+
+
+class AudioError(Exception):
+    """Base class of every audio problem reported to a client; `status_code` is the HTTP status."""
+
+    status_code: int = 400
+
+
+class AudioDecodeError(AudioError, ValueError):
+    """The body is not decodable audio: empty, garbage, truncated, corrupt, or its parameters are wrong."""
+
+    status_code = 400
+
+
+class UnsupportedAudioError(AudioError, ValueError):
+    """The encoding, codec or sample rate is valid in general but not one this server accepts."""
+
+    status_code = 400
+
+
+class AudioTooLongError(AudioError):
+    """The audio is longer than the caller's `max_seconds` (HTTP 413 Content Too Large)."""
+
+    status_code = 413
+
+
+class AudioEncoding(str, enum.Enum):
+    """How the uploaded bytes are encoded; names match gRPC `RecognitionConfig.AudioEncoding`."""
+
+    AUTO = "AUTO"
+    """Sniff the container from its magic bytes (Google's ENCODING_UNSPECIFIED)."""
+    LINEAR16 = "LINEAR16"
+    """Headerless little-endian signed 16-bit PCM, channels interleaved."""
+    LINEAR32F = "LINEAR32F"
+    """Headerless little-endian IEEE float32 PCM, channels interleaved."""
+    MULAW = "MULAW"
+    """Headerless G.711 μ-law, one byte per sample."""
+    ALAW = "ALAW"
+    """Headerless G.711 A-law, one byte per sample."""
+    FLAC = "FLAC"
+    MP3 = "MP3"
+    WAV = "WAV"
+    OGG_OPUS = "OGG_OPUS"
+    WEBM_OPUS = "WEBM_OPUS"
+
+    @property
+    def headerless(self) -> bool:
+        """True when the bytes carry no rate or channel count, so the caller must give them."""
+        return self in _SAMPLE_WIDTH_BYTES
+
+
+_SAMPLE_WIDTH_BYTES = {
+    AudioEncoding.LINEAR16: 2,
+    AudioEncoding.LINEAR32F: 4,
+    AudioEncoding.MULAW: 1,
+    AudioEncoding.ALAW: 1,
+}
+
+_ENCODING_ALIASES: dict[str, AudioEncoding] = {
+    "": AudioEncoding.AUTO,
+    "encoding_unspecified": AudioEncoding.AUTO,
+    # Containers FFmpeg reads but that have no enum value of their own: sniffed like AUTO.
+    "m4a": AudioEncoding.AUTO,
+    "mp4": AudioEncoding.AUTO,
+    "aac": AudioEncoding.AUTO,
+    "ogg": AudioEncoding.AUTO,
+    "webm": AudioEncoding.AUTO,
+    "opus": AudioEncoding.AUTO,
+    "pcm": AudioEncoding.LINEAR16,
+    "pcm16": AudioEncoding.LINEAR16,
+    "pcm_s16le": AudioEncoding.LINEAR16,
+    "s16le": AudioEncoding.LINEAR16,
+    "l16": AudioEncoding.LINEAR16,
+    "pcm_f32le": AudioEncoding.LINEAR32F,
+    "f32le": AudioEncoding.LINEAR32F,
+    "float32": AudioEncoding.LINEAR32F,
+    "pcm_f32": AudioEncoding.LINEAR32F,
+    "ulaw": AudioEncoding.MULAW,
+    "mu-law": AudioEncoding.MULAW,
+    "pcmu": AudioEncoding.MULAW,
+    "pcm_mulaw": AudioEncoding.MULAW,
+    "g711_ulaw": AudioEncoding.MULAW,
+    "a-law": AudioEncoding.ALAW,
+    "pcma": AudioEncoding.ALAW,
+    "pcm_alaw": AudioEncoding.ALAW,
+    "g711_alaw": AudioEncoding.ALAW,
+    "wave": AudioEncoding.WAV,
+    "mpeg": AudioEncoding.MP3,
+    "mpga": AudioEncoding.MP3,
+}
+
+
+def parse_encoding(value: str | AudioEncoding | None) -> AudioEncoding:
+    """Map a user-given encoding name (any case, or a common alias) to `AudioEncoding`.
+
+    None and "" mean AUTO. Raises UnsupportedAudioError naming the accepted values.
+    """
+    if isinstance(value, AudioEncoding):
+        return value
+    key = (value or "").strip().lower()
+    try:
+        return AudioEncoding(key.upper())
+    except ValueError:
+        pass
+    if key in _ENCODING_ALIASES:
+        return _ENCODING_ALIASES[key]
+    valid = ", ".join(e.value for e in AudioEncoding)
+    raise UnsupportedAudioError(
+        f"Unknown audio encoding {value!r}. Use one of {valid} (case-insensitive; aliases such as "
+        "pcm16, pcmu/mulaw, pcma/alaw are accepted), or AUTO to detect the file format."
+    )
+
+
+@dataclass(frozen=True)
+class DecodedAudio:
+    """Decoded audio ready for the engine."""
+
+    samples: np.ndarray
+    """float32 mono at `sample_rate`, shape (n,). Not clipped: float sources may exceed [-1, 1]."""
+    sample_rate: int
+    """The target rate the samples are at (16000 for Whisper)."""
+    source_rate: int
+    """The rate the upload was encoded at."""
+    source_channels: int
+    """Channels in the upload before the downmix to mono."""
+    duration: float
+    """Seconds of audio (len(samples) / sample_rate)."""
+    container: str
+    """'raw' for headerless PCM, else the detected container (wav, flac, ogg, mp3, mp4, webm, ...)."""
+    codec: str
+    """Codec inside the container (pcm_s16le, flac, mp3, aac, opus, vorbis, pcm_mulaw, ...)."""
+
+
+@dataclass
+class _Decoded:
+    """Interleaved samples straight out of a decoder, before downmix and resampling."""
+
+    samples: np.ndarray  # (frames, channels) float32
+    rate: int
+    container: str
+    codec: str
+
+
+# --------------------------------------------------------------------------- sniffing
+
+
+def _id3v2_end(data: bytes) -> int:
+    """Offset just past a leading ID3v2 tag (0 when there is none)."""
+    if len(data) < 10 or data[:3] != b"ID3":
+        return 0
+    size = 0
+    for b in data[6:10]:  # four 7-bit "syncsafe" bytes
+        size = (size << 7) | (b & 0x7F)
+    footer = 10 if data[5] & 0x10 else 0
+    return 10 + size + footer
+
+
+def _is_mpeg_audio_frame(head: bytes) -> bool:
+    if len(head) < 4 or head[0] != 0xFF or head[1] & 0xE0 != 0xE0:
+        return False
+    layer = (head[1] >> 1) & 0x03
+    bitrate_index = head[2] >> 4
+    rate_index = (head[2] >> 2) & 0x03
+    return layer != 0 and bitrate_index != 0x0F and rate_index != 0x03
+
+
+def _is_adts_frame(head: bytes) -> bool:
+    return len(head) >= 2 and head[0] == 0xFF and head[1] & 0xF6 == 0xF0
+
+
+def sniff_container(data: bytes) -> str | None:
+    """Name the container from magic bytes, or None when nothing is recognised.
+
+    Names: wav, flac, ogg, mp3, aac (ADTS), webm (any EBML/Matroska), mp4 (ISO-BMFF),
+    aiff, caf, amr.
+    """
+    head = data[:16]
+    if len(head) >= 12 and head[:4] in (b"RIFF", b"RF64") and head[8:12] == b"WAVE":
+        return "wav"
+    if head[:4] == b"fLaC":
+        return "flac"
+    if head[:4] == b"OggS":
+        return "ogg"
+    if head[:4] == b"\x1a\x45\xdf\xa3":
+        return "webm"
+    if len(head) >= 8 and head[4:8] == b"ftyp":
+        return "mp4"
+    if len(head) >= 12 and head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
+        return "aiff"
+    if head[:4] == b"caff":
+        return "caf"
+    if head[:5] == b"#!AMR":
+        return "amr"
+    start = _id3v2_end(data)
+    if start:
+        after = data[start : start + 4]
+        if after == b"fLaC":  # some taggers put ID3 in front of FLAC
+            return "flac"
+        return "aac" if _is_adts_frame(after) else "mp3"
+    if _is_mpeg_audio_frame(head):
+        return "mp3"
+    if _is_adts_frame(head):
+        return "aac"
+    return None
+
+
+# Containers whose magic is unmistakable: when a client declares a headerless encoding but
+# sends one of these, it sent a file, and decoding it as raw samples would produce noise.
+_STRONG_MAGIC = frozenset({"wav", "flac", "ogg", "webm", "mp4", "aiff", "caf", "amr"})
+
+# FFmpeg demuxer to force when the declared encoding is a container and sniffing failed.
+_DECLARED_FFMPEG_FORMAT = {
+    AudioEncoding.WAV: "wav",
+    AudioEncoding.FLAC: "flac",
+    AudioEncoding.MP3: "mp3",
+    AudioEncoding.OGG_OPUS: "ogg",
+    AudioEncoding.WEBM_OPUS: "matroska",
+}
+
+_SUPPORTED_FORMATS_HINT = (
+    "Send WAV, FLAC, MP3, M4A/AAC, Ogg (Opus or Vorbis) or WebM/Opus, or raw samples with an "
+    "explicit encoding (LINEAR16, LINEAR32F, MULAW, ALAW) and sample_rate."
+)
+
+
+# --------------------------------------------------------------------------- raw PCM helpers
+
+
+def pcm16_to_float(data: bytes | bytearray | memoryview) -> np.ndarray:
+    """Little-endian int16 PCM -> float32 in [-1, 1). Odd byte counts are an error.
+
+    Stateless on purpose: streaming callers must send whole samples (every realtime
+    protocol we serve frames audio in whole samples), so a split sample means a broken client.
+    """
+    if len(data) % 2:
+        raise AudioDecodeError(
+            f"16-bit PCM audio must have an even number of bytes, got {len(data)}; send whole 2-byte samples."
+        )
+    return np.frombuffer(data, dtype="<i2").astype(np.float32) / np.float32(PCM16_FULL_SCALE)
+
+
+def linear32f_to_float(data: bytes | bytearray | memoryview) -> np.ndarray:
+    """Little-endian float32 PCM -> float32 (a copy). Byte counts not divisible by 4 are an error."""
+    if len(data) % 4:
+        raise AudioDecodeError(
+            f"32-bit float audio must have a multiple of 4 bytes, got {len(data)}; send whole samples."
+        )
+    return np.frombuffer(data, dtype="<f4").astype(np.float32)
+
+
+_HEADERLESS_DECODERS: dict[AudioEncoding, Callable[[bytes], np.ndarray]] = {
+    AudioEncoding.LINEAR16: pcm16_to_float,
+    AudioEncoding.LINEAR32F: linear32f_to_float,
+    AudioEncoding.MULAW: mulaw_to_float,
+    AudioEncoding.ALAW: alaw_to_float,
+}
+_HEADERLESS_CODEC = {
+    AudioEncoding.LINEAR16: "pcm_s16le",
+    AudioEncoding.LINEAR32F: "pcm_f32le",
+    AudioEncoding.MULAW: "pcm_mulaw",
+    AudioEncoding.ALAW: "pcm_alaw",
+}
+
+
+def _check_rate(rate: int, what: str) -> None:
+    if not MIN_SAMPLE_RATE_HZ <= rate <= MAX_SAMPLE_RATE_HZ:
+        raise UnsupportedAudioError(
+            f"{what} of {rate} Hz is not supported; audio must be sampled between "
+            f"{MIN_SAMPLE_RATE_HZ} and {MAX_SAMPLE_RATE_HZ} Hz."
+        )
+
+
+def _too_long(seconds: float, max_seconds: float, *, at_least: bool = False) -> AudioTooLongError:
+    qualifier = "at least " if at_least else ""
+    return AudioTooLongError(
+        f"The audio is {qualifier}{seconds:.1f} s long, above the {max_seconds:g} s limit of this "
+        "endpoint. Send a shorter clip or split it, or use the streaming API for long audio."
+    )
+
+
+def _truncated(declared_s: float, decoded_s: float) -> AudioDecodeError:
+    return AudioDecodeError(
+        f"The audio file is truncated or corrupt: its header declares {declared_s:.2f} s but only "
+        f"{decoded_s:.2f} s could be decoded. Upload the complete file."
+    )
+
+
+def _is_short_of(declared_s: float, decoded_s: float) -> bool:
+    return decoded_s < declared_s * (1 - TRUNCATION_TOLERANCE_FRACTION) - TRUNCATION_TOLERANCE_S
+
+
+def _decode_headerless(
+    data: bytes, encoding: AudioEncoding, sample_rate: int | None, channels: int, max_seconds: float | None
+) -> _Decoded:
+    name = encoding.value
+    if sample_rate is None:
+        raise AudioDecodeError(
+            f"{name} audio has no header, so the sample rate must be given (for example "
+            "sample_rate=16000), or send a file format such as WAV or FLAC instead."
+        )
+    if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
+        raise AudioDecodeError(f"channels must be an integer from 1 to {MAX_CHANNELS}, got {channels!r}.")
+    _check_rate(sample_rate, "A sample rate")
+    frame_bytes = _SAMPLE_WIDTH_BYTES[encoding] * channels
+    if len(data) % frame_bytes:
+        raise AudioDecodeError(
+            f"The {name} body is {len(data)} bytes, not a whole number of {frame_bytes}-byte frames "
+            f"({channels} channel(s) × {_SAMPLE_WIDTH_BYTES[encoding]} byte(s)); check the encoding "
+            "and channel count, or that the upload was not cut short."
+        )
+    seconds = len(data) / frame_bytes / sample_rate
+    if max_seconds is not None and seconds > max_seconds:
+        raise _too_long(seconds, max_seconds)
+    flat = _HEADERLESS_DECODERS[encoding](data)
+    return _Decoded(flat.reshape(-1, channels), sample_rate, "raw", _HEADERLESS_CODEC[encoding])
+
+
+# --------------------------------------------------------------------------- container decoders
+
+
+def _wav_declared_data_bytes(data: bytes) -> int | None:
+    """Size of the 'data' chunk a RIFF/WAVE header declares, or None when unknown.
+
+    libsndfile and FFmpeg both silently clamp a short data chunk to what is present, so a cut
+    upload would pass as a shorter clip; walking the chunk list ourselves is the only way to see it.
+    """
+    if data[:4] != b"RIFF":  # RF64 keeps the real size in 'ds64'; streamed headers are left alone
+        return None
+    pos = 12
+    while pos + 8 <= len(data):
+        chunk_id = data[pos : pos + 4]
+        size = int.from_bytes(data[pos + 4 : pos + 8], "little")
+        if chunk_id == b"data":
+            # 0 and 0xFFFFFFFF are what streaming writers put before they know the length.
+            return None if size in (0, 0xFFFFFFFF) else size
+        pos += 8 + size + (size & 1)  # chunks are word-aligned
+    return None
+
+
+def _check_wav_complete(data: bytes) -> None:
+    declared = _wav_declared_data_bytes(data)
+    if declared is None:
+        return
+    pos = data.find(b"data", 12)
+    present = len(data) - (pos + 8)
+    if present < declared:
+        raise AudioDecodeError(
+            f"The WAV file is truncated: its header declares {declared} bytes of audio but only "
+            f"{max(present, 0)} are present. Upload the complete file."
+        )
+
+
+# libsndfile subtypes under the FFmpeg codec names the rest of this module reports.
+_SOUNDFILE_CODEC = {
+    "PCM_U8": "pcm_u8",
+    "PCM_S8": "pcm_s8",
+    "PCM_16": "pcm_s16le",
+    "PCM_24": "pcm_s24le",
+    "PCM_32": "pcm_s32le",
+    "FLOAT": "pcm_f32le",
+    "DOUBLE": "pcm_f64le",
+    "ULAW": "pcm_mulaw",
+    "ALAW": "pcm_alaw",
+}
+# FFmpeg decoder names that differ from the codec's own name.
+_FFMPEG_CODEC = {"mp3float": "mp3", "mp2float": "mp2", "aac_fixed": "aac", "libopus": "opus"}
+
+
+def _decode_with_soundfile(data: bytes, container: str, max_seconds: float | None) -> _Decoded:
+    """WAV, FLAC and Ogg/Vorbis through libsndfile (exact lengths from the header, no FFmpeg)."""
+    with sf.SoundFile(io.BytesIO(data)) as f:
+        rate, frames = f.samplerate, f.frames
+        if max_seconds is not None and rate > 0 and frames / rate > max_seconds:
+            raise _too_long(frames / rate, max_seconds)
+        _check_rate(rate, "The file's sample rate")
+        samples = f.read(dtype="float32", always_2d=True)
+        codec = "flac" if container == "flac" else _SOUNDFILE_CODEC.get(f.subtype, f.subtype.lower())
+    if container == "flac" and frames > 0 and _is_short_of(frames / rate, len(samples) / rate):
+        raise _truncated(frames / rate, len(samples) / rate)
+    return _Decoded(samples, rate, container, codec)
+
+
+def _mp3_has_length_tag(data: bytes) -> bool:
+    """True when an MP3 carries a Xing/Info/VBRI frame, i.e. its header states the exact length.
+
+    Without one FFmpeg estimates the duration from the first frame's bitrate, which can be far
+    off for VBR files, so only tagged files are checked for truncation.
+    """
+    start = _id3v2_end(data)
+    window = data[start : start + 4096]
+    return any(tag in window for tag in (b"Xing", b"Info", b"VBRI"))
+
+
+def _declared_seconds(
+    container: av.container.InputContainer, stream: av.AudioStream, data: bytes
+) -> float | None:
+    """Length the container header states exactly, or None where FFmpeg would only estimate it."""
+    fmt = container.format.name
+    exact = (
+        "mp4" in fmt.split(",")
+        or "matroska" in fmt.split(",")
+        or fmt == "flac"
+        or (fmt == "mp3" and _mp3_has_length_tag(data))
+    )
+    if not exact:
+        return None
+    if stream.duration is not None and stream.time_base is not None:
+        return float(stream.duration * stream.time_base)
+    if container.duration is not None:
+        return container.duration / av.time_base
+    return None
+
+
+def _container_name(fmt_name: str, sniffed: str | None) -> str:
+    names = fmt_name.split(",")
+    if sniffed is not None:
+        return sniffed
+    if "mp4" in names:
+        return "mp4"
+    if "matroska" in names:
+        return "webm"
+    return names[0]
+
+
+def _decode_with_ffmpeg(
+    data: bytes, sniffed: str | None, forced_format: str | None, max_seconds: float | None
+) -> _Decoded:
+    """Anything FFmpeg demuxes (MP3, M4A/AAC, Ogg/Opus, WebM, ...) through PyAV."""
+    try:
+        container = av.open(
+            io.BytesIO(data), mode="r", format=forced_format, options={"format_whitelist": FFMPEG_DEMUXERS}
+        )
+    except (av.FFmpegError, EOFError) as exc:
+        logger.debug("FFmpeg could not open the upload (format=%s): %s", forced_format, exc)
+        raise AudioDecodeError(
+            "The audio could not be read: the format was not recognised or the file is corrupt. "
+            + _SUPPORTED_FORMATS_HINT
+        ) from exc
+    with container:
+        if not container.streams.audio:
+            raise AudioDecodeError("The file contains no audio track. " + _SUPPORTED_FORMATS_HINT)
+        stream = container.streams.audio[0]
+        if stream.codec_context is None:
+            raise UnsupportedAudioError(
+                f"The audio codec of this {container.format.name} file is not supported. "
+                + _SUPPORTED_FORMATS_HINT
+            )
+        codec = _FFMPEG_CODEC.get(stream.codec_context.name, stream.codec_context.name)
+        declared = _declared_seconds(container, stream, data)
+        if (
+            max_seconds is not None
+            and declared is not None
+            and declared > max_seconds + TRUNCATION_TOLERANCE_S
+        ):
+            raise _too_long(declared, max_seconds)
+        # Normalise every sample format to planar float; layout and rate stay as decoded.
+        converter = av.AudioResampler(format="fltp")
+        chunks: list[np.ndarray] = []  # each (channels, n)
+        total = 0
+        rate = 0
+        try:
+            for frame in container.decode(stream):
+                for out in converter.resample(frame):
+                    rate = out.sample_rate
+                    chunk = out.to_ndarray()
+                    chunks.append(chunk)
+                    total += chunk.shape[1]
+                if max_seconds is not None and rate and total / rate > max_seconds:
+                    # Stop early: a highly compressed upload must not expand into unbounded memory.
+                    raise _too_long(total / rate, max_seconds, at_least=True)
+            for out in converter.resample(None):
+                chunks.append(out.to_ndarray())
+                total += out.samples
+        except av.FFmpegError as exc:
+            logger.debug("FFmpeg failed while decoding %s/%s: %s", container.format.name, codec, exc)
+            raise AudioDecodeError(
+                f"The {codec} audio could not be decoded: the file is corrupt or truncated. "
+                "Upload the complete file, or re-encode it (for example to WAV or FLAC)."
+            ) from exc
+        name = _container_name(container.format.name, sniffed)
+    if total == 0 or rate == 0:
+        raise AudioDecodeError("The file contains no audio samples. Upload a file with audio in it.")
+    _check_rate(rate, "The file's sample rate")
+    if declared is not None and _is_short_of(declared, total / rate):
+        raise _truncated(declared, total / rate)
+    samples = np.concatenate(chunks, axis=1).T  # (frames, channels)
+    return _Decoded(samples, rate, name, codec)
+
+
+def _uses_soundfile(sniffed: str | None, data: bytes) -> bool:
+    if sniffed in ("wav", "flac"):
+        return True
+    # Ogg/Vorbis (and Ogg/FLAC) go to libsndfile; Ogg/Opus to FFmpeg, whose Opus decoder we prefer.
+    return sniffed == "ogg" and b"OpusHead" not in data[:128]
+
+
+def _decode_container(
+    data: bytes, encoding: AudioEncoding, sniffed: str | None, max_seconds: float | None
+) -> _Decoded:
+    if sniffed is not None and encoding in _DECLARED_FFMPEG_FORMAT:
+        declared_format = _DECLARED_FFMPEG_FORMAT[encoding]
+        if declared_format != {"webm": "matroska"}.get(sniffed, sniffed):
+            logger.info(
+                "Declared encoding %s but the bytes are %s; decoding as %s", encoding.value, sniffed, sniffed
+            )
+    if sniffed == "wav":
+        _check_wav_complete(data)
+    if _uses_soundfile(sniffed, data):
+        try:
+            return _decode_with_soundfile(data, sniffed or "", max_seconds)
+        except sf.LibsndfileError as exc:
+            # libsndfile is strict (e.g. WAV holding MP3, lost FLAC sync); FFmpeg gets a second look.
+            logger.debug("libsndfile could not decode %s (%s); trying FFmpeg", sniffed, exc)
+    forced = None if sniffed is not None else _DECLARED_FFMPEG_FORMAT.get(encoding)
+    try:
+        return _decode_with_ffmpeg(data, sniffed, forced, max_seconds)
+    except AudioDecodeError:
+        if forced is None:
+            raise
+        # The declared format did not fit either: let FFmpeg probe before giving up.
+        return _decode_with_ffmpeg(data, sniffed, None, max_seconds)
+
+
+# --------------------------------------------------------------------------- public decode
+
+
+def _to_mono(samples: np.ndarray) -> np.ndarray:
+    if samples.shape[1] == 1:
+        return np.ascontiguousarray(samples[:, 0], dtype=np.float32)
+    return samples.mean(axis=1, dtype=np.float32)
+
+
+def decode_audio(
+    data: bytes | bytearray | memoryview,
+    *,
+    encoding: AudioEncoding | str | None = AudioEncoding.AUTO,
+    sample_rate: int | None = None,
+    channels: int = 1,
+    target_rate: int = MODEL_SAMPLE_RATE_HZ,
+    max_seconds: float | None = None,
+) -> DecodedAudio:
+    """Decode an upload to float32 mono at `target_rate`.
+
+    `sample_rate` and `channels` describe headerless encodings (LINEAR16, LINEAR32F, MULAW,
+    ALAW; channels interleaved); containers carry their own and these are ignored. A declared
+    container encoding that does not match the bytes is decoded as what the bytes are; a
+    headerless encoding whose body is plainly a file (RIFF/WAVE, fLaC, OggS, ...) likewise.
+    `max_seconds` bounds the decoded duration (checked from the header before decoding where
+    the header states the length). Raises an `AudioError` subclass on bad input.
+    """
+    enc = parse_encoding(encoding)
+    if not MIN_SAMPLE_RATE_HZ <= target_rate <= MAX_SAMPLE_RATE_HZ:
+        raise ValueError(
+            f"target_rate must be in [{MIN_SAMPLE_RATE_HZ}, {MAX_SAMPLE_RATE_HZ}] Hz, got {target_rate}"
+        )
+    if max_seconds is not None and not max_seconds > 0:
+        raise ValueError(f"max_seconds must be positive, got {max_seconds}")
+    data = bytes(data)
+    if not data:
+        raise AudioDecodeError(
+            "The audio body is empty. Send the audio file (or raw samples) in the request body."
+        )
+
+    sniffed = sniff_container(data)
+    if enc.headerless and sniffed not in _STRONG_MAGIC:
+        decoded = _decode_headerless(data, enc, sample_rate, channels, max_seconds)
+    else:
+        if enc.headerless:
+            logger.info(
+                "Declared encoding %s but the body is a %s file; decoding the file", enc.value, sniffed
+            )
+        decoded = _decode_container(data, enc, sniffed, max_seconds)
+
+    samples = decoded.samples
+    if samples.shape[0] == 0:
+        raise AudioDecodeError("The file contains no audio samples. Upload a file with audio in it.")
+    if not np.isfinite(samples).all():
+        raise AudioDecodeError(
+            "The audio contains NaN or infinite sample values. Send finite samples "
+            "(float audio is expected in [-1, 1])."
+        )
+    duration = samples.shape[0] / decoded.rate
+    if max_seconds is not None and duration > max_seconds:
+        raise _too_long(duration, max_seconds)
+    mono = _to_mono(samples)
+    if decoded.rate != target_rate:
+        mono = soxr.resample(mono, decoded.rate, target_rate, quality=RESAMPLE_QUALITY).astype(
+            np.float32, copy=False
+        )
+    return DecodedAudio(
+        samples=mono,
+        sample_rate=target_rate,
+        source_rate=decoded.rate,
+        source_channels=samples.shape[1],
+        duration=len(mono) / target_rate,
+        container=decoded.container,
+        codec=decoded.codec,
+    )
+
+
+# --------------------------------------------------------------------------- async pool
+
+
+class AudioDecoder:
+    """Runs `decode_audio` on a bounded thread pool so the event loop never decodes.
+
+    At most `max_concurrent_decodes` decodes run at once; further ones queue in the pool.
+    FFmpeg, libsndfile and soxr release the GIL while they work, so threads scale with cores.
+    """
+
+    def __init__(
+        self,
+        max_concurrent_decodes: int = DEFAULT_MAX_CONCURRENT_DECODES,
+        *,
+        target_rate: int = MODEL_SAMPLE_RATE_HZ,
+    ) -> None:
+        if max_concurrent_decodes < 1:
+            raise ValueError(f"max_concurrent_decodes must be at least 1, got {max_concurrent_decodes}")
+        self.max_concurrent_decodes = max_concurrent_decodes
+        self.target_rate = target_rate
+        self._pool = ThreadPoolExecutor(max_workers=max_concurrent_decodes, thread_name_prefix="oasr-audio")
+        self._closed = False
+
+    async def decode(
+        self,
+        data: bytes | bytearray | memoryview,
+        *,
+        encoding: AudioEncoding | str | None = AudioEncoding.AUTO,
+        sample_rate: int | None = None,
+        channels: int = 1,
+        max_seconds: float | None = None,
+    ) -> DecodedAudio:
+        """Decode on the pool; same arguments and errors as `decode_audio`."""
+        if self._closed:
+            raise RuntimeError("AudioDecoder is closed")
+        call = functools.partial(
+            decode_audio,
+            data,
+            encoding=encoding,
+            sample_rate=sample_rate,
+            channels=channels,
+            target_rate=self.target_rate,
+            max_seconds=max_seconds,
+        )
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+    def close(self) -> None:
+        """Stop taking work; queued decodes are cancelled, running ones finish in the background."""
+        self._closed = True
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> AudioDecoder:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------- live streams
+
+
+class StreamResampler:
+    """Incremental resampler for live streams (float32 mono in, float32 mono out).
+
+    Feeding chunks through `process` and ending with `flush` gives the same samples as one
+    `soxr.resample` of the whole signal, without buffering the stream. Equal rates pass through.
+    """
+
+    def __init__(self, in_rate: int, out_rate: int = MODEL_SAMPLE_RATE_HZ) -> None:
+        _check_rate(in_rate, "A stream sample rate")
+        _check_rate(out_rate, "A target sample rate")
+        self.in_rate = in_rate
+        self.out_rate = out_rate
+        self._stream = (
+            None
+            if in_rate == out_rate
+            else soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32", quality=RESAMPLE_QUALITY)
+        )
+        self._flushed = False
+
+    def process(self, samples: np.ndarray) -> np.ndarray:
+        """Resample the next chunk; returns whatever output is ready (possibly empty)."""
+        if self._flushed:
+            raise RuntimeError("StreamResampler.process called after flush()")
+        chunk = np.ascontiguousarray(samples, dtype=np.float32).reshape(-1)
+        if not np.isfinite(chunk).all():
+            raise AudioDecodeError("The audio contains NaN or infinite sample values. Send finite samples.")
+        if self._stream is None:
+            return chunk.copy()
+        return self._stream.resample_chunk(chunk, last=False)
+
+    def flush(self) -> np.ndarray:
+        """End the stream and return the resampler's remaining output."""
+        if self._flushed:
+            return np.zeros(0, dtype=np.float32)
+        self._flushed = True
+        if self._stream is None:
+            return np.zeros(0, dtype=np.float32)
+        return self._stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
