@@ -35,7 +35,9 @@ class Instruction:
 
 def _instructions() -> list[Instruction]:
     parser = DockerfileParser(str(DOCKERFILE))
-    return [Instruction(i["instruction"], i["value"]) for i in parser.structure if i["instruction"] != "COMMENT"]
+    return [
+        Instruction(i["instruction"], i["value"]) for i in parser.structure if i["instruction"] != "COMMENT"
+    ]
 
 
 def _stages() -> list[list[Instruction]]:
@@ -127,7 +129,9 @@ def test_base_images_are_pinned_to_an_exact_version() -> None:
         image = _resolve(raw, args)
         assert "$" not in image, f"FROM {raw}: build arg has no default"
         assert not image.endswith(":latest"), f"FROM {image}: 'latest' is not a pin"
-        assert "@sha256:" in image or PINNED_TAG.search(image), f"FROM {image}: pin an exact X.Y.Z tag or a digest"
+        assert "@sha256:" in image or PINNED_TAG.search(image), (
+            f"FROM {image}: pin an exact X.Y.Z tag or a digest"
+        )
 
 
 def test_final_stage_runs_as_a_non_root_numeric_user() -> None:
@@ -146,7 +150,9 @@ def test_healthcheck_probes_healthz_on_the_served_port_without_curl() -> None:
     argv = json.loads(command.strip())
     assert argv[0] == "python", "health check must not need curl/wget in a slim image"
     assert f"127.0.0.1:{_cmd_port()}/healthz" in argv[-1]
-    assert "--start-period=" in options, "without a start period a slow model load marks the container unhealthy"
+    assert "--start-period=" in options, (
+        "without a start period a slow model load marks the container unhealthy"
+    )
 
 
 def _cmd() -> list[str]:
@@ -177,11 +183,15 @@ def test_cmd_is_exec_form_uvicorn_with_graceful_shutdown() -> None:
     assert int(_cmd_option("--timeout-graceful-shutdown")) > 0
     stops = [ins.value for ins in _final_stage() if ins.name == "STOPSIGNAL"]
     assert stops in ([], ["SIGTERM"])
-    assert not [ins for ins in _final_stage() if ins.name == "ENTRYPOINT"], "an ENTRYPOINT wrapper would eat SIGTERM"
+    assert not [ins for ins in _final_stage() if ins.name == "ENTRYPOINT"], (
+        "an ENTRYPOINT wrapper would eat SIGTERM"
+    )
 
 
 def test_exposes_http_and_grpc_ports() -> None:
-    exposed = {int(p.split("/")[0]) for ins in _final_stage() if ins.name == "EXPOSE" for p in ins.value.split()}
+    exposed = {
+        int(p.split("/")[0]) for ins in _final_stage() if ins.name == "EXPOSE" for p in ins.value.split()
+    }
     assert exposed == {_cmd_port(), 50051}
     env = dict(pair for ins in _final_stage() if ins.name == "ENV" for pair in _env_pairs(ins.value))
     assert env.get("OASR_GRPC_PORT", "50051") == "50051"
@@ -266,4 +276,6 @@ def test_copied_sources_exist_and_are_not_dockerignored() -> None:
         *sources, _dest = shlex.split(ins.value)
         for src in sources:
             assert (ROOT / src).exists(), f"COPY {src}: not in the repository"
-            assert not any(fnmatch.fnmatch(src, pat) for pat in ignored), f"COPY {src}: excluded by .dockerignore"
+            assert not any(fnmatch.fnmatch(src, pat) for pat in ignored), (
+                f"COPY {src}: excluded by .dockerignore"
+            )
