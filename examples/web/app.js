@@ -1,0 +1,283 @@
+// OASR browser demo: microphone -> /v1/realtime (OpenAI realtime transcription protocol)
+// and file upload -> /v1/audio/transcriptions (verbose_json with word timings).
+//
+// The page is served by the app under /demo/, so the API lives one level up. `?server=URL`
+// points it at another OASR server instead (that server must allow this page's origin via
+// OASR_CORS_ALLOW_ORIGIN).
+
+const SAMPLE_RATE = 24000; // Hz, what pcm-worklet.js produces and session.update declares
+const FINAL_WAIT_MS = 5000; // after Stop, how long to wait for the last final transcript
+
+const $ = (id) => document.getElementById(id);
+
+function apiBase() {
+  const override = new URLSearchParams(location.search).get("server");
+  if (override) return new URL(override.endsWith("/") ? override : override + "/");
+  // /demo, /demo/, /demo/index.html (also behind a path prefix) -> the prefix root.
+  const root = location.pathname.replace(/\/demo(\/[^/]*)?$/, "/");
+  return new URL(root, location.origin);
+}
+
+function apiKey() {
+  return $("api-key").value.trim();
+}
+
+function setStatus(element, text, isError = false) {
+  element.textContent = text;
+  element.classList.toggle("error", isError);
+}
+
+async function servedModel() {
+  try {
+    const response = await fetch(new URL("v1/models", apiBase()), { headers: authHeaders() });
+    if (!response.ok) return null;
+    const body = await response.json();
+    return body.data && body.data.length ? body.data[0].id : null;
+  } catch {
+    return null;
+  }
+}
+
+function authHeaders() {
+  return apiKey() ? { Authorization: `Bearer ${apiKey()}` } : {};
+}
+
+function toBase64(buffer) {
+  const bytes = new Uint8Array(buffer);
+  let binary = "";
+  const step = 0x8000; // String.fromCharCode's argument list has a size limit
+  for (let i = 0; i < bytes.length; i += step) {
+    binary += String.fromCharCode.apply(null, bytes.subarray(i, i + step));
+  }
+  return btoa(binary);
+}
+
+// ------------------------------------------------------------------ microphone
+
+class LiveTranscript {
+  // One paragraph per conversation item: partial text while deltas arrive, final when completed.
+  constructor(container) {
+    this.container = container;
+    this.items = new Map();
+  }
+
+  paragraph(itemId) {
+    let p = this.items.get(itemId);
+    if (!p) {
+      p = document.createElement("p");
+      p.className = "partial";
+      p.dataset.itemId = itemId;
+      this.container.appendChild(p);
+      this.items.set(itemId, p);
+    }
+    return p;
+  }
+
+  delta(itemId, text) {
+    const p = this.paragraph(itemId);
+    if (p.className === "partial") p.textContent += text;
+  }
+
+  completed(itemId, transcript) {
+    const p = this.paragraph(itemId);
+    p.textContent = transcript;
+    p.className = "final";
+  }
+
+  pending() {
+    return [...this.items.values()].some((p) => p.className === "partial");
+  }
+}
+
+class MicSession {
+  constructor(statusElement, transcript) {
+    this.status = statusElement;
+    this.transcript = transcript;
+    this.socket = null;
+    this.context = null;
+    this.stream = null;
+    this.worklet = null;
+  }
+
+  async start() {
+    const url = new URL("v1/realtime?intent=transcription", apiBase());
+    url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+    // Browsers cannot set an Authorization header on a WebSocket; OpenAI's protocol carries
+    // the key as a subprotocol instead.
+    const protocols = apiKey() ? ["realtime", `openai-insecure-api-key.${apiKey()}`] : undefined;
+    const model = await servedModel();
+
+    setStatus(this.status, "asking for the microphone…");
+    this.stream = await navigator.mediaDevices.getUserMedia({
+      audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true },
+    });
+    this.context = new AudioContext();
+    await this.context.audioWorklet.addModule(new URL("pcm-worklet.js", import.meta.url));
+
+    setStatus(this.status, "connecting…");
+    this.socket = new WebSocket(url, protocols);
+    await new Promise((resolve, reject) => {
+      this.socket.onopen = resolve;
+      this.socket.onerror = () => reject(new Error(`cannot connect to ${url}`));
+    });
+    this.socket.onmessage = (event) => this.onEvent(JSON.parse(event.data));
+    this.socket.onclose = (event) => {
+      const clean = event.code === 1000 || event.code === 1005;
+      setStatus(this.status, clean ? "closed" : `closed (${event.code} ${event.reason})`, !clean);
+      this.release();
+    };
+
+    const input = { format: { type: "audio/pcm", rate: SAMPLE_RATE }, turn_detection: { type: "server_vad" } };
+    if (model) input.transcription = { model };
+    this.send({ type: "session.update", session: { type: "transcription", audio: { input } } });
+
+    const source = this.context.createMediaStreamSource(this.stream);
+    this.worklet = new AudioWorkletNode(this.context, "pcm-capture");
+    this.worklet.port.onmessage = (event) =>
+      this.send({ type: "input_audio_buffer.append", audio: toBase64(event.data) });
+    source.connect(this.worklet);
+    setStatus(this.status, "listening");
+  }
+
+  send(event) {
+    if (this.socket && this.socket.readyState === WebSocket.OPEN) this.socket.send(JSON.stringify(event));
+  }
+
+  onEvent(event) {
+    switch (event.type) {
+      case "conversation.item.input_audio_transcription.delta":
+        this.transcript.delta(event.item_id, event.delta);
+        break;
+      case "conversation.item.input_audio_transcription.completed":
+        this.transcript.completed(event.item_id, event.transcript);
+        if (this.stopping && !this.transcript.pending()) this.socket.close(1000);
+        break;
+      case "input_audio_buffer.speech_started":
+        setStatus(this.status, "hearing speech");
+        break;
+      case "input_audio_buffer.speech_stopped":
+        setStatus(this.status, "listening");
+        break;
+      case "error":
+        setStatus(this.status, `server error: ${event.error?.message ?? "unknown"}`, true);
+        break;
+      default:
+        break; // session.created/updated, committed, … need no display
+    }
+  }
+
+  async stop() {
+    this.stopping = true;
+    if (this.worklet) this.worklet.port.postMessage("flush");
+    this.stopCapture();
+    // Commit what the VAD has not closed yet, then wait for its final transcript.
+    this.send({ type: "input_audio_buffer.commit" });
+    setStatus(this.status, "finishing…");
+    setTimeout(() => this.socket && this.socket.close(1000), FINAL_WAIT_MS);
+  }
+
+  stopCapture() {
+    if (this.stream) this.stream.getTracks().forEach((track) => track.stop());
+    if (this.context && this.context.state !== "closed") this.context.close();
+    this.stream = null;
+  }
+
+  release() {
+    this.stopCapture();
+    this.socket = null;
+    $("mic-start").disabled = false;
+    $("mic-stop").disabled = true;
+  }
+}
+
+let mic = null;
+
+$("mic-start").addEventListener("click", async () => {
+  $("mic-start").disabled = true;
+  $("mic-stop").disabled = false;
+  mic = new MicSession($("mic-status"), new LiveTranscript($("live")));
+  try {
+    await mic.start();
+  } catch (error) {
+    setStatus($("mic-status"), error.message, true);
+    mic.release();
+  }
+});
+
+$("mic-stop").addEventListener("click", () => {
+  $("mic-stop").disabled = true;
+  if (mic) mic.stop();
+});
+
+// ------------------------------------------------------------------ file upload
+
+function renderWords(container, words, player) {
+  container.replaceChildren();
+  for (const word of words) {
+    const span = document.createElement("span");
+    span.textContent = word.word.trim();
+    span.dataset.start = word.start;
+    span.dataset.end = word.end;
+    span.title = `${word.start.toFixed(2)}–${word.end.toFixed(2)} s`;
+    span.addEventListener("click", () => {
+      player.currentTime = word.start;
+      player.play();
+    });
+    container.append(span, " ");
+  }
+}
+
+function highlightCurrentWord(container, time) {
+  for (const span of container.children) {
+    const on = time >= Number(span.dataset.start) && time < Number(span.dataset.end);
+    span.classList.toggle("current", on);
+  }
+}
+
+async function transcribeFile(file) {
+  const form = new FormData();
+  form.append("file", file);
+  const model = await servedModel();
+  if (model) form.append("model", model);
+  form.append("response_format", "verbose_json");
+  form.append("timestamp_granularities[]", "word");
+  const response = await fetch(new URL("v1/audio/transcriptions", apiBase()), {
+    method: "POST",
+    body: form,
+    headers: authHeaders(),
+  });
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(body.error?.message ?? `HTTP ${response.status}`);
+  return body;
+}
+
+$("file").addEventListener("change", () => {
+  $("file-go").disabled = !$("file").files.length;
+});
+
+$("file-go").addEventListener("click", async () => {
+  const file = $("file").files[0];
+  const player = $("player");
+  const words = $("words");
+  $("file-go").disabled = true;
+  setStatus($("file-status"), "transcribing…");
+  try {
+    const started = performance.now();
+    const result = await transcribeFile(file);
+    const seconds = ((performance.now() - started) / 1000).toFixed(1);
+    player.src = URL.createObjectURL(file);
+    player.hidden = false;
+    if (result.words && result.words.length) {
+      renderWords(words, result.words, player);
+    } else {
+      words.textContent = result.text; // a server without word timings still gets a transcript
+    }
+    setStatus($("file-status"), `done in ${seconds} s (${result.duration?.toFixed?.(1) ?? "?"} s of audio)`);
+  } catch (error) {
+    setStatus($("file-status"), error.message, true);
+  } finally {
+    $("file-go").disabled = false;
+  }
+});
+
+$("player").addEventListener("timeupdate", () => highlightCurrentWord($("words"), $("player").currentTime));
