@@ -381,7 +381,7 @@ def _decode_headerless(
     data: bytes, encoding: AudioEncoding, sample_rate: int | None, channels: int, max_seconds: float | None
 ) -> _Decoded:
     name = encoding.value
-    if sample_rate is None:
+    if not sample_rate:  # None, or 0 as proto3 sends "unset"
         raise AudioDecodeError(
             f"{name} audio has no header, so the sample rate must be given (for example "
             "sample_rate=16000), or send a file format such as WAV or FLAC instead."
