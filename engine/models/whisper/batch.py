@@ -1,0 +1,176 @@
+"""Continuous batching of the Whisper decoder.
+
+All rows of all running window jobs decode together, one token per step. New groups join
+after a batched prefill of their prompts; finished groups leave by compacting the cache.
+Beam groups reorder their own rows (self-attention K/V only: every beam of a group shares
+the same audio, so its cross-attention K/V never move).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from engine.models.whisper.decoding import DecodeGroup
+from engine.models.whisper.model import DecoderCache, TextDecoder
+
+logger = logging.getLogger(__name__)
+
+
+class DecodeBatch:
+    def __init__(self, decoder: TextDecoder, no_speech_token: int, device: torch.device):
+        self.decoder = decoder
+        self.no_speech_token = no_speech_token
+        self.device = device
+        self.groups: list[DecodeGroup] = []
+        self.cache: DecoderCache | None = None
+
+    @property
+    def num_rows(self) -> int:
+        return sum(g.num_rows for g in self.groups)
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    # ---- joining ----
+
+    def join(self, groups: list[DecodeGroup], audio_features: list[Tensor]) -> None:
+        """Prefill the prompts of new groups in one forward and add their rows.
+        audio_features[i] is (S, C) for groups[i]."""
+        if not groups:
+            return
+        feats = torch.stack(
+            [f for g, f in zip(groups, audio_features) for _ in range(g.num_rows)]
+        )  # (N_new, S, C)
+        max_len = max(len(g.prefix) for g in groups)
+        cache = self.decoder.new_cache(feats, capacity=max_len + 16)
+        tokens, positions, last_idx, sot_idx = [], [], [], []
+        for g in groups:
+            pad = max_len - len(g.prefix)
+            for _ in range(g.num_rows):
+                # right-pad by repeating the last token at increasing positions; the padding
+                # writes K/V beyond the row's length, which its causal mask never reads
+                tokens.append(g.prefix + [g.prefix[-1]] * pad)
+                positions.append(list(range(max_len)))
+                last_idx.append(len(g.prefix) - 1)
+                sot_idx.append(g.sot_index)
+        tok = torch.tensor(tokens, device=self.device)
+        pos = torch.tensor(positions, device=self.device)
+        logits = self.decoder(tok, pos, cache)  # (N_new, T, V)
+        rows = torch.arange(len(tokens), device=self.device)
+        last_logits = logits[rows, torch.tensor(last_idx, device=self.device)]
+        sot_logits = logits[rows, torch.tensor(sot_idx, device=self.device)]
+        row = 0
+        for g in groups:
+            g.set_no_speech(sot_logits[row], self.no_speech_token)
+            row += g.num_rows
+        sources = self._advance_groups(groups, last_logits)
+        cache.select_rows(torch.tensor(sources, device=self.device), self_only=True)
+        if self.cache is None:
+            self.cache = cache
+        else:
+            self.cache.extend(cache)
+        self.groups.extend(groups)
+
+    # ---- stepping ----
+
+    def step(self, on_group_error: Callable[[DecodeGroup, Exception], None]) -> list[DecodeGroup]:
+        """Decode one token for every live row. Returns the groups that finished (now removed).
+        A forward that fails is retried one group at a time; groups that still fail are handed
+        to `on_group_error` and dropped, the rest carry on."""
+        live = [g for g in self.groups if not g.done]
+        if live and self.cache is not None:
+            try:
+                self._step_rows(self.groups)
+            except Exception as exc:  # isolate the culprit
+                logger.warning("decoder step failed for a batch of %d groups (%s); retrying one by one",
+                               len(self.groups), exc)
+                self._step_isolated(on_group_error)
+        return self._evict_done()
+
+    def _step_rows(self, groups: list[DecodeGroup], cache: DecoderCache | None = None) -> None:
+        cache = cache or self.cache
+        assert cache is not None
+        tokens = [t for g in groups for t in g.last_tokens()]
+        positions = [p for g in groups for p in g.positions()]
+        tok = torch.tensor(tokens, device=self.device)[:, None]
+        pos = torch.tensor(positions, device=self.device)[:, None]
+        logits = self.decoder(tok, pos, cache)[:, 0]  # (N, V)
+        sources = self._advance_groups(groups, logits)
+        if sources != list(range(len(sources))):
+            cache.select_rows(torch.tensor(sources, device=self.device), self_only=True)
+
+    def _advance_groups(self, groups: list[DecodeGroup], logits: Tensor) -> list[int]:
+        """Let each group pick its next tokens; returns the global row gather index."""
+        sources: list[int] = []
+        row = 0
+        for g in groups:
+            if g.done:  # finished rows idle until eviction
+                sources.extend(range(row, row + g.num_rows))
+            else:
+                local = g.advance(logits[row : row + g.num_rows])
+                sources.extend(row + s for s in local)
+            row += g.num_rows
+        return sources
+
+    def _step_isolated(self, on_group_error: Callable[[DecodeGroup, Exception], None]) -> None:
+        assert self.cache is not None
+        row = 0
+        for g in list(self.groups):
+            index = torch.arange(row, row + g.num_rows, device=self.device)
+            row += g.num_rows
+            if g.done:
+                continue
+            sub = DecoderCache(
+                [t.index_select(0, index) for t in self.cache.self_k],
+                [t.index_select(0, index) for t in self.cache.self_v],
+                [t.index_select(0, index) for t in self.cache.cross_k],
+                [t.index_select(0, index) for t in self.cache.cross_v],
+            )
+            try:
+                self._step_rows([g], sub)
+            except Exception as exc:
+                g.done = True
+                on_group_error(g, exc)
+                continue
+            self.cache.ensure_capacity(sub.capacity)
+            for mine, theirs in ((self.cache.self_k, sub.self_k), (self.cache.self_v, sub.self_v)):
+                for layer in range(len(mine)):
+                    mine[layer][index, :, : theirs[layer].shape[2]] = theirs[layer]
+
+    def _evict_done(self) -> list[DecodeGroup]:
+        done = [g for g in self.groups if g.done]
+        if not done:
+            return []
+        keep: list[int] = []
+        row = 0
+        remaining = []
+        for g in self.groups:
+            if not g.done:
+                keep.extend(range(row, row + g.num_rows))
+                remaining.append(g)
+            row += g.num_rows
+        self.groups = remaining
+        if not remaining:
+            self.cache = None
+        elif self.cache is not None:
+            self.cache.select_rows(torch.tensor(keep, device=self.device))
+            self._shrink()
+        return done
+
+    def _shrink(self) -> None:
+        """Drop cache positions no live row can reach, so attention cost follows live lengths."""
+        assert self.cache is not None
+        needed = max(max(g.positions()) for g in self.groups) + 2
+        if needed * 2 < self.cache.capacity:
+            self.cache.resize(needed)
+
+    def remove_job(self, job: object) -> None:
+        """Drop a job's group (abort)."""
+        for g in self.groups:
+            if g.job is job:
+                g.done = True
+        self._evict_done()

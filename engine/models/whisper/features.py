@@ -1,0 +1,90 @@
+"""Whisper log-mel front end in torch, batched, on the engine's device.
+
+Matches faster-whisper's `FeatureExtractor` (the peer we are compared with): 160 samples of
+end padding, reflect-centred 400-point STFT with a periodic Hann window, the last frame
+dropped, Slaney mel filters, log10 with a floor, an 8-decade dynamic range per request.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+from torch import Tensor
+
+SAMPLE_RATE = 16000  # Hz
+N_FFT = 400  # samples: 25 ms window
+HOP_LENGTH = 160  # samples: 10 ms per frame
+CHUNK_SECONDS = 30  # Whisper's context
+N_SAMPLES = CHUNK_SECONDS * SAMPLE_RATE
+N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000 mel frames per window
+FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # 100
+ENCODER_STRIDE = 2  # mel frames per encoder position (conv2 stride)
+SECONDS_PER_TOKEN = ENCODER_STRIDE * HOP_LENGTH / SAMPLE_RATE  # 0.02 s per timestamp step
+
+
+@functools.lru_cache(maxsize=4)
+def mel_filters(n_mels: int, sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.ndarray:
+    """Slaney-style mel filterbank (n_mels, n_fft // 2 + 1), as librosa/faster-whisper build it."""
+    fftfreqs = np.fft.rfftfreq(n=n_fft, d=1.0 / sample_rate)
+    mels = np.linspace(0.0, 45.245640471924965, n_mels + 2)  # mel(8000 Hz) on the Slaney scale
+    f_sp = 200.0 / 3
+    freqs = f_sp * mels
+    min_log_hz = 1000.0
+    min_log_mel = min_log_hz / f_sp
+    logstep = np.log(6.4) / 27.0
+    log_t = mels >= min_log_mel
+    freqs[log_t] = min_log_hz * np.exp(logstep * (mels[log_t] - min_log_mel))
+    fdiff = np.diff(freqs)
+    ramps = freqs.reshape(-1, 1) - fftfreqs.reshape(1, -1)
+    lower = -ramps[:-2] / fdiff[:-1, None]
+    upper = ramps[2:] / fdiff[1:, None]
+    weights = np.maximum(0.0, np.minimum(lower, upper))
+    weights *= (2.0 / (freqs[2 : n_mels + 2] - freqs[:n_mels]))[:, None]
+    return weights.astype(np.float32)
+
+
+class LogMelExtractor:
+    def __init__(self, n_mels: int, device: torch.device):
+        self.n_mels = n_mels
+        self.device = device
+        self.filters = torch.from_numpy(mel_filters(n_mels)).to(device)
+        self.window = torch.hann_window(N_FFT, periodic=True, device=device)
+
+    @staticmethod
+    def num_frames(num_samples: int) -> int:
+        return num_samples // HOP_LENGTH + 1
+
+    def __call__(self, waveforms: list[np.ndarray]) -> list[Tensor]:
+        """Waveforms (float32 mono 16 kHz, any lengths) -> log-mel (n_mels, frames) each, computed
+        in one batched STFT."""
+        if not waveforms:
+            return []
+        padded = []
+        for w in waveforms:
+            x = torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)).to(self.device)
+            x = torch.nn.functional.pad(x, (0, HOP_LENGTH))
+            # reflect-centre each waveform at its own edges before batching
+            x = torch.nn.functional.pad(x[None, None], (N_FFT // 2, N_FFT // 2), mode="reflect")[0, 0]
+            padded.append(x)
+        lengths = [self.num_frames(len(w)) for w in waveforms]
+        batch = torch.nn.utils.rnn.pad_sequence(padded, batch_first=True)  # (B, L)
+        stft = torch.stft(batch, N_FFT, HOP_LENGTH, window=self.window, center=False, return_complex=True)
+        power = stft[..., :-1].abs() ** 2  # (B, F, T); last frame dropped
+        mel = self.filters @ power  # (B, n_mels, T)
+        log_spec = torch.clamp(mel, min=1e-10).log10()
+        out = []
+        for i, n in enumerate(lengths):
+            spec = log_spec[i, :, :n]
+            spec = torch.maximum(spec, spec.max() - 8.0)
+            out.append((spec + 4.0) / 4.0)
+        return out
+
+
+def pad_window(mel: Tensor, start: int, length: int = N_FRAMES) -> Tensor:
+    """Frames [start, start+length) of a log-mel, zero-padded to `length` (faster-whisper's convention)."""
+    segment = mel[:, start : start + length]
+    if segment.shape[1] < length:
+        segment = torch.nn.functional.pad(segment, (0, length - segment.shape[1]))
+    return segment

@@ -1,0 +1,235 @@
+"""Window jobs and the per-request transcription state that produces them.
+
+A `WindowJob` is one 30 s window to decode at one temperature. An `OfflineTranscription`
+walks a request's audio window by window: it builds each job's prompt, accepts or retries
+(temperature fallback) the decoded result, turns it into segments and words, and advances.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from engine.models.whisper.alignment import align_words
+from engine.models.whisper.decoding import DecodeGroup, TokenRules, WindowResult
+from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, pad_window
+from engine.models.whisper.transcript import (
+    PROMPT_RESET_TEMPERATURE,
+    compression_ratio,
+    is_silence,
+    needs_fallback,
+    split_segments,
+    temperature_ladder,
+)
+from engine.request import Request
+from engine.types import Alternative, RequestOutput, Segment, Word
+
+if TYPE_CHECKING:
+    from engine.models.whisper.runner import WhisperRunner
+
+
+@dataclass(eq=False)
+class WindowJob:
+    owner: OfflineTranscription
+    mel: Tensor  # (n_mels, N_FRAMES)
+    seek: int  # first mel frame of the window
+    frames: int  # real (unpadded) mel frames in the window
+    temperature: float
+    ladder_index: int
+    prefix: list[int] = field(default_factory=list)
+    sot_index: int = 0
+    audio_features: Tensor | None = None  # (S, C) once encoded
+
+    @property
+    def rows(self) -> int:
+        return self.owner.options.beam_size if self.temperature == 0.0 else 1
+
+    def refresh_prefix(self) -> None:
+        self.prefix, self.sot_index = self.owner.build_prefix()
+
+    def new_group(self, rules: TokenRules) -> DecodeGroup:
+        runner = self.owner.runner
+        n_ctx = runner.dims.n_text_ctx
+        max_new = min(self.owner.options.max_new_tokens or n_ctx // 2, n_ctx - len(self.prefix) - 1)
+        return DecodeGroup(
+            job=self,
+            prefix=self.prefix,
+            sot_index=self.sot_index,
+            options=self.owner.options,
+            temperature=self.temperature,
+            rules=rules,
+            timestamps=True,
+            max_new_tokens=max(1, max_new),
+            generator=self.owner.generator,
+        )
+
+
+class OfflineTranscription:
+    """Transcribes one request's whole audio, window after window."""
+
+    def __init__(self, request: Request, mel: Tensor, runner: WhisperRunner):
+        self.request = request
+        self.runner = runner
+        self.options = request.decoding
+        self.mel = mel
+        self.content_frames = mel.shape[1] - 1 if mel.shape[1] > 1 else mel.shape[1]
+        self.seek = 0
+        self.language: str | None = (self.options.language or None) if runner.model.is_multilingual else "en"
+        tok = runner.tokenizer
+        self.initial_prompt = tok.encode(" " + self.options.prompt.strip()) if self.options.prompt else []
+        self.history: list[int] = []  # text+timestamp tokens of accepted windows, for conditioning
+        self.segments: list[Segment] = []
+        self.window_nbest: list[tuple[list[int], float]] = []
+        self.windows = 0
+        self.ladder = temperature_ladder(self.options.temperature, self.options.temperature_fallback)
+        self.generator: torch.Generator | None = None
+        if self.options.temperature > 0 or self.options.temperature_fallback:
+            self.generator = torch.Generator(device=runner.device)
+            self.generator.manual_seed(self.options.seed if self.options.seed is not None else 0)
+        self.last_temperature = 0.0
+
+    # ---- jobs ----
+
+    def needs_language(self) -> bool:
+        return self.language is None
+
+    def set_language(self, code: str) -> None:
+        self.language = code
+
+    def build_prefix(self) -> tuple[list[int], int]:
+        tok = self.runner.tokenizer
+        prompt = self.initial_prompt + (self.history if self.options.condition_on_previous_text else [])
+        prompt = prompt[-(self.runner.dims.n_text_ctx // 2 - 1):]
+        sot = tok.sot_sequence(self.language, self.options.task, timestamps=True)
+        prefix = ([tok.sot_prev, *prompt] if prompt else []) + sot
+        return prefix, len(prefix) - len(sot)
+
+    def next_job(self, ladder_index: int = 0, reuse: WindowJob | None = None) -> WindowJob | None:
+        if reuse is None and self.seek >= self.content_frames:
+            return None
+        if reuse is not None:
+            job = WindowJob(self, reuse.mel, reuse.seek, reuse.frames, self.ladder[ladder_index], ladder_index,
+                            audio_features=reuse.audio_features)
+        else:
+            frames = min(N_FRAMES, self.content_frames - self.seek)
+            job = WindowJob(self, pad_window(self.mel, self.seek), self.seek, frames, self.ladder[0], 0)
+        job.refresh_prefix()
+        return job
+
+    # ---- results ----
+
+    def on_window_done(self, job: WindowJob, result: WindowResult) -> tuple[WindowJob | None, RequestOutput | None]:
+        tok = self.runner.tokenizer
+        text = tok.decode(result.tokens)
+        if needs_fallback(result, text, self.options.no_speech_threshold) and job.ladder_index + 1 < len(self.ladder):
+            return self.next_job(job.ladder_index + 1, reuse=job), None
+        self.windows += 1
+        self.last_temperature = result.temperature
+        window_start = job.seek / FRAMES_PER_SECOND
+        if is_silence(result, self.options.no_speech_threshold):
+            self.seek += job.frames
+        else:
+            raw, advance = split_segments(result.tokens, tok, window_start, job.frames)
+            self._add_segments(job, raw, result)
+            self.seek += advance
+            if result.temperature <= PROMPT_RESET_TEMPERATURE:
+                self.history.extend(result.tokens)
+            else:
+                self.history = []
+            if result.nbest:
+                self.window_nbest = result.nbest
+        nxt = self.next_job()
+        if nxt is None:
+            return None, self.finish()
+        return nxt, self.partial()
+
+    def _add_segments(self, job: WindowJob, raw: list, result: WindowResult) -> None:  # type: ignore[type-arg]
+        tok = self.runner.tokenizer
+        duration = self.request.duration
+        for seg in raw:
+            text_tokens = [t for t in seg.tokens if t < tok.eot]
+            text = tok.decode(text_tokens)
+            if not text.strip():
+                continue
+            start = max(0.0, min(seg.start, duration))
+            end = max(start, min(seg.end, duration))
+            words: list[Word] | None = None
+            if self.options.word_timestamps:
+                words = self._align(job, text_tokens, start, end)
+            self.segments.append(
+                Segment(
+                    id=len(self.segments),
+                    start=round(start, 3),
+                    end=round(end, 3),
+                    text=text,
+                    tokens=seg.tokens,
+                    avg_logprob=result.avg_logprob,
+                    no_speech_prob=result.no_speech_prob,
+                    compression_ratio=compression_ratio(tok.decode(result.tokens)),
+                    temperature=result.temperature,
+                    words=words,
+                )
+            )
+
+    def _align(self, job: WindowJob, text_tokens: list[int], seg_start: float, seg_end: float) -> list[Word]:
+        runner = self.runner
+        assert job.audio_features is not None
+        sot = runner.tokenizer.sot_sequence(self.language, self.options.task, timestamps=False)
+        words = align_words(
+            runner.model.decoder, runner.tokenizer, runner.alignment_heads, sot[:-1], text_tokens,
+            job.audio_features, job.frames, job.seek / FRAMES_PER_SECOND,
+        )
+        for w in words:  # keep each word inside its segment and the audio
+            w.start = round(min(max(w.start, seg_start), seg_end), 3)
+            w.end = round(min(max(w.end, w.start), seg_end), 3)
+        return words
+
+    # ---- outputs ----
+
+    def _text(self) -> str:
+        return "".join(s.text for s in self.segments).strip()
+
+    def partial(self) -> RequestOutput:
+        return RequestOutput(
+            request_id=self.request.request_id,
+            text=self._text(),
+            finished=False,
+            language=self.language,
+            duration=self.seek / FRAMES_PER_SECOND,
+            committed=self._text(),
+            segments=list(self.segments),
+        )
+
+    def finish(self) -> RequestOutput:
+        tok = self.runner.tokenizer
+        tokens = [t for s in self.segments for t in s.tokens if t < tok.eot]
+        text = self._text()
+        words = [w for s in self.segments for w in (s.words or [])] if self.options.word_timestamps else None
+        if self.windows == 1 and len(self.window_nbest) > 1:
+            nbest = []
+            for toks, score in self.window_nbest:  # beams differing only in timestamps read the same
+                alt_text = tok.decode([t for t in toks if t < tok.eot]).strip()
+                if all(a.text != alt_text for a in nbest):
+                    nbest.append(Alternative(alt_text, round(math.exp(score), 4)))
+            nbest = nbest[: self.options.n_best]
+        else:
+            logprobs = [s.avg_logprob for s in self.segments]
+            conf = math.exp(sum(logprobs) / len(logprobs)) if logprobs else 0.0
+            nbest = [Alternative(text, round(conf, 4))]
+        return RequestOutput(
+            request_id=self.request.request_id,
+            text=text,
+            tokens=tokens,
+            finished=True,
+            finish_reason="stop",
+            words=words,
+            segments=list(self.segments),
+            nbest=nbest,
+            language=self.language,
+            duration=self.request.duration,
+            committed=text,
+        )

@@ -1,0 +1,315 @@
+"""Whisper model runner: admitted requests become window jobs; each `execute()` encodes the
+waiting windows in one batch, joins them to the running decoder batch, and decodes one token
+for every row (continuous batching)."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from engine.config import EngineConfig
+from engine.errors import InvalidRequestError, UnsupportedError
+from engine.models.whisper.batch import DecodeBatch
+from engine.models.whisper.decoding import TokenRules
+from engine.models.whisper.features import SAMPLE_RATE, LogMelExtractor
+from engine.models.whisper.jobs import OfflineTranscription, WindowJob
+from engine.models.whisper.loader import load_checkpoint
+from engine.models.whisper.model import Whisper
+from engine.models.whisper.tokenizer import WhisperTokenizer
+from engine.request import Request
+from engine.types import DecodingOptions, RequestOutput
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_device(config: EngineConfig) -> torch.device:
+    if config.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(config.device)
+
+
+def resolve_dtype(config: EngineConfig, device: torch.device) -> torch.dtype:
+    if config.quantization in ("fp16", "bf16") and device.type == "cuda":
+        return torch.float16 if config.quantization == "fp16" else torch.bfloat16
+    if config.dtype == "auto":
+        return torch.float16 if device.type == "cuda" else torch.float32
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[config.dtype]
+
+
+class WhisperRunner:
+    supports_streaming = False
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self.device = resolve_device(config)
+        self.dtype = resolve_dtype(config, self.device)
+        ckpt_dir = config.resolved_ckpt_dir()
+        ckpt = load_checkpoint(ckpt_dir)
+        self.ckpt_dir = ckpt_dir
+        self.ckpt_format = ckpt.format
+        self.dims = ckpt.dims
+        model = Whisper(ckpt.dims)
+        missing, unexpected = model.load_state_dict(ckpt.state_dict, strict=False)
+        missing = [k for k in missing if k != "encoder.positional_embedding"]
+        if missing or unexpected:
+            from engine.errors import CheckpointError
+
+            raise CheckpointError(f"{ckpt_dir}: missing {missing[:5]} unexpected {unexpected[:5]}")
+        model.eval().requires_grad_(False)
+        model = model.to(self.device, self.dtype)
+        if config.quantization == "int8_w8a8":
+            if self.device.type != "cpu":
+                raise InvalidRequestError("quantization='int8_w8a8' runs on CPU; use fp16/bf16 on CUDA")
+            model = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+        self.model = model
+        assert ckpt.tokenizer_file is not None
+        self.tokenizer = WhisperTokenizer(ckpt.tokenizer_file, ckpt.dims.n_vocab, model.num_languages,
+                                          model.is_multilingual)
+        self.alignment_heads = ckpt.alignment_heads or self._default_alignment_heads()
+        self.rules = self._build_rules(ckpt.suppress_ids, ckpt.suppress_ids_begin)
+        self.features = LogMelExtractor(ckpt.dims.n_mels, self.device)
+        self.batch = DecodeBatch(model.decoder, self.tokenizer.no_speech, self.device)
+        self.encode_queue: deque[WindowJob] = deque()
+        self.prefill_queue: deque[WindowJob] = deque()
+        self.active: dict[str, OfflineTranscription] = {}
+        self.max_rows = max(config.max_decode_rows, config.max_batch_size)
+        logger.info("whisper %s loaded from %s (%s) on %s/%s, quantization=%s", self.model_name, ckpt_dir,
+                    ckpt.format, self.device, self.dtype, config.quantization)
+
+    # ---- facts ----
+
+    @property
+    def model_name(self) -> str:
+        sizes = {384: "tiny", 512: "base", 768: "small", 1024: "medium", 1280: "large"}
+        name = sizes.get(self.dims.n_audio_state, f"d{self.dims.n_audio_state}")
+        return name if self.model.is_multilingual else f"{name}.en"
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "family": "whisper",
+            "model": self.model_name,
+            "checkpoint": self.ckpt_dir,
+            "checkpoint_format": self.ckpt_format,
+            "multilingual": self.model.is_multilingual,
+            "languages": list(self.tokenizer.languages),
+            "tasks": ["transcribe", "translate"] if self.model.is_multilingual else ["transcribe"],
+            "sample_rate": self.sample_rate,
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "quantization": self.config.quantization,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "streaming": self.supports_streaming,
+            "max_batch_size": self.config.max_batch_size,
+        }
+
+    def _default_alignment_heads(self) -> list[tuple[int, int]]:
+        # without a table, use every head of the upper half of the decoder (openai's default)
+        n, h = self.dims.n_text_layer, self.dims.n_text_head
+        return [(layer, head) for layer in range(n // 2, n) for head in range(h)]
+
+    def _build_rules(self, suppress_ids: list[int] | None, begin_ids: list[int] | None) -> TokenRules:
+        tok, v = self.tokenizer, self.dims.n_vocab
+        suppress = torch.zeros(v, dtype=torch.bool, device=self.device)
+        ids = [*(suppress_ids or []), tok.transcribe, tok.translate, tok.sot, tok.sot_prev, tok.sot_lm,
+               tok.no_speech]
+        ids += list(tok.language_tokens.values())
+        suppress[[i for i in ids if 0 <= i < v]] = True
+        begin = torch.zeros(v, dtype=torch.bool, device=self.device)
+        begin[[i for i in (begin_ids or [*tok.space_tokens, tok.eot]) if 0 <= i < v]] = True
+        return TokenRules(
+            eot=tok.eot,
+            timestamp_begin=tok.timestamp_begin,
+            no_timestamps=tok.no_timestamps,
+            n_vocab=v,
+            suppress=suppress,
+            suppress_begin=begin,
+        )
+
+    # ---- admission ----
+
+    def check_options(self, options: DecodingOptions, streaming: bool) -> None:
+        multilingual = self.model.is_multilingual
+        if options.task == "translate" and not multilingual:
+            raise UnsupportedError(
+                f"model {self.model_name} is English-only: task='translate' needs a multilingual checkpoint"
+            )
+        if options.language is not None:
+            lang = options.language.lower()
+            if not multilingual and lang != "en":
+                raise UnsupportedError(
+                    f"model {self.model_name} is English-only: language {options.language!r} is not supported "
+                    "(use 'en' or a multilingual checkpoint)"
+                )
+            if multilingual and lang not in self.tokenizer.language_tokens:
+                raise InvalidRequestError(f"unknown language {options.language!r}")
+        if options.prompt is not None and len(self.tokenizer.encode(options.prompt)) > self.dims.n_text_ctx // 2:
+            raise InvalidRequestError(f"prompt is longer than {self.dims.n_text_ctx // 2} tokens")
+
+    def free_slots(self) -> int:
+        return max(0, self.config.max_batch_size - len(self.active))
+
+    def admit(self, requests: list[Request]) -> list[RequestOutput]:
+        failed: list[RequestOutput] = []
+        audios = [r.audio for r in requests]
+        try:
+            mels = self.features(audios)  # type: ignore[arg-type]
+        except Exception as exc:  # isolate: extract one by one
+            logger.warning("batched feature extraction failed (%s); retrying one by one", exc)
+            mels = []
+            for r in requests:
+                try:
+                    mels.append(self.features([r.audio])[0])  # type: ignore[list-item]
+                except Exception as one_exc:
+                    mels.append(None)  # type: ignore[arg-type]
+                    failed.append(_error_output(r, "features", one_exc))
+        for request, mel in zip(requests, mels):
+            if mel is None:
+                continue
+            state = OfflineTranscription(request, mel.to(self.dtype), self)
+            self.active[request.request_id] = state
+            job = state.next_job()
+            if job is None:
+                failed.append(state.finish())
+                del self.active[request.request_id]
+            else:
+                self.encode_queue.append(job)
+        return failed
+
+    def release(self, request: Request) -> None:
+        state = self.active.pop(request.request_id, None)
+        if state is None:
+            return
+        self.encode_queue = deque(j for j in self.encode_queue if j.owner is not state)
+        self.prefill_queue = deque(j for j in self.prefill_queue if j.owner is not state)
+        for g in list(self.batch.groups):
+            if g.job.owner is state:  # type: ignore[attr-defined]
+                self.batch.remove_job(g.job)
+
+    def has_work(self) -> bool:
+        return bool(self.encode_queue or self.prefill_queue or self.batch.groups)
+
+    def shutdown(self) -> None:
+        self.active.clear()
+        self.encode_queue.clear()
+        self.prefill_queue.clear()
+        self.batch = DecodeBatch(self.model.decoder, self.tokenizer.no_speech, self.device)
+
+    # ---- execution ----
+
+    @torch.inference_mode()
+    def execute(self) -> list[RequestOutput]:
+        outputs: list[RequestOutput] = []
+        self._encode_waiting(outputs)
+        self._join_ready(outputs)
+        finished = self.batch.step(lambda g, exc: self._fail(g.job.owner, "decode", exc, outputs))  # type: ignore[attr-defined]
+        for group in finished:
+            job: WindowJob = group.job  # type: ignore[assignment]
+            state = job.owner
+            if state.request.request_id not in self.active or group.result is None:
+                continue
+            try:
+                nxt, out = state.on_window_done(job, group.result)
+            except Exception as exc:
+                logger.exception("post-processing failed for %s", state.request.request_id)
+                self._fail(state, "postprocess", exc, outputs)
+                continue
+            if out is not None:
+                outputs.append(out)
+                if out.finished:
+                    self.active.pop(state.request.request_id, None)
+            if nxt is not None:
+                (self.prefill_queue if nxt.audio_features is not None else self.encode_queue).append(nxt)
+        return outputs
+
+    def _encode_waiting(self, outputs: list[RequestOutput]) -> None:
+        budget = self.max_rows - self.batch.num_rows - sum(j.rows for j in self.prefill_queue)
+        jobs: list[WindowJob] = []
+        while self.encode_queue and len(jobs) < self.config.max_batch_size and self.encode_queue[0].rows <= budget:
+            job = self.encode_queue.popleft()
+            budget -= job.rows
+            jobs.append(job)
+        if not jobs:
+            return
+        try:
+            feats = self.model.encoder(torch.stack([j.mel for j in jobs]))
+        except Exception as exc:
+            logger.warning("encoder batch of %d failed (%s); retrying one by one", len(jobs), exc)
+            feats_list: list[Tensor | None] = []
+            for j in jobs:
+                try:
+                    feats_list.append(self.model.encoder(j.mel[None])[0])
+                except Exception as one_exc:
+                    feats_list.append(None)
+                    self._fail(j.owner, "encode", one_exc, outputs)
+            for j, f in zip(jobs, feats_list):
+                if f is not None:
+                    j.audio_features = f
+                    self.prefill_queue.append(j)
+            return
+        for i, j in enumerate(jobs):
+            j.audio_features = feats[i]
+        self._detect_languages([j for j in jobs if j.owner.needs_language()])
+        self.prefill_queue.extend(jobs)
+
+    def _detect_languages(self, jobs: list[WindowJob]) -> None:
+        if not jobs:
+            return
+        feats = torch.stack([j.audio_features for j in jobs])  # type: ignore[misc]
+        cache = self.model.decoder.new_cache(feats, capacity=1)
+        tok = torch.full((len(jobs), 1), self.tokenizer.sot, device=self.device)
+        pos = torch.zeros_like(tok)
+        logits = self.model.decoder(tok, pos, cache)[:, 0]
+        lang_ids = torch.tensor(list(self.tokenizer.language_tokens.values()), device=self.device)
+        best = logits[:, lang_ids].argmax(dim=-1).tolist()
+        codes = list(self.tokenizer.language_tokens)
+        for j, b in zip(jobs, best):
+            j.owner.set_language(codes[b])
+            j.refresh_prefix()
+
+    def _join_ready(self, outputs: list[RequestOutput]) -> None:
+        budget = self.max_rows - self.batch.num_rows
+        jobs: list[WindowJob] = []
+        while self.prefill_queue and self.prefill_queue[0].rows <= budget:
+            job = self.prefill_queue.popleft()
+            if job.owner.request.request_id not in self.active:
+                continue
+            budget -= job.rows
+            jobs.append(job)
+        if not jobs:
+            return
+        groups = [j.new_group(self.rules) for j in jobs]
+        try:
+            self.batch.join(groups, [j.audio_features for j in jobs])  # type: ignore[misc]
+        except Exception as exc:
+            logger.warning("prefill of %d groups failed (%s); retrying one by one", len(groups), exc)
+            for j in jobs:
+                try:
+                    self.batch.join([j.new_group(self.rules)], [j.audio_features])  # type: ignore[list-item]
+                except Exception as one_exc:
+                    self._fail(j.owner, "decode", one_exc, outputs)
+
+    def _fail(self, state: OfflineTranscription, stage: str, exc: Exception, outputs: list[RequestOutput]) -> None:
+        rid = state.request.request_id
+        if rid not in self.active:
+            return
+        logger.error("request %s failed at %s: %s", rid, stage, exc)
+        self.release(state.request)
+        outputs.append(_error_output(state.request, stage, exc))
+
+
+def _error_output(request: Request, stage: str, exc: Exception) -> RequestOutput:
+    return RequestOutput(
+        request_id=request.request_id,
+        finished=True,
+        finish_reason="error",
+        error=f"{type(exc).__name__}: {exc}",
+        error_stage=stage,
+        duration=request.duration,
+    )
+
+

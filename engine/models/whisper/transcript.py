@@ -1,0 +1,86 @@
+"""Turning decoded windows into segments, and advancing through long audio.
+
+Long-form audio is transcribed as consecutive 30 s windows; each next window starts where
+the predicted timestamps say the last complete segment ended (openai/whisper's `transcribe`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+from engine.models.whisper.decoding import WindowResult
+from engine.models.whisper.features import ENCODER_STRIDE, FRAMES_PER_SECOND, SECONDS_PER_TOKEN
+from engine.models.whisper.tokenizer import WhisperTokenizer
+
+TEMPERATURE_LADDER = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+COMPRESSION_RATIO_THRESHOLD = 2.4  # above: repetitive output, retry hotter
+LOGPROB_THRESHOLD = -1.0  # below: unconfident output, retry hotter
+PROMPT_RESET_TEMPERATURE = 0.5  # windows decoded hotter than this do not prompt the next one
+
+
+def compression_ratio(text: str) -> float:
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+def temperature_ladder(start: float, fallback: bool) -> tuple[float, ...]:
+    if not fallback:
+        return (start,)
+    if start == 0.0:
+        return TEMPERATURE_LADDER
+    return (start, *(t for t in TEMPERATURE_LADDER if t > start))
+
+
+def needs_fallback(result: WindowResult, text: str, no_speech_threshold: float) -> bool:
+    if result.no_speech_prob > no_speech_threshold and result.avg_logprob < LOGPROB_THRESHOLD:
+        return False  # silence: accepted as such
+    return compression_ratio(text) > COMPRESSION_RATIO_THRESHOLD or result.avg_logprob < LOGPROB_THRESHOLD
+
+
+def is_silence(result: WindowResult, no_speech_threshold: float) -> bool:
+    return result.no_speech_prob > no_speech_threshold and result.avg_logprob < LOGPROB_THRESHOLD
+
+
+@dataclass
+class RawSegment:
+    start: float
+    end: float
+    tokens: list[int]
+
+
+def split_segments(
+    tokens: list[int], tokenizer: WhisperTokenizer, window_start: float, window_frames: int
+) -> tuple[list[RawSegment], int]:
+    """Split a window's tokens at timestamp pairs. Returns the segments (seconds from the start
+    of the audio) and how many mel frames the window consumed (the seek advance)."""
+    tb = tokenizer.timestamp_begin
+    is_ts = [t >= tb for t in tokens]
+    window_seconds = window_frames / FRAMES_PER_SECOND
+    single_ending = len(is_ts) >= 2 and is_ts[-2:] == [False, True]
+    consecutive = [i for i in range(1, len(is_ts)) if is_ts[i] and is_ts[i - 1]]
+    segments: list[RawSegment] = []
+    if consecutive:
+        slices = list(consecutive)
+        if single_ending:
+            slices.append(len(tokens))
+        last = 0
+        for cut in slices:
+            part = tokens[last:cut]
+            start = (part[0] - tb) * SECONDS_PER_TOKEN
+            end = (part[-1] - tb) * SECONDS_PER_TOKEN
+            segments.append(RawSegment(window_start + start, window_start + end, part))
+            last = cut
+        if single_ending:
+            advance = window_frames
+        else:
+            last_ts = tokens[last - 1] - tb
+            advance = int(last_ts * ENCODER_STRIDE)
+    else:
+        stamps = [t for t in tokens if t >= tb]
+        duration = window_seconds
+        if stamps and stamps[-1] != tb:
+            duration = (stamps[-1] - tb) * SECONDS_PER_TOKEN
+        segments.append(RawSegment(window_start, window_start + duration, tokens))
+        advance = window_frames
+    return segments, max(advance, 1)
