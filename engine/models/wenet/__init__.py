@@ -1,0 +1,21 @@
+"""WeNet U2/U2++ chunked Conformer-CTC: cache-aware streaming over a paged KV pool.
+
+Importing this package registers the `wenet` family (checkpoint dirs with train.yaml, a .pt
+state dict and units.txt).
+"""
+
+from __future__ import annotations
+
+from engine.config import EngineConfig
+from engine.models.wenet.checkpoint import detect, load_checkpoint
+from engine.models.wenet.runner import WenetRunner
+from engine.registry import ModelFamily, register
+
+
+def build(config: EngineConfig) -> WenetRunner:
+    return WenetRunner.from_config(config)
+
+
+FAMILY = register(ModelFamily(name="wenet", detect=detect, build=build))
+
+__all__ = ["FAMILY", "WenetRunner", "build", "detect", "load_checkpoint"]

@@ -1,0 +1,439 @@
+"""The WeNet model runner: every ready stream advances by one chunk in one batched forward.
+
+Per engine step (`execute`):
+1. featurize: all audio queued since the last step, of every stream, in one batched fbank call;
+2. schedule: streams holding a full chunk window of features (or a final partial window at end
+   of input), least recently advanced first, up to `max_batch_size`; reserve their KV blocks
+   (recycling the oldest or finishing with 'length' at the ceiling);
+3. forward: one batched paged-attention chunk forward; K/V land in the streams' blocks;
+4. decode: CTC greedy / prefix beam search per stream, partial or final outputs.
+Offline requests take the same path with all their audio queued at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.cache import BlockPool, BlockTable, KVSpec, plan_num_blocks
+from engine.config import EngineConfig
+from engine.errors import UnsupportedError
+from engine.fbank import KaldiFbank, frames_for
+from engine.models.wenet.checkpoint import WenetCheckpoint, load_checkpoint
+from engine.models.wenet.ctc import CTCState, Detokenizer
+from engine.models.wenet.model import (
+    RIGHT_CONTEXT,
+    SUBSAMPLING,
+    PagedBatch,
+    sinusoid,
+    subsampled_length,
+    window_frames,
+)
+from engine.request import Request
+from engine.types import DecodingOptions, FinishReason, RequestOutput, Segment
+
+logger = logging.getLogger(__name__)
+
+AUDIO_SCALE = 32768.0
+"""WeNet computes fbank on int16-range samples; float waveforms in [-1, 1] are scaled up."""
+MAX_CTC_BEAM = 10
+MIN_WINDOW = RIGHT_CONTEXT + 1
+"""Feature frames that yield one encoder frame (the smallest flushable window)."""
+
+
+@dataclass(eq=False)
+class _Stream:
+    request: Request
+    table: BlockTable
+    cnn_cache: torch.Tensor
+    """(layers, D, lorder): the last conv inputs of every layer."""
+    ctc: CTCState
+    wave_tail: torch.Tensor
+    """Scaled samples not yet covered by a whole fbank frame."""
+    feats: torch.Tensor
+    """(n, F) normalized features not yet consumed; the next window starts at row 0."""
+    offline_audio: np.ndarray | None = None
+    last_advanced: int = -1
+    hit_ceiling: bool = False
+
+    @property
+    def input_done(self) -> bool:
+        req = self.request
+        if not req.streaming:
+            return self.offline_audio is None
+        return req.input_finished and req.pending_samples == 0
+
+    def has_pending_audio(self) -> bool:
+        return self.offline_audio is not None or self.request.pending_samples > 0
+
+
+def resolve_device(config: EngineConfig) -> tuple[torch.device, torch.dtype]:
+    device = torch.device(
+        ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device
+    )
+    if config.dtype == "auto":
+        dtype = torch.float16 if device.type == "cuda" else torch.float32
+    else:
+        dtype = getattr(torch, config.dtype, None)
+        if not isinstance(dtype, torch.dtype):
+            raise UnsupportedError(f"unknown dtype {config.dtype!r}")
+    return device, dtype
+
+
+class WenetRunner:
+    supports_streaming = True
+
+    def __init__(self, ckpt: WenetCheckpoint, config: EngineConfig, device: torch.device) -> None:
+        self.ckpt = ckpt
+        self.config = config
+        self.device = device
+        self.model = ckpt.model
+        cfg = ckpt.config
+        self.sample_rate = ckpt.fbank.sample_rate
+        self.chunk_size = config.chunk_size
+        self.num_left_chunks = config.num_left_chunks
+        self.window = window_frames(self.chunk_size)
+        self.stride = SUBSAMPLING * self.chunk_size
+        self.frame_seconds = SUBSAMPLING * ckpt.fbank.frame_shift_ms / 1000.0
+        self.fbank = KaldiFbank(ckpt.fbank, device)
+        self.detok = Detokenizer(ckpt.units)
+        dtype = next(self.model.parameters()).dtype
+        spec = KVSpec(cfg.num_blocks, cfg.attention_heads, cfg.head_dim, dtype)
+        block_size = config.block_size_frames or self.chunk_size
+        self.blocks_per_chunk = math.ceil(self.chunk_size / block_size) + (
+            1 if self.chunk_size % block_size else 0
+        )
+        if self.num_left_chunks >= 0:  # the sliding window plus the chunk being written
+            min_blocks = math.ceil(self.chunk_size * (self.num_left_chunks + 1) / block_size) + 1
+        else:
+            min_blocks = self.blocks_per_chunk
+        if config.max_stream_blocks is not None and config.max_stream_blocks < self.blocks_per_chunk:
+            raise UnsupportedError(
+                f"max_stream_blocks={config.max_stream_blocks} cannot hold one chunk "
+                f"({self.blocks_per_chunk} blocks of {block_size} frames); raise it or block_size_frames"
+            )
+        num_blocks = plan_num_blocks(
+            spec, block_size, min_blocks, max_num_blocks=config.max_num_blocks, device=device,
+            gpu_memory_utilization=config.gpu_memory_utilization, cpu_cache_bytes=config.cpu_cache_bytes,
+        )  # fmt: skip
+        self.pool = BlockPool(spec, num_blocks, block_size, device)
+        self.stream_ceiling = config.max_stream_blocks or num_blocks
+        self._streams: dict[str, _Stream] = {}
+        self._step = 0
+        self.kv_exhausted_total = 0
+        """Streams that hit the KV ceiling (finished 'length' or had history recycled)."""
+        self.kv_recycled_blocks_total = 0
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> WenetRunner:
+        device, dtype = resolve_device(config)
+        ckpt = load_checkpoint(config.resolved_ckpt_dir(), device, dtype)
+        return cls(ckpt, config, device)
+
+    # ---- ModelRunner protocol ----
+
+    def info(self) -> dict[str, Any]:
+        cfg = self.ckpt.config
+        return {
+            "family": "wenet",
+            "architecture": "conformer-ctc (U2/U2++)",
+            "checkpoint": self.ckpt.weights_path,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "layers": cfg.num_blocks,
+            "d_model": cfg.output_size,
+            "vocab_size": cfg.vocab_size,
+            "languages": [],
+            "sample_rate": self.sample_rate,
+            "chunk_size": self.chunk_size,
+            "chunk_ms": self.chunk_size * self.frame_seconds * 1000,
+            "num_left_chunks": self.num_left_chunks,
+            "kv_blocks": self.pool.num_blocks,
+            "kv_block_frames": self.pool.block_size,
+            "capabilities": {
+                "streaming": True,
+                "offline": True,
+                "translate": False,
+                "word_timestamps": True,
+                "max_beam_size": MAX_CTC_BEAM,
+                "attention_rescoring": False,
+            },
+        }
+
+    def check_options(self, options: DecodingOptions, streaming: bool) -> None:
+        if options.beam_size > MAX_CTC_BEAM:
+            raise UnsupportedError(f"CTC prefix beam search supports beam_size <= {MAX_CTC_BEAM}")
+        if options.temperature > 0:
+            raise UnsupportedError("CTC decoding does not sample: temperature must be 0")
+        if options.task != "transcribe":
+            raise UnsupportedError("this CTC model only transcribes (task='translate' unsupported)")
+        if options.prompt:
+            raise UnsupportedError("CTC decoding takes no prompt")
+
+    def free_slots(self) -> int:
+        return self.pool.num_free // self.blocks_per_chunk
+
+    def admit(self, requests: list[Request]) -> list[RequestOutput]:
+        failed = []
+        cfg = self.ckpt.config
+        for req in requests:
+            table = BlockTable(self.pool.block_size)
+            if not self._grow(table, self.chunk_size):
+                table.release(self.pool)
+                failed.append(_error(req, "admission", "no free KV blocks to admit the stream"))
+                continue
+            stream = _Stream(
+                request=req,
+                table=table,
+                cnn_cache=torch.zeros(
+                    cfg.num_blocks,
+                    cfg.output_size,
+                    cfg.conv_lorder,
+                    device=self.device,
+                    dtype=self.pool.spec.dtype,
+                ),
+                ctc=CTCState(beam_size=req.decoding.beam_size),
+                wave_tail=torch.zeros(0),
+                feats=torch.zeros(0, cfg.input_dim, device=self.device),
+                offline_audio=None
+                if req.streaming
+                else (req.audio if req.audio is not None else np.zeros(0)),
+            )
+            req.runner_state = stream
+            self._streams[req.request_id] = stream
+        return failed
+
+    def has_work(self) -> bool:
+        return any(
+            s.has_pending_audio() or s.input_done or len(s.feats) >= self.window
+            for s in self._streams.values()
+        )
+
+    def release(self, request: Request) -> None:
+        stream = self._streams.pop(request.request_id, None)
+        if stream is not None:
+            stream.table.release(self.pool)
+            request.runner_state = None
+
+    def shutdown(self) -> None:
+        for stream in list(self._streams.values()):
+            self.release(stream.request)
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "kv_exhausted_total": self.kv_exhausted_total,
+            "kv_recycled_blocks_total": self.kv_recycled_blocks_total,
+            "kv_blocks_total": self.pool.num_blocks,
+            "kv_blocks_free": self.pool.num_free,
+            "kv_usage": self.pool.usage,
+            "streams": len(self._streams),
+        }
+
+    # ---- one engine step ----
+
+    def execute(self) -> list[RequestOutput]:
+        self._step += 1
+        outputs: list[RequestOutput] = []
+        self._featurize(outputs)
+        ready = []
+        for stream in list(self._streams.values()):
+            n = len(stream.feats)
+            if n >= self.window:
+                ready.append((stream, self.chunk_size))
+            elif stream.input_done:
+                if n >= MIN_WINDOW:
+                    ready.append((stream, subsampled_length(n)))  # final partial window
+                else:
+                    outputs.append(self._finish(stream, "stop"))
+        ready.sort(key=lambda sc: sc[0].last_advanced)
+        batch = []
+        for stream, c in ready[: self.config.max_batch_size]:
+            if self._reserve(stream, c):
+                batch.append((stream, c))
+            else:
+                outputs.append(self._finish(stream, "length"))
+        if batch:
+            outputs.extend(self._forward(batch))
+        return outputs
+
+    def _featurize(self, outputs: list[RequestOutput]) -> None:
+        todo: list[_Stream] = []
+        waves: list[torch.Tensor] = []
+        for stream in self._streams.values():
+            if not stream.has_pending_audio():
+                continue
+            if stream.offline_audio is not None:
+                audio, stream.offline_audio = stream.offline_audio, None
+            else:
+                audio = stream.request.take_pending_audio()
+            new = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)) * AUDIO_SCALE
+            wave = torch.cat([stream.wave_tail, new]) if len(stream.wave_tail) else new
+            used = frames_for(len(wave), self.fbank.opts) * self.fbank.opts.window_shift
+            stream.wave_tail = wave[used:]
+            todo.append(stream)
+            waves.append(wave)
+        if not todo:
+            return
+        try:
+            feats = self.fbank(waves)
+        except Exception as exc:
+            logger.exception("fbank failed for %d streams", len(todo))
+            for stream in todo:
+                outputs.append(self._fail(stream, "features", exc))
+            return
+        for stream, f in zip(todo, feats, strict=True):
+            if len(f):
+                f = self.model.encoder.normalize(f)
+                stream.feats = torch.cat([stream.feats, f]) if len(stream.feats) else f
+
+    def _grow(self, table: BlockTable, frames: int) -> bool:
+        """Allocate the blocks `frames` more frames need, recycling own history if allowed."""
+        need = table.blocks_needed(frames)
+        recycle = self.config.recycle_streaming_history
+        while need:
+            if len(table.blocks) >= self.stream_ceiling or self.pool.num_free == 0:
+                if not recycle or table.droppable_blocks() == 0:
+                    return False
+                table.drop_before(table.base + self.pool.block_size, self.pool)
+                self.kv_recycled_blocks_total += 1
+                continue
+            block = self.pool.allocate()
+            assert block is not None  # num_free > 0 was checked just above
+            table.blocks.append(block)
+            need -= 1
+        return True
+
+    def _reserve(self, stream: _Stream, frames: int) -> bool:
+        table = stream.table
+        if self.num_left_chunks >= 0:  # frames left of the attention window are never read again
+            table.drop_before(table.end - self.num_left_chunks * self.chunk_size, self.pool)
+        recycled = self.kv_recycled_blocks_total
+        ok = self._grow(table, frames)
+        if not ok or self.kv_recycled_blocks_total != recycled:
+            if not stream.hit_ceiling:  # counted once per stream
+                self.kv_exhausted_total += 1
+            stream.hit_ceiling = True
+            if not ok:
+                logger.info(
+                    "request %s hit the KV ceiling at %d frames (%d blocks); finishing with 'length'",
+                    stream.request.request_id, table.end, len(table.blocks),
+                )  # fmt: skip
+        return ok
+
+    def _forward(self, batch: list[tuple[_Stream, int]]) -> list[RequestOutput]:
+        dev = self.device
+        dtype = self.pool.spec.dtype
+        b, c_max = len(batch), max(c for _, c in batch)
+        ctx_lens = [s.table.end - s.table.start for s, _ in batch]
+        t_ctx = max(ctx_lens)
+        ctx_slots = torch.zeros(b, t_ctx, dtype=torch.long)
+        positions = torch.zeros(b, t_ctx + c_max, dtype=torch.long)
+        key_mask = torch.zeros(b, 1, t_ctx + c_max, dtype=torch.bool)
+        chunk_lens = torch.tensor([c for _, c in batch])
+        write_slots, write_rows = [], []
+        feats = torch.zeros(b, SUBSAMPLING * c_max + RIGHT_CONTEXT, self.ckpt.config.input_dim, device=dev)
+        for i, ((stream, c), n_ctx) in enumerate(zip(batch, ctx_lens, strict=True)):
+            table = stream.table
+            if n_ctx:
+                ctx_slots[i, :n_ctx] = table.slots(table.start, table.end)
+                positions[i, :n_ctx] = torch.arange(table.start, table.end)
+                key_mask[i, 0, :n_ctx] = True
+            positions[i, t_ctx : t_ctx + c] = torch.arange(table.end, table.end + c)
+            key_mask[i, 0, t_ctx : t_ctx + c] = True
+            write_slots.append(table.slots(table.end, table.end + c))
+            write_rows.append(torch.arange(c) + i * c_max)
+            w = SUBSAMPLING * c + RIGHT_CONTEXT
+            feats[i, :w] = stream.feats[:w]
+        paged = PagedBatch(
+            ctx_slots=ctx_slots.to(dev),
+            key_mask=key_mask.to(dev),
+            pos_emb=sinusoid(positions.to(dev), self.ckpt.config.output_size).to(dtype),
+            chunk_valid=(torch.arange(c_max).unsqueeze(0) < chunk_lens.unsqueeze(1)).to(dev),
+            chunk_lens=chunk_lens.to(dev),
+            write_rows=torch.cat(write_rows).to(dev),
+            write_slots=torch.cat(write_slots).to(dev),
+        )
+        cnn = torch.stack([s.cnn_cache for s, _ in batch], dim=1)  # (L, B, D, lorder)
+        try:
+            log_probs, new_cnn = self.model.forward_chunk_paged(
+                feats.to(dtype), paged, self.pool.k, self.pool.v, cnn
+            )
+        except Exception as exc:
+            logger.exception("encoder forward failed for %d streams", b)
+            return [self._fail(s, "encode", exc) for s, _ in batch]
+        log_probs = log_probs.cpu()
+        outputs = []
+        for i, (stream, c) in enumerate(batch):
+            stream.table.end += c
+            stream.feats = stream.feats[SUBSAMPLING * c :]
+            stream.cnn_cache = new_cnn[:, i]
+            stream.last_advanced = self._step
+            try:
+                stream.ctc.advance(log_probs[i, :c])
+            except Exception as exc:
+                logger.exception("CTC decoding failed for request %s", stream.request.request_id)
+                outputs.append(self._fail(stream, "decode", exc))
+                continue
+            if stream.input_done and len(stream.feats) < MIN_WINDOW:
+                outputs.append(self._finish(stream, "stop"))
+            else:
+                outputs.append(self._partial(stream))
+        return outputs
+
+    # ---- outputs ----
+
+    def _partial(self, stream: _Stream) -> RequestOutput:
+        hyp = stream.ctc.best()
+        text = self.detok.text(hyp.tokens)
+        committed = self.detok.text(stream.ctc.stable_tokens())
+        if not text.startswith(committed):  # detokenization is prefix-stable; guard anyway
+            committed = ""
+        return RequestOutput(
+            request_id=stream.request.request_id,
+            text=text,
+            tokens=list(hyp.tokens),
+            committed=committed,
+            tentative=text[len(committed) :],
+            duration=stream.request.duration,
+        )
+
+    def _finish(self, stream: _Stream, reason: FinishReason) -> RequestOutput:
+        req = stream.request
+        ctc = stream.ctc
+        hyp = ctc.best()
+        text = self.detok.text(hyp.tokens)
+        opts = req.decoding
+        duration = req.duration
+        avg_logprob = hyp.score / ctc.frames if ctc.frames else 0.0
+        out = RequestOutput(
+            request_id=req.request_id,
+            text=text,
+            tokens=list(hyp.tokens),
+            finished=True,
+            finish_reason=reason,
+            words=self.detok.words(hyp, self.frame_seconds) if opts.word_timestamps else None,
+            segments=[
+                Segment(
+                    id=0, start=0.0, end=duration, text=text, tokens=list(hyp.tokens), avg_logprob=avg_logprob
+                )
+            ],
+            nbest=self.detok.nbest(ctc, opts.n_best),
+            duration=duration,
+            committed=text,
+        )
+        self.release(req)
+        return out
+
+    def _fail(self, stream: _Stream, stage: str, exc: Exception) -> RequestOutput:
+        self.release(stream.request)
+        return _error(stream.request, stage, f"{type(exc).__name__}: {exc}")
+
+
+def _error(req: Request, stage: str, message: str) -> RequestOutput:
+    return RequestOutput(
+        request_id=req.request_id, finished=True, finish_reason="error", error=message, error_stage=stage
+    )
