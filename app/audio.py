@@ -324,7 +324,8 @@ def pcm16_to_float(data: bytes | bytearray | memoryview) -> np.ndarray:
         raise AudioDecodeError(
             f"16-bit PCM audio must have an even number of bytes, got {len(data)}; send whole 2-byte samples."
         )
-    return np.frombuffer(data, dtype="<i2").astype(np.float32) / np.float32(PCM16_FULL_SCALE)
+    samples: np.ndarray = np.frombuffer(data, dtype="<i2").astype(np.float32) / np.float32(PCM16_FULL_SCALE)
+    return samples
 
 
 def linear32f_to_float(data: bytes | bytearray | memoryview) -> np.ndarray:
@@ -438,6 +439,9 @@ def _check_wav_complete(data: bytes) -> None:
         )
 
 
+_SF_COUNT_MAX = 2**63 - 1
+_SOUNDFILE_BLOCK_S = 10
+"""Seconds read per libsndfile block, so a length cap stops a long file early."""
 # libsndfile subtypes under the FFmpeg codec names the rest of this module reports.
 _SOUNDFILE_CODEC = {
     "PCM_U8": "pcm_u8",
@@ -458,13 +462,22 @@ def _decode_with_soundfile(data: bytes, container: str, max_seconds: float | Non
     """WAV, FLAC and Ogg/Vorbis through libsndfile (exact lengths from the header, no FFmpeg)."""
     with sf.SoundFile(io.BytesIO(data)) as f:
         rate, frames = f.samplerate, f.frames
-        if max_seconds is not None and rate > 0 and frames / rate > max_seconds:
-            raise _too_long(frames / rate, max_seconds)
         _check_rate(rate, "The file's sample rate")
-        samples = f.read(dtype="float32", always_2d=True)
+        # libsndfile reports SF_COUNT_MAX when the header leaves the length open (streamed FLAC).
+        known = frames < _SF_COUNT_MAX
+        if known and max_seconds is not None and frames / rate > max_seconds:
+            raise _too_long(frames / rate, max_seconds)
         codec = "flac" if container == "flac" else _SOUNDFILE_CODEC.get(f.subtype, f.subtype.lower())
-    if container == "flac" and frames > 0 and _is_short_of(frames / rate, len(samples) / rate):
-        raise _truncated(frames / rate, len(samples) / rate)
+        blocks: list[np.ndarray] = []
+        total = 0
+        for block in f.blocks(blocksize=_SOUNDFILE_BLOCK_S * rate, dtype="float32", always_2d=True):
+            blocks.append(block)
+            total += len(block)
+            if max_seconds is not None and total / rate > max_seconds:
+                raise _too_long(total / rate, max_seconds, at_least=True)
+    if container == "flac" and known and frames > 0 and _is_short_of(frames / rate, total / rate):
+        raise _truncated(frames / rate, total / rate)
+    samples = np.concatenate(blocks) if blocks else np.zeros((0, 1), dtype=np.float32)
     return _Decoded(samples, rate, container, codec)
 
 
@@ -615,7 +628,8 @@ def _decode_container(
 def _to_mono(samples: np.ndarray) -> np.ndarray:
     if samples.shape[1] == 1:
         return np.ascontiguousarray(samples[:, 0], dtype=np.float32)
-    return samples.mean(axis=1, dtype=np.float32)
+    mono: np.ndarray = samples.mean(axis=1, dtype=np.float32)
+    return mono
 
 
 def decode_audio(
@@ -770,12 +784,14 @@ class StreamResampler:
         """Resample the next chunk; returns whatever output is ready (possibly empty)."""
         if self._flushed:
             raise RuntimeError("StreamResampler.process called after flush()")
-        chunk = np.ascontiguousarray(samples, dtype=np.float32).reshape(-1)
+        chunk: np.ndarray = np.ascontiguousarray(samples, dtype=np.float32).reshape(-1)
         if not np.isfinite(chunk).all():
             raise AudioDecodeError("The audio contains NaN or infinite sample values. Send finite samples.")
         if self._stream is None:
-            return chunk.copy()
-        return self._stream.resample_chunk(chunk, last=False)
+            passthrough: np.ndarray = chunk.copy()  # the caller may reuse its buffer
+            return passthrough
+        out: np.ndarray = self._stream.resample_chunk(chunk, last=False)
+        return out
 
     def flush(self) -> np.ndarray:
         """End the stream and return the resampler's remaining output."""
@@ -784,4 +800,5 @@ class StreamResampler:
         self._flushed = True
         if self._stream is None:
             return np.zeros(0, dtype=np.float32)
-        return self._stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
+        tail: np.ndarray = self._stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
+        return tail

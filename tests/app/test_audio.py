@@ -232,6 +232,13 @@ def test_pcm16_to_float() -> None:
         pcm16_to_float(b"\x00\x01\x02")
 
 
+def test_sniff_container_raw_streams() -> None:
+    assert sniff_container(b"\xff\xf1\x50\x80\x02\x1f\xfc") == "aac"  # ADTS header
+    assert sniff_container(b"\xff\xfb\x90\x64\x00") == "mp3"  # MPEG-1 layer III frame header
+    assert sniff_container(b"ID3\x04\x00\x00\x00\x00\x00\x00fLaC") == "flac"
+    assert sniff_container(b"\x00\x00\x01\x00" * 4) is None  # PCM silence stays unrecognised
+
+
 @pytest.mark.parametrize(
     ("fmt", "expected"),
     [
@@ -303,6 +310,30 @@ def test_streamed_wav_without_length_is_accepted(clips: tuple[np.ndarray, np.nda
     wav[pos + 4 : pos + 8] = (0xFFFFFFFF).to_bytes(4, "little")  # what pipe writers put before the end
     out = decode_audio(bytes(wav))
     assert out.duration == pytest.approx(len(clips[0]) / RATE, abs=0.002)
+
+
+def test_streamed_flac_without_length(clips: tuple[np.ndarray, np.ndarray]) -> None:
+    """STREAMINFO total_samples = 0 (written by non-seekable encoders) means 'unknown', not 'huge'."""
+    flac = bytearray(encode_variant(clips[0], RATE, "flac"))
+    fields = int.from_bytes(flac[18:26], "big")  # rate(20) channels(3) bits(5) total_samples(36)
+    flac[18:26] = (fields & ~((1 << 36) - 1)).to_bytes(8, "big")
+    out = decode_audio(bytes(flac), max_seconds=6.0)
+    assert out.duration == pytest.approx(len(clips[0]) / RATE, abs=0.002)
+    _error(AudioTooLongError, bytes(flac), max_seconds=2.0)
+
+
+def test_ogg_vorbis_decodes(clips: tuple[np.ndarray, np.ndarray]) -> None:
+    buf = io.BytesIO()
+    sf.write(buf, clips[0], RATE, format="OGG", subtype="VORBIS")
+    out = decode_audio(buf.getvalue())
+    assert (out.container, out.codec) == ("ogg", "vorbis")
+    assert similarity(out.samples, clips[0])[0] >= MIN_CORR["lossy"]
+
+
+def test_file_without_samples() -> None:
+    buf = io.BytesIO()
+    sf.write(buf, np.zeros(0, dtype=np.float32), RATE, format="WAV")
+    assert "no audio samples" in str(_error(AudioDecodeError, buf.getvalue()))
 
 
 @pytest.mark.parametrize("encoding", ["LINEAR16", "LINEAR32F", "MULAW", "ALAW"])
