@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.asrbench.cli import main
+
+sys.exit(main())

@@ -1,0 +1,188 @@
+"""What a backend is: declared capabilities per kind, typed options, and the calls kinds make.
+
+A backend never emulates a capability it lacks: `capabilities()` answers `unsupported` with
+a reason and the kind is skipped and reported as such.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+KINDS = ("cold_start", "single", "batch", "throughput", "load", "longform", "streaming")
+
+
+class BackendError(RuntimeError):
+    """A backend failed to start, or answered a request with an error."""
+
+
+class OptionError(ValueError):
+    """A `-o key=value` backend option is unknown or has a bad value."""
+
+
+@dataclass(frozen=True)
+class Capability:
+    supported: bool
+    reason: str = ""
+
+
+def supported(note: str = "") -> Capability:
+    return Capability(True, note)
+
+
+def unsupported(reason: str) -> Capability:
+    return Capability(False, reason)
+
+
+@dataclass(frozen=True)
+class Option:
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None = None
+
+    def parse(self, key: str, raw: str) -> Any:
+        kind = type(self.default) if self.default is not None else str
+        try:
+            if kind is bool:
+                if raw.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                    raise ValueError(raw)
+                value: Any = raw.lower() in ("1", "true", "yes")
+            else:
+                value = kind(raw)
+        except ValueError as exc:
+            raise OptionError(f"option {key}={raw!r}: expected {kind.__name__}") from exc
+        if self.choices is not None and value not in self.choices:
+            raise OptionError(f"option {key}={raw!r}: expected one of {list(self.choices)}")
+        return value
+
+
+@dataclass
+class Utterance:
+    """One clip as a request: the decoded audio, its prepared WAV, and its reference."""
+
+    item_id: str
+    audio: np.ndarray
+    """float32 mono at 16 kHz."""
+    wav_path: Path
+    text: str
+    _wav: bytes | None = field(default=None, repr=False)
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.audio) / 16_000
+
+    def wav_bytes(self) -> bytes:
+        if self._wav is None:
+            self._wav = self.wav_path.read_bytes()
+        return self._wav
+
+
+class StreamSession:
+    """One live stream: the kind sends chunks, the backend records partials as they arrive.
+
+    Backends subclass this and call `_partial` / `_final` / `_fail` from whatever thread
+    receives events; times are `time.perf_counter()` at receipt.
+    """
+
+    def __init__(self) -> None:
+        self.partials: list[tuple[float, str]] = []
+        self.final_text: str | None = None
+        self.final_t: float | None = None
+        self.error: str | None = None
+        self._done = threading.Event()
+
+    def send(self, chunk: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def close_input(self) -> None:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Release the stream after a failure; default does nothing."""
+
+    def result(self, timeout: float) -> str:
+        if not self._done.wait(timeout):
+            raise BackendError(f"no final result within {timeout:.0f} s")
+        if self.error is not None:
+            raise BackendError(self.error)
+        assert self.final_text is not None
+        return self.final_text
+
+    def _partial(self, text: str) -> None:
+        self.partials.append((time.perf_counter(), text))
+
+    def _final(self, text: str) -> None:
+        self.final_t = time.perf_counter()
+        self.final_text = text
+        self._done.set()
+
+    def _fail(self, message: str) -> None:
+        self.error = message
+        self._done.set()
+
+
+class Backend(ABC):
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    simulated: ClassVar[bool] = False
+    OPTIONS: ClassVar[dict[str, Option]] = {}
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.options = options
+
+    @classmethod
+    def parse_options(cls, pairs: list[str]) -> dict[str, Any]:
+        """`["k=v", ...]` -> typed options with defaults filled in; unknown keys are an error."""
+        values = {k: o.default for k, o in cls.OPTIONS.items()}
+        for pair in pairs:
+            key, sep, raw = pair.partition("=")
+            if not sep:
+                raise OptionError(f"backend option {pair!r} is not key=value")
+            if key not in cls.OPTIONS:
+                raise OptionError(f"backend {cls.name} has no option {key!r}; known: {sorted(cls.OPTIONS)}")
+            values[key] = cls.OPTIONS[key].parse(key, raw)
+        return values
+
+    @property
+    def label(self) -> str:
+        """Name shown in reports (backend plus the option that changes what is measured)."""
+        return self.name
+
+    @abstractmethod
+    def capabilities(self) -> dict[str, Capability]:
+        """Per kind in KINDS; valid after `start()` (a backend may probe its server)."""
+
+    def start(self) -> None:  # noqa: B027 - optional hook: a backend with nothing to load keeps it
+        """Load the model / start or attach to the server. Kinds run after this returns."""
+
+    def stop(self) -> None:  # noqa: B027 - optional hook, like start
+        """Release everything `start` acquired; idempotent."""
+
+    @abstractmethod
+    def transcribe(self, utt: Utterance) -> str:
+        """One request, blocking; thread-safe up to `concurrency()` callers."""
+
+    def transcribe_batch(self, utts: list[Utterance]) -> list[str]:
+        raise BackendError(f"{self.name} has no native batch API")
+
+    def open_stream(self, utt: Utterance) -> StreamSession:
+        """`utt` is passed only so a simulator can know its reference; real backends ignore it."""
+        raise BackendError(f"{self.name} has no streaming API")
+
+    def concurrency(self) -> int:
+        """In-flight requests the throughput kind keeps outstanding."""
+        return 1
+
+    def pids(self) -> dict[str, int]:
+        """Processes besides the benchmark itself to monitor (role -> pid), e.g. a server."""
+        return {}
+
+    def info(self) -> dict[str, Any]:
+        """Versions, model, resolved options: goes into run.json."""
+        return {}

@@ -1,0 +1,143 @@
+"""Regression gate: compare a candidate run's summary with a baseline's.
+
+Exit codes: 0 ok, 1 regression or a point failed/missing in the candidate, 2 not comparable
+(different workload hash, profile, or simulated vs real).
+
+Noise-aware: a metric regresses only when it is worse by MORE than its tolerance AND by more
+than the baseline's observed spread for that metric (IQR of per-request values, or the range
+over repeats). Tolerances are relative (fraction of the baseline value) unless given as
+`{absolute: x}` (used for rates such as WER, where the baseline may be 0).
+
+Thresholds file (YAML or JSON):
+    default: 0.10                      # relative tolerance of metrics not listed
+    metrics:
+      latency_ms_p90: 0.20
+      wer: {absolute: 0.02}
+      rtfx: 0.10
+Only metrics listed under `metrics` (or DEFAULT_METRICS when the file has none) are gated.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+OK, REGRESSION, NOT_COMPARABLE = 0, 1, 2
+
+HIGHER_IS_BETTER = frozenset({"rtfx", "req_per_s"})
+DEFAULT_METRICS: dict[str, Any] = {
+    "latency_ms_p50": 0.10,
+    "latency_ms_p90": 0.15,
+    "rtfx": 0.10,
+    "req_per_s": 0.10,
+    "wer": {"absolute": 0.02},
+    "error_rate": {"absolute": 0.0},
+    "empty_rate": {"absolute": 0.0},
+    "first_partial_ms_p50": 0.15,
+    "final_latency_ms_p50": 0.15,
+    "late_chunk_pct": {"absolute": 5.0},
+}
+
+
+class ThresholdsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    value: float
+    absolute: bool
+
+    def allowed(self, base: float) -> float:
+        return self.value if self.absolute else self.value * abs(base)
+
+
+def load_thresholds(path: Path | None) -> tuple[dict[str, Tolerance], Tolerance]:
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            text = path.read_text()
+            raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text) or {}
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            raise ThresholdsError(f"cannot read thresholds {path}: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ThresholdsError(f"{path}: expected a mapping with 'default' and/or 'metrics'")
+    default = _tolerance("default", raw.get("default", 0.10))
+    metrics = raw.get("metrics") or DEFAULT_METRICS
+    if not isinstance(metrics, dict):
+        raise ThresholdsError("'metrics' must map metric names to tolerances")
+    return {name: _tolerance(name, spec) for name, spec in metrics.items()}, default
+
+
+def _tolerance(name: str, spec: Any) -> Tolerance:
+    if isinstance(spec, (int, float)) and spec >= 0:
+        return Tolerance(float(spec), False)
+    if isinstance(spec, dict) and len(spec) == 1:
+        (mode, value), = spec.items()
+        if mode in ("absolute", "relative") and isinstance(value, (int, float)) and value >= 0:
+            return Tolerance(float(value), mode == "absolute")
+    raise ThresholdsError(f"tolerance of {name!r} must be a number >= 0 or {{absolute|relative: number}}, "
+                          f"got {spec!r}")
+
+
+def comparable(base: dict[str, Any], cand: dict[str, Any]) -> list[str]:
+    """Reasons the two runs cannot be compared (empty when they can)."""
+    reasons = []
+    if base["profile"] != cand["profile"]:
+        reasons.append(f"profile differs: {base['profile']} vs {cand['profile']}")
+    if base["workload_hash"] != cand["workload_hash"]:
+        reasons.append("workload hash differs (different audio, sizes or seed)")
+    if base["simulated"] != cand["simulated"]:
+        reasons.append("one run is simulated (mock) and the other is not")
+    return reasons
+
+
+def compare(base: dict[str, Any], cand: dict[str, Any], metrics: dict[str, Tolerance]) -> tuple[int, list[dict[str, Any]]]:
+    """(exit code, one row per gated metric and per missing/failed point)."""
+    if comparable(base, cand):
+        return NOT_COMPARABLE, []
+    rows: list[dict[str, Any]] = []
+    worst = OK
+    for point, bp in base["points"].items():
+        if bp["status"] != "ok":
+            continue  # nothing to hold the candidate to
+        cp = cand["points"].get(point)
+        if cp is None or cp["status"] != "ok":
+            rows.append({"point": point, "metric": "*", "verdict": "missing" if cp is None else cp["status"]})
+            worst = REGRESSION
+            continue
+        for metric, tol in metrics.items():
+            b, c = bp["metrics"].get(metric), cp["metrics"].get(metric)
+            if b is None or c is None:
+                continue
+            worse_by = (b - c) if metric in HIGHER_IS_BETTER else (c - b)
+            spread = bp.get("spread", {}).get(metric) or 0.0
+            allowed = tol.allowed(b)
+            regressed = worse_by > allowed and worse_by > spread
+            rows.append({"point": point, "metric": metric, "base": b, "cand": c,
+                         "change": round((c - b) / b, 4) if b else None, "allowed": round(allowed, 4),
+                         "spread": spread, "verdict": "REGRESSION" if regressed else "ok"})
+            if regressed:
+                worst = REGRESSION
+    for point, cp in cand["points"].items():
+        if point not in base["points"] and cp["status"] == "failed":
+            rows.append({"point": point, "metric": "*", "verdict": "failed"})
+            worst = REGRESSION
+    return worst, rows
+
+
+def render(base: dict[str, Any], cand: dict[str, Any], code: int, rows: list[dict[str, Any]]) -> str:
+    head = f"compare {base['run_id']} (base) -> {cand['run_id']} (candidate)"
+    if code == NOT_COMPARABLE:
+        return "\n".join([head, "NOT COMPARABLE:", *(f"  - {r}" for r in comparable(base, cand))])
+    lines = [head, "| point | metric | base | cand | change | allowed | spread | verdict |", "|---" * 8 + "|"]
+    for r in rows:
+        change = f"{r['change']:+.1%}" if r.get("change") is not None else ""
+        lines.append(f"| {r['point']} | {r['metric']} | {r.get('base', '')} | {r.get('cand', '')} | {change} | "
+                     f"{r.get('allowed', '')} | {r.get('spread', '')} | {r['verdict']} |")
+    lines.append("RESULT: " + ("ok" if code == OK else "REGRESSION"))
+    return "\n".join(lines)

@@ -1,0 +1,84 @@
+"""load: latency under load.
+
+closed loop  N clients, each sending its next request when the previous answer arrives
+             (point `closed-c{N}`); latency from the actual send.
+open loop    seeded Poisson arrivals at an absolute rate (`open-{r}rps`) or a fraction of the
+             capacity the throughput kind measured (`open-{f}cap`), each sent at its scheduled
+             time by a dispatcher with absolute due times; latency counts from the SCHEDULED
+             time (no coordinated omission) and `send_lag_ms` says how late the send was.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from benchmarks.asrbench.kinds.base import KindContext, sleep_until, timed_request
+
+DEFAULTS = {"closed": [1, 2], "open_rates": [], "open_fractions": [0.5], "requests": 6, "warmup": 1,
+            "max_inflight": 64}
+START_SLACK_S = 0.05
+"""The first open-loop arrival is scheduled this far ahead so it is not born late."""
+
+
+class LoadError(RuntimeError):
+    pass
+
+
+def _closed(ctx: KindContext, clients: int, count: int, phase: str) -> None:
+    utts = ctx.utterances(count)
+    counter = itertools.count()
+    lock = threading.Lock()
+    point = f"closed-c{clients}"
+
+    def client() -> None:
+        while True:
+            with lock:
+                seq = next(counter)
+            if seq >= count:
+                return
+            timed_request(ctx, ctx.backend.transcribe, utts[seq], kind="load", point=point, phase=phase, seq=seq,
+                          clients=clients)
+
+    threads = [threading.Thread(target=client, name=f"client-{i}") for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def _open(ctx: KindContext, rate: float, point: str, count: int, seed: int, max_inflight: int) -> None:
+    if rate <= 0:
+        raise LoadError(f"open-loop rate must be > 0, got {rate}")
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=count)
+    offsets = np.concatenate([[0.0], np.cumsum(gaps[:-1])])
+    utts = ctx.utterances(count)
+    start = time.perf_counter() + START_SLACK_S
+    with ThreadPoolExecutor(max_workers=max_inflight, thread_name_prefix="open") as pool:
+        for seq, (utt, off) in enumerate(zip(utts, offsets, strict=True)):
+            due = start + float(off)
+            sleep_until(due)
+            pool.submit(timed_request, ctx, ctx.backend.transcribe, utt, kind="load", point=point,
+                        phase="measure", seq=seq, sched=due, rate_rps=round(rate, 4))
+
+
+def run(ctx: KindContext, cfg: dict[str, Any]) -> None:
+    count = int(cfg["requests"])
+    for clients in cfg["closed"]:
+        clients = int(clients)
+        if int(cfg["warmup"]):
+            _closed(ctx, clients, clients * int(cfg["warmup"]), "warmup")
+        _closed(ctx, clients, count, "measure")
+    points: list[tuple[float, str]] = [(float(r), f"open-{r}rps") for r in cfg["open_rates"]]
+    if cfg["open_fractions"]:
+        capacity = ctx.shared.get("capacity_rps")
+        if not capacity:
+            raise LoadError("open-loop fractions of capacity need the throughput kind to run first in the profile")
+        points += [(float(f) * capacity, f"open-{f}cap") for f in cfg["open_fractions"]]
+    for k, (rate, point) in enumerate(points):
+        _open(ctx, rate, point, count, ctx.seed + k, int(cfg["max_inflight"]))
