@@ -42,6 +42,7 @@ __all__ = [
     "MAX_SAMPLE_RATE_HZ",
     "MIN_SAMPLE_RATE_HZ",
     "MODEL_SAMPLE_RATE_HZ",
+    "RESAMPLE_QUALITY",
     "AudioDecodeError",
     "AudioDecoder",
     "AudioEncoding",
@@ -601,7 +602,7 @@ def _decode_container(
     if sniffed is not None and encoding in _DECLARED_FFMPEG_FORMAT:
         declared_format = _DECLARED_FFMPEG_FORMAT[encoding]
         if declared_format != {"webm": "matroska"}.get(sniffed, sniffed):
-            logger.info(
+            logger.debug(
                 "Declared encoding %s but the bytes are %s; decoding as %s", encoding.value, sniffed, sniffed
             )
     if sniffed == "wav":
@@ -668,7 +669,7 @@ def decode_audio(
         decoded = _decode_headerless(data, enc, sample_rate, channels, max_seconds)
     else:
         if enc.headerless:
-            logger.info(
+            logger.debug(
                 "Declared encoding %s but the body is a %s file; decoding the file", enc.value, sniffed
             )
         decoded = _decode_container(data, enc, sniffed, max_seconds)

@@ -13,8 +13,10 @@ import asyncio
 import io
 import json
 import threading
+from fractions import Fraction
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
 import soundfile as sf
@@ -328,6 +330,56 @@ def test_ogg_vorbis_decodes(clips: tuple[np.ndarray, np.ndarray]) -> None:
     out = decode_audio(buf.getvalue())
     assert (out.container, out.codec) == ("ogg", "vorbis")
     assert similarity(out.samples, clips[0])[0] >= MIN_CORR["lossy"]
+
+
+class _Pipe:
+    """A write-only sink: muxers cannot seek back, as in a browser's MediaRecorder or a pipe."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, chunk: bytes) -> int:
+        self.data += chunk
+        return len(chunk)
+
+
+def test_live_webm_without_duration(clips: tuple[np.ndarray, np.ndarray]) -> None:
+    """WebM as browsers record it: no Duration element, so no length to check against."""
+    signal = soxr.resample(clips[0], RATE, 48000).astype(np.float32)
+    sink = _Pipe()
+    with av.open(sink, mode="w", format="webm") as out:
+        stream = out.add_stream("libopus", rate=48000, layout="mono")
+        frame = av.AudioFrame.from_ndarray(signal[None, :], format="fltp", layout="mono")
+        frame.sample_rate, frame.pts, frame.time_base = 48000, 0, Fraction(1, 48000)
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            out.mux(packet)
+    body = bytes(sink.data)
+    with av.open(io.BytesIO(body)) as probe:
+        assert probe.duration is None
+    out_audio = decode_audio(body, max_seconds=30.0)
+    assert (out_audio.container, out_audio.codec) == ("webm", "opus")
+    assert similarity(out_audio.samples, clips[0])[0] >= MIN_CORR["lossy"]
+
+
+def test_video_file_uses_its_audio_track(clips: tuple[np.ndarray, np.ndarray]) -> None:
+    buf = io.BytesIO()
+    with av.open(buf, mode="w", format="mp4") as out:
+        video = out.add_stream("mpeg4", rate=25)
+        video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
+        sound = out.add_stream("aac", rate=RATE, layout="mono")
+        packets = []
+        for i in range(120):
+            picture = av.VideoFrame.from_ndarray(np.full((48, 64, 3), i, np.uint8), format="rgb24")
+            picture.pts, picture.time_base = i, Fraction(1, 25)
+            packets += video.encode(picture)
+        frame = av.AudioFrame.from_ndarray(clips[0][None, :], format="fltp", layout="mono")
+        frame.sample_rate, frame.pts, frame.time_base = RATE, 0, Fraction(1, RATE)
+        packets += [*sound.encode(frame), *sound.encode(None), *video.encode(None)]
+        for packet in packets:
+            out.mux(packet)
+    decoded = decode_audio(buf.getvalue())
+    assert (decoded.container, decoded.codec, decoded.source_rate) == ("mp4", "aac", RATE)
+    assert similarity(decoded.samples, clips[0])[0] >= MIN_CORR["lossy"]
 
 
 def test_file_without_samples() -> None:
