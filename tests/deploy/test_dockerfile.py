@@ -7,6 +7,7 @@ the one that matters most for us: the image installs exactly what `make install`
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import json
 import re
 import shlex
@@ -279,3 +280,18 @@ def test_copied_sources_exist_and_are_not_dockerignored() -> None:
             assert not any(fnmatch.fnmatch(src, pat) for pat in ignored), (
                 f"COPY {src}: excluded by .dockerignore"
             )
+
+
+def test_ports_and_grace_agree_with_the_settings_defaults() -> None:
+    if importlib.util.find_spec("app.settings") is None:
+        pytest.skip("app/settings.py is not written yet")
+    from app.settings import Settings
+
+    fields = Settings.model_fields
+    assert _cmd_port() == fields["port"].default
+    exposed = {
+        int(p.split("/")[0]) for ins in _final_stage() if ins.name == "EXPOSE" for p in ins.value.split()
+    }
+    assert exposed == {fields["port"].default, fields["grpc_port"].default}
+    # uvicorn must not cut in-flight HTTP work sooner than the app promises to let it finish.
+    assert float(_cmd_option("--timeout-graceful-shutdown")) >= fields["shutdown_grace_secs"].default

@@ -202,9 +202,14 @@ def test_configmap_keys_are_real_settings_with_valid_values(
         assert key.startswith("OASR_"), key
         assert key.removeprefix("OASR_").lower() in fields, f"{key} is not a setting in app/settings.py"
 
+    env_names = [e["name"] for e in _container(render(overlay))["env"] if e["name"].startswith("OASR_")]
+    for name in env_names:
+        assert name.removeprefix("OASR_").lower() in fields, f"container env {name} is not a setting"
+
     from app.settings import Settings
 
     for key, value in config.items():
         monkeypatch.setenv(key, value)
     settings = Settings()  # pydantic validates every value (types, ranges, enums)
-    assert str(getattr(settings, "grpc_port", config["OASR_GRPC_PORT"])) == config["OASR_GRPC_PORT"]
+    assert settings.grpc_port == int(config["OASR_GRPC_PORT"])
+    assert settings.shutdown_grace_secs == float(config["OASR_SHUTDOWN_GRACE_SECS"])
