@@ -53,6 +53,7 @@ __all__ = [
     "UnsupportedAudioError",
     "alaw_to_float",
     "decode_audio",
+    "headerless_to_mono",
     "linear32f_to_float",
     "mulaw_to_float",
     "parse_encoding",
@@ -338,7 +339,7 @@ def linear32f_to_float(data: bytes | bytearray | memoryview) -> np.ndarray:
     return np.frombuffer(data, dtype="<f4").astype(np.float32)
 
 
-_HEADERLESS_DECODERS: dict[AudioEncoding, Callable[[bytes], np.ndarray]] = {
+_HEADERLESS_DECODERS: dict[AudioEncoding, Callable[[bytes | bytearray | memoryview], np.ndarray]] = {
     AudioEncoding.LINEAR16: pcm16_to_float,
     AudioEncoding.LINEAR32F: linear32f_to_float,
     AudioEncoding.MULAW: mulaw_to_float,
@@ -350,6 +351,37 @@ _HEADERLESS_CODEC = {
     AudioEncoding.MULAW: "pcm_mulaw",
     AudioEncoding.ALAW: "pcm_alaw",
 }
+
+
+def headerless_to_mono(
+    data: bytes | bytearray | memoryview, encoding: AudioEncoding | str, channels: int = 1
+) -> np.ndarray:
+    """One chunk of a live headerless stream (LINEAR16, LINEAR32F, MULAW, ALAW) -> float32 mono.
+
+    Channels are interleaved and averaged. The chunk must hold whole frames; resample the
+    result with `StreamResampler`. Non-finite float samples are an error.
+    """
+    enc = parse_encoding(encoding)
+    if not enc.headerless:
+        raise UnsupportedAudioError(
+            f"Live audio chunks must be headerless (LINEAR16, LINEAR32F, MULAW or ALAW), not {enc.value}."
+        )
+    _check_channels(channels)
+    frame_bytes = _SAMPLE_WIDTH_BYTES[enc] * channels
+    if len(data) % frame_bytes:
+        raise AudioDecodeError(
+            f"An audio chunk of {len(data)} bytes is not a whole number of {frame_bytes}-byte frames "
+            f"({channels} channel(s) of {enc.value}); send whole frames in each chunk."
+        )
+    samples = _HEADERLESS_DECODERS[enc](data).reshape(-1, channels)
+    if enc is AudioEncoding.LINEAR32F and not np.isfinite(samples).all():
+        raise AudioDecodeError("The audio contains NaN or infinite sample values. Send finite samples.")
+    return _to_mono(samples)
+
+
+def _check_channels(channels: int) -> None:
+    if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
+        raise AudioDecodeError(f"channels must be an integer from 1 to {MAX_CHANNELS}, got {channels!r}.")
 
 
 def _check_rate(rate: int, what: str) -> None:
@@ -388,8 +420,7 @@ def _decode_headerless(
             f"{name} audio has no header, so the sample rate must be given (for example "
             "sample_rate=16000), or send a file format such as WAV or FLAC instead."
         )
-    if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
-        raise AudioDecodeError(f"channels must be an integer from 1 to {MAX_CHANNELS}, got {channels!r}.")
+    _check_channels(channels)
     _check_rate(sample_rate, "A sample rate")
     frame_bytes = _SAMPLE_WIDTH_BYTES[encoding] * channels
     if len(data) % frame_bytes:

@@ -33,6 +33,7 @@ from app.audio import (
     UnsupportedAudioError,
     alaw_to_float,
     decode_audio,
+    headerless_to_mono,
     mulaw_to_float,
     parse_encoding,
     pcm16_to_float,
@@ -239,6 +240,22 @@ def test_sniff_container_raw_streams() -> None:
     assert sniff_container(b"\xff\xfb\x90\x64\x00") == "mp3"  # MPEG-1 layer III frame header
     assert sniff_container(b"ID3\x04\x00\x00\x00\x00\x00\x00fLaC") == "flac"
     assert sniff_container(b"\x00\x00\x01\x00" * 4) is None  # PCM silence stays unrecognised
+
+
+@pytest.mark.parametrize("fmt", sorted(HEADERLESS_FORMATS))
+def test_headerless_chunks_match_whole_decode(clips: tuple[np.ndarray, np.ndarray], fmt: str) -> None:
+    stereo = np.stack(clips, axis=1)
+    body = encode_variant(stereo, RATE, fmt, channels=2)
+    frame = len(body) // len(stereo)
+    cut = 1000 * frame  # chunk boundaries on whole frames
+    chunks = [body[i : i + cut] for i in range(0, len(body), cut)]
+    streamed = np.concatenate([headerless_to_mono(c, fmt, channels=2) for c in chunks])
+    whole = decode_audio(body, encoding=fmt, sample_rate=RATE, channels=2)
+    np.testing.assert_array_equal(streamed, whole.samples)
+    with pytest.raises(AudioDecodeError, match="whole number"):
+        headerless_to_mono(body[: frame + 1], fmt, channels=2)
+    with pytest.raises(UnsupportedAudioError):
+        headerless_to_mono(body, "MP3")
 
 
 @pytest.mark.parametrize(
