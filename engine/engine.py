@@ -57,6 +57,7 @@ class ASREngine:
         self.sample_rate = runner.sample_rate
         self.scheduler = Scheduler.from_config(self.config)
         self._inbox: queue.SimpleQueue[Command | None] = queue.SimpleQueue()
+        self._peeked: list[Command | None] = []  # taken by wait_for_work, applied first by step
         self._requests: dict[str, Request] = {}
         self._waiting: list[Request] = []
         self._live_ids: set[str] = set()  # ids accepted and not yet finished (any thread may read)
@@ -188,19 +189,21 @@ class ASREngine:
     # -------------------------------------------------------------------- step
 
     def has_work(self) -> bool:
-        """Whether `step()` would do anything now."""
-        return (not self._inbox.empty()) or bool(self._admissible()) or self.runner.has_work()
+        """Whether `step()` would make progress now. Waiting requests count only when the runner
+        has room for them, so a full engine whose streams await audio reads as idle."""
+        if self._peeked or not self._inbox.empty() or self.runner.has_work():
+            return True
+        return bool(self._admissible()) and self.runner.free_slots() > 0
 
     def wait_for_work(self, timeout: float | None = None) -> bool:
-        """Block until a command arrives (or `timeout`), when there is nothing to do."""
+        """Block until a command arrives (or `timeout`) when there is nothing to do; no polling."""
         if self.has_work():
             return True
         try:
             cmd = self._inbox.get(timeout=timeout)
         except queue.Empty:
             return False
-        if cmd is not None:
-            self._inbox.put(cmd)  # re-queue behind anything that arrived meanwhile; order per id kept
+        self._peeked.append(cmd)  # applied first by the next step, so per-request order holds
         return True
 
     def step(self) -> list[RequestOutput]:
@@ -217,10 +220,13 @@ class ASREngine:
     def _apply_commands(self) -> list[RequestOutput]:
         outputs: list[RequestOutput] = []
         while True:
-            try:
-                cmd = self._inbox.get_nowait()
-            except queue.Empty:
-                break
+            if self._peeked:
+                cmd = self._peeked.pop(0)
+            else:
+                try:
+                    cmd = self._inbox.get_nowait()
+                except queue.Empty:
+                    break
             if cmd is None:
                 continue
             if isinstance(cmd, AddRequest):
@@ -318,6 +324,22 @@ class ASREngine:
             if waiter is not None and not waiter.done():
                 waiter.set_result(out)
         return outputs
+
+    def fail_all(self, error: str, stage: str = "engine") -> list[RequestOutput]:
+        """End every request with an error output (after a step failure left the state unknown)."""
+        with self._step_lock:
+            self._apply_commands()
+            outputs = []
+            for req in list(self._requests.values()):
+                if req.status == RequestStatus.RUNNING:
+                    try:
+                        self.runner.release(req)
+                    except Exception:  # the runner is already in trouble; the request ends anyway
+                        logger.exception("release of %s failed", req.request_id)
+                outputs.append(RequestOutput(request_id=req.request_id, finished=True, finish_reason="error",
+                                             error=error, error_stage=stage, duration=req.duration))
+            self._waiting.clear()
+            return self._update(outputs)
 
     # ------------------------------------------------------------ convenience
 

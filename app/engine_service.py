@@ -1,0 +1,252 @@
+"""The bridge between the event loop and the engine thread.
+
+Every surface (HTTP, WebSocket, gRPC) goes through `EngineService`: it registers a
+per-request `OutputStream` on the event loop, then posts the command on the engine's one
+command queue (add, feed, abort are queued and applied together between steps). A dedicated
+thread blocks on that queue while idle, calls `engine.step()` while there is work, and hands
+each step's outputs back to the loop in one `call_soon_threadsafe`, where they are routed by
+request id. The engine thread never touches an asyncio object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from app.metrics import Metrics
+from engine import ASREngine, DecodingOptions, RequestOutput
+from engine.errors import UnknownRequestError
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_MAX_AGE_S = 5.0  # readiness fails when the engine thread has not beaten for this long
+IDLE_WAIT_S = 1.0  # the engine thread wakes this often while idle, to beat
+MAX_CONSECUTIVE_STEP_FAILURES = 3  # then the heartbeat stops and readiness fails
+
+
+class OutputStream:
+    """One request's outputs on the event loop. When the consumer lags, a newer partial
+    replaces the older queued one (partials are cumulative), so memory stays bounded."""
+
+    def __init__(self, request_id: str, metrics: Metrics | None = None):
+        self.request_id = request_id
+        self._items: collections.deque[RequestOutput] = collections.deque()
+        self._event = asyncio.Event()
+        self._metrics = metrics
+        self.finished = False
+        self.created = time.monotonic()
+        self.first_output_time: float | None = None
+
+    def put(self, out: RequestOutput) -> None:
+        if self.finished:
+            return
+        if self.first_output_time is None:
+            self.first_output_time = time.monotonic()
+        if self._items and not self._items[-1].finished and not out.finished:
+            self._items[-1] = out
+            if self._metrics is not None:
+                self._metrics.deferred_events.inc()
+        else:
+            self._items.append(out)
+        if out.finished:
+            self.finished = True
+        self._event.set()
+
+    async def get(self) -> RequestOutput:
+        while not self._items:
+            self._event.clear()
+            await self._event.wait()
+        return self._items.popleft()
+
+    async def final(self) -> RequestOutput:
+        while True:
+            out = await self.get()
+            if out.finished:
+                return out
+
+
+class EngineService:
+    def __init__(self, engine: ASREngine, metrics: Metrics, max_inflight: int = 64):
+        self.engine = engine
+        self.metrics = metrics
+        self.max_inflight = max_inflight
+        self.inflight = 0
+        self.draining = False
+        self._streams: dict[str, OutputStream] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._heartbeat = 0.0
+        self._steps_done = 0
+        self._consecutive_failures = 0
+        self._started = threading.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="oasr-engine", daemon=True)
+        self._thread.start()
+
+    async def wait_started(self, timeout: float = 120.0) -> bool:
+        return await asyncio.to_thread(self._started.wait, timeout)
+
+    @property
+    def ready(self) -> bool:
+        fresh = time.monotonic() - self._heartbeat <= HEARTBEAT_MAX_AGE_S
+        return self._steps_done > 0 and fresh and not self.draining and not self._stop.is_set()
+
+    def readiness(self) -> dict[str, Any]:
+        return {
+            "ready": self.ready,
+            "draining": self.draining,
+            "steps": self._steps_done,
+            "heartbeat_age_s": round(time.monotonic() - self._heartbeat, 3) if self._heartbeat else None,
+            "consecutive_step_failures": self._consecutive_failures,
+            "running": self.engine.num_running,
+            "waiting": self.engine.num_waiting,
+            "inflight": self.inflight,
+        }
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.engine.shutdown()  # wakes the thread's blocking wait
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    # ------------------------------------------------------------------ admission
+
+    def try_acquire(self) -> bool:
+        """Take an inflight permit (event-loop only, so no lock)."""
+        if self.draining or self.inflight >= self.max_inflight:
+            self.metrics.requests_busy.inc()
+            return False
+        self.inflight += 1
+        return True
+
+    def release(self) -> None:
+        self.inflight = max(0, self.inflight - 1)
+
+    def open_request(
+        self,
+        audio: np.ndarray | None,
+        *,
+        streaming: bool = False,
+        decoding: DecodingOptions | None = None,
+        priority: int = 0,
+        request_id: str | None = None,
+    ) -> OutputStream:
+        """Register a stream for a new request and post it. Raises the engine's validation
+        errors (InvalidRequestError, UnsupportedError, EngineShutdownError) synchronously."""
+        if streaming:
+            rid = self.engine.add_streaming_request(priority=priority, decoding=decoding, request_id=request_id)
+        else:
+            rid = self.engine.add_request(audio, priority=priority, decoding=decoding, request_id=request_id)
+        # outputs are dispatched on this loop after this callback returns, so registering now is in time
+        stream = OutputStream(rid, self.metrics)
+        self._streams[rid] = stream
+        self.metrics.requests_admitted.inc()
+        return stream
+
+    def feed(self, request_id: str, chunk: np.ndarray, is_last: bool = False) -> None:
+        self.engine.feed_chunk(request_id, chunk, is_last=is_last)
+
+    def abort(self, request_id: str) -> None:
+        """Cancel a request if it is still running (idempotent)."""
+        stream = self._streams.get(request_id)
+        if stream is None or stream.finished:
+            return
+        with contextlib.suppress(UnknownRequestError):
+            self.engine.abort_request(request_id)
+
+    def close(self, request_id: str) -> None:
+        """Forget a request's stream (its handler is done with it); aborts it if still running."""
+        self.abort(request_id)
+        self._streams.pop(request_id, None)
+
+    async def cancel_all(self, reason: str) -> None:
+        """Shutdown: end every open request with an error output and abort it in the engine."""
+        for rid, stream in list(self._streams.items()):
+            if not stream.finished:
+                self.abort(rid)
+                stream.put(RequestOutput(request_id=rid, finished=True, finish_reason="error", error=reason,
+                                         error_stage="shutdown"))
+
+    # ------------------------------------------------------------------ engine thread
+
+    def _beat(self) -> None:
+        if self._consecutive_failures < MAX_CONSECUTIVE_STEP_FAILURES:
+            self._heartbeat = time.monotonic()
+            self.metrics.engine_heartbeat.set(time.time())
+
+    def _run(self) -> None:
+        engine = self.engine
+        try:
+            engine.step()  # first step after start-up: readiness needs one
+            self._steps_done += 1
+            self._beat()
+        finally:
+            self._started.set()
+        while not self._stop.is_set():
+            if not engine.has_work():
+                engine.wait_for_work(timeout=IDLE_WAIT_S)
+                self._beat()
+                if not engine.has_work():
+                    continue
+            t0 = time.perf_counter()
+            try:
+                outputs = engine.step()
+                self._consecutive_failures = 0
+            except Exception as exc:
+                self._consecutive_failures += 1
+                self.metrics.engine_step_failures.inc()
+                logger.exception("engine step failed (%d in a row)", self._consecutive_failures)
+                outputs = engine.fail_all(f"engine step failed: {exc}")
+            elapsed = time.perf_counter() - t0
+            self._steps_done += 1
+            self._observe_step(elapsed)
+            self._beat()
+            if outputs and self._loop is not None:
+                try:
+                    self._loop.call_soon_threadsafe(self._dispatch, outputs, time.perf_counter())
+                except RuntimeError:  # loop closed during shutdown
+                    break
+
+    def _observe_step(self, elapsed: float) -> None:
+        m, e = self.metrics, self.engine
+        m.engine_step.observe(elapsed)
+        m.engine_running.set(e.num_running)
+        m.engine_waiting.set(e.num_waiting)
+        if e.last_batch_size:
+            m.engine_batch_size.observe(e.last_batch_size)
+            for wait in e.last_queue_waits:
+                m.engine_queue_wait.observe(wait)
+            e.last_batch_size = 0
+        stats = getattr(e.runner, "stats", None)
+        if callable(stats):
+            s = stats()
+            if "kv_pool_usage" in s:
+                m.engine_kv_pool_usage.set(s["kv_pool_usage"])
+            exhausted = s.get("kv_exhausted_total")
+            if exhausted is not None:
+                delta = exhausted - getattr(self, "_kv_exhausted_seen", 0)
+                if delta > 0:
+                    m.engine_kv_exhausted.inc(delta)
+                self._kv_exhausted_seen = exhausted
+
+    def _dispatch(self, outputs: list[RequestOutput], sent_at: float) -> None:
+        for out in outputs:
+            stream = self._streams.get(out.request_id)
+            if stream is None:
+                continue  # its handler already left (disconnect); the engine was told to abort
+            stream.put(out)
+            if out.finished and out.finish_reason == "error":
+                self.metrics.requests_failed.labels(stage=out.error_stage or "unknown").inc()
+        self.metrics.dispatch_tick.observe(time.perf_counter() - sent_at)

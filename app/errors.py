@@ -1,0 +1,63 @@
+"""One error type for every HTTP surface, rendered in each API's own envelope."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.audio import AudioError
+from engine.errors import EngineError, EngineOverloadedError, EngineShutdownError, InvalidRequestError
+
+GOOGLE_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    404: "NOT_FOUND",
+    408: "DEADLINE_EXCEEDED",
+    413: "INVALID_ARGUMENT",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    503: "UNAVAILABLE",
+}
+
+OPENAI_TYPE = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "invalid_request_error",
+    500: "server_error",
+    501: "invalid_request_error",
+    503: "server_error",
+}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def openai_body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": OPENAI_TYPE.get(self.status, "invalid_request_error"),
+                          "param": self.param, "code": self.code}}
+
+    def google_body(self) -> dict[str, Any]:
+        return {"error": {"code": self.status, "status": GOOGLE_STATUS.get(self.status, "UNKNOWN"),
+                          "message": self.message}}
+
+
+def to_api_error(exc: Exception) -> ApiError:
+    """Map engine and audio errors onto HTTP statuses."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, AudioError):
+        return ApiError(exc.status_code, str(exc), param="file")
+    if isinstance(exc, (EngineShutdownError, EngineOverloadedError)):
+        return ApiError(503, str(exc))
+    if isinstance(exc, InvalidRequestError):
+        return ApiError(400, str(exc))
+    if isinstance(exc, EngineError):
+        return ApiError(500, str(exc))
+    raise exc

@@ -1,0 +1,193 @@
+"""The OASR server: `uvicorn app.main:app`.
+
+`create_app(settings)` builds the FastAPI app; its lifespan loads the engine, starts the
+engine thread, the audio decoder pool and the grpc.aio server on the same event loop, and on
+SIGTERM drains: readiness and gRPC health flip to NOT_SERVING, listeners stop accepting,
+in-flight work gets `shutdown_grace_secs`, the rest is cancelled (503 / UNAVAILABLE), the
+engine shuts down and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator
+from importlib import metadata
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse
+
+from app.audio import AudioDecoder
+from app.engine_service import EngineService
+from app.errors import ApiError
+from app.metrics import Metrics
+from app.middleware import ApiKeyMiddleware, BodyLimitMiddleware, HttpMetricsMiddleware
+from app.routes import google, health, openai
+from app.settings import Settings
+from engine import ASREngine
+
+logger = logging.getLogger("oasr")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("oasr")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def _log_limits(settings: Settings) -> None:
+    logger.info(
+        "limits: max_audio_mib=%g max_audio_seconds=%g request_timeout_secs=%g max_inflight=%d "
+        "max_concurrent_decodes=%d shutdown_grace_secs=%g stream_idle_timeout_secs=%g api_keys=%d cors=%s",
+        settings.max_audio_mib, settings.max_audio_seconds, settings.request_timeout_secs, settings.max_inflight,
+        settings.max_concurrent_decodes, settings.shutdown_grace_secs, settings.stream_idle_timeout_secs,
+        len(settings.api_key), settings.cors_allow_origin or "off",
+    )
+
+
+class Drainer:
+    """Runs the shutdown sequence once, whoever asks first (SIGTERM or lifespan exit)."""
+
+    def __init__(self, app: FastAPI):
+        self.app = app
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> asyncio.Task[None]:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._drain())
+        return self._task
+
+    async def _drain(self) -> None:
+        state = self.app.state
+        settings: Settings = state.settings
+        service: EngineService = state.service
+        grace = settings.shutdown_grace_secs
+        logger.info("draining: readiness off, %d in flight get %gs", service.inflight, grace)
+        service.draining = True
+        grpc_server = getattr(state, "grpc", None)
+        grpc_stop = None
+        if grpc_server is not None:
+            grpc_server.set_serving(False)
+            grpc_stop = asyncio.ensure_future(grpc_server.stop(grace))
+        for hook in list(getattr(state, "drain_hooks", [])):
+            with contextlib.suppress(Exception):
+                await hook()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while service.inflight > 0 and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        await service.cancel_all("server is shutting down")
+        if grpc_stop is not None:
+            await grpc_stop
+
+
+def _install_sigterm(app: FastAPI, drainer: Drainer) -> None:
+    """Chain SIGTERM: start draining, then tell uvicorn to stop accepting and exit normally
+    (setting should_exit instead of re-raising the signal, so the exit code is 0)."""
+    try:
+        previous = signal.getsignal(signal.SIGTERM)
+    except ValueError:  # not the main thread (embedded use): leave signals alone
+        return
+    loop = asyncio.get_running_loop()
+    server = getattr(previous, "__self__", None)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        loop.call_soon_threadsafe(drainer.start)
+        if server is not None and hasattr(server, "should_exit"):
+            server.should_exit = True
+        elif callable(previous):
+            previous(signum, frame)
+
+    try:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:
+        return
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    metrics: Metrics = app.state.metrics
+    _log_limits(settings)
+    engine = await asyncio.to_thread(ASREngine, settings.engine_config())
+    info = engine.info()
+    metrics.set_build_info(_version(), str(info.get("model", "unknown")))
+    service = EngineService(engine, metrics, settings.max_inflight)
+    service.start()
+    await service.wait_started()
+    app.state.service = service
+    app.state.decoder = AudioDecoder(settings.max_concurrent_decodes, target_rate=engine.sample_rate)
+    app.state.drain_hooks = []
+    app.state.grpc = None
+    if settings.grpc_port:
+        from app.grpc_service import start_grpc_server
+
+        app.state.grpc = await start_grpc_server(app, settings)
+    drainer = Drainer(app)
+    _install_sigterm(app, drainer)
+    logger.info("ready: %s (%s) on %s, mode=%s, grpc=%s", info.get("model"), info.get("family"),
+                info.get("device"), settings.service_mode, settings.grpc_port or "off")
+    try:
+        yield
+    finally:
+        await drainer.start()
+        app.state.decoder.close()
+        await asyncio.to_thread(service.stop)
+        logger.info("engine stopped")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = FastAPI(title="OASR", version=_version(), lifespan=lifespan,
+                  description="Open speech recognition: OpenAI- and Google-shaped APIs over one batched engine.")
+    app.state.settings = settings
+    app.state.metrics = Metrics()
+    app.include_router(health.router)
+    app.include_router(openai.router)
+    app.include_router(google.router)
+    _include_optional_routers(app, settings)
+
+    @app.exception_handler(ApiError)
+    async def api_error_handler(request: Request, exc: ApiError) -> JSONResponse:
+        body = exc.google_body() if request.url.path.startswith("/v1/speech") else exc.openai_body()
+        return JSONResponse(body, status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_handler(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'body'}: {e.get('msg')}" for e in exc.errors()
+        )
+        err = ApiError(400, f"invalid request: {problems}")
+        return await api_error_handler(request, err)
+
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)  # type: ignore[arg-type]
+    app.add_middleware(ApiKeyMiddleware, keys=settings.api_key)  # type: ignore[arg-type]
+    if settings.cors_allow_origin:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_allow_origin, allow_methods=["*"],
+                           allow_headers=["*"])
+    app.add_middleware(HttpMetricsMiddleware, metrics=app.state.metrics)  # type: ignore[arg-type]
+    return app
+
+
+def _include_optional_routers(app: FastAPI, settings: Settings) -> None:
+    """Surfaces that live in their own modules (realtime WebSocket, browser demo)."""
+    try:
+        from app.routes import realtime
+    except ImportError:
+        realtime = None  # type: ignore[assignment]
+    if realtime is not None:
+        app.include_router(realtime.router)
+    if settings.demo:
+        from app.routes import demo
+
+        app.include_router(demo.router)
+
+
+app = create_app()

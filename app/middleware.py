@@ -1,0 +1,156 @@
+"""ASGI middleware: API keys, request-body limit, and per-route HTTP metrics."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from app.errors import ApiError
+from app.metrics import Metrics
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})
+
+
+def _error_body(path: str, err: ApiError) -> bytes:
+    body = err.google_body() if path.startswith("/v1/speech") else err.openai_body()
+    return json.dumps(body).encode()
+
+
+async def send_error(send: Send, path: str, err: ApiError, extra_headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = _error_body(path, err)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": err.status, "headers": headers + (extra_headers or [])})
+    await send({"type": "http.response.body", "body": body})
+
+
+def presented_keys(scope: Scope) -> list[str]:
+    keys = []
+    for name, value in scope.get("headers", []):
+        if name == b"authorization" and value.lower().startswith(b"bearer "):
+            keys.append(value[7:].decode("latin-1").strip())
+        elif name == b"x-api-key":
+            keys.append(value.decode("latin-1").strip())
+        elif name == b"sec-websocket-protocol":
+            # browsers cannot set headers on WebSockets; OpenAI's clients pass the key as a subprotocol
+            for proto in value.decode("latin-1").split(","):
+                proto = proto.strip()
+                if proto.startswith("openai-insecure-api-key."):
+                    keys.append(proto.removeprefix("openai-insecure-api-key."))
+    return keys
+
+
+def key_matches(presented: list[str], allowed: list[str]) -> bool:
+    ok = False
+    for p in presented:
+        for a in allowed:  # constant-time compare against every key
+            ok |= hmac.compare_digest(p.encode(), a.encode())
+    return ok
+
+
+class ApiKeyMiddleware:
+    def __init__(self, app: ASGIApp, keys: list[str]):
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or not self.keys or scope["path"] in PROBE_PATHS:
+            await self.app(scope, receive, send)
+            return
+        if key_matches(presented_keys(scope), self.keys):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008, "reason": "invalid or missing API key"})
+            return
+        err = ApiError(401, "invalid or missing API key (send 'Authorization: Bearer <key>' or 'x-api-key')",
+                       code="invalid_api_key")
+        await send_error(send, scope["path"], err, [(b"www-authenticate", b"Bearer")])
+
+
+class BodyLimitMiddleware:
+    """413 for bodies over the limit: from Content-Length before reading, or while streaming."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _error(self) -> ApiError:
+        mib = self.max_bytes / (1024 * 1024)
+        return ApiError(413, f"request body is larger than {mib:g} MiB (--max-audio-mib)", code="body_too_large")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                await send_error(send, scope["path"], self._error())
+                return
+        received = 0
+        exceeded = False
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, exceeded
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    exceeded = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if exceeded and not started:
+                if message["type"] == "http.response.start":
+                    started = True
+                    await send_error(send, scope["path"], self._error())
+                return
+            if message["type"] == "http.response.start":
+                started = True
+            if not exceeded:
+                await send(message)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except Exception:
+            if not exceeded:
+                raise
+            if not started:
+                await send_error(send, scope["path"], self._error())
+
+
+class HttpMetricsMiddleware:
+    """Counts responses by method, matched route pattern (never the raw path) and status."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def recording_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording_send)
+        finally:
+            route = scope.get("route")
+            pattern = getattr(route, "path", None) or "unmatched"
+            self.metrics.http_requests.labels(method=scope["method"], route=pattern, status=str(status)).inc()

@@ -1,0 +1,94 @@
+"""Running one offline request for any surface: permit, engine request, timeout, cancellation
+on disconnect, metrics — so every route and RPC behaves the same."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable
+
+import numpy as np
+
+from app.engine_service import EngineService, OutputStream
+from app.errors import ApiError
+from engine import DecodingOptions, RequestOutput
+
+
+class RequestTimeout(ApiError):
+    def __init__(self, seconds: float):
+        super().__init__(408, f"request did not finish within {seconds:g} s (--request-timeout-secs)")
+
+
+@contextlib.asynccontextmanager
+async def inflight_permit(service: EngineService) -> AsyncIterator[None]:
+    if not service.try_acquire():
+        msg = "server is shutting down" if service.draining else "server is at capacity (--max-inflight); retry later"
+        raise ApiError(503, msg)
+    try:
+        yield
+    finally:
+        service.release()
+
+
+async def run_offline(
+    service: EngineService,
+    audio: np.ndarray,
+    options: DecodingOptions,
+    *,
+    api: str,
+    timeout: float,
+    disconnected: Awaitable[object] | None = None,
+) -> RequestOutput:
+    """Submit, wait for the final output, and always leave the engine clean: a timeout, a
+    disconnect or a cancellation aborts the engine request. Errors map to ApiError."""
+    metrics = service.metrics
+    started = time.monotonic()
+    stream = service.open_request(audio, decoding=options)
+    metrics.audio_seconds.labels(api=api, mode="offline").inc(len(audio) / service.engine.sample_rate)
+    metrics.request_audio_seconds.observe(len(audio) / service.engine.sample_rate)
+    outcome = "error"
+    try:
+        out = await _await_final(stream, timeout, disconnected)
+        if out is None:
+            outcome = "cancelled"
+            metrics.requests_cancelled.inc()
+            raise ApiError(499, "client disconnected")
+        if out.finish_reason == "error":
+            if out.error_stage == "shutdown":
+                outcome = "shutdown"
+                raise ApiError(503, "server is shutting down; the request was cancelled")
+            raise ApiError(500, f"recognition failed at {out.error_stage}: {out.error}")
+        outcome = "ok" if out.finish_reason in ("stop", "length") else str(out.finish_reason)
+        return out
+    except RequestTimeout:
+        outcome = "timeout"
+        raise
+    except asyncio.CancelledError:
+        outcome = "cancelled"
+        metrics.requests_cancelled.inc()
+        raise
+    finally:
+        service.close(stream.request_id)
+        metrics.request_duration.labels(api=api, mode="offline", outcome=outcome).observe(time.monotonic() - started)
+
+
+async def _await_final(
+    stream: OutputStream, timeout: float, disconnected: Awaitable[object] | None
+) -> RequestOutput | None:
+    final = asyncio.ensure_future(stream.final())
+    waiters: set[asyncio.Future[object]] = {final}  # type: ignore[arg-type]
+    gone = asyncio.ensure_future(disconnected) if disconnected is not None else None
+    if gone is not None:
+        waiters.add(gone)
+    try:
+        done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if final in done:
+            return final.result()
+        if gone is not None and gone in done:
+            return None
+        raise RequestTimeout(timeout)
+    finally:
+        for w in waiters:
+            if not w.done():
+                w.cancel()

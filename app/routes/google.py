@@ -1,0 +1,71 @@
+"""Google-STT-shaped REST: POST /v1/speech:recognize with the audio as the raw body and the
+recognition config in the query string."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+
+from app.audio import parse_encoding
+from app.deps import DecoderDep, ServiceDep, SettingsDep
+from app.disconnect import wait_for_disconnect
+from app.errors import ApiError, to_api_error
+from app.formats import to_google_recognize
+from app.offline import inflight_permit, run_offline
+from app.routes.openai import build_options
+
+router = APIRouter(tags=["google"])
+
+
+@router.post("/v1/speech:recognize")
+async def recognize(
+    request: Request,
+    settings: SettingsDep,
+    service: ServiceDep,
+    decoder: DecoderDep,
+    encoding: Annotated[str | None, Query(description="LINEAR16, LINEAR32F, MULAW, ALAW, FLAC, MP3, WAV, OGG_OPUS, WEBM_OPUS or AUTO")] = None,
+    sample_rate: Annotated[int | None, Query(alias="sample_rate", description="Hz; required for headerless encodings")] = None,
+    sample_rate_hertz: Annotated[int | None, Query()] = None,
+    audio_channel_count: Annotated[int, Query(ge=1, le=32)] = 1,
+    max_alternatives: Annotated[int, Query(ge=0, le=30)] = 1,
+    language: Annotated[str | None, Query()] = None,
+    language_code: Annotated[str | None, Query()] = None,
+    enable_word_time_offsets: Annotated[bool, Query()] = False,
+    beam_size: Annotated[int | None, Query()] = None,
+    temperature: Annotated[float | None, Query()] = None,
+    prompt: Annotated[str | None, Query()] = None,
+    request_id: Annotated[str | None, Query()] = None,
+) -> JSONResponse:
+    if not encoding:
+        raise ApiError(400, "query parameter 'encoding' is required (e.g. encoding=LINEAR16&sample_rate=16000, "
+                            "or encoding=AUTO for files)")
+    try:
+        enc = parse_encoding(encoding)
+    except Exception as exc:
+        raise to_api_error(exc) from exc
+    lang = language or language_code
+    if lang:
+        lang = lang.split("-")[0]  # Google sends BCP-47 ('en-US'); the model knows ISO 639-1
+    n_alt = max(1, max_alternatives)
+    options = build_options(task="transcribe", language=lang, prompt=prompt, temperature=temperature,
+                            word_timestamps=enable_word_time_offsets,
+                            beam_size=beam_size or (n_alt if n_alt > 1 else None))
+    if n_alt > 1:
+        from dataclasses import replace
+
+        options = replace(options, n_best=min(n_alt, options.beam_size))
+    rid = request_id or uuid.uuid4().hex
+    async with inflight_permit(service):
+        body = await request.body()
+        try:
+            audio = await decoder.decode(body, encoding=enc, sample_rate=sample_rate or sample_rate_hertz,
+                                         channels=audio_channel_count, max_seconds=settings.max_audio_seconds)
+            out = await run_offline(service, audio.samples, options, api="google",
+                                    timeout=settings.request_timeout_secs,
+                                    disconnected=wait_for_disconnect(request))
+        except Exception as exc:
+            raise to_api_error(exc) from exc
+    return JSONResponse(to_google_recognize(out, n_alt, enable_word_time_offsets, rid))

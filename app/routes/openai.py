@@ -1,0 +1,201 @@
+"""OpenAI-shaped audio routes: POST /v1/audio/transcriptions and /v1/audio/translations."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, File, Form, Request, UploadFile
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from app.deps import DecoderDep, ServiceDep, SettingsDep
+from app.disconnect import wait_for_disconnect
+from app.errors import ApiError, to_api_error
+from app.formats import to_srt, to_verbose_json, to_vtt, usage
+from app.offline import inflight_permit, run_offline
+from app.settings import Settings
+from engine import DecodingOptions
+from engine.errors import InvalidRequestError
+
+logger = logging.getLogger(__name__)
+router = APIRouter(tags=["openai"])
+
+RESPONSE_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
+GRANULARITIES = ("word", "segment")
+
+
+def check_model(settings: Settings, model: str | None) -> None:
+    if settings.served_model_name and model and model != settings.served_model_name:
+        raise ApiError(404, f"model {model!r} does not exist; this server serves {settings.served_model_name!r}",
+                       param="model", code="model_not_found")
+
+
+def build_options(
+    *,
+    task: str,
+    language: str | None,
+    prompt: str | None,
+    temperature: float | None,
+    word_timestamps: bool,
+    beam_size: int | None = None,
+) -> DecodingOptions:
+    try:
+        options = DecodingOptions(
+            task=task,  # type: ignore[arg-type]
+            language=language.lower() if language else None,
+            prompt=prompt or None,
+            temperature=float(temperature) if temperature is not None else 0.0,
+            word_timestamps=word_timestamps,
+            beam_size=beam_size or 1,
+        )
+        options.validate()
+    except InvalidRequestError as exc:
+        raise ApiError(400, str(exc)) from exc
+    return options
+
+
+async def _transcribe(
+    request: Request,
+    settings: Settings,
+    service: Any,
+    decoder: Any,
+    *,
+    task: str,
+    file: UploadFile,
+    model: str | None,
+    language: str | None,
+    prompt: str | None,
+    response_format: str,
+    temperature: float | None,
+    granularities: list[str],
+    stream: bool,
+    beam_size: int | None,
+) -> Response:
+    check_model(settings, model)
+    if response_format not in RESPONSE_FORMATS:
+        raise ApiError(400, f"response_format must be one of {', '.join(RESPONSE_FORMATS)}", param="response_format")
+    bad = [g for g in granularities if g not in GRANULARITIES]
+    if bad:
+        raise ApiError(400, f"timestamp_granularities[] accepts 'word' and 'segment', got {bad}",
+                       param="timestamp_granularities")
+    if granularities and response_format != "verbose_json":
+        raise ApiError(400, "timestamp_granularities requires response_format=verbose_json",
+                       param="timestamp_granularities")
+    if stream and response_format not in ("json", "text"):
+        raise ApiError(400, "stream=true supports response_format json or text", param="stream")
+    words = "word" in granularities
+    options = build_options(task=task, language=language, prompt=prompt, temperature=temperature,
+                            word_timestamps=words, beam_size=beam_size)
+    async with inflight_permit(service):
+        data = await file.read()
+        try:
+            audio = await decoder.decode(data, max_seconds=settings.max_audio_seconds)
+        except Exception as exc:
+            raise to_api_error(exc) from exc
+        if stream:
+            return StreamingResponse(_sse(service, audio.samples, options, settings), media_type="text/event-stream")
+        try:
+            out = await run_offline(service, audio.samples, options, api="openai",
+                                    timeout=settings.request_timeout_secs,
+                                    disconnected=wait_for_disconnect(request))
+        except Exception as exc:
+            raise to_api_error(exc) from exc
+    if response_format == "text":
+        return PlainTextResponse(out.text + "\n")
+    if response_format == "srt":
+        return PlainTextResponse(to_srt(out), media_type="application/x-subrip")
+    if response_format == "vtt":
+        return PlainTextResponse(to_vtt(out), media_type="text/vtt")
+    if response_format == "verbose_json":
+        return JSONResponse(to_verbose_json(out, task, words=words, segments=True))
+    return JSONResponse({"text": out.text, "usage": usage(out)})
+
+
+async def _sse(service: Any, samples: Any, options: DecodingOptions, settings: Settings) -> AsyncIterator[str]:
+    """Server-sent events: text deltas as windows are decoded, then the full text and [DONE].
+    The permit is re-taken here because the route's permit ends when the response starts."""
+    if not service.try_acquire():
+        yield _event({"type": "error", "error": {"message": "server is at capacity"}})
+        return
+    metrics = service.metrics
+    started = time.monotonic()
+    outcome = "error"
+    stream = service.open_request(samples, decoding=options)
+    sent = ""
+    try:
+        while True:
+            out = await stream.get()
+            text = out.text
+            if text.startswith(sent) and len(text) > len(sent):
+                yield _event({"type": "transcript.text.delta", "delta": text[len(sent):]})
+                sent = text
+            if out.finished:
+                if out.finish_reason == "error":
+                    yield _event({"type": "error", "error": {"message": out.error or "recognition failed"}})
+                else:
+                    outcome = "ok"
+                    yield _event({"type": "transcript.text.done", "text": out.text, "usage": usage(out)})
+                yield "data: [DONE]\n\n"
+                return
+    except BaseException:
+        outcome = "cancelled"
+        metrics.requests_cancelled.inc()
+        raise
+    finally:
+        service.close(stream.request_id)
+        service.release()
+        metrics.request_duration.labels(api="openai", mode="offline", outcome=outcome).observe(
+            time.monotonic() - started)
+
+
+def _event(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload)}\n\n"
+
+
+Granularities = Annotated[list[str] | None, Form(alias="timestamp_granularities[]")]
+
+
+@router.post("/v1/audio/transcriptions")
+async def create_transcription(
+    request: Request,
+    settings: SettingsDep,
+    service: ServiceDep,
+    decoder: DecoderDep,
+    file: Annotated[UploadFile, File()],
+    model: Annotated[str | None, Form()] = None,
+    language: Annotated[str | None, Form()] = None,
+    prompt: Annotated[str | None, Form()] = None,
+    response_format: Annotated[str, Form()] = "json",
+    temperature: Annotated[float | None, Form()] = None,
+    timestamp_granularities: Granularities = None,
+    stream: Annotated[bool, Form()] = False,
+    beam_size: Annotated[int | None, Form()] = None,
+) -> Response:
+    return await _transcribe(
+        request, settings, service, decoder, task="transcribe", file=file, model=model, language=language,
+        prompt=prompt, response_format=response_format, temperature=temperature,
+        granularities=timestamp_granularities or [], stream=stream, beam_size=beam_size,
+    )
+
+
+@router.post("/v1/audio/translations")
+async def create_translation(
+    request: Request,
+    settings: SettingsDep,
+    service: ServiceDep,
+    decoder: DecoderDep,
+    file: Annotated[UploadFile, File()],
+    model: Annotated[str | None, Form()] = None,
+    prompt: Annotated[str | None, Form()] = None,
+    response_format: Annotated[str, Form()] = "json",
+    temperature: Annotated[float | None, Form()] = None,
+    beam_size: Annotated[int | None, Form()] = None,
+) -> Response:
+    return await _transcribe(
+        request, settings, service, decoder, task="translate", file=file, model=model, language=None,
+        prompt=prompt, response_format=response_format, temperature=temperature, granularities=[],
+        stream=False, beam_size=beam_size,
+    )

@@ -1,0 +1,136 @@
+"""Server settings: environment variables `OASR_<NAME>` or `oasr serve --<name>` flags.
+
+Each field's docstring is its documentation (docs/configuration.md is generated from it).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from engine.config import EngineConfig
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="OASR_", extra="ignore", use_attribute_docstrings=True)
+
+    # ---- listeners ----
+    host: str = "0.0.0.0"
+    """Address the HTTP and gRPC listeners bind to (used by `oasr serve`; uvicorn's own --host wins when run directly)."""
+    port: int = 8000
+    """HTTP port (used by `oasr serve`)."""
+    grpc_port: int = 50051
+    """gRPC port on the same host as HTTP; 0 disables the gRPC listener."""
+
+    # ---- model and engine ----
+    ckpt_dir: str | None = None
+    """Checkpoint directory; unset serves the embedded Whisper tiny.en."""
+    served_model_name: str | None = None
+    """Model name clients must send; unset accepts any `model` value (OpenAI SDKs always send one)."""
+    device: str = "auto"
+    """'auto' (cuda when available, else cpu), 'cpu', 'cuda', 'cuda:1', ..."""
+    dtype: str = "auto"
+    """'auto' (float16 on cuda, float32 on cpu), 'float32', 'float16', 'bfloat16'."""
+    quantization: Literal["none", "int8_w8a8", "fp16", "bf16"] = "none"
+    """Weight quantization: int8_w8a8 (dynamic int8 linears, CPU) or fp16/bf16 (CUDA)."""
+    service_mode: Literal["offline", "streaming"] = "offline"
+    """'streaming' decodes live streams incrementally (partials); 'offline' buffers streams to their end."""
+    max_batch_size: int = 16
+    """Most requests decoded together in one batch."""
+    schedule_policy: Literal["fcfs", "window"] = "window"
+    """Admission policy: 'window' groups similar lengths, 'fcfs' takes arrival order."""
+    max_wait_time: float = 2.0
+    """Seconds a request may be passed over by length grouping before it is admitted first."""
+    length_window_factor: float = 2.0
+    """'window' policy looks at the oldest max_batch_size × this many waiting requests."""
+    max_offline_pad_ratio: float = 4.0
+    """Cap on padded/useful audio length in one offline batch."""
+    num_threads: int | None = None
+    """torch CPU threads; unset uses all cores."""
+    stream_step_ms: int = 500
+    """Live streams are re-decoded once this many ms of new audio arrived (partial cadence)."""
+    chunk_size: int = 16
+    """Cache-aware streaming models: encoder frames per chunk."""
+    num_left_chunks: int = -1
+    """Cache-aware streaming models: left-context chunks (-1 unlimited)."""
+    max_num_blocks: int | None = None
+    """Cache-aware streaming models: KV blocks in the pool (unset: derived from memory)."""
+    cpu_cache_bytes: int = 256 * 1024 * 1024
+    """Cache-aware streaming models on CPU: KV pool byte budget when max_num_blocks is unset."""
+    gpu_memory_utilization: float = 0.5
+    """Cache-aware streaming models on CUDA: fraction of free memory for the KV pool."""
+    recycle_streaming_history: bool = False
+    """At a stream's KV ceiling: drop its oldest block (True) or finish it with 'length' (False)."""
+
+    # ---- limits ----
+    max_audio_mib: float = 25.0
+    """Largest request body (HTTP upload, gRPC message) in MiB; larger gets 413 / RESOURCE_EXHAUSTED."""
+    max_audio_seconds: float = 3600.0
+    """Longest decoded audio per request in seconds; longer gets 413."""
+    request_timeout_secs: float = 600.0
+    """Seconds an offline request may take end to end; then 408 / DEADLINE_EXCEEDED and it is aborted."""
+    max_inflight: int = 64
+    """Requests and live sessions in flight at once; more get 503 / RESOURCE_EXHAUSTED (probes and metrics exempt)."""
+    max_concurrent_decodes: int = 2
+    """Audio files decoded at once (worker threads); further uploads queue."""
+    shutdown_grace_secs: float = 20.0
+    """On SIGTERM, seconds in-flight work may finish before it is cancelled with 503 / UNAVAILABLE."""
+    stream_idle_timeout_secs: float = 60.0
+    """A live session without audio or events for this many seconds is closed."""
+    max_stream_frame_kib: int = 1024
+    """Largest WebSocket message accepted from a realtime client, in KiB."""
+
+    # ---- voice activity (server VAD) ----
+    vad: Literal["silero", "energy"] = "silero"
+    """Voice-activity model for server VAD: 'silero' (neural, shipped) or 'energy' (no model)."""
+    vad_threshold: float = 0.5
+    """Speech probability above which a frame counts as speech."""
+    vad_silence_duration_ms: int = 500
+    """Silence after speech that ends a turn, in ms."""
+    vad_prefix_padding_ms: int = 300
+    """Audio kept before detected speech start, in ms."""
+
+    # ---- security and extras ----
+    api_key: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """API keys (comma-separated in the env var); when set every route except probes needs one (Bearer or x-api-key)."""
+    cors_allow_origin: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Origins allowed by CORS (comma-separated); unset disables CORS."""
+    demo: bool = False
+    """Serve the browser demo page at /demo."""
+    log_level: str = "info"
+    """Python logging level for the oasr loggers."""
+
+    @field_validator("api_key", "cors_allow_origin", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(
+            ckpt_dir=self.ckpt_dir,
+            device=self.device,
+            dtype=self.dtype,
+            max_batch_size=self.max_batch_size,
+            schedule_policy=self.schedule_policy,
+            max_wait_time=self.max_wait_time,
+            length_window_factor=self.length_window_factor,
+            max_offline_pad_ratio=self.max_offline_pad_ratio,
+            quantization=self.quantization,
+            service_mode=self.service_mode,
+            num_threads=self.num_threads,
+            stream_step_ms=self.stream_step_ms,
+            chunk_size=self.chunk_size,
+            num_left_chunks=self.num_left_chunks,
+            max_num_blocks=self.max_num_blocks,
+            cpu_cache_bytes=self.cpu_cache_bytes,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            recycle_streaming_history=self.recycle_streaming_history,
+        )
+
+    @property
+    def max_body_bytes(self) -> int:
+        return int(self.max_audio_mib * 1024 * 1024)
