@@ -1,0 +1,90 @@
+"""End-to-end fixtures: a real `uvicorn app.main:app` subprocess on free ports, the real engine
+and model. Servers are started once per module (model load + warm-up take a few seconds)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with contextlib.closing(socket.socket()) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen[bytes]
+    port: int
+    grpc_port: int
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return int(self.proc.returncode)
+
+
+def start_server(tmp_dir: Path, env: dict[str, str] | None = None, ready_timeout: float = 120.0) -> ServerProcess:
+    """Start `uvicorn app.main:app` with OASR_* settings from `env`; wait until /readyz is 200."""
+    port, grpc_port = free_port(), free_port()
+    full_env = {**os.environ, "OASR_GRPC_PORT": str(grpc_port), "OASR_LOG_LEVEL": "info", **(env or {})}
+    log_path = tmp_dir / f"server-{port}.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - handed to the child for its lifetime
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=REPO, env=full_env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    server = ServerProcess(proc, port, grpc_port, log_path)
+    deadline = time.monotonic() + ready_timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{server.log()[-3000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{server.base_url}/readyz", timeout=1.0).status_code == 200:
+                return server
+        time.sleep(0.3)
+    server.terminate()
+    raise RuntimeError(f"server not ready after {ready_timeout}s:\n{server.log()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A default server (embedded model, offline mode) shared by a test module."""
+    srv = start_server(tmp_path_factory.mktemp("server"))
+    yield srv
+    srv.terminate()
