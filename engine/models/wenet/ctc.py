@@ -65,7 +65,7 @@ class CTCState:
 
     def _greedy(self, log_probs: torch.Tensor) -> None:
         best_lp, best = log_probs.max(dim=-1)
-        self.greedy_logprob += float(best_lp.sum())
+        self.greedy_logprob += float(best_lp.double().sum())
         hyp = self.beams[0]
         tokens, frames, lps = list(hyp.tokens), list(hyp.frames), list(hyp.token_logprobs)
         for t, (tok, lp) in enumerate(zip(best.tolist(), best_lp.tolist(), strict=True)):
@@ -74,7 +74,7 @@ class CTCState:
                 frames.append(self.frames + t)
                 lps.append(lp)
             self.prev_token = tok
-        self.beams = [Hypothesis(tuple(tokens), tuple(frames), tuple(lps), 0.0, self.greedy_logprob)]
+        self.beams = [Hypothesis(tuple(tokens), tuple(frames), tuple(lps), NEG_INF, self.greedy_logprob)]
 
     def _beam(self, log_probs: torch.Tensor) -> None:
         # Only the beam_size best units of a frame can extend a prefix (WeNet's pruning).

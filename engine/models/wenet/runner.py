@@ -270,7 +270,7 @@ class WenetRunner:
                 audio, stream.offline_audio = stream.offline_audio, None
             else:
                 audio = stream.request.take_pending_audio()
-            new = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)) * AUDIO_SCALE
+            new = torch.tensor(audio, dtype=torch.float32) * AUDIO_SCALE  # copies: inputs may be read-only
             wave = torch.cat([stream.wave_tail, new]) if len(stream.wave_tail) else new
             used = frames_for(len(wave), self.fbank.opts) * self.fbank.opts.window_shift
             stream.wave_tail = wave[used:]
@@ -335,7 +335,7 @@ class WenetRunner:
         key_mask = torch.zeros(b, 1, t_ctx + c_max, dtype=torch.bool)
         chunk_lens = torch.tensor([c for _, c in batch])
         write_slots, write_rows = [], []
-        feats = torch.zeros(b, SUBSAMPLING * c_max + RIGHT_CONTEXT, self.ckpt.config.input_dim, device=dev)
+        feats = torch.zeros(b, window_frames(c_max), self.ckpt.config.input_dim, device=dev)
         for i, ((stream, c), n_ctx) in enumerate(zip(batch, ctx_lens, strict=True)):
             table = stream.table
             if n_ctx:
@@ -346,7 +346,7 @@ class WenetRunner:
             key_mask[i, 0, t_ctx : t_ctx + c] = True
             write_slots.append(table.slots(table.end, table.end + c))
             write_rows.append(torch.arange(c) + i * c_max)
-            w = SUBSAMPLING * c + RIGHT_CONTEXT
+            w = window_frames(c)
             feats[i, :w] = stream.feats[:w]
         paged = PagedBatch(
             ctx_slots=ctx_slots.to(dev),

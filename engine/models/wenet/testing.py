@@ -12,10 +12,14 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 import yaml
 
 from engine.models.wenet.model import ConformerConfig, ConformerCTC
+from engine.models.wenet.runner import WenetRunner
+from engine.request import Request
+from engine.types import DecodingOptions, RequestOutput
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ'"
 
@@ -162,3 +166,52 @@ def _train_yaml(spec: CheckpointSpec, cfg: ConformerConfig, cmvn_name: str | Non
             conf["cmvn"] = "global_cmvn"
             conf["cmvn_conf"] = {"cmvn_file": train_path, "is_json_cmvn": spec.cmvn != "kaldi"}
     return conf
+
+
+def drive_alone(
+    runner: WenetRunner, audio: np.ndarray, piece_samples: int | None = None, request_id: str = "alone",
+    decoding: DecodingOptions | None = None,
+) -> list[RequestOutput]:  # fmt: skip
+    """Stream `audio` through `runner` as the only request, `piece_samples` per engine step
+    (None: one shot), and return every output it produced (the last one finished)."""
+    req = Request(
+        request_id, streaming=True, decoding=decoding or DecodingOptions(), sample_rate=runner.sample_rate
+    )
+    failed = runner.admit([req])
+    if failed:
+        return failed
+    step = piece_samples or max(1, len(audio))
+    outputs: list[RequestOutput] = []
+    for start in range(0, len(audio), step):
+        req.append_audio(audio[start : start + step])
+        outputs += runner.execute()
+    req.input_finished = True
+    while not (outputs and outputs[-1].finished):
+        outputs += runner.execute()
+    return outputs
+
+
+def record_log_probs(runner: WenetRunner) -> dict[str, list[torch.Tensor]]:
+    """Instrument `runner` so that the CTC log-probs each admitted request's decoder consumes
+    are recorded, by request id (one tensor per chunk)."""
+    seen: dict[str, list[torch.Tensor]] = {}
+    admit = runner.admit
+
+    def admit_and_record(requests: list[Request]) -> list[RequestOutput]:
+        failed = admit(requests)
+        for req in requests:
+            if req.runner_state is None:
+                continue
+            chunks = seen.setdefault(req.request_id, [])
+            ctc = req.runner_state.ctc  # type: ignore[attr-defined]
+            advance = ctc.advance
+
+            def recorded(lp: torch.Tensor, advance: object = advance, chunks: list = chunks) -> None:
+                chunks.append(lp.clone())
+                advance(lp)  # type: ignore[operator]
+
+            ctc.advance = recorded
+        return failed
+
+    runner.admit = admit_and_record  # type: ignore[method-assign]
+    return seen
