@@ -1,0 +1,112 @@
+"""Start the real server the way the image does (`uvicorn app.main:app`) on free ports.
+
+Used by the deploy checks against a running server and by the browser test. No fakes:
+the real engine loads the embedded model; the process gets SIGTERM at the end, as a
+pod would.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tests.deploy.manifests import ROOT
+
+__all__ = ["LiveServer", "server_missing", "start_server"]
+
+logger = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 180.0  # model load on a busy 2-core CI machine
+POLL_S = 0.25
+
+
+def server_missing() -> str | None:
+    """Why the server cannot run yet (its modules are written by others), or None."""
+    for module, what in (("app.main", "the app"), ("app.grpc_service", "the gRPC listener the probes use")):
+        if importlib.util.find_spec(module) is None:
+            return f"{module.replace('.', '/')}.py ({what}) is not written yet"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class LiveServer:
+    process: subprocess.Popen[bytes]
+    http_port: int
+    grpc_port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+    def stop(self, timeout_s: float = 60.0) -> int:
+        """SIGTERM, as Kubernetes and `docker stop` send; returns the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def start_server(log_path: Path, extra_env: dict[str, str] | None = None, graceful_s: int = 20) -> LiveServer:
+    """Run uvicorn like the Dockerfile's CMD and wait until /readyz answers 200."""
+    http_port, grpc_port = _free_port(), _free_port()
+    env = {
+        **os.environ,
+        "OASR_GRPC_PORT": str(grpc_port),
+        "OASR_DEVICE": "cpu",
+        "OASR_NUM_THREADS": "2",
+        **(extra_env or {}),
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "app.main:app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(http_port),
+        "--timeout-graceful-shutdown",
+        str(graceful_s),
+    ]
+    log_file = log_path.open("wb")
+    process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    server = LiveServer(process, http_port, grpc_port, log_path)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    with httpx.Client(timeout=5.0) as client:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"server exited with {process.returncode} before ready:\n{server.log()}")
+            try:
+                if client.get(f"{server.url}/readyz").status_code == 200:
+                    logger.info("server ready on %s (grpc %d)", server.url, grpc_port)
+                    return server
+            except httpx.TransportError:
+                pass
+            time.sleep(POLL_S)  # polling an external process's port: nothing to block on
+    server.stop()
+    raise RuntimeError(f"server not ready after {READY_TIMEOUT_S:.0f} s:\n{server.log()}")
