@@ -167,36 +167,52 @@ def prepare_synthetic(name: str = "synthetic", count: int = 6, seed: int = 0) ->
 
 
 def prepare_longform(source_name: str, targets_s: list[float], name: str | None = None) -> Dataset:
-    """Join consecutive clips of `source_name` (wrapping around) until each target length is reached."""
+    """Join clips of `source_name` in dataset order up to each target length, exact transcripts.
+
+    Clips are taken consecutively (wrapping around); one that would push the piece past the
+    target is passed over, so every piece is at most its target (a single clip longer than
+    the target is used alone). The piece ends when no clip fits the remaining room.
+    """
     source = load(source_name)
     name = name or f"longform-{source_name}"
     root = data_root() / name
     gap = np.zeros(int(LONGFORM_GAP_S * audio_io.SAMPLE_RATE), dtype=np.float32)
     items = []
+    pieces_of: dict[str, list[str]] = {}
     for target in sorted(targets_s):
         if target <= 0:
             raise DatasetError(f"longform target must be > 0, got {target}")
+        chosen = _pick_clips(source.items, target)
+        pieces_of[f"long_{int(target)}s"] = [c.id for c in chosen]
         pieces: list[np.ndarray] = []
-        texts: list[str] = []
-        ids: list[str] = []
-        total = 0.0
-        k = 0
-        while total < target:
-            clip = source.items[k % len(source.items)]
-            if pieces:
+        for k, clip in enumerate(chosen):
+            if k:
                 pieces.append(gap)
-                total += LONGFORM_GAP_S
             pieces.append(source.audio(clip))
-            texts.append(clip.text)
-            ids.append(clip.id)
-            total += clip.duration_s
-            k += 1
-        item = _store_clip(root, f"long_{int(target)}s", " ".join(texts), np.concatenate(pieces))
-        items.append(item)
+        items.append(_store_clip(root, f"long_{int(target)}s", " ".join(c.text for c in chosen),
+                                 np.concatenate(pieces)))
     params = {"source": source.id, "targets_s": sorted(targets_s), "gap_s": LONGFORM_GAP_S}
     ds = Dataset(name=name, kind="longform", id=_dataset_id("longform", items, params), root=root,
-                 items=items, source={"source_name": source_name, **params})
+                 items=items, source={"source_name": source_name, "pieces": pieces_of, **params})
     return _write_index(ds)
+
+
+def _pick_clips(clips: list[Item], target: float) -> list[Item]:
+    chosen: list[Item] = []
+    total = 0.0
+    k = 0
+    misses = 0
+    while misses < len(clips):
+        clip = clips[k % len(clips)]
+        k += 1
+        extra = clip.duration_s + (LONGFORM_GAP_S if chosen else 0.0)
+        if total + extra <= target:
+            chosen.append(clip)
+            total += extra
+            misses = 0
+        else:
+            misses += 1
+    return chosen or clips[:1]
 
 
 def load(name: str) -> Dataset:

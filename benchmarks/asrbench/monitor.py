@@ -4,6 +4,8 @@ It runs as its own process so sampling never steals the GIL from the measured cl
 Each line of resources.jsonl: {"t": perf_counter seconds (CLOCK_MONOTONIC, shared by all
 processes on the host), "role": ..., "pid": ..., "cpu_pct": ..., "rss_mb": ..., "procs": n}.
 CPU% and RSS are summed over the process and its children (a server's workers count).
+Role "host" is the whole machine (CPU% of all cores, memory in use, 1-min load average), so
+contention from other processes shows in the record.
 """
 
 from __future__ import annotations
@@ -80,6 +82,11 @@ def run(out: Path, pids: dict[str, int], interval_s: float) -> None:
                     f.write(json.dumps({"t": time.perf_counter(), "role": role, "pid": root.pid,
                                         "cpu_pct": round(cpu, 1), "rss_mb": round(rss / 2**20, 1),
                                         "procs": procs}) + "\n")
+            # Whole-host CPU, so contention from other processes is visible in the record.
+            f.write(json.dumps({"t": time.perf_counter(), "role": "host", "pid": 0,
+                                "cpu_pct": psutil.cpu_percent(None), "rss_mb": round(
+                                    (psutil.virtual_memory().total - psutil.virtual_memory().available) / 2**20, 1),
+                                "procs": 0, "loadavg1": round(psutil.getloadavg()[0], 2)}) + "\n")
             f.flush()
             if not any(r.is_running() for r in roots.values()):
                 return

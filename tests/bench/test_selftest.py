@@ -22,7 +22,7 @@ def test_selftest_runs_every_kind_and_writes_all_records(selftest_run: Path, ben
     run = load_run(selftest_run)
     assert {r["kind"] for r in run["requests"]} == set(KINDS) - {"streaming"}
     assert {s["point"] for s in run["sessions"]} >= {"paced", "unpaced"}
-    assert {s["role"] for s in run["resources"]} == {"bench"}, "the monitor sampled the benchmark process"
+    assert {s["role"] for s in run["resources"]} == {"bench", "host"}, "the monitor sampled bench and host"
     summary = json.loads((selftest_run / "summary.json").read_text())
     assert summary["simulated"] is True
     single = summary["points"]["single/default"]["metrics"]

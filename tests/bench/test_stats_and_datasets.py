@@ -32,11 +32,12 @@ def test_manifest_prepare_is_content_addressed_and_skips_unusable_clips(bench_di
     assert first.id == again.id and len(first.items) >= 20
     assert "ps_chan3_noref" in first.source["skipped"] and "fw_stereo_diarization" in first.source["skipped"]
     assert all(i.text for i in first.items)
-    long = datasets.prepare_longform("speech", [30.0], name="lf-test")
-    (item,) = long.items
-    assert item.duration_s >= 30.0
-    joined = [i.text for i in first.items]
-    assert any(" ".join(joined[:k]) == item.text for k in range(1, len(joined) + 1)), "exact transcripts kept"
+    long = datasets.prepare_longform("speech", [30.0, 60.0], name="lf-test")
+    texts = {i.id: i.text for i in first.items}
+    for item, target in zip(long.items, (30.0, 60.0), strict=True):
+        assert 0.8 * target <= item.duration_s <= target
+        pieces = long.source["pieces"][item.id]
+        assert item.text == " ".join(texts[p] for p in pieces), "exact transcripts kept"
 
 
 def test_synthetic_is_deterministic(bench_dirs: Path) -> None:

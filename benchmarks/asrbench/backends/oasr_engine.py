@@ -1,0 +1,207 @@
+"""Our engine in process: `ASREngine` driven by one owner thread, like the server's bridge.
+
+Requests from any number of caller threads are posted with add_request / feed_chunk; one
+driver thread blocks on the engine's inbox, calls step(), and routes each RequestOutput by
+request id (offline -> a Future, streaming -> its session's partials/final). Batches go in
+through the same path, submitted under a gate the driver takes before stepping, so a
+batch is admitted together (the engine's native batching, not concurrency emulation).
+
+The engine honours `OASR_TEST_STEP_DELAY_MS` (a per-step sleep) for the suite's slowed-
+candidate gate; the value in effect is recorded in run.json.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from concurrent.futures import Future
+from typing import Any, ClassVar
+
+import numpy as np
+
+from benchmarks.asrbench.backends.base import (
+    KINDS,
+    Backend,
+    BackendError,
+    Capability,
+    Option,
+    StreamSession,
+    Utterance,
+    supported,
+    unsupported,
+)
+
+logger = logging.getLogger(__name__)
+
+RESULT_TIMEOUT_S = 1800.0
+"""Longest a single request may take before the call fails (a stuck engine must not hang a run)."""
+
+
+class OasrEngineBackend(Backend):
+    name = "oasr_engine"
+    summary = "OASR ASREngine in process (native batching; live streaming when the model supports it)"
+    OPTIONS: ClassVar[dict[str, Option]] = {
+        "ckpt_dir": Option("", "checkpoint dir; empty = the embedded Whisper tiny.en"),
+        "service_mode": Option("streaming", "engine service mode", ("streaming", "offline")),
+        "max_batch_size": Option(16, "requests decoded together (EngineConfig.max_batch_size)"),
+        "quantization": Option("none", "EngineConfig.quantization", ("none", "int8_w8a8")),
+        "num_threads": Option(0, "torch intra-op threads; 0 = torch default"),
+        "beam_size": Option(1, "beams per window (1 = greedy)"),
+        "concurrency": Option(0, "requests the throughput kind keeps in flight; 0 = max_batch_size"),
+    }
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        super().__init__(options)
+        self._engine: Any = None
+        self._driver: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._gate = threading.Lock()
+        self._futures: dict[str, Future[Any]] = {}
+        self._streams: dict[str, _EngineStream] = {}
+        self._routes_lock = threading.Lock()
+
+    @property
+    def label(self) -> str:
+        q = self.options["quantization"]
+        return "oasr_engine" + (f"[{q}]" if q != "none" else "")
+
+    def capabilities(self) -> dict[str, Capability]:
+        caps = {k: supported() for k in KINDS}
+        if self._engine is not None and not self._engine.streaming_enabled:
+            family = self._engine.info().get("family")
+            caps["streaming"] = unsupported(
+                f"model family {family!r} has no incremental streaming (runner.supports_streaming=False) or "
+                f"service_mode={self.options['service_mode']!r}; the engine would only buffer streams to their end")
+        return caps
+
+    def start(self) -> None:
+        try:
+            from engine import ASREngine, EngineConfig
+        except ImportError as exc:
+            raise BackendError(f"cannot import the engine: {exc}") from exc
+        config = EngineConfig(
+            ckpt_dir=self.options["ckpt_dir"] or None,
+            service_mode=self.options["service_mode"],
+            max_batch_size=int(self.options["max_batch_size"]),
+            quantization=self.options["quantization"],
+            num_threads=int(self.options["num_threads"]) or None,
+        )
+        self._engine = ASREngine(config)
+        self._driver = threading.Thread(target=self._drive, name="asrbench-engine", daemon=True)
+        self._driver.start()
+
+    def _decoding(self) -> Any:
+        from engine import DecodingOptions
+
+        return DecodingOptions(beam_size=int(self.options["beam_size"]), language="en")
+
+    def _drive(self) -> None:
+        engine = self._engine
+        while not self._stop.is_set():
+            if not engine.wait_for_work(timeout=0.5):
+                continue
+            with self._gate:  # a batch being submitted is complete before the step admits it
+                pass
+            try:
+                outputs = engine.step()
+            except Exception as exc:  # the engine's state is unknown: fail everything in flight
+                logger.exception("engine step failed")
+                outputs = engine.fail_all(f"step failed: {exc}")
+            for out in outputs:
+                self._route(out)
+
+    def _route(self, out: Any) -> None:
+        with self._routes_lock:
+            fut = self._futures.pop(out.request_id, None) if out.finished else None
+            stream = self._streams.get(out.request_id)
+            if out.finished:
+                self._streams.pop(out.request_id, None)
+        if fut is not None:
+            fut.set_result(out)
+        elif stream is not None:
+            stream.on_output(out)
+
+    def _submit(self, audios: list[np.ndarray]) -> list[Future[Any]]:
+        if self._engine is None:
+            raise BackendError("backend not started")
+        futures = []
+        decoding = self._decoding()
+        with self._gate:
+            for audio in audios:
+                rid = f"bench-{uuid.uuid4().hex[:12]}"
+                fut: Future[Any] = Future()
+                with self._routes_lock:
+                    self._futures[rid] = fut
+                self._engine.add_request(audio, decoding=decoding, request_id=rid)
+                futures.append(fut)
+        return futures
+
+    @staticmethod
+    def _text(out: Any) -> str:
+        if out.finish_reason == "error":
+            raise BackendError(f"engine error at {out.error_stage}: {out.error}")
+        return str(out.text).strip()
+
+    def transcribe(self, utt: Utterance) -> str:
+        (fut,) = self._submit([utt.audio])
+        return self._text(fut.result(timeout=RESULT_TIMEOUT_S))
+
+    def transcribe_batch(self, utts: list[Utterance]) -> list[str]:
+        futures = self._submit([u.audio for u in utts])
+        return [self._text(f.result(timeout=RESULT_TIMEOUT_S)) for f in futures]
+
+    def open_stream(self, utt: Utterance) -> StreamSession:
+        if self._engine is None:
+            raise BackendError("backend not started")
+        rid = f"bench-s-{uuid.uuid4().hex[:12]}"
+        session = _EngineStream(self._engine, rid)
+        with self._routes_lock:
+            self._streams[rid] = session
+        self._engine.add_streaming_request(decoding=self._decoding(), request_id=rid)
+        return session
+
+    def concurrency(self) -> int:
+        return int(self.options["concurrency"]) or int(self.options["max_batch_size"])
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._driver is not None:
+            self._driver.join(timeout=30)
+            self._driver = None
+        if self._engine is not None:
+            self._engine.shutdown()
+            self._engine = None
+
+    def info(self) -> dict[str, Any]:
+        info = dict(self._engine.info()) if self._engine is not None else {}
+        info["test_step_delay_ms"] = float(os.environ.get("OASR_TEST_STEP_DELAY_MS", "0") or 0)
+        return info
+
+
+class _EngineStream(StreamSession):
+    def __init__(self, engine: Any, request_id: str) -> None:
+        super().__init__()
+        self._engine = engine
+        self._rid = request_id
+
+    def send(self, chunk: np.ndarray) -> None:
+        self._engine.feed_chunk(self._rid, chunk)
+
+    def close_input(self) -> None:
+        self._engine.feed_chunk(self._rid, np.zeros(0, dtype=np.float32), is_last=True)
+
+    def abort(self) -> None:
+        try:
+            self._engine.abort_request(self._rid)
+        except Exception:  # already finished: nothing to release
+            logger.debug("abort of %s: already gone", self._rid)
+
+    def on_output(self, out: Any) -> None:
+        if out.finish_reason == "error":
+            self._fail(f"engine error at {out.error_stage}: {out.error}")
+        elif out.finished:
+            self._final(str(out.text).strip())
+        else:
+            self._partial(str(out.text))
