@@ -1,0 +1,190 @@
+"""LocalAgreement-2: the commit policy of live transcription.
+
+A live stream is re-decoded over its uncommitted audio window every step. Two consecutive
+hypotheses agree on a prefix (word level); that prefix is committed and never changes, the
+rest stays tentative. The window can then be trimmed at the end of the last committed word,
+and the committed text prompts the next pass. Pure Python, no torch: the streaming runner
+owns the audio and the model; this class owns only words.
+
+    pass k-1:  [committed ...] the cat sat on
+    pass k:    [committed ...] the cat sat in the
+                               └─ committed ─┘ └ tentative ┘
+
+Word texts follow Whisper's convention: a word carries its leading space (" cat"), scripts
+written without spaces carry none. Words are compared normalized (case-folded, punctuation
+and spaces removed) and committed in the newer hypothesis' surface form.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import unicodedata
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from engine.types import Word
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PROMPT_CHARS = 200
+"""Committed text carried into the next pass's prompt; Whisper's prompt budget is ~223
+tokens, and a couple of sentences is the context that helps."""
+MAX_OVERLAP_WORDS = 5
+"""Longest run of already-committed words looked for at the start of a new hypothesis."""
+TIME_SLACK_S = 0.1
+"""Words starting this much before the commit point are still considered new: word
+timestamps jitter, and a new word can start inside the last committed one's tail."""
+OVERLAP_WINDOW_S = 1.0
+"""Committed words are looked for at a hypothesis' start only if it starts this close to the
+commit point (a leaked prompt or an untrimmed window), not for repeats later in speech."""
+NO_SPACE_SCRIPTS = ("CJK", "HIRAGANA", "KATAKANA", "HANGUL SYLLABLE", "THAI", "LAO", "KHMER", "MYANMAR", "TIBETAN")
+"""Unicode name prefixes of scripts whose words are not separated by spaces (Korean is, but
+Whisper marks its word starts with spaces, so a bare Hangul word continues the last one)."""
+
+
+def normalize_word(text: str) -> str:
+    """Comparison key: case-folded with punctuation and spaces removed (punctuation-only words
+    keep their stripped text, so "-" still differs from "")."""
+    key = "".join(
+        ch for ch in text.casefold() if not ch.isspace() and not unicodedata.category(ch).startswith("P")
+    )
+    return key or text.strip()
+
+
+def join_words(words: Iterable[Word], text: str = "") -> str:
+    """Append words to `text`, inserting a space only where Whisper-style words lack one."""
+    for word in words:
+        piece = word.word
+        if not piece.strip():
+            continue
+        if not text:
+            text = piece.lstrip()
+        elif piece[0].isspace() or text[-1].isspace():
+            text += piece
+        elif _needs_space(text[-1], piece[0]):
+            text += " " + piece
+        else:
+            text += piece
+    return text
+
+
+def _needs_space(before: str, after: str) -> bool:
+    if not after.isalnum() or _no_space_script(after) or _no_space_script(before):
+        return False
+    return unicodedata.category(before) not in ("Ps", "Pi")  # no space after "(" or an opening quote
+
+
+def _no_space_script(ch: str) -> bool:
+    return unicodedata.name(ch, "").startswith(NO_SPACE_SCRIPTS)
+
+
+@dataclass(frozen=True)
+class AgreementUpdate:
+    committed: list[Word]
+    """Words committed by this call (absolute times), in order; never revised later."""
+    tentative: list[Word]
+    """The current uncommitted tail (absolute times); may change with the next hypothesis."""
+    trim_to: float
+    """Audio time (s) up to which the window may be dropped: the end of the last committed word."""
+
+
+@dataclass
+class LocalAgreement:
+    """Commits the longest common word prefix of each hypothesis and the one before it.
+
+        agreement = LocalAgreement()
+        update = agreement.insert(words, offset=window_start_s)   # every pass
+        prompt = agreement.prompt()                                # for the next pass
+        final = agreement.finalize(last_words, offset=...)         # end of input
+
+    State stays bounded: committed history is kept as text plus the last few words (to spot
+    re-emitted ones); only the tentative tail is kept as words.
+    """
+
+    prompt_chars: int = DEFAULT_PROMPT_CHARS
+    committed_text: str = ""
+    """Everything committed so far; only ever extended."""
+    committed_until: float = 0.0
+    """End (s) of the last committed word."""
+    _tentative: list[Word] = field(default_factory=list)
+    _recent: deque[Word] = field(default_factory=lambda: deque(maxlen=MAX_OVERLAP_WORDS))
+
+    @property
+    def tentative(self) -> list[Word]:
+        return list(self._tentative)
+
+    @property
+    def tentative_text(self) -> str:
+        """The tentative tail as it continues `committed_text` (with its leading space, if any)."""
+        return join_words(self._tentative, self.committed_text)[len(self.committed_text) :]
+
+    @property
+    def text(self) -> str:
+        """committed_text + tentative_text: the partial transcript to show."""
+        return join_words(self._tentative, self.committed_text)
+
+    def insert(self, words: Sequence[Word], offset: float = 0.0) -> AgreementUpdate:
+        """Take the hypothesis of one pass (word times relative to `offset`, in seconds)."""
+        fresh = self._new_words(words, offset)
+        agreed = 0
+        for old, new in zip(self._tentative, fresh, strict=False):
+            if normalize_word(old.word) != normalize_word(new.word):
+                break
+            agreed += 1
+        committed = fresh[:agreed]
+        self._commit(committed)
+        self._tentative = fresh[agreed:]
+        return AgreementUpdate(committed=committed, tentative=list(self._tentative), trim_to=self.committed_until)
+
+    def finalize(self, words: Sequence[Word] | None = None, offset: float = 0.0) -> AgreementUpdate:
+        """End of input: commit all of the final hypothesis (or, without one, the tentative tail)."""
+        committed = self._new_words(words, offset) if words is not None else self._tentative
+        self._commit(committed)
+        self._tentative = []
+        return AgreementUpdate(committed=list(committed), tentative=[], trim_to=self.committed_until)
+
+    def prompt(self) -> str:
+        """The tail of the committed text for the next pass's prompt, cut at a word boundary."""
+        text = self.committed_text
+        if len(text) <= self.prompt_chars:
+            return text
+        tail = text[-self.prompt_chars :]
+        space = tail.find(" ")
+        return tail[space + 1 :] if 0 <= space < len(tail) - 1 else tail
+
+    # -- internals --
+
+    def _new_words(self, words: Sequence[Word], offset: float) -> list[Word]:
+        """The hypothesis in absolute time, without words that were already committed."""
+        if not math.isfinite(offset):
+            raise ValueError(f"offset must be a finite number of seconds, got {offset!r}")
+        fresh = [
+            Word(word=w.word, start=w.start + offset, end=w.end + offset, confidence=w.confidence)
+            for w in words
+            if w.word.strip()
+        ]
+        if self._recent:
+            # An untrimmed window re-decodes committed audio: drop what lies before the commit point.
+            fresh = [w for w in fresh if w.start > self.committed_until - TIME_SLACK_S]
+        if fresh and self._recent and abs(fresh[0].start - self.committed_until) < OVERLAP_WINDOW_S:
+            # A word straddling the commit point, or a leaked prompt, repeats the last committed
+            # words at the start; the longest such run is dropped.
+            # A single word is only taken for a re-emission when it starts at the commit point
+            # (where a straddling or leaked word lands), so "no, no" said with a pause survives.
+            recent = [normalize_word(w.word) for w in self._recent]
+            shortest = 1 if fresh[0].start < self.committed_until + TIME_SLACK_S else 2
+            for n in range(min(len(recent), len(fresh)), shortest - 1, -1):
+                if recent[-n:] == [normalize_word(w.word) for w in fresh[:n]]:
+                    logger.debug("dropping %d re-emitted committed word(s)", n)
+                    fresh = fresh[n:]
+                    break
+        return fresh
+
+    def _commit(self, words: Sequence[Word]) -> None:
+        if not words:
+            return
+        self.committed_text = join_words(words, self.committed_text)
+        self._recent.extend(words)
+        self.committed_until = max(self.committed_until, words[-1].end)
