@@ -1,0 +1,99 @@
+"""The grpc.aio listener: `oasr.speech.v1.Speech`, standard health and server reflection.
+
+Runs on the same event loop as uvicorn (started from the FastAPI lifespan), so RPC handlers
+reach the engine through the same `EngineService` as the HTTP routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from app.settings import Settings
+from protos.oasr.speech.v1 import speech_pb2, speech_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = speech_pb2.DESCRIPTOR.services_by_name["Speech"].full_name
+HEALTH_POLL_S = 1.0  # how often health follows the engine's readiness
+
+
+class GrpcServer:
+    """The running listener; `set_serving(False)` flips health at once, `stop(grace)` drains."""
+
+    def __init__(self, server: grpc.aio.Server, health: HealthServicer, service: Any):
+        self.server = server
+        self.health = health
+        self.service = service
+        self._serving = True
+        self._watch: asyncio.Task[None] | None = None
+        self._pending: set[asyncio.Task[Any]] = set()
+
+    def start_watching(self) -> None:
+        self._watch = asyncio.ensure_future(self._follow_readiness())
+
+    async def _set_all(self, status: int) -> None:
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, status)
+
+    async def _follow_readiness(self) -> None:
+        """Health mirrors /readyz: SERVING while the engine thread beats and we are not draining."""
+        while self._serving:
+            ready = self.service is not None and self.service.ready
+            status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
+            await self._set_all(status)
+            await asyncio.sleep(HEALTH_POLL_S)
+
+    def set_serving(self, serving: bool) -> None:
+        """Called from the drain: False is permanent (health ignores later updates)."""
+        if serving or not self._serving:
+            return
+        self._serving = False
+        if self._watch is not None:
+            self._watch.cancel()
+        task = asyncio.ensure_future(self.health.enter_graceful_shutdown())
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def stop(self, grace: float) -> None:
+        self.set_serving(False)
+        for task in list(self._pending):
+            with contextlib.suppress(Exception):
+                await task
+        await self.server.stop(grace)
+        logger.info("gRPC listener stopped")
+
+
+async def start_grpc_server(app: Any, settings: Settings) -> GrpcServer:
+    """Bind `{host}:{grpc_port}` and start serving; raises when the port cannot be bound."""
+    from app.grpc_speech import SpeechServicer
+
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", settings.max_body_bytes),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    speech_pb2_grpc.add_SpeechServicer_to_server(SpeechServicer(app), server)
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+        server,
+    )
+    address = f"{settings.host}:{settings.grpc_port}"
+    if server.add_insecure_port(address) == 0:
+        raise RuntimeError(f"cannot bind the gRPC listener to {address}")
+    await server.start()
+    grpc_server = GrpcServer(server, health, getattr(app.state, "service", None))
+    await grpc_server._set_all(health_pb2.HealthCheckResponse.NOT_SERVING)
+    grpc_server.start_watching()
+    logger.info("gRPC listening on %s (max message %d bytes)", address, settings.max_body_bytes)
+    return grpc_server

@@ -1,0 +1,254 @@
+"""The `oasr.speech.v1.Speech` servicer: Recognize and StreamingRecognize over `EngineService`.
+
+Every call is counted in `oasr_grpc_requests_total{method,code}`; a client that cancels
+(or whose deadline passes) cancels the handler task, whose `finally` aborts the engine request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from app.audio import AudioDecoder
+from app.engine_service import EngineService
+from app.grpc_audio import BufferedAudio
+from app.grpc_convert import (
+    RpcError,
+    alternatives,
+    audio_spec,
+    billed,
+    decoding_options,
+    duration,
+    invalid,
+    recognize_response,
+    result_language,
+    to_rpc_error,
+)
+from app.metrics import Metrics
+from app.middleware import key_matches
+from app.offline import RequestTimeout, inflight_permit, run_offline
+from app.routes.openai import check_model
+from app.settings import Settings
+from protos.oasr.speech.v1 import speech_pb2 as pb
+from protos.oasr.speech.v1 import speech_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+API = "grpc"
+
+
+def presented_keys(context: grpc.aio.ServicerContext) -> list[str]:
+    keys = []
+    for key, value in context.invocation_metadata() or ():
+        if not isinstance(value, str):
+            continue
+        if key == "authorization" and value.lower().startswith("bearer "):
+            keys.append(value[7:].strip())
+        elif key == "x-api-key":
+            keys.append(value.strip())
+    return keys
+
+
+class SpeechServicer(speech_pb2_grpc.SpeechServicer):
+    def __init__(self, app: Any):
+        self._state = app.state
+
+    # state is read per call: the lifespan fills it in before the listener starts
+    @property
+    def settings(self) -> Settings:
+        return self._state.settings  # type: ignore[no-any-return]
+
+    @property
+    def service(self) -> EngineService:
+        return self._state.service  # type: ignore[no-any-return]
+
+    @property
+    def decoder(self) -> AudioDecoder:
+        return self._state.decoder  # type: ignore[no-any-return]
+
+    @property
+    def metrics(self) -> Metrics:
+        return self._state.metrics  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _authorize(self, context: grpc.aio.ServicerContext) -> None:
+        keys = self.settings.api_key
+        if keys and not key_matches(presented_keys(context), keys):
+            raise RpcError(grpc.StatusCode.UNAUTHENTICATED,
+                           "invalid or missing API key (send metadata 'authorization: Bearer <key>' or 'x-api-key')")
+
+    def _status(self, exc: Exception, method: str) -> RpcError:
+        try:
+            return to_rpc_error(exc, draining=self.service.draining)
+        except Exception:
+            logger.exception("%s failed", method)
+            return RpcError(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+    def _count(self, method: str, code: grpc.StatusCode) -> None:
+        self.metrics.grpc_requests.labels(method=method, code=code.name).inc()
+
+    def _timeout(self, context: grpc.aio.ServicerContext) -> float:
+        """The server's request timeout, or the client's deadline when that comes first."""
+        timeout = self.settings.request_timeout_secs
+        remaining = context.time_remaining()
+        if remaining is not None:
+            timeout = max(min(timeout, remaining), 0.0)
+        return timeout
+
+    # ------------------------------------------------------------------ Recognize
+
+    async def Recognize(self, request: pb.RecognizeRequest, context: grpc.aio.ServicerContext) -> pb.RecognizeResponse:
+        code = grpc.StatusCode.OK
+        try:
+            self._authorize(context)
+            return await self._recognize(request, context)
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED
+            raise
+        except Exception as exc:
+            err = self._status(exc, "Recognize")
+            code = err.code
+            await context.abort(err.code, err.message)
+            raise  # not reached: abort raises
+        finally:
+            self._count("Recognize", code)
+
+    async def _recognize(self, request: pb.RecognizeRequest, context: grpc.aio.ServicerContext) -> pb.RecognizeResponse:
+        config = request.config
+        check_model(self.settings, config.model or None)
+        spec = audio_spec(config)
+        options = decoding_options(config)
+        source = request.audio.WhichOneof("audio_source")
+        if source == "uri":
+            raise invalid("RecognitionAudio.uri is not supported: this server fetches nothing from outside; "
+                          "send the bytes in RecognitionAudio.content")
+        if not request.audio.content:
+            raise invalid("RecognitionAudio.content is empty; send the audio bytes in it")
+        rid = config.request_id or uuid.uuid4().hex
+        timeout = self._timeout(context)
+        async with inflight_permit(self.service):
+            audio = await self.decoder.decode(request.audio.content, encoding=spec.encoding,
+                                              sample_rate=spec.sample_rate, channels=spec.channels,
+                                              max_seconds=self.settings.max_audio_seconds)
+            out = await self._run_offline(audio.samples, options, timeout)
+        logger.info("Recognize %s: %.2f s of audio", rid, out.duration)
+        return recognize_response(out, config, rid)
+
+    async def _run_offline(self, samples: Any, options: Any, timeout: float) -> Any:
+        try:
+            return await run_offline(self.service, samples, options, api=API, timeout=timeout)
+        except RequestTimeout as exc:
+            raise RpcError(grpc.StatusCode.DEADLINE_EXCEEDED, exc.message) from exc
+
+    # ------------------------------------------------------------------ StreamingRecognize
+
+    async def StreamingRecognize(
+        self, request_iterator: AsyncIterator[pb.StreamingRecognizeRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.StreamingRecognizeResponse]:
+        code = grpc.StatusCode.OK
+        try:
+            self._authorize(context)
+            async for response in self._streaming(request_iterator, context):
+                yield response
+        except (asyncio.CancelledError, GeneratorExit):
+            code = grpc.StatusCode.CANCELLED
+            raise
+        except Exception as exc:
+            err = self._status(exc, "StreamingRecognize")
+            code = err.code
+            await context.abort(err.code, err.message)
+        finally:
+            self._count("StreamingRecognize", code)
+
+    async def _streaming(
+        self, requests: AsyncIterator[pb.StreamingRecognizeRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.StreamingRecognizeResponse]:
+        it = aiter(requests)
+        try:
+            first = await asyncio.wait_for(anext(it), self.settings.stream_idle_timeout_secs)
+        except StopAsyncIteration:
+            raise invalid("the stream ended before its first message; send streaming_config first") from None
+        except TimeoutError:
+            raise self._idle() from None
+        if first.WhichOneof("streaming_request") != "streaming_config":
+            raise invalid("the first StreamingRecognizeRequest must carry streaming_config (and no audio); "
+                          "audio_content goes in the messages after it")
+        streaming_config = first.streaming_config
+        config = streaming_config.config
+        check_model(self.settings, config.model or None)
+        spec = audio_spec(config)
+        options = decoding_options(config)
+        rid = config.request_id or uuid.uuid4().hex
+        audio_in = self._audio(it)
+        async with inflight_permit(self.service):
+            gauge = self.metrics.stream_sessions_active.labels(api=API)
+            gauge.inc()
+            try:
+                if self.service.engine.streaming_enabled:
+                    from app.grpc_live import LiveSession
+
+                    session = LiveSession(self.service, self.settings, streaming_config, spec, options, rid)
+                    async for response in session.run(audio_in):
+                        yield response
+                else:
+                    yield await self._buffered(audio_in, spec, options, config, rid, context)
+            finally:
+                gauge.dec()
+
+    def _idle(self) -> RpcError:
+        return RpcError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"no audio for {self.settings.stream_idle_timeout_secs:g} s (--stream-idle-timeout-secs); "
+                        "the stream was closed")
+
+    async def _audio(self, it: AsyncIterator[pb.StreamingRecognizeRequest]) -> AsyncIterator[bytes]:
+        """The audio_content of the messages after the config, until half-close."""
+        while True:
+            try:
+                msg = await asyncio.wait_for(anext(it), self.settings.stream_idle_timeout_secs)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise self._idle() from None
+            if msg.WhichOneof("streaming_request") != "audio_content":
+                raise invalid("only the first StreamingRecognizeRequest may carry streaming_config; "
+                              "later messages carry audio_content")
+            yield msg.audio_content
+
+    async def _buffered(
+        self,
+        audio_in: AsyncIterator[bytes],
+        spec: Any,
+        options: Any,
+        config: pb.RecognitionConfig,
+        rid: str,
+        context: grpc.aio.ServicerContext,
+    ) -> pb.StreamingRecognizeResponse:
+        """Offline engine: the whole stream is one utterance, recognized after half-close."""
+        buffer = BufferedAudio(spec, self.service.engine.sample_rate, self.settings)
+        started = time.monotonic()
+        async for chunk in audio_in:
+            buffer.add(chunk)
+        if not buffer.received:
+            raise invalid("the stream carried no audio_content before half-close")
+        samples = await buffer.finish(self.decoder)
+        if not len(samples):
+            raise invalid("the stream's audio holds no samples")
+        out = await self._run_offline(samples, options, self._timeout(context))
+        logger.info("StreamingRecognize %s (buffered): %.2f s of audio in %.2f s", rid, out.duration,
+                    time.monotonic() - started)
+        result = pb.StreamingRecognitionResult(
+            alternatives=alternatives(out, config), is_final=True, result_end_time=duration(out.duration),
+            language_code=result_language(out, config),
+        )
+        return pb.StreamingRecognizeResponse(results=[result], total_billed_time=billed(out.duration),
+                                             request_id=rid)
+
+
+__all__ = ["SpeechServicer"]
