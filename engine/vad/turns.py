@@ -34,6 +34,10 @@ ONSET_GAP_MS = 100
 """During the onset (before min_speech_ms of speech is confirmed) a gap this long means the
 candidate was an isolated blip; shorter gaps are the dips between syllables."""
 
+UNDECIDED_LIMIT_MS = 2000
+"""After speech, windows hovering between the two thresholds end the turn once they have
+lasted silence_duration_ms plus this long."""
+
 
 @dataclass(frozen=True)
 class TurnSettings:
@@ -151,8 +155,11 @@ class SpeechGate:
                 self.voiced_end, self.dipped = end, False
             elif silent:
                 self.dipped = True
-            # Windows between the two thresholds neither extend speech nor, alone, end it.
-            if self.dipped and end - self.voiced_end >= s.silence_duration_ms * SAMPLES_PER_MS:
+            # Windows between the two thresholds neither extend speech nor, alone, end it, unless
+            # they go on for UNDECIDED_LIMIT_MS more (bounding the audio a turn holds back).
+            unvoiced = end - self.voiced_end
+            silence = s.silence_duration_ms * SAMPLES_PER_MS
+            if (self.dipped and unvoiced >= silence) or unvoiced >= silence + UNDECIDED_LIMIT_MS * SAMPLES_PER_MS:
                 decisions.append(("stop", self.voiced_end))
                 self.phase, self.dipped = _Phase.SILENCE, False
         if (
@@ -283,8 +290,8 @@ class TurnDetector:
     def _accept(self, chunk: np.ndarray) -> None:
         if self._flushed:
             raise InvalidRequestError("audio fed after flush(); start a new TurnDetector")
-        chunk = as_mono_float32(chunk, "audio chunk")
-        self._unscored = np.concatenate([self._unscored, chunk]) if self._unscored.size else chunk
+        # concatenate copies, so a caller reusing its buffer cannot change audio we hold
+        self._unscored = np.concatenate([self._unscored, as_mono_float32(chunk, "audio chunk")])
 
     def _has_window(self) -> bool:
         return self._unscored.size >= WINDOW_SAMPLES
@@ -322,11 +329,15 @@ class TurnDetector:
     def _take_events(self) -> list[TurnEvent]:
         """The events since the last call, consecutive audio pieces merged into one."""
         merged: list[TurnEvent] = []
-        for event in self._events:
-            last = merged[-1] if merged else None
-            if isinstance(event, TurnAudio) and isinstance(last, TurnAudio):
-                merged[-1] = TurnAudio(np.concatenate([last.audio, event.audio]), last.start_sample)
-            else:
+        run: list[TurnAudio] = []
+        for event in [*self._events, None]:
+            if isinstance(event, TurnAudio):
+                run.append(event)
+                continue
+            if run:
+                merged.append(TurnAudio(np.concatenate([a.audio for a in run]), run[0].start_sample))
+                run = []
+            if event is not None:
                 merged.append(event)
         self._events = []
         return merged

@@ -27,6 +27,7 @@ from engine.vad import (
     SAMPLE_RATE,
     WINDOW_SAMPLES,
     EnergyVAD,
+    SpeechGate,
     SpeechStarted,
     SpeechStopped,
     TurnAudio,
@@ -128,6 +129,39 @@ def _turns(events: list[TurnEvent]) -> list[tuple[SpeechStarted, np.ndarray, Spe
 
 def _key(events: list[TurnEvent]) -> list[tuple[object, ...]]:
     return [(s, len(a), a.tobytes(), e) for s, a, e in _turns(events)]
+
+
+# ---- the per-window state machine, on scripted probabilities ----
+
+
+def _decisions(probs: list[float], settings: TurnSettings | None = None) -> list[tuple[str, int]]:
+    """Gate decisions as (kind, window index)."""
+    gate = SpeechGate(settings or TurnSettings())
+    return [(kind, sample // WINDOW_SAMPLES) for p in probs for kind, sample in gate.update(p)]
+
+
+def test_gate_onset_needs_min_speech_and_tolerates_short_dips() -> None:
+    # 8 voiced windows = 256 ms >= 250 ms: confirmed on the 8th, dated from the 1st.
+    assert _decisions([0.0] * 5 + [0.9] * 8) == [("start", 5)]
+    assert _decisions([0.0] * 5 + [0.9] * 7 + [0.0] * 20) == []
+    # A 64 ms dip inside the onset is a syllable gap; a 128 ms one ends a blip.
+    assert _decisions([0.9] * 3 + [0.0] * 2 + [0.9] * 6) == [("start", 0)]
+    assert _decisions([0.9] * 3 + [0.0] * 4 + [0.9] * 8) == [("start", 7)]
+
+
+def test_gate_stop_uses_hysteresis_and_dates_the_end_at_the_last_voiced_window() -> None:
+    speech = [0.9] * 10  # windows 0-9
+    # 16 windows (512 ms) below threshold - 0.15 after speech end the turn at window 10.
+    assert _decisions(speech + [0.1] * 16) == [("start", 0), ("stop", 10)]
+    assert _decisions(speech + [0.1] * 15) == [("start", 0)]
+    # Hovering between the thresholds neither ends the turn nor extends it ...
+    assert _decisions(speech + [0.4] * 30) == [("start", 0)]
+    assert _decisions(speech + [0.4] * 30 + [0.1]) == [("start", 0), ("stop", 10)]
+    # ... for at most silence_duration_ms + 2 s (79 windows > 2500 ms).
+    assert _decisions(speech + [0.4] * 78) == [("start", 0)]
+    assert _decisions(speech + [0.4] * 79) == [("start", 0), ("stop", 10)]
+    # Speech resuming inside the silence keeps the turn going.
+    assert _decisions(speech + [0.1] * 15 + [0.9] * 2 + [0.1] * 16) == [("start", 0), ("stop", 27)]
 
 
 # ---- live turn detection ----
