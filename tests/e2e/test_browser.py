@@ -1,0 +1,217 @@
+"""The browser demo (examples/web) in a real headless Chromium against a real server.
+
+Chromium (Debian's `chromium`) is driven by Playwright with `executable_path`; its fake
+microphone plays a dev clip (`--use-file-for-fake-audio-capture`), so the page's
+AudioWorklet, PCM encoding and /v1/realtime protocol run as they would for a user. The
+file-upload half sends the clip to /v1/audio/transcriptions and clicks a word of the
+returned transcript. Screenshots go to artifacts/e2e/.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import importlib.util
+import json
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.deploy.live_server import LiveServer, server_missing, start_server
+
+ROOT = Path(__file__).resolve().parents[2]
+WEB = ROOT / "examples" / "web"
+ARTIFACTS = ROOT / "artifacts" / "e2e"
+DATA_DIR = Path(os.environ.get("OASR_SPEECH_DATA", "/work/shared/data/speech"))
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CLIP_ID = "libri_61-70968-0000"  # 4.9 s, one sentence, clean read speech
+MAX_WER = 0.25  # tiny.en on clean read speech is well under this; a broken pipeline is near 1
+FINAL_TIMEOUT_MS = 120_000  # first final on a shared 2-core CPU, model already loaded
+
+
+def _why_skip() -> str | None:
+    if importlib.util.find_spec("playwright") is None:
+        return "python package playwright not installed (dev extra)"
+    if not Path(CHROMIUM).exists():
+        return "Debian's chromium is not installed (apt-get install chromium)"
+    if not (DATA_DIR / "manifest.jsonl").exists():
+        return f"speech data not found at {DATA_DIR}"
+    return server_missing()
+
+
+pytestmark = pytest.mark.skipif(_why_skip() is not None, reason=str(_why_skip()))
+needs_realtime = pytest.mark.skipif(
+    importlib.util.find_spec("app.routes.realtime") is None,
+    reason="app/routes/realtime.py (/v1/realtime) is not written yet",
+)
+
+
+@dataclass(frozen=True)
+class Clip:
+    path: Path
+    text: str
+
+
+def _clip() -> Clip:
+    for line in (DATA_DIR / "manifest.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["id"] == CLIP_ID:
+            return Clip(DATA_DIR / row["audio"], row["text"])
+    raise KeyError(CLIP_ID)
+
+
+@functools.cache
+def _normalizer():  # type: ignore[no-untyped-def]
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    return EnglishTextNormalizer()
+
+
+def _wer(reference: str, hypothesis: str) -> float:
+    import jiwer
+
+    return float(jiwer.wer(_normalizer()(reference), _normalizer()(hypothesis)))
+
+
+def _demo_served() -> bool:
+    return importlib.util.find_spec("app.routes.demo") is not None
+
+
+class _StaticPage:
+    """examples/web from another origin, for a server without the /demo route yet."""
+
+    def __init__(self) -> None:
+        handler = functools.partial(_QuietHandler, directory=str(WEB))
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def page_and_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, LiveServer]]:
+    """(URL of the demo page, the live server it talks to)."""
+    env = {"OASR_SERVICE_MODE": "streaming"}
+    static = None
+    if _demo_served():
+        env["OASR_DEMO"] = "true"
+    else:
+        static = _StaticPage()
+        env["OASR_CORS_ALLOW_ORIGIN"] = static.origin
+    server = start_server(tmp_path_factory.mktemp("browser") / "server.log", env)
+    try:
+        url = f"{server.url}/demo/" if static is None else f"{static.origin}/index.html?server={server.url}"
+        yield url, server
+    finally:
+        server.stop()
+        if static is not None:
+            static.close()
+
+
+@pytest.fixture(scope="module")
+def mic_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The clip as 16-bit PCM WAV (what Chromium's fake capture reads), then 2 s of silence
+    so the server's VAD closes the turn before Chromium loops the file."""
+    import soundfile as sf
+
+    audio, rate = sf.read(_clip().path, dtype="float32", always_2d=True)
+    mono = audio.mean(axis=1)
+    padded = np.concatenate([np.zeros(rate // 2, np.float32), mono, np.zeros(2 * rate, np.float32)])
+    path = tmp_path_factory.mktemp("mic") / "mic.wav"
+    sf.write(path, padded, rate, subtype="PCM_16")
+    return path
+
+
+@pytest.fixture
+def browser(mic_wav: Path) -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",  # root in a container: Chromium's sandbox needs user namespaces
+                "--use-fake-ui-for-media-stream",
+                "--use-fake-device-for-media-stream",
+                f"--use-file-for-fake-audio-capture={mic_wav}",
+                "--autoplay-policy=no-user-gesture-required",
+            ],
+        )
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@needs_realtime
+def test_microphone_streams_live_partials_and_a_final_transcript(
+    browser: object, page_and_server: tuple[str, LiveServer]
+) -> None:
+    url, server = page_and_server
+    page = browser.new_page()  # type: ignore[attr-defined]
+    received: list[str] = []
+
+    def watch(ws: object) -> None:
+        ws.on("framereceived", lambda payload: received.append(json.loads(payload)["type"]))  # type: ignore[attr-defined]
+
+    page.on("websocket", watch)
+    page.goto(url)
+    page.click("#mic-start")
+    page.wait_for_selector("#live p.final", timeout=FINAL_TIMEOUT_MS)
+    first_final = page.inner_text("#live p.final")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser-microphone.png"), full_page=True)
+    page.click("#mic-stop")
+
+    wer = _wer(_clip().text, first_final)
+    assert wer <= MAX_WER, f"final {first_final!r} vs {_clip().text!r}: WER {wer:.2f}\n{server.log()}"
+    completed = "conversation.item.input_audio_transcription.completed"
+    delta = "conversation.item.input_audio_transcription.delta"
+    assert completed in received
+    assert delta in received[: received.index(completed)], f"no partial before the final: {received}"
+    assert "error" not in received, received
+
+
+def test_file_upload_shows_clickable_word_timings(
+    browser: object, page_and_server: tuple[str, LiveServer]
+) -> None:
+    url, server = page_and_server
+    page = browser.new_page()  # type: ignore[attr-defined]
+    page.goto(url)
+    page.set_input_files("#file", str(_clip().path))
+    page.click("#file-go")
+    page.wait_for_selector("#words span", timeout=FINAL_TIMEOUT_MS)
+    words = page.locator("#words span")
+    text = " ".join(words.all_inner_texts())
+    wer = _wer(_clip().text, text)
+    assert wer <= MAX_WER, f"{text!r} vs {_clip().text!r}: WER {wer:.2f}"
+
+    # Clicking a word seeks the player to that word's start.
+    target = words.nth(words.count() // 2)
+    start = float(target.get_attribute("data-start") or "nan")
+    assert 0.0 < start < 5.0
+    target.click()
+    page.wait_for_function("() => !document.getElementById('player').paused", timeout=10_000)
+    position = page.evaluate("document.getElementById('player').currentTime")
+    assert start - 0.05 <= position <= start + 1.0, (start, position)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser-file.png"), full_page=True)
+    assert "error" not in (page.get_attribute("#file-status", "class") or ""), server.log()
