@@ -94,7 +94,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = json.loads((run_dir / "summary.json").read_text())
     _out(report.main_table([summary]))
     _out(str(run_dir))
-    return 0 if summary["status"] == "ok" else 1
+    failed = [k for k, p in summary["points"].items() if p["status"] == "failed"]
+    if failed:
+        logger.error("failed points: %s", ", ".join(failed))
+    return 0 if summary["status"] == "ok" and not failed else 1
 
 
 def cmd_runs(_args: argparse.Namespace) -> int:

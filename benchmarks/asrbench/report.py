@@ -51,9 +51,13 @@ def _value(summary: dict[str, Any], point: str, metric: str) -> float | None:
 
 
 def _status(summary: dict[str, Any], point: str) -> str:
+    """Why a cell is empty: the kind's gap (unsupported/failed), the point's failure, or —."""
     kind = point.split("/")[0]
     gap = summary["points"].get(f"{kind}/*")
-    return gap["status"] if gap else "—"
+    if gap:
+        return str(gap["status"])
+    own = summary["points"].get(point)
+    return "failed" if own is not None and own["status"] != "ok" else "—"
 
 
 def _fmt(x: float | None) -> str:

@@ -117,8 +117,8 @@ class StreamSession:
     def _partial(self, text: str) -> None:
         self.partials.append((time.perf_counter(), text))
 
-    def _final(self, text: str) -> None:
-        self.final_t = time.perf_counter()
+    def _final(self, text: str, t: float | None = None) -> None:
+        self.final_t = time.perf_counter() if t is None else t
         self.final_text = text
         self._done.set()
 
