@@ -97,10 +97,11 @@ class LocalAgreement:
         agreement = LocalAgreement()
         update = agreement.insert(words, offset=window_start_s)   # every pass
         prompt = agreement.prompt()                                # for the next pass
-        final = agreement.finalize(last_words, offset=...)         # end of input
+        final = agreement.finish(last_words, offset=...)           # end of input
 
     State stays bounded: committed history is kept as text plus the last few words (to spot
-    re-emitted ones); only the tentative tail is kept as words.
+    re-emitted ones); only the tentative tail (and committed words not yet taken with
+    `take_committed`) is kept as words.
     """
 
     prompt_chars: int = DEFAULT_PROMPT_CHARS
@@ -110,6 +111,7 @@ class LocalAgreement:
     """End (s) of the last committed word."""
     _tentative: list[Word] = field(default_factory=list)
     _recent: deque[Word] = field(default_factory=lambda: deque(maxlen=MAX_OVERLAP_WORDS))
+    _untaken: list[Word] = field(default_factory=list)
 
     @property
     def tentative(self) -> list[Word]:
@@ -138,12 +140,33 @@ class LocalAgreement:
         self._tentative = fresh[agreed:]
         return AgreementUpdate(committed=committed, tentative=list(self._tentative), trim_to=self.committed_until)
 
-    def finalize(self, words: Sequence[Word] | None = None, offset: float = 0.0) -> AgreementUpdate:
+    def finish(self, words: Sequence[Word] | None = None, offset: float = 0.0) -> AgreementUpdate:
         """End of input: commit all of the final hypothesis (or, without one, the tentative tail)."""
         committed = self._new_words(words, offset) if words is not None else self._tentative
         self._commit(committed)
         self._tentative = []
         return AgreementUpdate(committed=list(committed), tentative=[], trim_to=self.committed_until)
+
+    def force_commit_before(self, time: float) -> AgreementUpdate:
+        """Commit the tentative words ending by `time` (s) without waiting for agreement.
+
+        For a window at its length cap: its older audio is about to be dropped, so the last
+        pass's words for it are the best there will be.
+        """
+        n = 0
+        while n < len(self._tentative) and self._tentative[n].end <= time:
+            n += 1
+        committed, self._tentative = self._tentative[:n], self._tentative[n:]
+        self._commit(committed)
+        return AgreementUpdate(committed=committed, tentative=list(self._tentative), trim_to=self.committed_until)
+
+    def take_committed(self) -> list[Word]:
+        """Words committed since the last call, for a caller that does not keep the updates.
+
+        They are held until taken, so a caller should use either this or the updates.
+        """
+        taken, self._untaken = self._untaken, []
+        return taken
 
     def prompt(self) -> str:
         """The tail of the committed text for the next pass's prompt, cut at a word boundary."""
@@ -187,4 +210,5 @@ class LocalAgreement:
             return
         self.committed_text = join_words(words, self.committed_text)
         self._recent.extend(words)
+        self._untaken.extend(words)
         self.committed_until = max(self.committed_until, words[-1].end)

@@ -115,24 +115,39 @@ def test_empty_hypothesis_commits_nothing_and_clears_the_tail() -> None:
     assert agreement.insert([Word("  ", 0.0, 0.1, 1.0)]).committed == []
 
 
-def test_finalize_commits_the_final_hypothesis() -> None:
+def test_finish_commits_the_final_hypothesis() -> None:
     agreement = LocalAgreement()
     agreement.insert(hyp("ask not what"))
     agreement.insert(hyp("ask not what your"))
-    final = agreement.finalize(hyp("ask not what your country can do"))
+    final = agreement.finish(hyp("ask not what your country can do"))
     assert texts(final.committed) == [" your", " country", " can", " do"]
     assert agreement.committed_text == "ask not what your country can do"
     assert agreement.tentative_text == "" and final.tentative == []
     assert final.trim_to == pytest.approx(3.0 + 0.4)
 
 
-def test_finalize_without_a_hypothesis_commits_the_tail() -> None:
+def test_finish_without_a_hypothesis_commits_the_tail() -> None:
     agreement = LocalAgreement()
     agreement.insert(hyp("ask not"))
     agreement.insert(hyp("ask not what you"))
-    assert texts(agreement.finalize().committed) == [" what", " you"]
+    assert texts(agreement.finish().committed) == [" what", " you"]
     assert agreement.committed_text == "ask not what you"
-    assert agreement.finalize().committed == []
+    assert agreement.finish().committed == []
+
+
+def test_force_commit_before_a_time_and_take_committed() -> None:
+    agreement = LocalAgreement()
+    agreement.insert(hyp("one two"))
+    agreement.insert(hyp("one two three four five"))  # words end at 0.4, 0.9, 1.4, 1.9, 2.4
+    assert texts(agreement.take_committed()) == [" one", " two"]
+    assert agreement.take_committed() == []
+    # The window is at its cap: words ending by 1.9 s are committed without a second opinion.
+    update = agreement.force_commit_before(1.9)
+    assert texts(update.committed) == [" three", " four"] and texts(update.tentative) == [" five"]
+    assert update.trim_to == pytest.approx(1.9)
+    assert agreement.committed_text == "one two three four"
+    assert texts(agreement.take_committed()) == [" three", " four"]
+    assert agreement.force_commit_before(0.0).committed == []
 
 
 def test_prompt_is_the_committed_tail_at_a_word_boundary() -> None:
@@ -207,7 +222,7 @@ def test_random_sequences_commit_only_agreed_prefixes(seed: int) -> None:
         assert all(normalize_word(w.word) in previous_keys for w in update.committed)
         assert agreement.text.startswith(agreement.committed_text)
         previous = said
-    agreement.finalize([Word(" " + w, 0.5 * i - offset, 0.5 * i + 0.4 - offset, 0.9) for i, w in enumerate(truth)],
+    agreement.finish([Word(" " + w, 0.5 * i - offset, 0.5 * i + 0.4 - offset, 0.9) for i, w in enumerate(truth)],
                        offset=offset)
     history.append(agreement.committed_text)
 
