@@ -36,7 +36,10 @@ bench-offline: install
 	$(PY) -m benchmarks.offline
 
 bench-smoke: install
-	$(PY) -m benchmarks.asrbench smoke-all
+	$(PY) -m benchmarks.asrbench smoke-all --plots
+
+bench-selftest: install
+	$(PY) -m benchmarks.asrbench run --profile selftest --backend mock
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -295,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for chatty in ("httpx", "httpcore", "faster_whisper"):  # one INFO line per request drowns the progress log
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         code: int = args.fn(args)
         return code

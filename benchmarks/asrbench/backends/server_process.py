@@ -24,7 +24,7 @@ from benchmarks.asrbench.paths import REPO_ROOT
 
 logger = logging.getLogger(__name__)
 
-READY_PATHS = ("/health/ready", "/readyz", "/healthz", "/health", "/v1/models")
+READY_PATHS = ("/readyz", "/health/ready", "/healthz", "/health", "/v1/models")
 """Probed in order; the first that answers 200 means ready (whichever the server has)."""
 STOP_TIMEOUT_S = 30.0
 
