@@ -90,7 +90,8 @@ def cmd_backends(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from benchmarks.asrbench import runner
 
-    run_dir = runner.run(args.profile, args.backend, args.option or [], group=args.group)
+    only = args.only.split(",") if args.only else None
+    run_dir = runner.run(args.profile, args.backend, args.option or [], group=args.group, only=only)
     summary = json.loads((run_dir / "summary.json").read_text())
     _out(report.main_table([summary]))
     _out(str(run_dir))
@@ -247,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backend", required=True, choices=backends.names())
     r.add_argument("-o", "--option", action="append", metavar="KEY=VALUE", help="backend option (repeatable)")
     r.add_argument("--group", help="tag runs meant to be reported together")
+    r.add_argument("--only", help="comma-separated kinds of the profile to run (e.g. single,throughput)")
     r.set_defaults(fn=cmd_run)
 
     sub.add_parser("runs", help="list runs").set_defaults(fn=cmd_runs)

@@ -77,11 +77,17 @@ def names() -> list[str]:
     return list(PROFILES)
 
 
-def resolve(name: str) -> dict[str, Any]:
-    """The profile with every kind's defaults filled in (what run.json records)."""
+def resolve(name: str, only: list[str] | None = None) -> dict[str, Any]:
+    """The profile with every kind's defaults filled in (what run.json records); `only` keeps
+    just those kinds (part of the workload hash, so such runs compare only with each other)."""
     if name not in PROFILES:
         raise ProfileError(f"unknown profile {name!r}; known: {names()}")
     profile = copy.deepcopy(PROFILES[name])
+    if only:
+        missing = set(only) - set(profile["kinds"])
+        if missing:
+            raise ProfileError(f"profile {name} has no kinds {sorted(missing)}; it has {list(profile['kinds'])}")
+        profile["kinds"] = {k: v for k, v in profile["kinds"].items() if k in only}
     kinds = {}
     for kind, overrides in profile["kinds"].items():
         if kind not in KINDS:

@@ -47,9 +47,10 @@ def _workload(profile: dict[str, Any]) -> tuple[dict[str, Dataset], dict[str, An
     return sets, described
 
 
-def run(profile_name: str, backend_name: str, option_pairs: list[str], group: str | None = None) -> Path:
-    """Run every kind of the profile against the backend; returns the run directory."""
-    profile = profiles.resolve(profile_name)
+def run(profile_name: str, backend_name: str, option_pairs: list[str], group: str | None = None,
+        only: list[str] | None = None) -> Path:
+    """Run every kind of the profile (or just `only`) against the backend; returns the run directory."""
+    profile = profiles.resolve(profile_name, only)
     backend = backends.create(backend_name, option_pairs)
     sets, described = _workload(profile)
     run_dir = new_run_dir(profile_name, backend.label)

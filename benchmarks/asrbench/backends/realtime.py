@@ -1,9 +1,12 @@
 """Live streaming over `/v1/realtime` (the OpenAI realtime transcription WebSocket protocol).
 
-Per session: `session.update` (transcription session, `audio/pcm` at 24 kHz as the protocol
-specifies, server VAD or none), then `input_audio_buffer.append` events with base64 PCM16,
-then `input_audio_buffer.commit` at the end. Transcription `delta` events are partials; the
-final is the moment every committed item has its `completed` transcript.
+Per session: `session.update` (GA transcription session, `audio/pcm` at 24 kHz as the protocol
+specifies, turn detection none or server VAD), then `input_audio_buffer.append` events with
+base64 PCM16, then `input_audio_buffer.commit` at the end. Transcription `delta` events are
+partials; the final is the moment every committed item has its `completed` transcript and
+the server has answered our commit (a `committed` item, or `input_audio_buffer_commit_empty`
+when server VAD had already closed every turn). With turn detection none (the default) a
+session is exactly one item, so the final is unambiguous.
 """
 
 from __future__ import annotations
@@ -120,6 +123,10 @@ class RealtimeStream(StreamSession):
                         self._completed[item] = event.get("transcript", "")
                         if not self._closing:
                             self._partial(self._text_so_far())
+                    elif kind == "conversation.item.input_audio_transcription.failed":
+                        err = event.get("error") or {}
+                        self._fail(f"transcription failed: {err.get('message', err)}")
+                        return
                     elif kind == "error":
                         err = event.get("error") or {}
                         if self._closing and err.get("code") in EMPTY_COMMIT_CODES:
