@@ -19,6 +19,7 @@ from app.audio import AudioDecoder
 from app.engine_service import EngineService
 from app.grpc_audio import BufferedAudio
 from app.grpc_convert import (
+    AudioSpec,
     RpcError,
     alternatives,
     audio_spec,
@@ -30,6 +31,7 @@ from app.grpc_convert import (
     result_language,
     to_rpc_error,
 )
+from app.grpc_live import LiveSession, VadProvider
 from app.metrics import Metrics
 from app.middleware import key_matches
 from app.offline import RequestTimeout, inflight_permit, run_offline
@@ -58,6 +60,7 @@ def presented_keys(context: grpc.aio.ServicerContext) -> list[str]:
 class SpeechServicer(speech_pb2_grpc.SpeechServicer):
     def __init__(self, app: Any):
         self._state = app.state
+        self._vad = VadProvider(app.state.settings)
 
     # state is read per call: the lifespan fills it in before the listener starts
     @property
@@ -191,16 +194,24 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
             gauge = self.metrics.stream_sessions_active.labels(api=API)
             gauge.inc()
             try:
-                if self.service.engine.streaming_enabled:
-                    from app.grpc_live import LiveSession
-
-                    session = LiveSession(self.service, self.settings, streaming_config, spec, options, rid)
+                if self._live(streaming_config, spec):
+                    session = LiveSession(self.service, self.settings, streaming_config, spec, options, rid,
+                                          self._vad)
                     async for response in session.run(audio_in):
                         yield response
                 else:
                     yield await self._buffered(audio_in, spec, options, config, rid, context)
             finally:
                 gauge.dec()
+
+    def _live(self, streaming_config: pb.StreamingRecognitionConfig, spec: AudioSpec) -> bool:
+        """Streaming engines always; an offline engine too when the client wants utterances cut by
+        the server VAD (headerless audio only), each then recognized when its speech ends."""
+        if self.service.engine.streaming_enabled:
+            return True
+        return spec.encoding.headerless and (
+            streaming_config.single_utterance or streaming_config.enable_voice_activity_events
+        )
 
     def _idle(self) -> RpcError:
         return RpcError(grpc.StatusCode.DEADLINE_EXCEEDED,
