@@ -263,14 +263,22 @@ class WenetRunner:
     def _featurize(self, outputs: list[RequestOutput]) -> None:
         todo: list[_Stream] = []
         waves: list[torch.Tensor] = []
-        for stream in self._streams.values():
+        for stream in list(self._streams.values()):
             if not stream.has_pending_audio():
                 continue
             if stream.offline_audio is not None:
                 audio, stream.offline_audio = stream.offline_audio, None
             else:
                 audio = stream.request.take_pending_audio()
-            new = torch.tensor(audio, dtype=torch.float32) * AUDIO_SCALE  # copies: inputs may be read-only
+            try:
+                if audio.ndim != 1:
+                    raise ValueError(f"expected mono 1-D audio, got shape {audio.shape}")
+                new = (
+                    torch.tensor(audio, dtype=torch.float32) * AUDIO_SCALE
+                )  # copies: inputs may be read-only
+            except (ValueError, TypeError, RuntimeError) as exc:
+                outputs.append(self._fail(stream, "features", exc))
+                continue
             wave = torch.cat([stream.wave_tail, new]) if len(stream.wave_tail) else new
             used = frames_for(len(wave), self.fbank.opts) * self.fbank.opts.window_shift
             stream.wave_tail = wave[used:]

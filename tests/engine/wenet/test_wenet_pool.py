@@ -139,3 +139,24 @@ def test_pool_too_small_for_one_stream_names_the_levers(make_runner: Callable[..
         make_runner(chunk_size=8, num_left_chunks=4, max_num_blocks=3)
     with pytest.raises(InvalidRequestError, match="cpu_cache_bytes"):
         make_runner(chunk_size=8, max_num_blocks=None, cpu_cache_bytes=1000)
+
+
+def test_bad_audio_fails_only_its_own_stream(make_runner: Callable[..., WenetRunner]) -> None:
+    runner = make_runner(chunk_size=4)
+    good, bad = (
+        Request("good", True, DecodingOptions(), 16000),
+        Request("bad", True, DecodingOptions(), 16000),
+    )
+    assert runner.admit([good, bad]) == []
+    audio = load_clip("mfa_thoughts")
+    good.append_audio(audio)
+    good.input_finished = True
+    bad.append_audio(np.zeros((1600, 2), dtype=np.float32))  # stereo slipped past the edge
+    outs = runner.execute()
+    errors = [o for o in outs if o.finished]
+    assert [(o.request_id, o.finish_reason, o.error_stage) for o in errors] == [("bad", "error", "features")]
+    assert "mono" in (errors[0].error or "")
+    while runner.has_work():
+        outs += runner.execute()
+    assert outs[-1].request_id == "good" and outs[-1].finish_reason == "stop"
+    assert runner.pool.num_free == runner.pool.num_blocks
