@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -54,6 +55,20 @@ def _tree(proc: psutil.Process) -> list[psutil.Process]:
         return []
 
 
+def _exclusive_trees(roots: dict[str, psutil.Process]) -> dict[str, list[psutil.Process]]:
+    """Each role's process tree, minus the trees of roles nested in it (the server, though a
+    child of the benchmark process, is not the benchmark's CPU) and minus this monitor."""
+    trees = {role: _tree(root) for role, root in roots.items()}
+    me = os.getpid()
+    out = {}
+    for role, tree in trees.items():
+        pids = {p.pid for p in tree}
+        nested = {p.pid for other, t in trees.items()
+                  if other != role and roots[other].pid != roots[role].pid and roots[other].pid in pids for p in t}
+        out[role] = [p for p in tree if p.pid not in nested and p.pid != me]
+    return out
+
+
 def run(out: Path, pids: dict[str, int], interval_s: float) -> None:
     stop = False
 
@@ -66,10 +81,10 @@ def run(out: Path, pids: dict[str, int], interval_s: float) -> None:
     known: dict[int, psutil.Process] = {}
     with out.open("a") as f:
         while not stop:
-            for role, root in roots.items():
+            for role, tree in _exclusive_trees(roots).items():
                 cpu = rss = 0.0
                 procs = 0
-                for p in _tree(root):
+                for p in tree:
                     # cpu_percent needs the same Process object across calls to measure an interval.
                     p = known.setdefault(p.pid, p)
                     try:
@@ -79,7 +94,7 @@ def run(out: Path, pids: dict[str, int], interval_s: float) -> None:
                     except psutil.NoSuchProcess:
                         known.pop(p.pid, None)
                 if procs:
-                    f.write(json.dumps({"t": time.perf_counter(), "role": role, "pid": root.pid,
+                    f.write(json.dumps({"t": time.perf_counter(), "role": role, "pid": roots[role].pid,
                                         "cpu_pct": round(cpu, 1), "rss_mb": round(rss / 2**20, 1),
                                         "procs": procs}) + "\n")
             # Whole-host CPU, so contention from other processes is visible in the record.

@@ -63,6 +63,8 @@ def _status(summary: dict[str, Any], point: str) -> str:
 def _fmt(x: float | None) -> str:
     if x is None:
         return "—"
+    if isinstance(x, int):
+        return str(x)
     if abs(x) >= 100:
         return f"{x:.0f}"
     return f"{x:.3g}" if abs(x) < 1 else f"{x:.2f}"
@@ -119,12 +121,24 @@ def gaps(summaries: list[dict[str, Any]]) -> str:
     return "\n".join(lines) or "- none"
 
 
+def _load(summary: dict[str, Any]) -> str:
+    """How busy the host and the measured processes were (from the out-of-process monitor)."""
+    res = summary.get("resources", {})
+    parts = []
+    if "host" in res:
+        parts.append(f"host CPU {res['host']['cpu_pct_mean']:.0f}% (load avg {res['host'].get('loadavg1_mean', 0):.1f})")
+    for role in ("bench", "server"):
+        if role in res:
+            parts.append(f"{role} CPU {res[role]['cpu_pct_mean']:.0f}%, RSS max {res[role]['rss_mb_max']:.0f} MiB")
+    return "; " + ", ".join(parts) if parts else ""
+
+
 def render_markdown(summaries: list[dict[str, Any]], metas: list[dict[str, Any]]) -> str:
     env = metas[0]["environment"] if metas else {}
     runs = "\n".join(
         f"- `{s['run_id']}`: {s['label']}, profile {s['profile']}, status {s['status']}, "
         f"commit {str(m['environment'].get('git_commit'))[:10]}{' (dirty)' if m['environment'].get('git_dirty') else ''}, "
-        f"workload {s['workload_hash'][:12]}" for s, m in zip(summaries, metas, strict=True))
+        f"workload {s['workload_hash'][:12]}{_load(s)}" for s, m in zip(summaries, metas, strict=True))
     hashes = {s["workload_hash"] for s in summaries}
     warn = "" if len(hashes) <= 1 else "\n**Warning: these runs ran different workloads; compare with care.**\n"
     return "\n".join([

@@ -89,7 +89,18 @@ def _request_point(kind: str, records: list[dict[str, Any]], refs: dict[str, str
         for key in ("process_ms", "import_ms", "start_ms", "first_request_ms"):
             metrics[f"{key}_mean"] = rnd(statistics.mean(r[key] for r in ok))
     metrics.update(_accuracy(records, refs))
-    return {"status": "ok" if ok else "failed", "metrics": metrics, "spread": spread}
+    return _point(ok, records, metrics, spread)
+
+
+def _point(ok: list[dict[str, Any]], records: list[dict[str, Any]], metrics: dict[str, Any],
+           spread: dict[str, Any]) -> dict[str, Any]:
+    point: dict[str, Any] = {"status": "ok" if ok else "failed", "metrics": metrics, "spread": spread}
+    errors = [r["error"] for r in records if not r["ok"]]
+    if errors:
+        point["first_error"] = errors[0]
+        if not ok:
+            point["reason"] = errors[0]
+    return point
 
 
 def _session_point(records: list[dict[str, Any]], refs: dict[str, str]) -> dict[str, Any]:
@@ -113,17 +124,22 @@ def _session_point(records: list[dict[str, Any]], refs: dict[str, str]) -> dict[
                                                       ("partial_interval_ms", intervals))
               for p in ("p50", "p90", "p99", "mean")}
     metrics.update(_accuracy(records, refs))
-    return {"status": "ok" if ok else "failed", "metrics": metrics, "spread": spread}
+    return _point(ok, records, metrics, spread)
 
 
 def _resources(samples: list[dict[str, Any]]) -> dict[str, Any]:
     by_role: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for s in samples:
         by_role[s["role"]].append(s)
-    return {role: {"n": len(rows), "cpu_pct_mean": rnd(statistics.mean(r["cpu_pct"] for r in rows)),
-                   "cpu_pct_max": rnd(max(r["cpu_pct"] for r in rows)),
-                   "rss_mb_max": rnd(max(r["rss_mb"] for r in rows))}
-            for role, rows in sorted(by_role.items())}
+    out: dict[str, Any] = {}
+    for role, rows in sorted(by_role.items()):
+        out[role] = {"n": len(rows), "cpu_pct_mean": rnd(statistics.mean(r["cpu_pct"] for r in rows)),
+                     "cpu_pct_max": rnd(max(r["cpu_pct"] for r in rows)),
+                     "rss_mb_max": rnd(max(r["rss_mb"] for r in rows))}
+        loads = [r["loadavg1"] for r in rows if "loadavg1" in r]
+        if loads:
+            out[role]["loadavg1_mean"] = rnd(statistics.mean(loads))
+    return out
 
 
 def summarize(run: dict[str, Any]) -> dict[str, Any]:
