@@ -1,0 +1,92 @@
+"""/v1/realtime against the default (offline-mode) server with the official `openai` SDK's
+realtime client: a streamed session is buffered and transcribed at the commit, so a stock
+client gets exactly one `completed` per turn and no deltas. Ends with a SIGTERM drain that
+closes a live session with 1001 (last test: it stops the module's server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+import websockets
+
+from tests.conftest import load_clip, manifest, wer
+from tests.e2e.conftest import ServerProcess
+from tests.e2e.test_realtime_common import (
+    COMMITTED,
+    DELTA,
+    TERMINAL,
+    SessionLog,
+    check_session_events,
+    pcm16_at,
+    sdk_session,
+)
+
+CLIPS = ("libri_61-70968-0000", "ps_cards_005")  # 4.9 s and 3.5 s, streamed concurrently
+WER_SLACK = 2.0  # points over the offline transcript of the same clips
+TIMEOUT_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def logs(server: ServerProcess) -> dict[str, SessionLog]:
+    async def run() -> list[SessionLog]:
+        return await asyncio.gather(*(sdk_session(server.ws_url, pcm16_at(load_clip(c), 24000)) for c in CLIPS))
+
+    return dict(zip(CLIPS, asyncio.run(run())))
+
+
+def offline_transcript(server: ServerProcess, clip_id: str) -> str:
+    path = next(c.path for c in manifest() if c.id == clip_id)
+    r = httpx.post(f"{server.base_url}/v1/audio/transcriptions", files={"file": (path.name, path.read_bytes())},
+                   timeout=TIMEOUT_S)
+    r.raise_for_status()
+    return str(r.json()["text"])
+
+
+def test_offline_server_answers_each_turn_with_one_completed(logs: dict[str, SessionLog]) -> None:
+    for log in logs.values():
+        check_session_events(log.events)
+        kinds = [e["type"] for e in log.events]
+        assert kinds == ["session.created", "session.updated", COMMITTED, TERMINAL[0]], kinds
+        assert not log.of_type(DELTA)
+        session = log.events[1]["session"]
+        assert session["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
+        assert session["audio"]["input"]["turn_detection"] is None
+
+
+def test_offline_server_transcripts_match_the_file_api(server: ServerProcess, logs: dict[str, SessionLog]) -> None:
+    refs = [next(c.text for c in manifest() if c.id == clip_id) or "" for clip_id in CLIPS]
+    live = [logs[c].transcripts()[0] for c in CLIPS]
+    offline = [offline_transcript(server, c) for c in CLIPS]
+    assert wer(refs, live) <= wer(refs, offline) + WER_SLACK, (live, offline)
+
+
+def test_metrics_count_realtime_sessions(server: ServerProcess, logs: dict[str, SessionLog]) -> None:
+    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+    assert 'oasr_stream_sessions_active{api="realtime"} 0.0' in text
+    assert 'oasr_request_duration_seconds_count{api="realtime",mode="streaming",outcome="ok"} 2.0' in text
+    assert 'oasr_audio_seconds_total{api="realtime",mode="streaming"}' in text
+
+
+async def test_shutdown_closes_live_sessions_with_1001(server: ServerProcess) -> None:
+    """Runs last in this module: SIGTERM stops the module's server."""
+    async with websockets.connect(server.ws_url + "/v1/realtime?intent=transcription") as ws:
+        assert json.loads(await ws.recv())["type"] == "session.created"
+        await ws.send(json.dumps({"type": "session.update", "session": {"type": "transcription", "audio": {
+            "input": {"turn_detection": None}}}}))
+        await ws.send(pcm16_at(load_clip("ps_cards_001"), 24000))
+        await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        events = []
+        while not any(e["type"] == COMMITTED for e in events):
+            events.append(json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT_S)))
+        exit_code = asyncio.get_running_loop().run_in_executor(None, server.terminate)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            while True:
+                events.append(json.loads(await asyncio.wait_for(ws.recv(), 30)))
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001, closed.value
+        # the committed item still got its one terminal event: completed, or failed by the drain
+        check_session_events(events)
+    assert await exit_code == 0

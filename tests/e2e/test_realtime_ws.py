@@ -1,0 +1,343 @@
+"""/v1/realtime end to end against a streaming-mode server: the official `openai` SDK realtime
+client at real-time pace, and a raw `websockets` client for binary/base64 frames, several
+turns per session, server-VAD turns on a recording with pauses, protocol errors the session
+survives, 503 admission and the idle timeout. Every session's events go through
+`check_session_events` (committed text never changes, one terminal event per item).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import soxr
+import websockets
+
+from tests.audio_variants import encode_variant
+from tests.conftest import load_clip, manifest, wer
+from tests.e2e.conftest import ServerProcess, start_server
+from tests.e2e.test_realtime_common import (
+    COMMITTED,
+    DELTA,
+    TERMINAL,
+    SessionLog,
+    check_session_events,
+    chunks_of,
+    pcm16_at,
+    sdk_session,
+)
+
+SDK_CLIPS = ("libri_2412-153948-0000", "mfa_thoughts")  # 11.7 s and 3.6 s, streamed concurrently
+MAX_FRAME_KIB = 64
+MAX_INFLIGHT = 3
+IDLE_S = 3.0
+WER_SLACK = 2.0  # points: a realtime transcript may be this much worse than the offline one
+VAD_TOLERANCE_MS = 200
+TIMEOUT_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = start_server(tmp_path_factory.mktemp("realtime"), env={
+        "OASR_SERVICE_MODE": "streaming",
+        "OASR_MAX_STREAM_FRAME_KIB": str(MAX_FRAME_KIB),
+        "OASR_MAX_INFLIGHT": str(MAX_INFLIGHT),
+        "OASR_STREAM_IDLE_TIMEOUT_SECS": str(IDLE_S),
+        "OASR_VAD": "silero",
+    })
+    yield srv
+    srv.terminate()
+
+
+def reference(clip_id: str) -> str:
+    text = next(c.text for c in manifest() if c.id == clip_id)
+    assert text is not None
+    return text
+
+
+def offline_transcript(server: ServerProcess, clip_id: str) -> str:
+    path = next(c.path for c in manifest() if c.id == clip_id)
+    r = httpx.post(f"{server.base_url}/v1/audio/transcriptions", files={"file": (path.name, path.read_bytes())},
+                   data={"model": "whisper-1"}, timeout=TIMEOUT_S)
+    r.raise_for_status()
+    return str(r.json()["text"])
+
+
+def streaming_enabled(server: ServerProcess) -> bool:
+    info = httpx.get(f"{server.base_url}/v1/models", timeout=10).json()["data"][0]["info"]
+    return bool(info.get("streaming_enabled"))
+
+
+class Raw:
+    """A raw WebSocket client that logs every server event."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.log = SessionLog()
+
+    async def send(self, event: dict[str, Any]) -> None:
+        await self.ws.send(json.dumps(event))
+
+    async def next(self, kind: str | tuple[str, ...], timeout: float = TIMEOUT_S) -> dict[str, Any]:
+        kinds = (kind,) if isinstance(kind, str) else kind
+        deadline = time.monotonic() + timeout
+        while True:
+            message = await asyncio.wait_for(self.ws.recv(), max(deadline - time.monotonic(), 0.01))
+            event = json.loads(message)
+            self.log.add(event)
+            if event["type"] in kinds:
+                return event
+
+    async def error(self, code: str) -> dict[str, Any]:
+        event = await self.next("error", timeout=30)
+        assert event["error"]["code"] == code, event
+        return event
+
+
+def connect(server: ServerProcess, **kwargs: Any) -> Any:
+    return websockets.connect(server.ws_url + "/v1/realtime?intent=transcription", max_size=None, **kwargs)
+
+
+async def manual_session(raw: Raw, fmt: dict[str, Any]) -> None:
+    await raw.next("session.created")
+    await raw.send({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+        "format": fmt, "turn_detection": None}}}})
+    updated = await raw.next("session.updated")
+    assert updated["session"]["audio"]["input"]["turn_detection"] is None
+
+
+# ---------------------------------------------------------------- official SDK
+
+
+@pytest.fixture(scope="module")
+def sdk_logs(server: ServerProcess) -> dict[str, SessionLog]:
+    async def run() -> list[SessionLog]:
+        return await asyncio.gather(*(sdk_session(server.ws_url, pcm16_at(load_clip(c), 24000))
+                                      for c in SDK_CLIPS))
+
+    return dict(zip(SDK_CLIPS, asyncio.run(run())))
+
+
+def test_sdk_session_transcribes_like_offline(server: ServerProcess, sdk_logs: dict[str, SessionLog]) -> None:
+    for log in sdk_logs.values():
+        check_session_events(log.events)
+        assert log.events[0]["type"] == "session.created"
+        assert len(log.of_type(COMMITTED)) == 1 and len(log.transcripts()) == 1
+    refs = [reference(c) for c in SDK_CLIPS]
+    live = [sdk_logs[c].transcripts()[0] for c in SDK_CLIPS]
+    offline = [offline_transcript(server, c) for c in SDK_CLIPS]
+    assert wer(refs, live) <= wer(refs, offline) + WER_SLACK, (live, offline)
+    for c in SDK_CLIPS:  # the audio_end_ms extension covers the whole clip
+        done = sdk_logs[c].of_type(TERMINAL[0])[0]
+        assert abs(done["audio_end_ms"] - len(load_clip(c)) / 16) <= 30
+
+
+def test_sdk_session_deltas_arrive_before_audio_ends(request: pytest.FixtureRequest, server: ServerProcess,
+                                                     sdk_logs: dict[str, SessionLog]) -> None:
+    if not streaming_enabled(server):
+        request.applymarker(pytest.mark.xfail(
+            reason="the engine's Whisper streaming runtime is not in yet: /v1/models reports "
+                   "streaming_enabled=false, so a streaming-mode server still buffers to the commit",
+            strict=False))
+    for clip_id, log in sdk_logs.items():
+        first = log.first_delta_time()
+        assert first is not None and first < log.audio_end, f"{clip_id}: no delta before the audio ended"
+        assert all(isinstance(e.get("audio_end_ms"), int) for e in log.of_type(DELTA))
+
+
+# ---------------------------------------------------------------- raw websockets
+
+
+async def test_binary_and_base64_turns_in_one_session(server: ServerProcess) -> None:
+    first, second = "ps_goforward", "mfa_thoughts"
+    async with connect(server) as ws:
+        raw = Raw(ws)
+        await manual_session(raw, {"type": "audio/pcm", "rate": 16000})
+        for chunk in chunks_of(pcm16_at(load_clip(first), 16000), 3200):  # 100 ms binary frames
+            await ws.send(chunk)
+        await raw.send({"type": "input_audio_buffer.commit", "event_id": "c1"})
+        one = await raw.next(COMMITTED)
+        assert one["previous_item_id"] is None
+        # second turn: G.711 µ-law at 8 kHz, base64 in input_audio_buffer.append
+        await raw.send({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+            "format": {"type": "audio/pcmu"}}}}})
+        await raw.next("session.updated")
+        mulaw = encode_variant(soxr.resample(load_clip(second), 16000, 8000), 8000, "mulaw")
+        for chunk in chunks_of(mulaw, 800):
+            await raw.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk).decode()})
+        await raw.send({"type": "input_audio_buffer.commit"})
+        two = await raw.next(COMMITTED)
+        assert two["previous_item_id"] == one["item_id"] != two["item_id"]
+        while len(raw.log.of_type(TERMINAL[0])) < 2:
+            await raw.next(TERMINAL)
+    check_session_events(raw.log.events)
+    done = {e["item_id"]: e for e in raw.log.of_type(TERMINAL[0])}
+    hyps = [done[one["item_id"]]["transcript"], done[two["item_id"]]["transcript"]]
+    assert wer([reference(first), reference(second)], hyps) <= 25.0, hyps
+    first_ms = len(load_clip(first)) / 16
+    assert abs(done[one["item_id"]]["audio_end_ms"] - first_ms) <= 30
+    assert abs(done[two["item_id"]]["audio_end_ms"] - first_ms - len(load_clip(second)) / 16) <= 30
+
+
+def speech_bounds_ms(audio: np.ndarray, floor_db: float = -35.0) -> tuple[float, float]:
+    """First and last 20 ms frame within floor_db of the loudest: an estimate of where speech
+    is that does not use the server's VAD."""
+    frame = 320
+    n = len(audio) // frame
+    rms = np.sqrt((audio[: n * frame].reshape(n, frame) ** 2).mean(axis=1) + 1e-12)
+    loud = np.nonzero(20 * np.log10(rms / rms.max()) > floor_db)[0]
+    return loud[0] * 20.0, (loud[-1] + 1) * 20.0
+
+
+async def test_server_vad_turns_on_a_recording_with_pauses(server: ServerProcess) -> None:
+    """Two clips with 1.5 s of silence between them, sent in the beta shape; the server's VAD
+    finds both turns at the right audio times and transcribes each as its own item."""
+    clips = ("mfa_thoughts", "mfa_her")
+    rng = np.random.default_rng(0)
+
+    def silence(seconds: float) -> np.ndarray:
+        return (rng.standard_normal(int(seconds * 16000)) * 1e-4).astype(np.float32)
+
+    parts = [silence(0.5), load_clip(clips[0]), silence(1.5), load_clip(clips[1]), silence(1.0)]
+    expected, offset = [], 0.0
+    for part, is_speech in zip(parts, (False, True, False, True, False)):
+        if is_speech:
+            on, off = speech_bounds_ms(part)
+            expected.append((offset + on, offset + off))
+        offset += len(part) / 16
+    recording = np.concatenate(parts)
+    async with connect(server, additional_headers={"OpenAI-Beta": "realtime=v1"}) as ws:
+        raw = Raw(ws)
+        created = await raw.next("transcription_session.created")
+        assert created["session"]["turn_detection"]["type"] == "server_vad"
+        await raw.send({"type": "transcription_session.update", "session": {
+            "input_audio_format": "pcm16", "turn_detection": {"type": "server_vad", "silence_duration_ms": 500}}})
+        await raw.next("transcription_session.updated")
+        for chunk in chunks_of(pcm16_at(recording, 24000), 4800):  # 100 ms frames, faster than real time
+            await ws.send(chunk)
+        while len(raw.log.of_type(TERMINAL[0])) < 2:
+            await raw.next(TERMINAL)
+        await raw.send({"type": "input_audio_buffer.commit"})  # only silence left to commit
+        await raw.error("input_audio_buffer_commit_empty")
+    check_session_events(raw.log.events)
+    started = raw.log.of_type("input_audio_buffer.speech_started")
+    stopped = raw.log.of_type("input_audio_buffer.speech_stopped")
+    assert len(started) == len(stopped) == 2, [e["type"] for e in raw.log.events]
+    tol = VAD_TOLERANCE_MS
+    previous_end = 0
+    for (on, off), start, stop in zip(expected, started, stopped):
+        assert abs(start["speech_start_ms"] - on) <= tol, (start, on)
+        assert abs(stop["speech_end_ms"] - off) <= tol, (stop, off)
+        assert max(on - 300, previous_end) - tol <= start["audio_start_ms"] <= on + tol  # prefix padding
+        assert off - tol <= stop["audio_end_ms"] <= off + 100 + tol  # suffix padding
+        assert start["item_id"] == stop["item_id"]
+        previous_end = stop["audio_end_ms"]
+    items = [e["item_id"] for e in started]
+    assert [e["item_id"] for e in raw.log.of_type(COMMITTED)] == items
+    done = {e["item_id"]: e for e in raw.log.of_type(TERMINAL[0])}
+    hyps = [done[i]["transcript"] for i in items]
+    offline = [offline_transcript(server, c) for c in clips]
+    refs = [reference(c) for c in clips]
+    assert wer(refs, hyps) <= wer(refs, offline) + 10.0, (hyps, offline)
+    for item, stop in zip(items, stopped):  # a turn's audio ends where its speech_stopped says
+        assert abs(done[item]["audio_end_ms"] - stop["audio_end_ms"]) <= 2
+
+
+async def test_protocol_errors_leave_the_session_working(server: ServerProcess) -> None:
+    async with connect(server) as ws:
+        raw = Raw(ws)
+        await manual_session(raw, {"type": "audio/pcm", "rate": 24000})
+        await ws.send("{not json")
+        await raw.error("invalid_json")
+        await raw.send({"type": "input_audio_buffer.frobnicate", "event_id": "evt_1"})
+        err = await raw.error("unknown_event_type")
+        assert err["error"]["event_id"] == "evt_1"
+        await raw.send({"type": "response.create"})
+        await raw.error("unsupported_event")
+        wav = encode_variant(np.asarray(load_clip("ps_cards_001")), 16000, "wav")
+        await ws.send(wav)  # a file, not samples
+        err = await raw.error("invalid_audio_format")
+        assert "/v1/audio/transcriptions" in err["error"]["message"]
+        flac = encode_variant(np.asarray(load_clip("ps_cards_001")), 16000, "flac")
+        await raw.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(flac).decode()})
+        await raw.error("invalid_audio_format")
+        await raw.send({"type": "input_audio_buffer.append", "audio": "***"})
+        await raw.error("invalid_value")
+        await ws.send(b"\x01\x02\x03")  # not whole 16-bit samples
+        await raw.error("invalid_audio")
+        await ws.send(bytes(MAX_FRAME_KIB * 1024 + 2))
+        err = await raw.error("message_too_large")
+        assert "--max-stream-frame-kib" in err["error"]["message"]
+        await raw.send({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+            "turn_detection": {"type": "server_vad", "silence_duration_ms": 200}}}}})
+        err = await raw.error("server_vad_setting")
+        assert "--vad-silence-duration-ms" in err["error"]["message"]
+        assert err["error"]["param"] == "session.audio.input.turn_detection.silence_duration_ms"
+        await raw.send({"type": "input_audio_buffer.commit"})
+        await raw.error("input_audio_buffer_commit_empty")
+        # none of that broke the session: a turn still transcribes
+        for chunk in chunks_of(pcm16_at(load_clip("ps_cards_001"), 24000), 4800):
+            await ws.send(chunk)
+        await raw.send({"type": "input_audio_buffer.commit"})
+        done = await raw.next(TERMINAL)
+    check_session_events(raw.log.events)
+    assert done["type"] == TERMINAL[0]
+    assert wer([reference("ps_cards_001")], [done["transcript"]]) <= 34.0, done["transcript"]
+    assert httpx.get(f"{server.base_url}/readyz", timeout=10).status_code == 200
+
+
+async def test_clear_drops_the_open_turn(server: ServerProcess) -> None:
+    async with connect(server) as ws:
+        raw = Raw(ws)
+        await manual_session(raw, {"type": "audio/pcm", "rate": 16000})
+        await ws.send(pcm16_at(load_clip("ps_cards_002"), 16000))
+        await raw.send({"type": "input_audio_buffer.clear"})
+        await raw.next("input_audio_buffer.cleared")
+        await raw.send({"type": "input_audio_buffer.commit"})
+        await raw.error("input_audio_buffer_commit_empty")
+        await ws.send(pcm16_at(load_clip("ps_cards_003"), 16000))
+        await raw.send({"type": "input_audio_buffer.commit"})
+        done = await raw.next(TERMINAL)
+    check_session_events(raw.log.events)
+    assert len(raw.log.of_type(COMMITTED)) == 1
+    assert wer([reference("ps_cards_003")], [done["transcript"]]) <= 34.0, done["transcript"]
+
+
+async def test_503_when_no_inflight_permit_is_free(server: ServerProcess) -> None:
+    async with connect(server) as a, connect(server) as b, connect(server) as c:
+        for ws in (a, b, c):
+            assert json.loads(await ws.recv())["type"] == "session.created"
+        with pytest.raises(websockets.InvalidStatus) as exc:
+            async with connect(server):
+                pass
+        assert exc.value.response.status_code == 503
+        assert b"max-inflight" in exc.value.response.body
+    for _ in range(50):  # the permits come back when the sessions end
+        try:
+            async with connect(server) as ws:
+                assert json.loads(await ws.recv())["type"] == "session.created"
+                return
+        except websockets.InvalidStatus:
+            await asyncio.sleep(0.1)
+    pytest.fail("permits were not released after the sessions closed")
+
+
+async def test_idle_session_is_closed(server: ServerProcess) -> None:
+    async with connect(server) as ws:
+        raw = Raw(ws)
+        await raw.next("session.created")
+        started = time.monotonic()
+        err = await raw.error("idle_timeout")
+        assert IDLE_S - 0.5 <= time.monotonic() - started <= IDLE_S + 5
+        with pytest.raises(websockets.ConnectionClosedOK) as closed:
+            await ws.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+        assert "--stream-idle-timeout-secs" in err["error"]["message"]
+
