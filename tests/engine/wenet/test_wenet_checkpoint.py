@@ -42,8 +42,12 @@ def test_export_variants_load_to_the_same_model(tmp_path: Path, variant: dict) -
 
 
 def test_detected_and_registered(tmp_path: Path) -> None:
+    import engine.models.whisper  # noqa: F401 - detection must hold with every family registered
+
     ckpt = write_checkpoint(str(tmp_path / "c"))
+    shutil.copy(os.path.join(ckpt, "final.pt"), os.path.join(ckpt, "avg.pt"))  # an experiment dir
     assert detect(ckpt) and resolve_family(ckpt) is FAMILY
+    assert load_checkpoint(ckpt, CPU, torch.float32).weights_path.endswith("final.pt")
     os.remove(os.path.join(ckpt, "units.txt"))
     assert not detect(ckpt)
 
