@@ -1,0 +1,305 @@
+"""The realtime protocol without a server: session.update parsing in both shapes, server-VAD
+knobs refused with the server flag, audio payload decoding and container refusal, and a
+session driven by a scripted engine bridge to pin how partials become delta events
+(increments, revisions, committed text) and how a turn ends."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from app.g711 import mulaw_to_float
+from app.metrics import Metrics
+from app.realtime.audio_input import container_of, decode_base64, decode_chunk
+from app.realtime.config import (
+    InputFormat,
+    SessionConfig,
+    TranscriptionConfig,
+    VadSettings,
+    parse_beta_update,
+    parse_ga_update,
+)
+from app.realtime.events import ProtocolError, error_event, server_event
+from app.realtime.session import RealtimeSession
+from engine import RequestOutput
+from engine.errors import InvalidRequestError
+
+VAD = VadSettings(threshold=0.5, prefix_padding_ms=300, silence_duration_ms=500)
+
+
+def ga(input_: dict[str, Any], **session: Any) -> dict[str, Any]:
+    return {"type": "session.update", "session": {"type": "transcription", "audio": {"input": input_}, **session}}
+
+
+def raises(code: str, fn: Any, *args: Any) -> ProtocolError:
+    with pytest.raises(ProtocolError) as exc:
+        fn(*args)
+    assert exc.value.code == code, exc.value.message
+    return exc.value
+
+
+# ---------------------------------------------------------------- session.update
+
+
+@pytest.mark.parametrize(("fmt", "expected"), [
+    ({"type": "audio/pcm", "rate": 24000}, InputFormat("pcm16", 24000)),
+    ({"type": "audio/pcm", "rate": 16000}, InputFormat("pcm16", 16000)),
+    ({"type": "audio/pcm", "rate": 8000}, InputFormat("pcm16", 8000)),
+    ({"type": "audio/pcm"}, InputFormat("pcm16", 24000)),
+    ({"type": "audio/pcmu"}, InputFormat("pcmu", 8000)),
+    ({"type": "audio/pcma", "rate": 8000}, InputFormat("pcma", 8000)),
+])
+def test_ga_formats(fmt: dict[str, Any], expected: InputFormat) -> None:
+    assert parse_ga_update(ga({"format": fmt}), SessionConfig(), VAD).input_format == expected
+
+
+@pytest.mark.parametrize(("fmt", "param"), [
+    ({"type": "audio/pcm", "rate": 22050}, "session.audio.input.format.rate"),
+    ({"type": "audio/pcm", "rate": True}, "session.audio.input.format.rate"),
+    ({"type": "audio/pcmu", "rate": 16000}, "session.audio.input.format.rate"),
+    ({"type": "audio/wav"}, "session.audio.input.format.type"),
+])
+def test_ga_bad_formats_name_the_field(fmt: dict[str, Any], param: str) -> None:
+    err = raises("invalid_value", parse_ga_update, ga({"format": fmt}), SessionConfig(), VAD)
+    assert err.param == param
+
+
+def test_ga_update_changes_only_what_it_names() -> None:
+    start = SessionConfig(InputFormat("pcm16", 16000), server_vad=True, transcription=TranscriptionConfig("m", "en"))
+    config = parse_ga_update(ga({"turn_detection": None}), start, VAD)
+    assert config == SessionConfig(InputFormat("pcm16", 16000), server_vad=False,
+                                   transcription=TranscriptionConfig("m", "en"))
+    config = parse_ga_update(ga({"transcription": {"prompt": "Kubernetes"}}), config, VAD)
+    assert config.transcription == TranscriptionConfig("m", "en", "Kubernetes")
+
+
+def test_only_transcription_sessions() -> None:
+    err = raises("unsupported_session_type", parse_ga_update, ga({}, type="realtime"), SessionConfig(), VAD)
+    assert err.param == "session.type"
+
+
+def test_server_vad_with_the_servers_values_is_accepted() -> None:
+    event = ga({"turn_detection": {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300,
+                                   "silence_duration_ms": 500, "create_response": True}})
+    assert parse_ga_update(event, SessionConfig(server_vad=False), VAD).server_vad is True
+
+
+@pytest.mark.parametrize(("key", "value", "flag", "env"), [
+    ("threshold", 0.7, "--vad-threshold", "OASR_VAD_THRESHOLD"),
+    ("silence_duration_ms", 200, "--vad-silence-duration-ms", "OASR_VAD_SILENCE_DURATION_MS"),
+    ("prefix_padding_ms", 0, "--vad-prefix-padding-ms", "OASR_VAD_PREFIX_PADDING_MS"),
+])
+def test_changing_a_server_vad_knob_names_the_server_flag(key: str, value: float, flag: str, env: str) -> None:
+    for event, param in (
+        (ga({"turn_detection": {"type": "server_vad", key: value}}), f"session.audio.input.turn_detection.{key}"),
+        ({"type": "transcription_session.update", "session": {"turn_detection": {"type": "server_vad", key: value}}},
+         f"session.turn_detection.{key}"),
+    ):
+        parse = parse_ga_update if event["type"] == "session.update" else parse_beta_update
+        err = raises("server_vad_setting", parse, event, SessionConfig(), VAD)
+        assert flag in err.message and env in err.message and err.param == param
+
+
+def test_semantic_vad_is_refused() -> None:
+    raises("unsupported_turn_detection", parse_ga_update, ga({"turn_detection": {"type": "semantic_vad"}}),
+           SessionConfig(), VAD)
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("pcm16", InputFormat("pcm16", 24000)), ("g711_ulaw", InputFormat("pcmu", 8000)),
+    ("g711_alaw", InputFormat("pcma", 8000)),
+])
+def test_beta_formats(name: str, expected: InputFormat) -> None:
+    event = {"type": "transcription_session.update", "session": {
+        "input_audio_format": name, "input_audio_transcription": {"model": "whisper-1", "language": "en"},
+        "turn_detection": None}}
+    config = parse_beta_update(event, SessionConfig(), VAD)
+    assert config == SessionConfig(expected, server_vad=False, transcription=TranscriptionConfig("whisper-1", "en"))
+    raises("invalid_value", parse_beta_update, {"session": {"input_audio_format": "opus"}}, SessionConfig(), VAD)
+
+
+def test_rendered_sessions_parse_back_to_the_same_config() -> None:
+    config = SessionConfig(InputFormat("pcma", 8000), server_vad=True, transcription=TranscriptionConfig(None, "en"))
+    ga_session = config.render_ga("sess_1", VAD)
+    assert parse_ga_update({"session": ga_session}, SessionConfig(), VAD) == config
+    beta_session = config.render_beta("sess_1", VAD)
+    assert parse_beta_update({"session": beta_session}, SessionConfig(), VAD) == config
+    assert ga_session["audio"]["input"]["turn_detection"] == {**VAD.turn_detection()}
+
+
+def test_transcription_fields_must_be_strings() -> None:
+    err = raises("invalid_value", parse_ga_update, ga({"transcription": {"language": 7}}), SessionConfig(), VAD)
+    assert err.param == "session.audio.input.transcription.language"
+
+
+# ---------------------------------------------------------------- audio payloads
+
+
+def test_pcm16_and_g711_payloads_decode() -> None:
+    samples = np.array([0, 16384, -32768, 32767], dtype="<i2")
+    out = decode_chunk(samples.tobytes(), InputFormat("pcm16", 24000))
+    np.testing.assert_allclose(out, samples / 32768.0, atol=1e-4)
+    mu = bytes(range(0, 256, 17))
+    np.testing.assert_array_equal(decode_chunk(mu, InputFormat("pcmu", 8000)), mulaw_to_float(mu))
+    err = raises("invalid_audio", decode_chunk, b"\x00\x01\x02", InputFormat("pcm16", 24000))
+    assert "even number of bytes" in err.message
+
+
+def _file(fmt: str) -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, np.zeros(1600, dtype=np.float32), 16000, format=fmt)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(("data", "name"), [
+    (_file("WAV"), "wav"), (_file("FLAC"), "flac"), (_file("OGG"), "ogg"),
+    (b"ID3\x04\x00\x00\x00\x00\x00\x10" + bytes(64), "mp3 (ID3 tag)"),
+])
+def test_container_files_are_refused_with_the_file_endpoint(data: bytes, name: str) -> None:
+    assert container_of(data) == name
+    err = raises("invalid_audio_format", decode_chunk, data, InputFormat("pcm16", 16000))
+    assert "/v1/audio/transcriptions" in err.message and name in err.message
+
+
+def test_plain_pcm_is_not_mistaken_for_a_file() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        chunk = (rng.standard_normal(480) * 8000).astype("<i2").tobytes()
+        assert container_of(chunk) is None
+
+
+def test_base64_field() -> None:
+    assert decode_base64(base64.b64encode(b"\x01\x02").decode()) == b"\x01\x02"
+    raises("invalid_value", decode_base64, "not base64!")
+    raises("invalid_value", decode_base64, None)
+
+
+def test_events_have_unique_ids_and_openai_error_shape() -> None:
+    ids = {server_event("x")["event_id"] for _ in range(1000)}
+    assert len(ids) == 1000
+    err = error_event("bad", code="invalid_json", param="type", client_event_id="evt_9")
+    assert err["type"] == "error"
+    assert err["error"] == {"type": "invalid_request_error", "code": "invalid_json", "message": "bad",
+                            "param": "type", "event_id": "evt_9"}
+
+
+# ---------------------------------------------------------------- a session over a scripted bridge
+
+
+class ScriptedService:
+    """Stands in for EngineService at the seam the session uses; the test plays the engine by
+    putting outputs into the request's real OutputStream."""
+
+    def __init__(self) -> None:
+        from app.engine_service import OutputStream
+
+        self._stream_cls = OutputStream
+        self.metrics = Metrics()
+        self.engine = type("E", (), {"sample_rate": 16000, "runner": self})()
+        self.streams: dict[str, Any] = {}
+        self.fed: dict[str, list[tuple[int, bool]]] = {}
+        self.closed: list[str] = []
+
+    def check_options(self, options: Any, streaming: bool) -> None:
+        if options.language not in (None, "en"):
+            raise InvalidRequestError(f"model is English-only: language {options.language!r} is not supported")
+
+    def open_request(self, audio: Any, *, streaming: bool, decoding: Any) -> Any:
+        rid = f"req-{len(self.streams)}"
+        self.streams[rid] = self._stream_cls(rid)
+        self.fed[rid] = []
+        return self.streams[rid]
+
+    def feed(self, rid: str, chunk: np.ndarray, is_last: bool = False) -> None:
+        self.fed[rid].append((chunk.size, is_last))
+
+    def close(self, rid: str) -> None:
+        self.closed.append(rid)
+
+
+class ListSender:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.closed = False
+
+    async def send(self, event: dict[str, Any]) -> None:
+        self.events.append(json.loads(json.dumps(event)))
+
+    async def close(self, code: int, reason: str) -> None:
+        self.closed = True
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_partials_become_increments_and_revisions_and_one_completed() -> None:
+    service, sender = ScriptedService(), ListSender()
+    session = RealtimeSession(sender, service, vad_model=None, vad=VAD)  # type: ignore[arg-type]
+    await session.start()
+    await session.handle_text(json.dumps(ga({"format": {"type": "audio/pcm", "rate": 16000},
+                                             "turn_detection": None})))
+    await session.handle_binary(np.zeros(8000, dtype="<i2").tobytes())  # 0.5 s
+    (rid,) = service.streams
+    stream = service.streams[rid]
+    script = (("", "Hello war"), ("Hello ", "word"), ("Hello word ", "now"), ("Hello word ", "now"))
+    for committed, tentative in script:
+        stream.put(RequestOutput(rid, text=committed + tentative, committed=committed, tentative=tentative,
+                                 duration=0.25))
+        await settle()
+    await session.handle_text(json.dumps({"type": "input_audio_buffer.commit"}))
+    stream.put(RequestOutput(rid, text="Hello word now.", finished=True, finish_reason="stop", duration=0.5,
+                             language="en"))
+    await settle()
+    kinds = [e["type"] for e in sender.events]
+    delta, done = "conversation.item.input_audio_transcription.delta", "conversation.item.input_audio_transcription.completed"
+    assert kinds == ["session.created", "session.updated", delta, delta, delta, "input_audio_buffer.committed", done]
+    d1, d2, d3 = sender.events[2:5]
+    assert (d1["delta"], d1.get("text")) == ("Hello war", None)
+    assert (d2["delta"], d2["text"]) == ("", "Hello word")  # tentative "war" was revised
+    assert (d3["delta"], d3.get("text")) == (" now", None)
+    assert [d["committed"] for d in (d1, d2, d3)] == ["", "Hello ", "Hello word "]
+    assert d1["audio_end_ms"] == 250 and d1["server_ms"] >= 0
+    done = sender.events[-1]
+    assert done["transcript"] == "Hello word now." and done["audio_end_ms"] == 500
+    assert done["usage"] == {"type": "duration", "seconds": 0.5} and done["finish_reason"] == "stop"
+    assert service.fed[rid][-1] == (0, True)  # the commit ended the engine request's input
+    assert not session.busy and rid in service.closed
+
+
+async def test_unsupported_language_and_engine_failure() -> None:
+    service, sender = ScriptedService(), ListSender()
+    session = RealtimeSession(sender, service, vad_model=None, vad=VAD)  # type: ignore[arg-type]
+    await session.handle_text(json.dumps(ga({"transcription": {"language": "de"}})))
+    assert sender.events[-1]["error"]["code"] == "invalid_value"
+    await session.handle_text(json.dumps(ga({"turn_detection": {"type": "server_vad"}})))
+    assert sender.events[-1]["error"]["code"] == "server_vad_unavailable"  # no VAD model given
+    await session.handle_text(json.dumps(ga({"turn_detection": None})))
+    await session.handle_binary(np.zeros(480, dtype="<i2").tobytes())
+    (rid,) = service.streams
+    await session.handle_text(json.dumps({"type": "input_audio_buffer.commit"}))
+    service.streams[rid].put(RequestOutput(rid, finished=True, finish_reason="error", error="boom",
+                                           error_stage="decode"))
+    await settle()
+    failed = sender.events[-1]
+    assert failed["type"] == "conversation.item.input_audio_transcription.failed"
+    assert failed["error"]["code"] == "recognition_failed" and "boom" in failed["error"]["message"]
+
+
+async def test_disconnect_aborts_open_requests() -> None:
+    service, sender = ScriptedService(), ListSender()
+    session = RealtimeSession(sender, service, vad_model=None, vad=VAD)  # type: ignore[arg-type]
+    await session.handle_text(json.dumps(ga({"turn_detection": None})))
+    await session.handle_binary(np.zeros(480, dtype="<i2").tobytes())
+    assert session.busy
+    session.abort_all()
+    await settle()
+    assert list(service.streams) == service.closed[:1] and not session.busy
