@@ -246,6 +246,26 @@ def test_streaming_flac_file_in_chunks(stub: speech_pb2_grpc.SpeechStub) -> None
     assert len(result.alternatives[0].words) >= 20
 
 
+def test_streaming_voice_events_on_offline_engine_final_per_utterance(stub: speech_pb2_grpc.SpeechStub) -> None:
+    """Offline engine + server VAD: each utterance is recognized when its speech ends."""
+    first, second, pause_s, rate = VARIANT_CLIP, "mfa_thoughts", 1.5, 16000
+    audio = np.concatenate([clip_samples(first, rate), np.zeros(int(pause_s * rate), np.float32),
+                            clip_samples(second, rate)])
+    pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
+    config = pb.RecognitionConfig(encoding=Enc.LINEAR16, sample_rate_hertz=rate)
+    responses = list(stub.StreamingRecognize(
+        stream_requests(config, pcm, rate * 2 * CHUNK_MS // 1000, enable_voice_activity_events=True),
+        timeout=TIMEOUT_S))
+    events = [pb.StreamingRecognizeResponse.SpeechEventType.Name(r.speech_event_type) for r in responses
+              if r.speech_event_type]
+    assert events == ["SPEECH_ACTIVITY_BEGIN", "SPEECH_ACTIVITY_END"] * 2
+    finals = [r.results[0] for r in responses if r.results]
+    assert [f.is_final for f in finals] == [True, True]
+    for final, clip_id in zip(finals, (first, second)):
+        assert wer(clip_row(clip_id)["text"], final.alternatives[0].transcript) <= MAX_WER
+    assert finals[0].result_end_time.ToNanoseconds() / 1e9 < clip_row(first)["duration"] + pause_s
+
+
 # ----------------------------------------------------------------------------- errors
 
 
