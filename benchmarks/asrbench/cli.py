@@ -184,8 +184,8 @@ def cmd_recompute(args: argparse.Namespace) -> int:
 
 def cmd_save_baseline(args: argparse.Namespace) -> int:
     run_dir = records.resolve_run(args.run)
-    name = args.name or f"{json.loads((run_dir / 'run.json').read_text())['profile']['name']}-" \
-                        f"{json.loads((run_dir / 'run.json').read_text())['backend']['label']}"
+    meta = json.loads((run_dir / "run.json").read_text())
+    name = args.name or f"{meta['profile']['name']}-{meta['backend']['label']}"
     target = results_root() / records.BASELINES / name
     if target.exists():
         shutil.rmtree(target)

@@ -9,11 +9,11 @@ over repeats). Tolerances are relative (fraction of the baseline value) unless g
 `{absolute: x}` (used for rates such as WER, where the baseline may be 0).
 
 Thresholds file (YAML or JSON):
-    default: 0.10                      # relative tolerance of metrics not listed
+    default: 0.10                      # tolerance of metrics listed without one
     metrics:
       latency_ms_p90: 0.20
       wer: {absolute: 0.02}
-      rtfx: 0.10
+      rtfx:                            # null: the default tolerance
 Only metrics listed under `metrics` (or DEFAULT_METRICS when the file has none) are gated.
 """
 
@@ -70,7 +70,7 @@ def load_thresholds(path: Path | None) -> tuple[dict[str, Tolerance], Tolerance]
     metrics = raw.get("metrics") or DEFAULT_METRICS
     if not isinstance(metrics, dict):
         raise ThresholdsError("'metrics' must map metric names to tolerances")
-    return {name: _tolerance(name, spec) for name, spec in metrics.items()}, default
+    return {name: default if spec is None else _tolerance(name, spec) for name, spec in metrics.items()}, default
 
 
 def _tolerance(name: str, spec: Any) -> Tolerance:

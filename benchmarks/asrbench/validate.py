@@ -24,8 +24,8 @@ def accuracy_rows(summary: dict[str, Any], max_wer: float | None, max_empty: flo
 def _transcripts(run: dict[str, Any]) -> dict[str, str]:
     """First successful measured transcript of each clip (kinds agree on a clip's text)."""
     out: dict[str, str] = {}
-    for r in [*run["requests"], *run["sessions"]]:
-        if r["phase"] == "measure" and r["ok"] and r["kind"] != "streaming":
+    for r in run["requests"]:
+        if r["phase"] == "measure" and r["ok"]:
             out.setdefault(r["item_id"], r["text"])
     return out
 
