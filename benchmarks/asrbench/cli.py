@@ -134,9 +134,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    metrics, _default = load_thresholds(Path(args.thresholds) if args.thresholds else None)
+    thresholds = load_thresholds(Path(args.thresholds) if args.thresholds else None)
     base, cand = _summary(args.base), _summary(args.cand)
-    code, rows = compare(base, cand, metrics)
+    code, rows = compare(base, cand, thresholds)
     _out(render(base, cand, code, rows))
     return code
 

@@ -14,6 +14,8 @@ Thresholds file (YAML or JSON):
       latency_ms_p90: 0.20
       wer: {absolute: 0.02}
       rtfx:                            # null: the default tolerance
+    kinds:                             # per-kind replacements
+      cold_start: {latency_ms_p50: 0.5}
 Only metrics listed under `metrics` (or DEFAULT_METRICS when the file has none) are gated.
 """
 
@@ -41,6 +43,10 @@ DEFAULT_METRICS: dict[str, Any] = {
     "final_latency_ms_p50": 0.15,
     "late_chunk_pct": {"absolute": 5.0},
 }
+DEFAULT_KINDS: dict[str, dict[str, Any]] = {
+    # One process start per repeat: few samples, dominated by disk and import caches.
+    "cold_start": {"latency_ms_p50": 0.5, "latency_ms_p90": 0.5, "rtfx": 0.5, "req_per_s": 0.5},
+}
 
 
 class ThresholdsError(ValueError):
@@ -56,7 +62,18 @@ class Tolerance:
         return self.value if self.absolute else self.value * abs(base)
 
 
-def load_thresholds(path: Path | None) -> tuple[dict[str, Tolerance], Tolerance]:
+@dataclass(frozen=True)
+class Thresholds:
+    metrics: dict[str, Tolerance]
+    """Gated metrics and their tolerances."""
+    kinds: dict[str, dict[str, Tolerance]]
+    """Per-kind replacements (e.g. cold start, one noisy sample per run, gets a wider band)."""
+
+    def for_point(self, point: str) -> dict[str, Tolerance]:
+        return {**self.metrics, **self.kinds.get(point.split("/")[0], {})}
+
+
+def load_thresholds(path: Path | None) -> Thresholds:
     raw: dict[str, Any] = {}
     if path is not None:
         try:
@@ -65,12 +82,18 @@ def load_thresholds(path: Path | None) -> tuple[dict[str, Tolerance], Tolerance]
         except (OSError, ValueError, yaml.YAMLError) as exc:
             raise ThresholdsError(f"cannot read thresholds {path}: {exc}") from exc
         if not isinstance(raw, dict):
-            raise ThresholdsError(f"{path}: expected a mapping with 'default' and/or 'metrics'")
+            raise ThresholdsError(f"{path}: expected a mapping with 'default', 'metrics' and/or 'kinds'")
     default = _tolerance("default", raw.get("default", 0.10))
     metrics = raw.get("metrics") or DEFAULT_METRICS
-    if not isinstance(metrics, dict):
-        raise ThresholdsError("'metrics' must map metric names to tolerances")
-    return {name: default if spec is None else _tolerance(name, spec) for name, spec in metrics.items()}, default
+    kinds = raw.get("kinds", DEFAULT_KINDS)
+    if not isinstance(metrics, dict) or not isinstance(kinds, dict) or \
+            not all(isinstance(v, dict) for v in kinds.values()):
+        raise ThresholdsError("'metrics' must map metric names to tolerances, 'kinds' kind names to such maps")
+
+    def parse(specs: dict[str, Any]) -> dict[str, Tolerance]:
+        return {name: default if spec is None else _tolerance(name, spec) for name, spec in specs.items()}
+
+    return Thresholds(parse(metrics), {kind: parse(specs) for kind, specs in kinds.items()})
 
 
 def _tolerance(name: str, spec: Any) -> Tolerance:
@@ -96,7 +119,7 @@ def comparable(base: dict[str, Any], cand: dict[str, Any]) -> list[str]:
     return reasons
 
 
-def compare(base: dict[str, Any], cand: dict[str, Any], metrics: dict[str, Tolerance]) -> tuple[int, list[dict[str, Any]]]:
+def compare(base: dict[str, Any], cand: dict[str, Any], thresholds: Thresholds) -> tuple[int, list[dict[str, Any]]]:
     """(exit code, one row per gated metric and per missing/failed point)."""
     if comparable(base, cand):
         return NOT_COMPARABLE, []
@@ -110,7 +133,7 @@ def compare(base: dict[str, Any], cand: dict[str, Any], metrics: dict[str, Toler
             rows.append({"point": point, "metric": "*", "verdict": "missing" if cp is None else cp["status"]})
             worst = REGRESSION
             continue
-        for metric, tol in metrics.items():
+        for metric, tol in thresholds.for_point(point).items():
             b, c = bp["metrics"].get(metric), cp["metrics"].get(metric)
             if b is None or c is None:
                 continue

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.asrbench import cli, profiles, runner
-from benchmarks.asrbench.compare import DEFAULT_METRICS, compare, load_thresholds
+from benchmarks.asrbench.compare import DEFAULT_METRICS, ThresholdsError, compare, load_thresholds
 
 
 def test_a_run_against_itself_passes(selftest_run: Path) -> None:
@@ -47,16 +47,30 @@ def _point(p50: float, spread: float) -> dict[str, object]:
 
 
 def test_noise_aware_a_change_within_the_baseline_spread_passes() -> None:
-    metrics, _ = load_thresholds(None)
+    metrics = load_thresholds(None)
     base = _summary({"single/default": _point(100.0, 30.0)})
     assert compare(base, _summary({"single/default": _point(125.0, 1.0)}), metrics)[0] == 0  # > 10 % but < IQR
     assert compare(base, _summary({"single/default": _point(135.0, 1.0)}), metrics)[0] == 1  # beyond both
 
 
 def test_missing_or_failed_point_is_a_regression_and_simulated_vs_real_is_not_comparable() -> None:
-    metrics = load_thresholds(None)[0]
+    metrics = load_thresholds(None)
     base = _summary({"single/default": _point(100.0, 0.0)})
     assert compare(base, _summary({}), metrics)[0] == 1
     assert compare(base, _summary({"single/default": {"status": "failed"}}), metrics)[0] == 1
     assert compare(base, _summary({"single/default": _point(100.0, 0.0)}, simulated=True), metrics)[0] == 2
-    assert set(metrics) == set(DEFAULT_METRICS)
+    assert set(metrics.metrics) == set(DEFAULT_METRICS)
+
+
+def test_per_kind_tolerances_replace_the_global_ones(tmp_path: Path) -> None:
+    spec = tmp_path / "t.json"
+    spec.write_text(json.dumps({"metrics": {"latency_ms_p50": 0.1}, "kinds": {"cold_start": {"latency_ms_p50": 0.5}}}))
+    thresholds = load_thresholds(spec)
+    base = _summary({"cold_start/default": _point(100.0, 0.0), "single/default": _point(100.0, 0.0)})
+    cand = _summary({"cold_start/default": _point(140.0, 0.0), "single/default": _point(105.0, 0.0)})
+    assert compare(base, cand, thresholds)[0] == 0
+    cand["points"]["single/default"] = _point(140.0, 0.0)
+    assert compare(base, cand, thresholds)[0] == 1
+    spec.write_text("metrics: [latency_ms_p50]")
+    with pytest.raises(ThresholdsError):
+        load_thresholds(spec)
