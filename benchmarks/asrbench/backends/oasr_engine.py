@@ -187,10 +187,21 @@ class _EngineStream(StreamSession):
         self._rid = request_id
 
     def send(self, chunk: np.ndarray) -> None:
-        self._engine.feed_chunk(self._rid, chunk)
+        self._feed(chunk, is_last=False)
 
     def close_input(self) -> None:
-        self._engine.feed_chunk(self._rid, np.zeros(0, dtype=np.float32), is_last=True)
+        self._feed(np.zeros(0, dtype=np.float32), is_last=True)
+
+    def _feed(self, chunk: np.ndarray, is_last: bool) -> None:
+        # A stream the engine already ended with an error is unknown to it now: report the cause.
+        if self.error is not None:
+            raise BackendError(self.error)
+        try:
+            self._engine.feed_chunk(self._rid, chunk, is_last=is_last)
+        except Exception:
+            if self.error is not None:
+                raise BackendError(self.error) from None
+            raise
 
     def abort(self) -> None:
         try:
