@@ -16,6 +16,7 @@ from app.disconnect import wait_for_disconnect
 from app.errors import ApiError, to_api_error
 from app.formats import to_srt, to_verbose_json, to_vtt, usage
 from app.offline import inflight_permit, run_offline
+from app.realtime.chunking import ChunkingStrategy, chunking_from_request, transcribe_chunked
 from app.settings import Settings
 from engine import DecodingOptions
 from engine.errors import InvalidRequestError
@@ -73,6 +74,7 @@ async def _transcribe(
     granularities: list[str],
     stream: bool,
     beam_size: int | None,
+    chunking: ChunkingStrategy | None = None,
 ) -> Response:
     check_model(settings, model)
     if response_format not in RESPONSE_FORMATS:
@@ -86,6 +88,8 @@ async def _transcribe(
                        param="timestamp_granularities")
     if stream and response_format not in ("json", "text"):
         raise ApiError(400, "stream=true supports response_format json or text", param="stream")
+    if stream and chunking is not None:  # chunking_strategy: VAD segments (app/realtime/chunking.py)
+        raise ApiError(400, "chunking_strategy is not supported with stream=true", param="chunking_strategy")
     words = "word" in granularities
     options = build_options(task=task, language=language, prompt=prompt, temperature=temperature,
                             word_timestamps=words, beam_size=beam_size)
@@ -98,9 +102,13 @@ async def _transcribe(
         if stream:
             return StreamingResponse(_sse(service, audio.samples, options, settings), media_type="text/event-stream")
         try:
-            out = await run_offline(service, audio.samples, options, api="openai",
-                                    timeout=settings.request_timeout_secs,
-                                    disconnected=wait_for_disconnect(request))
+            if chunking is not None:  # chunking_strategy: VAD segments (app/realtime/chunking.py)
+                out = await transcribe_chunked(request, service, audio.samples, options, chunking, api="openai",
+                                               timeout=settings.request_timeout_secs)
+            else:
+                out = await run_offline(service, audio.samples, options, api="openai",
+                                        timeout=settings.request_timeout_secs,
+                                        disconnected=wait_for_disconnect(request))
         except Exception as exc:
             raise to_api_error(exc) from exc
     if response_format == "text":
@@ -178,6 +186,7 @@ async def create_transcription(
         request, settings, service, decoder, task="transcribe", file=file, model=model, language=language,
         prompt=prompt, response_format=response_format, temperature=temperature,
         granularities=timestamp_granularities or [], stream=stream, beam_size=beam_size,
+        chunking=await chunking_from_request(request),  # "auto" | {"type": "server_vad", ...} | absent
     )
 
 

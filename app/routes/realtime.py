@@ -24,8 +24,8 @@ from app.metrics import Metrics
 from app.realtime.config import VadSettings
 from app.realtime.events import error_event
 from app.realtime.session import API, EventSender, RealtimeSession
+from app.realtime.vad import VadModelCache
 from app.settings import Settings
-from engine.vad import VoiceActivityModel, load_vad_model
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["realtime"])
@@ -35,37 +35,21 @@ SUBPROTOCOL = "realtime"
 
 
 class SessionRegistry:
-    """Live sessions of one app, the shared VAD model, and the shutdown drain."""
+    """Live sessions of one app, and their shutdown drain."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self) -> None:
         self.sessions: set[RealtimeSession] = set()
-        self._vad_model: VoiceActivityModel | None = None
-        self._vad_error: str | None = None
-        self._vad_lock = asyncio.Lock()
 
     @classmethod
     def of(cls, state: Any) -> SessionRegistry:
         registry: SessionRegistry | None = getattr(state, "realtime_sessions", None)
         if registry is None:
-            registry = cls(state.settings)
+            registry = cls()
             state.realtime_sessions = registry
             hooks = getattr(state, "drain_hooks", None)
             if hooks is not None:
                 hooks.append(registry.drain)
         return registry
-
-    async def vad_model(self) -> VoiceActivityModel | None:
-        """The server VAD model, loaded once on first use; None (logged) when it cannot load."""
-        async with self._vad_lock:
-            if self._vad_model is None and self._vad_error is None:
-                try:
-                    self._vad_model = await asyncio.to_thread(load_vad_model, self.settings.vad)
-                except Exception as exc:
-                    self._vad_error = str(exc)
-                    logger.error("server VAD %r unavailable, sessions get manual commits only: %s",
-                                 self.settings.vad, exc)
-            return self._vad_model
 
     async def drain(self) -> None:
         """Shutdown: close every live session with 1001 right away (the ASGI server closes
@@ -99,15 +83,15 @@ async def realtime(websocket: WebSocket) -> None:
         await _deny(websocket, ApiError(503, msg))
         return
     try:
-        await _serve(websocket, settings, service, SessionRegistry.of(state))
+        await _serve(websocket, settings, service, SessionRegistry.of(state), VadModelCache.of(state))
     finally:
         service.release()
 
 
 async def _serve(websocket: WebSocket, settings: Settings, service: EngineService,
-                 registry: SessionRegistry) -> None:
+                 registry: SessionRegistry, vad_models: VadModelCache) -> None:
     metrics: Metrics = service.metrics
-    vad_model = await registry.vad_model()
+    vad_model = await vad_models.get()
     offered = websocket.scope.get("subprotocols") or []
     await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
     beta = "realtime=v1" in websocket.headers.get("openai-beta", "")

@@ -303,3 +303,46 @@ async def test_disconnect_aborts_open_requests() -> None:
     session.abort_all()
     await settle()
     assert list(service.streams) == service.closed[:1] and not session.busy
+
+
+# ---------------------------------------------------------------- chunking_strategy
+
+
+def test_chunking_strategy_forms() -> None:
+    from app.errors import ApiError
+    from app.realtime.chunking import ChunkingStrategy, parse_chunking_strategy
+
+    defaults = ChunkingStrategy(threshold=0.4, silence_duration_ms=600, prefix_padding_ms=250)
+    assert parse_chunking_strategy([("model", "x")], defaults) is None
+    assert parse_chunking_strategy([("chunking_strategy", "auto")], defaults) == defaults
+    assert parse_chunking_strategy([("chunking_strategy", '{"type": "server_vad", "silence_duration_ms": 300}')],
+                                   defaults) == ChunkingStrategy(0.4, 300, 250)
+    sdk_fields = [("chunking_strategy[type]", "server_vad"), ("chunking_strategy[threshold]", "0.6"),
+                  ("chunking_strategy[prefix_padding_ms]", "100")]
+    assert parse_chunking_strategy(sdk_fields, defaults) == ChunkingStrategy(0.6, 600, 100)
+    for bad in ("sometimes", '{"type": "semantic_vad"}', '{"type": "server_vad", "threshold": 1.5}',
+                '{"type": "server_vad", "silence_duration_ms": 2.5}', '{"type": "server_vad", "x": 1}', "[1]"):
+        with pytest.raises(ApiError) as exc:
+            parse_chunking_strategy([("chunking_strategy", bad)], defaults)
+        assert exc.value.status == 400 and exc.value.param == "chunking_strategy"
+
+
+def test_merged_segments_sit_at_their_speech_boundaries() -> None:
+    from app.realtime.chunking import merge_segments
+    from engine import Segment, Word
+
+    outs = [
+        RequestOutput("a", text=" Hello there.", finished=True, finish_reason="stop", language="en",
+                      segments=[Segment(0, 0.0, 1.0, " Hello there.", tokens=[1, 2], avg_logprob=-0.2)],
+                      words=[Word(" Hello", 0.1, 0.5, 0.9), Word(" there.", 0.5, 0.9, 0.8)]),
+        RequestOutput("b", text="", finished=True, finish_reason="stop", segments=[], words=[]),
+        RequestOutput("c", text=" Bye.", finished=True, finish_reason="length",
+                      segments=[Segment(0, 0.0, 0.4, " Bye.", tokens=[3], avg_logprob=-0.4)],
+                      words=[Word(" Bye.", 0.0, 0.3, 0.7)]),
+    ]
+    out = merge_segments([(1.0, 2.5), (3.0, 3.4), (5.0, 6.0)], outs, duration=7.0)
+    assert out.text == "Hello there. Bye." and out.duration == 7.0 and out.finish_reason == "length"
+    assert [(s.id, s.start, s.end, s.text) for s in out.segments] == [(0, 1.0, 2.5, " Hello there."),
+                                                                      (1, 5.0, 6.0, " Bye.")]
+    assert [(w.start, w.end) for w in out.words or []] == [(1.1, 1.5), (1.5, 1.9), (5.0, 5.3)]
+    assert out.segments[0].tokens == [1, 2] and out.language == "en"

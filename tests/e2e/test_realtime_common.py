@@ -148,6 +148,40 @@ async def sdk_session(ws_url: str, pcm: bytes, *, rate: int = 24000, chunk_ms: i
     return log
 
 
+def speech_bounds_ms(audio: np.ndarray, floor_db: float = -35.0) -> tuple[float, float]:
+    """First and last 20 ms frame within floor_db of the loudest: an estimate of where speech
+    is that does not use the server's VAD."""
+    frame = 320
+    n = len(audio) // frame
+    rms = np.sqrt((audio[: n * frame].reshape(n, frame) ** 2).mean(axis=1) + 1e-12)
+    loud = np.nonzero(20 * np.log10(rms / rms.max()) > floor_db)[0]
+    return loud[0] * 20.0, (loud[-1] + 1) * 20.0
+
+
+PAUSE_CLIPS = ("mfa_thoughts", "mfa_her")
+"""Clips with clean silence around their speech (energy bounds agree with Silero within 70 ms)."""
+
+
+def recording_with_pauses() -> tuple[np.ndarray, list[tuple[float, float]]]:
+    """0.5 s + PAUSE_CLIPS[0] + 1.5 s + PAUSE_CLIPS[1] + 1.0 s of faint noise, at 16 kHz, and
+    the (start_ms, end_ms) of the speech in each clip, from its energy (not the server's VAD)."""
+    from tests.conftest import load_clip
+
+    rng = np.random.default_rng(0)
+
+    def silence(seconds: float) -> np.ndarray:
+        return (rng.standard_normal(int(seconds * SAMPLE_RATE)) * 1e-4).astype(np.float32)
+
+    parts = [silence(0.5), load_clip(PAUSE_CLIPS[0]), silence(1.5), load_clip(PAUSE_CLIPS[1]), silence(1.0)]
+    expected, offset = [], 0.0
+    for part, is_speech in zip(parts, (False, True, False, True, False)):
+        if is_speech:
+            on, off = speech_bounds_ms(part)
+            expected.append((offset + on, offset + off))
+        offset += len(part) * 1000 / SAMPLE_RATE
+    return np.concatenate(parts), expected
+
+
 # ---- the checker must catch what it exists for ----
 
 

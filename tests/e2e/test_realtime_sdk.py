@@ -18,10 +18,12 @@ from tests.e2e.conftest import ServerProcess
 from tests.e2e.test_realtime_common import (
     COMMITTED,
     DELTA,
+    PAUSE_CLIPS,
     TERMINAL,
     SessionLog,
     check_session_events,
     pcm16_at,
+    recording_with_pauses,
     sdk_session,
 )
 
@@ -69,6 +71,67 @@ def test_metrics_count_realtime_sessions(server: ServerProcess, logs: dict[str, 
     assert 'oasr_stream_sessions_active{api="realtime"} 0.0' in text
     assert 'oasr_request_duration_seconds_count{api="realtime",mode="streaming",outcome="ok"} 2.0' in text
     assert 'oasr_audio_seconds_total{api="realtime",mode="streaming"}' in text
+
+
+@pytest.fixture(scope="module")
+def pause_wav() -> tuple[bytes, list[tuple[float, float]]]:
+    import io
+
+    import soundfile as sf
+
+    recording, expected = recording_with_pauses()
+    buf = io.BytesIO()
+    sf.write(buf, recording, 16000, format="WAV", subtype="PCM_16")
+    return buf.getvalue(), expected
+
+
+def test_chunking_strategy_segments_at_speech_boundaries(server: ServerProcess,
+                                                         pause_wav: tuple[bytes, list[tuple[float, float]]]) -> None:
+    """The openai SDK's `chunking_strategy` object (sent as chunking_strategy[...] form fields):
+    one verbose_json segment per speech segment, at its place in the recording."""
+    import openai
+
+    data, expected = pause_wav
+    client = openai.OpenAI(api_key="x", base_url=server.base_url + "/v1", timeout=TIMEOUT_S)
+    result = client.audio.transcriptions.create(
+        file=("pauses.wav", data), model="whisper-1", response_format="verbose_json",
+        timestamp_granularities=["word", "segment"],
+        chunking_strategy={"type": "server_vad", "silence_duration_ms": 500, "prefix_padding_ms": 200},
+    )
+    body = result.model_dump()
+    segments = body["segments"]
+    assert len(segments) == 2, segments
+    for seg, (on_ms, off_ms) in zip(segments, expected):
+        # boundaries = speech +- the 200 ms padding, within the VAD's resolution
+        assert abs(seg["start"] * 1000 - (on_ms - 200)) <= 200, (seg["start"], on_ms)
+        assert abs(seg["end"] * 1000 - (off_ms + 200)) <= 200, (seg["end"], off_ms)
+        in_segment = [w for w in body["words"] if seg["start"] - 0.05 <= w["start"] <= seg["end"] + 0.05]
+        assert in_segment, "word times are not shifted into their segment"
+    refs = [next(c.text for c in manifest() if c.id == clip_id) or "" for clip_id in PAUSE_CLIPS]
+    assert wer([" ".join(refs)], [body["text"]]) <= 25.0, body["text"]
+    assert body["text"] == " ".join(s["text"].strip() for s in segments)
+    assert abs(body["duration"] - len(recording_with_pauses()[0]) / 16000) < 0.01
+
+
+@pytest.mark.parametrize("value", ["auto", '{"type": "server_vad", "threshold": 0.5}'])
+def test_chunking_strategy_auto_and_json(server: ServerProcess, pause_wav: tuple[bytes, list[tuple[float, float]]],
+                                         value: str) -> None:
+    data, expected = pause_wav
+    r = httpx.post(f"{server.base_url}/v1/audio/transcriptions", files={"file": ("a.wav", data)},
+                   data={"response_format": "verbose_json", "chunking_strategy": value}, timeout=TIMEOUT_S)
+    assert r.status_code == 200, r.text
+    segments = r.json()["segments"]
+    assert len(segments) == 2
+    assert segments[0]["end"] < expected[1][0] / 1000 < segments[1]["end"]
+
+
+@pytest.mark.parametrize("value", ["sometimes", '{"type": "semantic_vad"}', '{"type": "server_vad", "threshold": 2}',
+                                   '{"type": "server_vad", "silence": 1}'])
+def test_chunking_strategy_bad_values_are_400(server: ServerProcess, value: str) -> None:
+    r = httpx.post(f"{server.base_url}/v1/audio/transcriptions", files={"file": ("a.wav", b"RIFF")},
+                   data={"chunking_strategy": value}, timeout=TIMEOUT_S)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "chunking_strategy"
 
 
 async def test_shutdown_closes_live_sessions_with_1001(server: ServerProcess) -> None:

@@ -26,11 +26,13 @@ from tests.e2e.conftest import ServerProcess, start_server
 from tests.e2e.test_realtime_common import (
     COMMITTED,
     DELTA,
+    PAUSE_CLIPS,
     TERMINAL,
     SessionLog,
     check_session_events,
     chunks_of,
     pcm16_at,
+    recording_with_pauses,
     sdk_session,
 )
 
@@ -186,33 +188,11 @@ async def test_binary_and_base64_turns_in_one_session(server: ServerProcess) -> 
     assert abs(done[two["item_id"]]["audio_end_ms"] - first_ms - len(load_clip(second)) / 16) <= 30
 
 
-def speech_bounds_ms(audio: np.ndarray, floor_db: float = -35.0) -> tuple[float, float]:
-    """First and last 20 ms frame within floor_db of the loudest: an estimate of where speech
-    is that does not use the server's VAD."""
-    frame = 320
-    n = len(audio) // frame
-    rms = np.sqrt((audio[: n * frame].reshape(n, frame) ** 2).mean(axis=1) + 1e-12)
-    loud = np.nonzero(20 * np.log10(rms / rms.max()) > floor_db)[0]
-    return loud[0] * 20.0, (loud[-1] + 1) * 20.0
-
-
 async def test_server_vad_turns_on_a_recording_with_pauses(server: ServerProcess) -> None:
     """Two clips with 1.5 s of silence between them, sent in the beta shape; the server's VAD
     finds both turns at the right audio times and transcribes each as its own item."""
-    clips = ("mfa_thoughts", "mfa_her")
-    rng = np.random.default_rng(0)
-
-    def silence(seconds: float) -> np.ndarray:
-        return (rng.standard_normal(int(seconds * 16000)) * 1e-4).astype(np.float32)
-
-    parts = [silence(0.5), load_clip(clips[0]), silence(1.5), load_clip(clips[1]), silence(1.0)]
-    expected, offset = [], 0.0
-    for part, is_speech in zip(parts, (False, True, False, True, False)):
-        if is_speech:
-            on, off = speech_bounds_ms(part)
-            expected.append((offset + on, offset + off))
-        offset += len(part) / 16
-    recording = np.concatenate(parts)
+    clips = PAUSE_CLIPS
+    recording, expected = recording_with_pauses()
     async with connect(server, additional_headers={"OpenAI-Beta": "realtime=v1"}) as ws:
         raw = Raw(ws)
         created = await raw.next("transcription_session.created")
