@@ -229,7 +229,7 @@ class WenetRunner:
             "kv_recycled_blocks_total": self.kv_recycled_blocks_total,
             "kv_blocks_total": self.pool.num_blocks,
             "kv_blocks_free": self.pool.num_free,
-            "kv_usage": self.pool.usage,
+            "kv_pool_usage": self.pool.usage,
             "streams": len(self._streams),
         }
 

@@ -73,7 +73,7 @@ def test_abort_mid_stream_frees_the_blocks(streaming_engine: ASREngine) -> None:
     for start in range(0, 32000, PIECE):
         eng.feed_chunk(rid, audio[start : start + PIECE])
         eng.step()
-    assert eng.runner.stats()["kv_usage"] > 0
+    assert eng.runner.stats()["kv_pool_usage"] > 0
     eng.abort_request(rid)
     outs = eng.step()
     assert [(o.request_id, o.finish_reason) for o in outs] == [(rid, "abort")]
