@@ -107,12 +107,19 @@ class MicSession {
     const protocols = apiKey() ? ["realtime", `openai-insecure-api-key.${apiKey()}`] : undefined;
     const model = await servedModel();
 
+    // Capture starts before the socket is open and queues its chunks: people talk as soon
+    // as they press Start, and the first words must not be lost to the connection setup.
     setStatus(this.status, "asking for the microphone…");
     this.stream = await navigator.mediaDevices.getUserMedia({
       audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true },
     });
     this.context = new AudioContext();
     await this.context.audioWorklet.addModule(new URL("pcm-worklet.js", import.meta.url));
+    this.queued = [];
+    this.inSpeech = false; // server VAD heard speech it has not committed yet
+    this.worklet = new AudioWorkletNode(this.context, "pcm-capture");
+    this.worklet.port.onmessage = (event) => this.sendAudio(event.data);
+    this.context.createMediaStreamSource(this.stream).connect(this.worklet);
 
     setStatus(this.status, "connecting…");
     this.socket = new WebSocket(url, protocols);
@@ -130,13 +137,15 @@ class MicSession {
     const input = { format: { type: "audio/pcm", rate: SAMPLE_RATE }, turn_detection: { type: "server_vad" } };
     if (model) input.transcription = { model };
     this.send({ type: "session.update", session: { type: "transcription", audio: { input } } });
-
-    const source = this.context.createMediaStreamSource(this.stream);
-    this.worklet = new AudioWorkletNode(this.context, "pcm-capture");
-    this.worklet.port.onmessage = (event) =>
-      this.send({ type: "input_audio_buffer.append", audio: toBase64(event.data) });
-    source.connect(this.worklet);
+    const queued = this.queued;
+    this.queued = null;
+    for (const chunk of queued) this.sendAudio(chunk);
     setStatus(this.status, "listening");
+  }
+
+  sendAudio(pcm) {
+    if (this.queued) this.queued.push(pcm);
+    else this.send({ type: "input_audio_buffer.append", audio: toBase64(pcm) });
   }
 
   send(event) {
@@ -153,10 +162,13 @@ class MicSession {
         if (this.stopping && !this.transcript.pending()) this.socket.close(1000);
         break;
       case "input_audio_buffer.speech_started":
+        this.inSpeech = true;
         setStatus(this.status, "hearing speech");
         break;
       case "input_audio_buffer.speech_stopped":
-        setStatus(this.status, "listening");
+      case "input_audio_buffer.committed":
+        this.inSpeech = false;
+        if (!this.stopping) setStatus(this.status, "listening");
         break;
       case "error":
         setStatus(this.status, `server error: ${event.error?.message ?? "unknown"}`, true);
@@ -168,10 +180,14 @@ class MicSession {
 
   async stop() {
     this.stopping = true;
-    if (this.worklet) this.worklet.port.postMessage("flush");
-    this.stopCapture();
-    // Commit what the VAD has not closed yet, then wait for its final transcript.
-    this.send({ type: "input_audio_buffer.commit" });
+    this.stopCapture(); // the worklet's last partial chunk (< 100 ms) is dropped, not sent after the commit
+    // Commit a turn the VAD has not closed yet (with server VAD a commit without speech is
+    // an error), then wait for the last final transcript.
+    if (this.inSpeech) this.send({ type: "input_audio_buffer.commit" });
+    if (!this.inSpeech && !this.transcript.pending()) {
+      if (this.socket) this.socket.close(1000);
+      return;
+    }
     setStatus(this.status, "finishing…");
     setTimeout(() => this.socket && this.socket.close(1000), FINAL_WAIT_MS);
   }

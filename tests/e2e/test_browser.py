@@ -32,7 +32,7 @@ DATA_DIR = Path(os.environ.get("OASR_SPEECH_DATA", "/work/shared/data/speech"))
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CLIP_ID = "libri_61-70968-0000"  # 4.9 s, one sentence, clean read speech
 MAX_WER = 0.25  # tiny.en on clean read speech is well under this; a broken pipeline is near 1
-FINAL_TIMEOUT_MS = 120_000  # first final on a shared 2-core CPU, model already loaded
+FINAL_TIMEOUT_MS = 240_000  # an upper bound: a shared, loaded 2-core CPU can be that slow
 
 
 def _why_skip() -> str | None:
@@ -167,10 +167,10 @@ def test_microphone_streams_live_partials_and_a_final_transcript(
 ) -> None:
     url, server = page_and_server
     page = browser.new_page()  # type: ignore[attr-defined]
-    received: list[str] = []
+    events: list[dict[str, object]] = []
 
     def watch(ws: object) -> None:
-        ws.on("framereceived", lambda payload: received.append(json.loads(payload)["type"]))  # type: ignore[attr-defined]
+        ws.on("framereceived", lambda payload: events.append(json.loads(payload)))  # type: ignore[attr-defined]
 
     page.on("websocket", watch)
     page.goto(url)
@@ -181,13 +181,14 @@ def test_microphone_streams_live_partials_and_a_final_transcript(
     page.screenshot(path=str(ARTIFACTS / "browser-microphone.png"), full_page=True)
     page.click("#mic-stop")
 
+    received = [str(e["type"]) for e in events]
     wer = _wer(_clip().text, first_final)
     assert wer <= MAX_WER, f"final {first_final!r} vs {_clip().text!r}: WER {wer:.2f}\n{server.log()}"
     completed = "conversation.item.input_audio_transcription.completed"
     delta = "conversation.item.input_audio_transcription.delta"
     assert completed in received
     assert delta in received[: received.index(completed)], f"no partial before the final: {received}"
-    assert "error" not in received, received
+    assert "error" not in received, [e for e in events if e["type"] == "error"]
 
 
 def test_file_upload_shows_clickable_word_timings(
