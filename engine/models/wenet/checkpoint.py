@@ -18,6 +18,7 @@ import yaml
 
 from engine.errors import CheckpointError
 from engine.fbank import FbankOptions
+from engine.models.wenet.decoder import DecoderConfig, build_decoder
 from engine.models.wenet.model import ConformerConfig, ConformerCTC
 
 logger = logging.getLogger(__name__)
@@ -37,7 +38,8 @@ _REQUIRED: dict[str, object] = {
     "conv_bias": True,
     "layer_norm_type": "layer_norm",
 }
-_IGNORED_PREFIXES = ("decoder.", "reverse_decoder.")
+_DECODER_PREFIX = "decoder."
+_DECODER_KINDS = ("transformer", "bitransformer")
 
 
 @dataclass
@@ -47,7 +49,14 @@ class WenetCheckpoint:
     units: list[str]
     fbank: FbankOptions
     weights_path: str
-    has_decoder: bool
+    decoder: torch.nn.Module | None
+    """The attention decoder for rescoring, when the checkpoint has a supported one."""
+    reverse_weight: float
+    """model_conf.reverse_weight: share of the right-to-left decoder in U2++ rescoring."""
+
+    @property
+    def has_decoder(self) -> bool:
+        return self.decoder is not None
 
 
 def weights_file(ckpt_dir: str) -> str | None:
@@ -238,10 +247,11 @@ def load_checkpoint(ckpt_dir: str, device: torch.device, dtype: torch.dtype) -> 
     if weights is None:
         raise CheckpointError(f"{ckpt_dir}: no final.pt/avg.pt and not exactly one .pt state dict")
     sd = _read_state_dict(weights)
-    has_decoder = any(k.startswith(_IGNORED_PREFIXES) for k in sd)
-    sd = {
-        k: v for k, v in sd.items() if not k.startswith(_IGNORED_PREFIXES) and not k.endswith(".pos_enc.pe")
-    }  # fixed sinusoid tables are rebuilt on the fly; the attention decoder is not used (CTC only)
+    # Fixed sinusoid tables (`*.pe`) are rebuilt on the fly, whatever their length.
+    sd = {k: v for k, v in sd.items() if not (k.endswith(".pe") and ".embed." in f".{k}")}
+    decoder_sd = {k[len(_DECODER_PREFIX) :]: v for k, v in sd.items() if k.startswith(_DECODER_PREFIX)}
+    sd = {k: v for k, v in sd.items() if not k.startswith(_DECODER_PREFIX)}
+    decoder = _load_decoder(conf, cfg, decoder_sd, weights) if decoder_sd else None
     cmvn_path, is_json = _cmvn_file(conf)
     with_cmvn = "encoder.global_cmvn.mean" in sd or cmvn_path is not None
     model = ConformerCTC(cfg, with_cmvn=with_cmvn)
@@ -258,7 +268,38 @@ def load_checkpoint(ckpt_dir: str, device: torch.device, dtype: torch.dtype) -> 
         "loaded WeNet conformer from %s: %d layers, d=%d, %d units, %.1fM params, cmvn=%s",
         weights, cfg.num_blocks, cfg.output_size, len(units), n_params / 1e6, with_cmvn,
     )  # fmt: skip
-    return WenetCheckpoint(model, cfg, units, fbank, weights, has_decoder)
+    if decoder is not None:
+        decoder.eval().to(device=device, dtype=dtype)
+    reverse_weight = float((conf.get("model_conf") or {}).get("reverse_weight", 0.0))
+    return WenetCheckpoint(model, cfg, units, fbank, weights, decoder, reverse_weight)
+
+
+def _load_decoder(
+    conf: dict[str, Any], enc: ConformerConfig, sd: dict[str, torch.Tensor], where: str
+) -> torch.nn.Module | None:
+    """The attention decoder named in train.yaml, loaded strictly; None (rescoring off) for
+    kinds this runtime does not implement."""
+    kind = conf.get("decoder", "bitransformer")
+    if kind not in _DECODER_KINDS:
+        logger.warning("decoder %r is not supported: attention rescoring is off", kind)
+        return None
+    dc = conf.get("decoder_conf") or {}
+    cfg = DecoderConfig(
+        kind=kind,
+        vocab_size=enc.vocab_size,
+        d_model=enc.output_size,
+        attention_heads=int(dc.get("attention_heads", 4)),
+        linear_units=int(dc.get("linear_units", 2048)),
+        num_blocks=int(dc.get("num_blocks", 6)),
+        r_num_blocks=int(dc.get("r_num_blocks", 0)),
+        normalize_before=bool(dc.get("normalize_before", True)),
+        norm_eps=float(dc.get("norm_eps", 1e-5)),
+    )
+    decoder = build_decoder(cfg)
+    expected = {_DECODER_PREFIX + k: v for k, v in decoder.state_dict().items()}
+    _check_keys(expected, {_DECODER_PREFIX + k: v for k, v in sd.items()}, where)
+    decoder.load_state_dict(sd)
+    return decoder
 
 
 def _check_keys(expected: dict[str, torch.Tensor], given: dict[str, torch.Tensor], where: str) -> None:

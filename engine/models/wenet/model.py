@@ -301,16 +301,17 @@ class ConformerCTC(nn.Module):
         self.ctc = nn.Module()
         self.ctc.ctc_lo = nn.Linear(cfg.output_size, cfg.vocab_size)
 
-    def _head(self, x: torch.Tensor) -> torch.Tensor:
-        if self.cfg.normalize_before:
-            x = self.encoder.after_norm(x)
-        return torch.log_softmax(self.ctc.ctc_lo(x).float(), dim=-1)
+    def _encoder_out(self, x: torch.Tensor) -> torch.Tensor:
+        return self.encoder.after_norm(x) if self.cfg.normalize_before else x
+
+    def _ctc(self, enc: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(self.ctc.ctc_lo(enc).float(), dim=-1)
 
     @torch.inference_mode()
-    def forward_full(
+    def encode_full(
         self, feats: torch.Tensor, feat_lens: torch.Tensor, chunk_size: int, num_left_chunks: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """feats (B, T, F) raw fbank -> CTC log-probs (B, T', V) and lengths (B,)."""
+        """feats (B, T, F) raw fbank -> encoder output (B, T', D) under the chunk mask, lengths (B,)."""
         enc = self.encoder
         x = enc.embed(enc.normalize(feats))  # (B, T', D)
         _b, t, d = x.shape
@@ -327,15 +328,23 @@ class ConformerCTC(nn.Module):
                 return attn.forward_full(h, mask, pos_emb)
 
             x, _ = layer(x, attend, valid, None)
-        return self._head(x), lens
+        return self._encoder_out(x), lens
+
+    @torch.inference_mode()
+    def forward_full(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor, chunk_size: int, num_left_chunks: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """feats (B, T, F) raw fbank -> CTC log-probs (B, T', V) and lengths (B,)."""
+        enc, lens = self.encode_full(feats, feat_lens, chunk_size, num_left_chunks)
+        return self._ctc(enc), lens
 
     @torch.inference_mode()
     def forward_chunk_paged(
         self, feats: torch.Tensor, batch: PagedBatch, k_pool: torch.Tensor, v_pool: torch.Tensor,
         cnn_cache: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-        """feats (B, W, F) normalized feature windows (zero padded) -> log-probs (B, C, V) and the
-        new CNN caches (L, B, D, lorder). k_pool/v_pool: (L, S, H, d_k), written in place;
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+        """feats (B, W, F) normalized feature windows (zero padded) -> log-probs (B, C, V), the
+        new CNN caches (L, B, D, lorder) and the encoder output (B, C, D). k_pool/v_pool: (L, S, H, d_k), written in place;
         cnn_cache: (L, B, D, lorder)."""
         enc = self.encoder
         x = enc.embed(feats)  # (B, C, D)
@@ -353,7 +362,8 @@ class ConformerCTC(nn.Module):
             if x_cat is not None:
                 new_cnn.append(x_cat.gather(2, take.expand(-1, x_cat.shape[1], -1)))
         caches = torch.stack(new_cnn) if new_cnn else cnn_cache
-        return self._head(x), caches
+        enc = self._encoder_out(x)
+        return self._ctc(enc), caches, enc
 
 
 def _activation(name: str) -> nn.Module:

@@ -26,6 +26,7 @@ from engine.errors import UnsupportedError
 from engine.fbank import KaldiFbank, frames_for
 from engine.models.wenet.checkpoint import WenetCheckpoint, load_checkpoint
 from engine.models.wenet.ctc import CTCState, Detokenizer
+from engine.models.wenet.decoder import rescore
 from engine.models.wenet.model import (
     RIGHT_CONTEXT,
     SUBSAMPLING,
@@ -42,6 +43,9 @@ logger = logging.getLogger(__name__)
 AUDIO_SCALE = 32768.0
 """WeNet computes fbank on int16-range samples; float waveforms in [-1, 1] are scaled up."""
 MAX_CTC_BEAM = 10
+DEFAULT_CTC_WEIGHT = 0.5
+"""Attention rescoring: weight of the CTC score next to the decoder's (WeNet runtime default);
+override with EngineConfig.extra['wenet_ctc_weight']."""
 MIN_WINDOW = RIGHT_CONTEXT + 1
 """Feature frames that yield one encoder frame (the smallest flushable window)."""
 
@@ -60,6 +64,8 @@ class _Stream:
     offline_audio: np.ndarray | None = None
     last_advanced: int = -1
     hit_ceiling: bool = False
+    encoder_out: list[torch.Tensor] | None = None
+    """Encoder output chunks, kept only when the final n-best will be attention-rescored."""
 
     @property
     def input_done(self) -> bool:
@@ -128,6 +134,7 @@ class WenetRunner:
         self.kv_exhausted_total = 0
         """Streams that hit the KV ceiling (finished 'length' or had history recycled)."""
         self.kv_recycled_blocks_total = 0
+        self.ctc_weight = float(config.extra.get("wenet_ctc_weight", DEFAULT_CTC_WEIGHT))  # type: ignore[arg-type]
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> WenetRunner:
@@ -160,7 +167,7 @@ class WenetRunner:
                 "translate": False,
                 "word_timestamps": True,
                 "max_beam_size": MAX_CTC_BEAM,
-                "attention_rescoring": False,
+                "attention_rescoring": self.ckpt.has_decoder,
             },
         }
 
@@ -202,6 +209,7 @@ class WenetRunner:
                 offline_audio=None
                 if req.streaming
                 else (req.audio if req.audio is not None else np.zeros(0)),
+                encoder_out=[] if self.ckpt.has_decoder and req.decoding.beam_size > 1 else None,
             )
             req.runner_state = stream
             self._streams[req.request_id] = stream
@@ -367,7 +375,7 @@ class WenetRunner:
         )
         cnn = torch.stack([s.cnn_cache for s, _ in batch], dim=1)  # (L, B, D, lorder)
         try:
-            log_probs, new_cnn = self.model.forward_chunk_paged(
+            log_probs, new_cnn, enc = self.model.forward_chunk_paged(
                 feats.to(dtype), paged, self.pool.k, self.pool.v, cnn
             )
         except Exception as exc:
@@ -379,6 +387,8 @@ class WenetRunner:
             stream.table.end += c
             stream.feats = stream.feats[SUBSAMPLING * c :]
             stream.cnn_cache = new_cnn[:, i]
+            if stream.encoder_out is not None:
+                stream.encoder_out.append(enc[i, :c])
             stream.last_advanced = self._step
             try:
                 stream.ctc.advance(log_probs[i, :c])
@@ -409,9 +419,27 @@ class WenetRunner:
             duration=stream.request.duration,
         )
 
+    def _rescore(self, stream: _Stream) -> None:
+        """Reorder the CTC n-best by attention rescoring against the whole encoder output."""
+        ctc = stream.ctc
+        hyps = [h for h in ctc.beams if h.tokens]
+        if not stream.encoder_out or len(hyps) < 2 or self.ckpt.decoder is None:
+            return
+        scores = rescore(
+            self.ckpt.decoder, torch.cat(stream.encoder_out), [h.tokens for h in hyps], [h.score for h in hyps],
+            sos_eos=len(self.ckpt.units) - 1, ctc_weight=self.ctc_weight, reverse_weight=self.ckpt.reverse_weight,
+        )  # fmt: skip
+        ranked = [h for _, h in sorted(zip(scores, hyps, strict=True), key=lambda sh: -sh[0])]
+        ctc.beams = ranked + [h for h in ctc.beams if not h.tokens]
+
     def _finish(self, stream: _Stream, reason: FinishReason) -> RequestOutput:
         req = stream.request
         ctc = stream.ctc
+        try:
+            self._rescore(stream)
+        except Exception as exc:
+            logger.exception("attention rescoring failed for request %s", req.request_id)
+            return self._fail(stream, "postprocess", exc)
         hyp = ctc.best()
         text = self.detok.text(hyp.tokens)
         opts = req.decoding

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import yaml
 
+from engine.models.wenet.decoder import DecoderConfig, build_decoder
 from engine.models.wenet.model import ConformerConfig, ConformerCTC
 from engine.models.wenet.runner import WenetRunner
 from engine.request import Request
@@ -93,11 +94,16 @@ def write_checkpoint(ckpt_dir: str, spec: CheckpointSpec | None = None) -> str:
         pe = torch.zeros(5000, cfg.output_size)
         pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * div), torch.cos(pos * div)
         sd["encoder.embed.pos_enc.pe"] = pe.unsqueeze(0)
-    if spec.with_decoder:
-        d = cfg.output_size
-        sd["decoder.embed.0.weight"] = torch.randn(len(units), d, generator=gen)
-        sd["decoder.after_norm.weight"] = torch.ones(d)
-        sd["decoder.output_layer.weight"] = torch.randn(len(units), d, generator=gen)
+    if spec.with_decoder:  # U2++ bidirectional attention decoder, one block each way
+        decoder = build_decoder(DecoderConfig(
+            kind="bitransformer", vocab_size=len(units), d_model=cfg.output_size,
+            attention_heads=cfg.attention_heads, linear_units=cfg.linear_units, num_blocks=1, r_num_blocks=1,
+        ))  # fmt: skip
+        for name, tensor in decoder.state_dict().items():
+            sd[f"decoder.{name}"] = tensor
+        if spec.include_pe:
+            for side in ("left", "right"):
+                sd[f"decoder.{side}_decoder.embed.1.pe"] = sd["encoder.embed.pos_enc.pe"]
     torch.save(sd, os.path.join(ckpt_dir, "final.pt"))
 
     with open(os.path.join(ckpt_dir, "units.txt"), "w", encoding="utf-8") as f:

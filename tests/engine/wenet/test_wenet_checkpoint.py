@@ -127,3 +127,19 @@ def test_broken_checkpoint_names_the_offender(tmp_path: Path, pristine: str, cas
     breaker(ckpt)
     with pytest.raises(CheckpointError, match=named.replace(".", r"\.")):
         load_checkpoint(ckpt, CPU, torch.float32)
+
+
+def test_decoder_is_loaded_strictly(tmp_path: Path) -> None:
+    ckpt = write_checkpoint(str(tmp_path / "c"), CheckpointSpec(with_decoder=True))
+    assert load_checkpoint(ckpt, CPU, torch.float32).has_decoder
+    _edit_state_dict(ckpt, lambda sd: sd.pop("decoder.right_decoder.decoders.0.src_attn.linear_v.bias"))
+    with pytest.raises(
+        CheckpointError, match=r"decoder\.right_decoder\.decoders\.0\.src_attn\.linear_v\.bias"
+    ):
+        load_checkpoint(ckpt, CPU, torch.float32)
+
+
+def test_unsupported_decoder_kind_turns_rescoring_off(tmp_path: Path) -> None:
+    ckpt = write_checkpoint(str(tmp_path / "c"), CheckpointSpec(with_decoder=True))
+    _edit_yaml(ckpt, lambda y: y.__setitem__("decoder", "transducer"))
+    assert not load_checkpoint(ckpt, CPU, torch.float32).has_decoder
