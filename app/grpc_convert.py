@@ -26,6 +26,7 @@ from app.audio import AudioEncoding, AudioError, UnsupportedAudioError, parse_en
 from app.errors import ApiError
 from engine import DecodingOptions, RequestOutput
 from engine.errors import EngineError, EngineOverloadedError, EngineShutdownError, InvalidRequestError
+from engine.types import Task
 from protos.oasr.speech.v1 import speech_pb2 as pb
 
 Config = pb.RecognitionConfig
@@ -140,7 +141,7 @@ def decoding_options(config: pb.RecognitionConfig) -> DecodingOptions:
     beam = max(ext.beam_size, 1)
     if n_alt > 1:
         beam = max(beam, n_alt)
-    task = "translate" if ext.task == pb.DecodingExtensions.TRANSLATE else "transcribe"
+    task: Task = "translate" if ext.task == pb.DecodingExtensions.TRANSLATE else "transcribe"
     try:
         options = DecodingOptions(
             beam_size=beam,

@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from app.grpc_speech import ActiveCalls, SpeechServicer
 from app.settings import Settings
 from protos.oasr.speech.v1 import speech_pb2, speech_pb2_grpc
 
@@ -28,10 +29,11 @@ HEALTH_POLL_S = 1.0  # how often health follows the engine's readiness
 class GrpcServer:
     """The running listener; `set_serving(False)` flips health at once, `stop(grace)` drains."""
 
-    def __init__(self, server: grpc.aio.Server, health: HealthServicer, service: Any):
+    def __init__(self, server: grpc.aio.Server, health: HealthServicer, service: Any, calls: ActiveCalls):
         self.server = server
         self.health = health
         self.service = service
+        self.calls = calls
         self._serving = True
         self._watch: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[Any]] = set()
@@ -63,25 +65,34 @@ class GrpcServer:
         task.add_done_callback(self._pending.discard)
 
     async def stop(self, grace: float) -> None:
+        """Refuse new calls, give running ones `grace` seconds, then cancel what is left. Health
+        Watch streams never end on their own, so they are cut once the last recognition is done
+        instead of holding the exit for the whole grace."""
         self.set_serving(False)
         for task in list(self._pending):
             with contextlib.suppress(Exception):
                 await task
-        await self.server.stop(grace)
+        stopping = asyncio.ensure_future(self.server.stop(grace))
+        idle = asyncio.ensure_future(self.calls.idle())
+        await asyncio.wait({stopping, idle}, return_when=asyncio.FIRST_COMPLETED)
+        if not stopping.done():
+            logger.info("gRPC drain: recognition calls done; closing health watches")
+            await self.server.stop(0)
+        idle.cancel()
+        await stopping
         logger.info("gRPC listener stopped")
 
 
 async def start_grpc_server(app: Any, settings: Settings) -> GrpcServer:
     """Bind `{host}:{grpc_port}` and start serving; raises when the port cannot be bound."""
-    from app.grpc_speech import SpeechServicer
-
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", settings.max_body_bytes),
             ("grpc.so_reuseport", 0),
         ]
     )
-    speech_pb2_grpc.add_SpeechServicer_to_server(SpeechServicer(app), server)
+    calls = ActiveCalls()
+    speech_pb2_grpc.add_SpeechServicer_to_server(SpeechServicer(app, calls), server)  # type: ignore[no-untyped-call]
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection(
@@ -92,7 +103,7 @@ async def start_grpc_server(app: Any, settings: Settings) -> GrpcServer:
     if server.add_insecure_port(address) == 0:
         raise RuntimeError(f"cannot bind the gRPC listener to {address}")
     await server.start()
-    grpc_server = GrpcServer(server, health, getattr(app.state, "service", None))
+    grpc_server = GrpcServer(server, health, getattr(app.state, "service", None), calls)
     await grpc_server._set_all(health_pb2.HealthCheckResponse.NOT_SERVING)
     grpc_server.start_watching()
     logger.info("gRPC listening on %s (max message %d bytes)", address, settings.max_body_bytes)

@@ -57,9 +57,32 @@ def presented_keys(context: grpc.aio.ServicerContext) -> list[str]:
     return keys
 
 
+class ActiveCalls:
+    """Recognition calls in progress (health watches excluded), so the drain knows when it is done."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def enter(self) -> None:
+        self.count += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        self.count -= 1
+        if self.count <= 0:
+            self.count = 0
+            self._idle.set()
+
+    async def idle(self) -> None:
+        await self._idle.wait()
+
+
 class SpeechServicer(speech_pb2_grpc.SpeechServicer):
-    def __init__(self, app: Any):
+    def __init__(self, app: Any, calls: ActiveCalls | None = None):
         self._state = app.state
+        self._calls = calls or ActiveCalls()
         self._vad = VadProvider(app.state.settings)
 
     # state is read per call: the lifespan fills it in before the listener starts
@@ -109,6 +132,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
 
     async def Recognize(self, request: pb.RecognizeRequest, context: grpc.aio.ServicerContext) -> pb.RecognizeResponse:
         code = grpc.StatusCode.OK
+        self._calls.enter()
         try:
             self._authorize(context)
             return await self._recognize(request, context)
@@ -121,6 +145,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
             await context.abort(err.code, err.message)
             raise  # not reached: abort raises
         finally:
+            self._calls.leave()
             self._count("Recognize", code)
 
     async def _recognize(self, request: pb.RecognizeRequest, context: grpc.aio.ServicerContext) -> pb.RecognizeResponse:
@@ -156,6 +181,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         self, request_iterator: AsyncIterator[pb.StreamingRecognizeRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.StreamingRecognizeResponse]:
         code = grpc.StatusCode.OK
+        self._calls.enter()
         try:
             self._authorize(context)
             async for response in self._streaming(request_iterator, context):
@@ -168,6 +194,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
             code = err.code
             await context.abort(err.code, err.message)
         finally:
+            self._calls.leave()
             self._count("StreamingRecognize", code)
 
     async def _streaming(

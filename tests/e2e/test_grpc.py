@@ -70,8 +70,12 @@ def wer(reference: str, hypothesis: str) -> float:
     return 100.0 * float(jiwer.wer(norm(reference), norm(hypothesis)))
 
 
-def metric_value(server: ServerProcess, name: str, **labels: str) -> float:
-    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+def metric_value(server: ServerProcess, name: str, *, api_key: str | None = None, **labels: str) -> float:
+    """Sum of the samples of `name` whose labels include `labels`, scraped from /metrics."""
+    headers = {"x-api-key": api_key} if api_key else {}
+    response = httpx.get(f"{server.base_url}/metrics", headers=headers, timeout=10)
+    response.raise_for_status()
+    text = response.text
     total = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
