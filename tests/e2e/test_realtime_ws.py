@@ -277,15 +277,18 @@ async def test_clear_drops_the_open_turn(server: ServerProcess) -> None:
     async with connect(server) as ws:
         raw = Raw(ws)
         await manual_session(raw, {"type": "audio/pcm", "rate": 16000})
-        await ws.send(pcm16_at(load_clip("ps_cards_002"), 16000))
+        for chunk in chunks_of(pcm16_at(load_clip("ps_cards_002"), 16000), 3200):
+            await ws.send(chunk)
         await raw.send({"type": "input_audio_buffer.clear"})
         await raw.next("input_audio_buffer.cleared")
         await raw.send({"type": "input_audio_buffer.commit"})
         await raw.error("input_audio_buffer_commit_empty")
-        await ws.send(pcm16_at(load_clip("ps_cards_003"), 16000))
+        for chunk in chunks_of(pcm16_at(load_clip("ps_cards_003"), 16000), 3200):
+            await ws.send(chunk)
         await raw.send({"type": "input_audio_buffer.commit"})
         done = await raw.next(TERMINAL)
     check_session_events(raw.log.events)
+    assert [e["error"]["code"] for e in raw.log.of_type("error")] == ["input_audio_buffer_commit_empty"]
     assert len(raw.log.of_type(COMMITTED)) == 1
     assert wer([reference("ps_cards_003")], [done["transcript"]]) <= 34.0, done["transcript"]
 
@@ -309,8 +312,51 @@ async def test_503_when_no_inflight_permit_is_free(server: ServerProcess) -> Non
     pytest.fail("permits were not released after the sessions closed")
 
 
-async def test_idle_session_is_closed(server: ServerProcess) -> None:
+async def test_other_intents_are_refused(server: ServerProcess) -> None:
+    with pytest.raises(websockets.InvalidStatus) as exc:
+        async with websockets.connect(server.ws_url + "/v1/realtime?intent=conversation"):
+            pass
+    assert exc.value.response.status_code == 400
+
+
+def readiness(server: ServerProcess) -> dict[str, Any]:
+    return dict(httpx.get(f"{server.base_url}/readyz", timeout=10).json())
+
+
+def cancelled_total(server: ServerProcess) -> float:
+    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+    line = next(x for x in text.splitlines() if x.startswith("oasr_requests_cancelled_total "))
+    return float(line.split()[1])
+
+
+async def test_disconnect_aborts_the_open_turn(server: ServerProcess) -> None:
+    before = cancelled_total(server)
     async with connect(server) as ws:
+        raw = Raw(ws)
+        await manual_session(raw, {"type": "audio/pcm", "rate": 16000})
+        audio = chunks_of(pcm16_at(load_clip("ps_cards_005"), 16000), 3200)
+        for chunk in audio:
+            await ws.send(chunk)
+        await raw.send({"type": "input_audio_buffer.clear", "event_id": "sync"})  # a round trip: audio was taken
+        await raw.next("input_audio_buffer.cleared")
+        for chunk in audio:  # a new turn, never committed
+            await ws.send(chunk)
+        await asyncio.sleep(0.5)
+    # the client hung up mid-turn: its engine request is aborted and its permit returned
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        state = readiness(server)
+        if state["inflight"] == 0 and state["running"] == 0 and state["waiting"] == 0:
+            break
+        await asyncio.sleep(0.2)
+    assert (state["inflight"], state["running"], state["waiting"]) == (0, 0, 0), state
+    assert not raw.log.of_type("error") and not raw.log.of_type(TERMINAL[1]), raw.log.events
+    assert cancelled_total(server) >= before + 2  # the cleared turn and the abandoned one
+
+
+async def test_idle_session_is_closed(server: ServerProcess) -> None:
+    async with connect(server, subprotocols=["realtime"]) as ws:
+        assert ws.subprotocol == "realtime"  # browsers fail the handshake unless it is echoed
         raw = Raw(ws)
         await raw.next("session.created")
         started = time.monotonic()
