@@ -83,7 +83,8 @@ def parse_chunking_strategy(form: Sequence[tuple[str, Any]], defaults: ChunkingS
     unknown = set(fields) - {"type", *_KEYS}
     if unknown:
         raise _bad(f"unknown {FIELD} field(s): {', '.join(sorted(unknown))}")
-    strategy = dataclasses.replace(defaults, **{k: _number(k, fields[k]) for k in _KEYS if fields.get(k) is not None})
+    asked: dict[str, Any] = {k: _number(k, fields[k]) for k in _KEYS if fields.get(k) is not None}
+    strategy = dataclasses.replace(defaults, **asked)
     if not 0.0 < strategy.threshold < 1.0:
         raise _bad(f"{FIELD}.threshold must be in (0, 1), got {strategy.threshold}")
     for key in ("silence_duration_ms", "prefix_padding_ms"):

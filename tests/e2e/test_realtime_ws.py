@@ -293,7 +293,23 @@ async def test_clear_drops_the_open_turn(server: ServerProcess) -> None:
     assert wer([reference("ps_cards_003")], [done["transcript"]]) <= 34.0, done["transcript"]
 
 
+def readiness(server: ServerProcess) -> dict[str, Any]:
+    return dict(httpx.get(f"{server.base_url}/readyz", timeout=10).json())
+
+
+async def wait_idle(server: ServerProcess, timeout: float = 30.0) -> dict[str, Any]:
+    """Wait until no permit is held and the engine has nothing running (sessions of earlier
+    tests end a moment after their clients close)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = readiness(server)
+        if (state["inflight"], state["running"], state["waiting"]) == (0, 0, 0) or time.monotonic() > deadline:
+            return state
+        await asyncio.sleep(0.2)
+
+
 async def test_503_when_no_inflight_permit_is_free(server: ServerProcess) -> None:
+    await wait_idle(server)
     async with connect(server) as a, connect(server) as b, connect(server) as c:
         for ws in (a, b, c):
             assert json.loads(await ws.recv())["type"] == "session.created"
@@ -319,10 +335,6 @@ async def test_other_intents_are_refused(server: ServerProcess) -> None:
     assert exc.value.response.status_code == 400
 
 
-def readiness(server: ServerProcess) -> dict[str, Any]:
-    return dict(httpx.get(f"{server.base_url}/readyz", timeout=10).json())
-
-
 def cancelled_total(server: ServerProcess) -> float:
     text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
     line = next(x for x in text.splitlines() if x.startswith("oasr_requests_cancelled_total "))
@@ -343,12 +355,7 @@ async def test_disconnect_aborts_the_open_turn(server: ServerProcess) -> None:
             await ws.send(chunk)
         await asyncio.sleep(0.5)
     # the client hung up mid-turn: its engine request is aborted and its permit returned
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        state = readiness(server)
-        if state["inflight"] == 0 and state["running"] == 0 and state["waiting"] == 0:
-            break
-        await asyncio.sleep(0.2)
+    state = await wait_idle(server)
     assert (state["inflight"], state["running"], state["waiting"]) == (0, 0, 0), state
     assert not raw.log.of_type("error") and not raw.log.of_type(TERMINAL[1]), raw.log.events
     assert cancelled_total(server) >= before + 2  # the cleared turn and the abandoned one
