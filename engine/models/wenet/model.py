@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -85,6 +86,9 @@ def chunk_attention_mask(
 
 
 class GlobalCMVN(nn.Module):
+    mean: torch.Tensor
+    istd: torch.Tensor
+
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.register_buffer("mean", torch.zeros(dim))
@@ -293,13 +297,18 @@ class ConformerEncoder(nn.Module):
         return self.global_cmvn(feats) if self.global_cmvn is not None else feats
 
 
+class CTCHead(nn.Module):
+    def __init__(self, dim: int, vocab_size: int) -> None:
+        super().__init__()
+        self.ctc_lo = nn.Linear(dim, vocab_size)
+
+
 class ConformerCTC(nn.Module):
     def __init__(self, cfg: ConformerConfig, with_cmvn: bool) -> None:
         super().__init__()
         self.cfg = cfg
         self.encoder = ConformerEncoder(cfg, with_cmvn)
-        self.ctc = nn.Module()
-        self.ctc.ctc_lo = nn.Linear(cfg.output_size, cfg.vocab_size)
+        self.ctc = CTCHead(cfg.output_size, cfg.vocab_size)
 
     def _encoder_out(self, x: torch.Tensor) -> torch.Tensor:
         return self.encoder.after_norm(x) if self.cfg.normalize_before else x
@@ -322,7 +331,7 @@ class ConformerCTC(nn.Module):
         )
         pos_emb = sinusoid(torch.arange(t, device=x.device), d).unsqueeze(0).to(x.dtype)  # (1, T', D)
         for layer in enc.encoders:
-            attn = layer.self_attn
+            attn = cast(RelPositionAttention, layer.self_attn)
 
             def attend(h: torch.Tensor, attn: RelPositionAttention = attn) -> torch.Tensor:
                 return attn.forward_full(h, mask, pos_emb)
@@ -353,7 +362,7 @@ class ConformerCTC(nn.Module):
         # Row b's new cache: the last `lorder` inputs before its own chunk end.
         take = (batch.chunk_lens.unsqueeze(1) + torch.arange(lorder, device=x.device)).unsqueeze(1)
         for i, layer in enumerate(enc.encoders):
-            attn = layer.self_attn
+            attn = cast(RelPositionAttention, layer.self_attn)
 
             def attend(h: torch.Tensor, attn: RelPositionAttention = attn, i: int = i) -> torch.Tensor:
                 return attn.forward_paged(h, batch, k_pool[i], v_pool[i])
@@ -362,8 +371,8 @@ class ConformerCTC(nn.Module):
             if x_cat is not None:
                 new_cnn.append(x_cat.gather(2, take.expand(-1, x_cat.shape[1], -1)))
         caches = torch.stack(new_cnn) if new_cnn else cnn_cache
-        enc = self._encoder_out(x)
-        return self._ctc(enc), caches, enc
+        out = self._encoder_out(x)
+        return self._ctc(out), caches, out
 
 
 def _activation(name: str) -> nn.Module:

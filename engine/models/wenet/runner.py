@@ -85,9 +85,10 @@ def resolve_device(config: EngineConfig) -> tuple[torch.device, torch.dtype]:
     if config.dtype == "auto":
         dtype = torch.float16 if device.type == "cuda" else torch.float32
     else:
-        dtype = getattr(torch, config.dtype, None)
-        if not isinstance(dtype, torch.dtype):
+        found = getattr(torch, config.dtype, None)
+        if not isinstance(found, torch.dtype):
             raise UnsupportedError(f"unknown dtype {config.dtype!r}")
+        dtype = found
     return device, dtype
 
 

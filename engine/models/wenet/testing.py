@@ -72,6 +72,7 @@ def write_checkpoint(ckpt_dir: str, spec: CheckpointSpec | None = None) -> str:
         model.ctc.ctc_lo.weight.mul_(spec.logit_scale)
         for module in model.modules():
             if isinstance(module, torch.nn.BatchNorm1d):  # non-trivial running stats
+                assert module.running_mean is not None and module.running_var is not None
                 module.running_mean.copy_(torch.randn(module.num_features, generator=gen) * 0.1)
                 module.running_var.copy_(torch.rand(module.num_features, generator=gen) + 0.5)
     # Plausible log-mel statistics (speech at 32768 scale sits around 8..14 with std ~2..4).
@@ -212,7 +213,9 @@ def record_log_probs(runner: WenetRunner) -> dict[str, list[torch.Tensor]]:
             ctc = req.runner_state.ctc  # type: ignore[attr-defined]
             advance = ctc.advance
 
-            def recorded(lp: torch.Tensor, advance: object = advance, chunks: list = chunks) -> None:
+            def recorded(
+                lp: torch.Tensor, advance: object = advance, chunks: list[torch.Tensor] = chunks
+            ) -> None:
                 chunks.append(lp.clone())
                 advance(lp)  # type: ignore[operator]
 
