@@ -73,9 +73,12 @@ class LiveTranscript {
     return p;
   }
 
-  delta(itemId, text) {
+  // `text` (an OASR extension) carries the item's whole text when the server revised words
+  // it had already sent; plain OpenAI servers only append.
+  delta(itemId, delta, text) {
     const p = this.paragraph(itemId);
-    if (p.className === "partial") p.textContent += text;
+    if (p.className !== "partial") return;
+    p.textContent = typeof text === "string" ? text : p.textContent + delta;
   }
 
   completed(itemId, transcript) {
@@ -155,7 +158,7 @@ class MicSession {
   onEvent(event) {
     switch (event.type) {
       case "conversation.item.input_audio_transcription.delta":
-        this.transcript.delta(event.item_id, event.delta);
+        this.transcript.delta(event.item_id, event.delta, event.text);
         break;
       case "conversation.item.input_audio_transcription.completed":
         this.transcript.completed(event.item_id, event.transcript);
