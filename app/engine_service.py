@@ -22,7 +22,7 @@ import numpy as np
 
 from app.metrics import Metrics
 from engine import ASREngine, DecodingOptions, RequestOutput
-from engine.errors import UnknownRequestError
+from engine.errors import EngineShutdownError, UnknownRequestError
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +79,7 @@ class EngineService:
         self.max_inflight = max_inflight
         self.inflight = 0
         self.draining = False
+        self._closed = False  # set by cancel_all: from then on no request may enter the engine
         self._streams: dict[str, OutputStream] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -145,6 +146,10 @@ class EngineService:
     ) -> OutputStream:
         """Register a stream for a new request and post it. Raises the engine's validation
         errors (InvalidRequestError, UnsupportedError, EngineShutdownError) synchronously."""
+        if self._closed:
+            # A handler that held a permit through the drain grace (still decoding its upload)
+            # must not start engine work after the rest was cancelled: shutdown would wait on it.
+            raise EngineShutdownError("server is shutting down; the request was not started")
         if streaming:
             rid = self.engine.add_streaming_request(priority=priority, decoding=decoding, request_id=request_id)
         else:
@@ -172,7 +177,9 @@ class EngineService:
         self._streams.pop(request_id, None)
 
     async def cancel_all(self, reason: str) -> None:
-        """Shutdown: end every open request with an error output and abort it in the engine."""
+        """Shutdown: end every open request with an error output and abort it in the engine;
+        requests opened after this are refused."""
+        self._closed = True
         for rid, stream in list(self._streams.items()):
             if not stream.finished:
                 self.abort(rid)
