@@ -183,8 +183,9 @@ class RealtimeSession:
 
     @property
     def busy(self) -> bool:
-        """A turn is open or still being transcribed."""
-        return bool(self._turns)
+        """A committed turn is still being transcribed (its events are still to come). An open,
+        uncommitted turn does not count: a client that stops sending mid-turn is idle."""
+        return any(t.committed.is_set() for t in self._turns)
 
     def render(self, beta: bool) -> dict[str, Any]:
         return self.config.render_beta(self.id, self.vad) if beta else self.config.render_ga(self.id, self.vad)

@@ -299,7 +299,8 @@ async def test_disconnect_aborts_open_requests() -> None:
     session = RealtimeSession(sender, service, vad_model=None, vad=VAD)  # type: ignore[arg-type]
     await session.handle_text(json.dumps(ga({"turn_detection": None})))
     await session.handle_binary(np.zeros(480, dtype="<i2").tobytes())
-    assert session.busy
+    assert len(service.streams) == 1 and not service.closed
+    assert not session.busy  # an uncommitted turn does not keep a silent client's session alive
     session.abort_all()
     await settle()
     assert list(service.streams) == service.closed[:1] and not session.busy

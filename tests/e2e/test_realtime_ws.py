@@ -365,7 +365,8 @@ async def test_idle_session_is_closed(server: ServerProcess) -> None:
     async with connect(server, subprotocols=["realtime"]) as ws:
         assert ws.subprotocol == "realtime"  # browsers fail the handshake unless it is echoed
         raw = Raw(ws)
-        await raw.next("session.created")
+        await manual_session(raw, {"type": "audio/pcm", "rate": 16000})
+        await ws.send(pcm16_at(load_clip("ps_cards_001")[:8000], 16000))  # opens a turn, then silence
         started = time.monotonic()
         err = await raw.error("idle_timeout")
         assert IDLE_S - 0.5 <= time.monotonic() - started <= IDLE_S + 5
@@ -373,4 +374,6 @@ async def test_idle_session_is_closed(server: ServerProcess) -> None:
             await ws.recv()
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
         assert "--stream-idle-timeout-secs" in err["error"]["message"]
+    state = await wait_idle(server)  # the abandoned turn was aborted, the permit returned
+    assert (state["inflight"], state["running"], state["waiting"]) == (0, 0, 0), state
 
