@@ -22,7 +22,7 @@ import torch
 
 from engine.cache import BlockPool, BlockTable, KVSpec, plan_num_blocks
 from engine.config import EngineConfig
-from engine.errors import UnsupportedError
+from engine.errors import InvalidRequestError, UnsupportedError
 from engine.fbank import KaldiFbank, frames_for
 from engine.models.wenet.checkpoint import WenetCheckpoint, load_checkpoint
 from engine.models.wenet.ctc import CTCState, Detokenizer
@@ -105,7 +105,6 @@ class WenetRunner:
         self.chunk_size = config.chunk_size
         self.num_left_chunks = config.num_left_chunks
         self.window = window_frames(self.chunk_size)
-        self.stride = SUBSAMPLING * self.chunk_size
         self.frame_seconds = SUBSAMPLING * ckpt.fbank.frame_shift_ms / 1000.0
         self.fbank = KaldiFbank(ckpt.fbank, device)
         self.detok = Detokenizer(ckpt.units)
@@ -120,7 +119,7 @@ class WenetRunner:
         else:
             min_blocks = self.blocks_per_chunk
         if config.max_stream_blocks is not None and config.max_stream_blocks < self.blocks_per_chunk:
-            raise UnsupportedError(
+            raise InvalidRequestError(
                 f"max_stream_blocks={config.max_stream_blocks} cannot hold one chunk "
                 f"({self.blocks_per_chunk} blocks of {block_size} frames); raise it or block_size_frames"
             )

@@ -160,3 +160,8 @@ def test_bad_audio_fails_only_its_own_stream(make_runner: Callable[..., WenetRun
         outs += runner.execute()
     assert outs[-1].request_id == "good" and outs[-1].finish_reason == "stop"
     assert runner.pool.num_free == runner.pool.num_blocks
+
+
+def test_stream_ceiling_below_one_chunk_is_refused(make_runner: Callable[..., WenetRunner]) -> None:
+    with pytest.raises(InvalidRequestError, match="max_stream_blocks=1 cannot hold one chunk"):
+        make_runner(chunk_size=8, block_size_frames=4, max_stream_blocks=1)
