@@ -2,6 +2,13 @@
 
 Importing this package registers the `wenet` family (checkpoint dirs with train.yaml, a .pt
 state dict and units.txt).
+
+Family knobs in `EngineConfig.extra`:
+- `wenet_ctc_weight` (float, default 0.5): weight of the CTC score in attention rescoring, which
+  reorders the final n-best of beam-search requests when the checkpoint has a decoder.
+
+Runner counters for metrics: `WenetRunner.stats()` -> kv_exhausted_total, kv_recycled_blocks_total,
+kv_blocks_total, kv_blocks_free, kv_pool_usage, streams.
 """
 
 from __future__ import annotations
