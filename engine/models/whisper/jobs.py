@@ -116,7 +116,10 @@ class OfflineTranscription:
                             audio_features=reuse.audio_features)
         else:
             frames = min(N_FRAMES, self.content_frames - self.seek)
-            job = WindowJob(self, pad_window(self.mel, self.seek), self.seek, frames, self.ladder[0], 0)
+            # only the content frames: the trailing frame (centred on the end padding) is zeroed like
+            # the padding, as openai/whisper and faster-whisper do; keeping it changes transcripts
+            window = pad_window(self.mel[:, : self.content_frames], self.seek)
+            job = WindowJob(self, window, self.seek, frames, self.ladder[0], 0)
         job.refresh_prefix()
         return job
 
