@@ -8,7 +8,7 @@ walks a request's audio window by window: it builds each job's prompt, accepts o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -18,6 +18,7 @@ from engine.models.whisper.alignment import align_words
 from engine.models.whisper.decoding import DecodeGroup, TokenRules, WindowResult
 from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, pad_window
 from engine.models.whisper.transcript import (
+    COMPRESSION_RATIO_THRESHOLD,
     PROMPT_RESET_TEMPERATURE,
     compression_ratio,
     is_silence,
@@ -85,6 +86,7 @@ class OfflineTranscription:
         self.segments: list[Segment] = []
         self.window_nbest: list[tuple[list[int], float]] = []
         self.windows = 0
+        self.attempts: list[WindowResult] = []  # the current window's decodes that failed the checks
         self.ladder = temperature_ladder(self.options.temperature, self.options.temperature_fallback)
         self.generator: torch.Generator | None = None
         if self.options.temperature > 0 or self.options.temperature_fallback:
@@ -128,8 +130,12 @@ class OfflineTranscription:
     def on_window_done(self, job: WindowJob, result: WindowResult) -> tuple[WindowJob | None, RequestOutput | None]:
         tok = self.runner.tokenizer
         text = tok.decode(result.tokens)
-        if needs_fallback(result, text, self.options.no_speech_threshold) and job.ladder_index + 1 < len(self.ladder):
-            return self.next_job(job.ladder_index + 1, reuse=job), None
+        if needs_fallback(result, text, self.options.no_speech_threshold):
+            self.attempts.append(result)
+            if job.ladder_index + 1 < len(self.ladder):
+                return self.next_job(job.ladder_index + 1, reuse=job), None
+            result = self._best_attempt()
+        self.attempts = []
         self.windows += 1
         self.last_temperature = result.temperature
         window_start = job.seek / FRAMES_PER_SECOND
@@ -149,6 +155,15 @@ class OfflineTranscription:
         if nxt is None:
             return None, self.finish()
         return nxt, self.partial()
+
+    def _best_attempt(self) -> WindowResult:
+        """Every temperature failed: keep the most confident decode that is not repetitive (or the
+        most confident at all), as faster-whisper does, rather than the last, hottest one. The
+        temperature reported stays the last one, so the prompt is still reset after it."""
+        tok = self.runner.tokenizer
+        below = [r for r in self.attempts if compression_ratio(tok.decode(r.tokens)) <= COMPRESSION_RATIO_THRESHOLD]
+        best = max(below or self.attempts, key=lambda r: r.avg_logprob)
+        return replace(best, temperature=self.attempts[-1].temperature)
 
     def _add_segments(self, job: WindowJob, raw: list, result: WindowResult) -> None:  # type: ignore[type-arg]
         tok = self.runner.tokenizer
