@@ -63,7 +63,8 @@ class LogMelExtractor:
             return []
         padded = []
         for w in waveforms:
-            x = torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)).to(self.device)
+            # read-only inputs (np.frombuffer over request bytes) are copied: torch warns on them
+            x = torch.from_numpy(np.require(w, dtype=np.float32, requirements=["C", "W"])).to(self.device)
             x = torch.nn.functional.pad(x, (0, HOP_LENGTH))
             # reflect-centre each waveform at its own edges before batching
             x = torch.nn.functional.pad(x[None, None], (N_FFT // 2, N_FFT // 2), mode="reflect")[0, 0]
