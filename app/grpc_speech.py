@@ -120,13 +120,13 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
     def _count(self, method: str, code: grpc.StatusCode) -> None:
         self.metrics.grpc_requests.labels(method=method, code=code.name).inc()
 
-    def _timeout(self, context: grpc.aio.ServicerContext) -> float:
-        """The server's request timeout, or the client's deadline when that comes first."""
+    def _timeout(self, context: grpc.aio.ServicerContext) -> tuple[float, bool]:
+        """The server's request timeout, or the client's deadline when that comes first (True)."""
         timeout = self.settings.request_timeout_secs
         remaining = context.time_remaining()
-        if remaining is not None:
-            timeout = max(min(timeout, remaining), 0.0)
-        return timeout
+        if remaining is not None and remaining < timeout:
+            return max(remaining, 0.0), True
+        return timeout, False
 
     # ------------------------------------------------------------------ Recognize
 
@@ -160,20 +160,21 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         if not request.audio.content:
             raise invalid("RecognitionAudio.content is empty; send the audio bytes in it")
         rid = config.request_id or uuid.uuid4().hex
-        timeout = self._timeout(context)
         async with inflight_permit(self.service):
             audio = await self.decoder.decode(request.audio.content, encoding=spec.encoding,
                                               sample_rate=spec.sample_rate, channels=spec.channels,
                                               max_seconds=self.settings.max_audio_seconds)
-            out = await self._run_offline(audio.samples, options, timeout)
+            out = await self._run_offline(audio.samples, options, context)
         logger.info("Recognize %s: %.2f s of audio", rid, out.duration)
         return recognize_response(out, config, rid)
 
-    async def _run_offline(self, samples: Any, options: Any, timeout: float) -> Any:
+    async def _run_offline(self, samples: Any, options: Any, context: grpc.aio.ServicerContext) -> Any:
+        timeout, clients = self._timeout(context)
         try:
             return await run_offline(self.service, samples, options, api=API, timeout=timeout)
         except RequestTimeout as exc:
-            raise RpcError(grpc.StatusCode.DEADLINE_EXCEEDED, exc.message) from exc
+            message = "the call's deadline passed before recognition finished" if clients else exc.message
+            raise RpcError(grpc.StatusCode.DEADLINE_EXCEEDED, message) from exc
 
     # ------------------------------------------------------------------ StreamingRecognize
 
@@ -278,7 +279,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         samples = await buffer.finish(self.decoder)
         if not len(samples):
             raise invalid("the stream's audio holds no samples")
-        out = await self._run_offline(samples, options, self._timeout(context))
+        out = await self._run_offline(samples, options, context)
         logger.info("StreamingRecognize %s (buffered): %.2f s of audio in %.2f s", rid, out.duration,
                     time.monotonic() - started)
         result = pb.StreamingRecognitionResult(
