@@ -132,6 +132,9 @@ async def _sse(service: Any, samples: Any, options: DecodingOptions, settings: S
     started = time.monotonic()
     outcome = "error"
     stream = service.open_request(samples, decoding=options)
+    seconds = len(samples) / service.engine.sample_rate  # counted as run_offline does for the other paths
+    metrics.audio_seconds.labels(api="openai", mode="offline").inc(seconds)
+    metrics.request_audio_seconds.observe(seconds)
     sent = ""
     try:
         while True:
