@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.audio import AudioDecoder
 from app.engine_service import EngineService
@@ -158,6 +159,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def api_error_handler(request: Request, exc: ApiError) -> JSONResponse:
         body = exc.google_body() if request.url.path.startswith("/v1/speech") else exc.openai_body()
         return JSONResponse(body, status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error_handler(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Unknown routes and methods answer in the API's own envelope too, so SDKs show a message.
+        err = ApiError(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}")
+        response = await api_error_handler(request, err)
+        response.headers.update(exc.headers or {})  # e.g. Allow on 405
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def validation_handler(request: Request, exc: RequestValidationError) -> JSONResponse:
