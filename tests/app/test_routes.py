@@ -1,0 +1,486 @@
+"""Route logic in process: option parsing, rendering (json, text, srt, vtt, verbose_json, SSE,
+Google RecognizeResponse), error envelopes, limits and middleware.
+
+The app is the real `create_app()` with the real `EngineService` bridge and audio decoder; only
+the engine behind the bridge is a small scripted fake, so these tests run in milliseconds and
+can check exact rendering. End-to-end behaviour with the real model is in tests/e2e/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import soundfile as sf
+
+from app.audio import AudioDecoder
+from app.engine_service import EngineService
+from app.main import create_app
+from app.settings import Settings
+from engine import DecodingOptions, RequestOutput
+from engine.types import Alternative, Segment, Word
+
+RATE = 16000  # Hz
+
+
+def wav(seconds: float = 3.2, rate: int = RATE) -> bytes:
+    buf = io.BytesIO()
+    t = np.arange(int(seconds * rate)) / rate
+    sf.write(buf, (0.1 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), rate, format="WAV")
+    return buf.getvalue()
+
+
+def canned(request_id: str, audio: np.ndarray, options: DecodingOptions) -> RequestOutput:
+    """What the fake engine answers: two segments, word timings, two alternatives."""
+    words = [Word(" Hello", 0.0, 1.5, 0.9), Word(" world.", 1.5, 3.2, 0.8)]
+    return RequestOutput(
+        request_id=request_id, text="Hello world.", finished=True, finish_reason="stop", language="en",
+        duration=len(audio) / RATE,
+        segments=[Segment(0, 0.0, 1.5, " Hello", tokens=[1, 2], avg_logprob=-0.25, no_speech_prob=0.01,
+                          compression_ratio=1.1),
+                  Segment(1, 1.5, 3.2, " world.", tokens=[3], avg_logprob=-0.5)],
+        words=words if options.word_timestamps else None,
+        nbest=[Alternative("Hello world.", 0.75), Alternative("Hello, world!", 0.5)][: options.n_best],
+    )
+
+
+@dataclass
+class FakeEngine:
+    """The engine surface EngineService drives, scripted: every request is answered by
+    `answer` at the next step, or held until aborted when `answer` returns None."""
+
+    answer: Callable[[str, np.ndarray, DecodingOptions], RequestOutput | None] = canned
+    sample_rate: int = RATE
+    runner: object = None
+    last_batch_size: int = 0
+    last_queue_waits: list[float] = field(default_factory=list)
+    received: list[DecodingOptions] = field(default_factory=list)
+    aborted: list[str] = field(default_factory=list)
+    _inbox: queue.SimpleQueue[tuple[str, str, Any, Any] | None] = field(default_factory=queue.SimpleQueue)
+    _held: set[str] = field(default_factory=set)
+    _count: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def info(self) -> dict[str, Any]:
+        return {"family": "fake", "model": "fake-asr", "sample_rate": RATE, "languages": ["en"]}
+
+    @property
+    def num_running(self) -> int:
+        return len(self._held)
+
+    @property
+    def num_waiting(self) -> int:
+        return 0
+
+    def add_request(self, audio: np.ndarray, priority: int = 0, decoding: DecodingOptions | None = None,
+                    request_id: str | None = None) -> str:
+        options = decoding or DecodingOptions()
+        options.validate()
+        with self._lock:
+            self._count += 1
+            rid = request_id or f"fake-{self._count}"
+        self.received.append(options)
+        self._inbox.put(("add", rid, audio, options))
+        return rid
+
+    def abort_request(self, request_id: str) -> None:
+        self._inbox.put(("abort", request_id, None, None))
+
+    def has_work(self) -> bool:
+        return not self._inbox.empty()
+
+    def wait_for_work(self, timeout: float | None = None) -> bool:
+        try:
+            item = self._inbox.get(timeout=timeout)
+        except queue.Empty:
+            return False
+        self._inbox.put(item)  # order among commands does not matter to this fake
+        return True
+
+    def step(self) -> list[RequestOutput]:
+        outputs = []
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                continue
+            kind, rid, audio, options = item
+            if kind == "abort":
+                self.aborted.append(rid)
+                if rid in self._held:
+                    self._held.discard(rid)
+                    outputs.append(RequestOutput(rid, finished=True, finish_reason="abort"))
+                continue
+            self.last_batch_size += 1
+            out = self.answer(rid, audio, options)
+            if out is None:
+                self._held.add(rid)
+            else:
+                outputs.append(out)
+        return outputs
+
+    def fail_all(self, error: str, stage: str = "engine") -> list[RequestOutput]:
+        return []
+
+    def shutdown(self) -> None:
+        self._inbox.put(None)
+
+
+@dataclass
+class Harness:
+    client: httpx.AsyncClient
+    engine: FakeEngine
+    service: EngineService
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.service.metrics.registry.get_sample_value(name, labels)
+        return float(value or 0.0)
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(grpc_port=0)
+
+
+@pytest.fixture
+def engine() -> FakeEngine:
+    return FakeEngine()
+
+
+@pytest.fixture
+async def h(settings: Settings, engine: FakeEngine) -> AsyncIterator[Harness]:
+    app = create_app(settings)  # no lifespan under ASGITransport: the parts are put in place here
+    service = EngineService(engine, app.state.metrics, settings.max_inflight)  # type: ignore[arg-type]
+    service.start()
+    await service.wait_started()
+    app.state.service = service
+    app.state.decoder = AudioDecoder(1)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://oasr") as client:
+        yield Harness(client, engine, service)
+    app.state.decoder.close()
+    service.stop()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait for something the engine thread does after the response was sent."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+async def transcribe(h: Harness, **fields: Any) -> httpx.Response:
+    files = {"file": ("a.wav", fields.pop("body", wav()), "audio/wav")}
+    return await h.client.post("/v1/audio/transcriptions", files=files, data=fields)
+
+
+def openai_error(r: httpx.Response, status: int) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    error: dict[str, Any] = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return error
+
+
+def google_error(r: httpx.Response, status: int, code: str) -> str:
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert set(error) == {"code", "status", "message"} and error["code"] == status and error["status"] == code
+    return str(error["message"])
+
+
+# ------------------------------------------------------------------------- OpenAI shapes
+
+
+async def test_json_is_the_default_with_usage(h: Harness) -> None:
+    r = await transcribe(h, body=wav(3.2))
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    assert r.json() == {"text": "Hello world.", "usage": {"type": "duration", "seconds": 4}}
+    (options,) = h.engine.received
+    assert options == DecodingOptions()  # nothing asked: transcribe, greedy, temperature 0, no words
+
+
+async def test_form_options_reach_the_engine(h: Harness) -> None:
+    r = await transcribe(h, language="EN", prompt="Names: Ada.", temperature="0.4", beam_size="3",
+                         response_format="verbose_json", **{"timestamp_granularities[]": ["word", "segment"]})
+    assert r.status_code == 200, r.text
+    (options,) = h.engine.received
+    assert (options.language, options.prompt, options.temperature, options.beam_size, options.word_timestamps,
+            options.task) == ("en", "Names: Ada.", 0.4, 3, True, "transcribe")
+
+
+async def test_text_srt_vtt_rendering(h: Harness) -> None:
+    r = await transcribe(h, response_format="text")
+    assert r.text == "Hello world.\n" and r.headers["content-type"].startswith("text/plain")
+    r = await transcribe(h, response_format="srt")
+    assert r.text == "1\n00:00:00,000 --> 00:00:01,500\nHello\n\n2\n00:00:01,500 --> 00:00:03,200\nworld.\n"
+    assert r.headers["content-type"].startswith("application/x-subrip")
+    r = await transcribe(h, response_format="vtt")
+    assert r.text == "WEBVTT\n\n00:00:00.000 --> 00:00:01.500\nHello\n\n00:00:01.500 --> 00:00:03.200\nworld.\n"
+    assert r.headers["content-type"].startswith("text/vtt")
+
+
+async def test_srt_clock_past_one_hour(h: Harness) -> None:
+    def late(rid: str, audio: np.ndarray, options: DecodingOptions) -> RequestOutput:
+        return RequestOutput(rid, text="Late.", finished=True, finish_reason="stop", duration=3726.0,
+                             segments=[Segment(0, 3725.5, 3725.9994, " Late.")])
+
+    h.engine.answer = late
+    r = await transcribe(h, response_format="srt")
+    assert r.text == "1\n01:02:05,500 --> 01:02:05,999\nLate.\n"
+
+
+async def test_verbose_json_segments_and_words(h: Harness) -> None:
+    r = await transcribe(h, response_format="verbose_json")
+    body = r.json()
+    assert (body["task"], body["language"], body["duration"], body["text"]) == ("transcribe", "english", 3.2,
+                                                                                "Hello world.")
+    assert [(s["id"], s["start"], s["end"], s["text"]) for s in body["segments"]] == [
+        (0, 0.0, 1.5, " Hello"), (1, 1.5, 3.2, " world.")]
+    assert body["segments"][0]["tokens"] == [1, 2] and body["segments"][0]["avg_logprob"] == -0.25
+    assert "words" not in body
+    r = await transcribe(h, response_format="verbose_json", **{"timestamp_granularities[]": "word"})
+    assert r.json()["words"] == [{"word": "Hello", "start": 0.0, "end": 1.5, "confidence": 0.9},
+                                 {"word": "world.", "start": 1.5, "end": 3.2, "confidence": 0.8}]
+
+
+async def test_sse_stream(h: Harness) -> None:
+    r = await transcribe(h, stream="true")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    frames = [f.removeprefix("data: ") for f in r.text.split("\n\n") if f]
+    assert frames[-1] == "[DONE]"
+    events = [json.loads(f) for f in frames[:-1]]
+    assert events == [
+        {"type": "transcript.text.delta", "delta": "Hello world."},
+        {"type": "transcript.text.done", "text": "Hello world.", "usage": {"type": "duration", "seconds": 4}},
+    ]
+    assert h.metric("oasr_audio_seconds_total", api="openai", mode="offline") == pytest.approx(3.2)
+    assert h.metric("oasr_request_duration_seconds_count", api="openai", mode="offline", outcome="ok") == 1
+    assert h.service.inflight == 0
+
+
+async def test_sse_engine_error_is_an_error_event(h: Harness) -> None:
+    h.engine.answer = lambda rid, audio, options: RequestOutput(
+        rid, finished=True, finish_reason="error", error="decoder blew up", error_stage="decode")
+    r = await transcribe(h, stream="true")
+    frames = [f.removeprefix("data: ") for f in r.text.split("\n\n") if f]
+    assert json.loads(frames[0]) == {"type": "error", "error": {"message": "decoder blew up"}}
+    assert frames[-1] == "[DONE]"
+
+
+async def test_translation_forces_translate(h: Harness) -> None:
+    files = {"file": ("a.wav", wav(), "audio/wav")}
+    r = await h.client.post("/v1/audio/translations", files=files, data={"model": "whisper-1"})
+    assert r.status_code == 200, r.text
+    assert h.engine.received[0].task == "translate"
+
+
+# ------------------------------------------------------------------------- OpenAI errors
+
+
+@pytest.mark.parametrize(("fields", "param", "needle"), [
+    ({"response_format": "xml"}, "response_format", "json, text, srt, verbose_json, vtt"),
+    ({"timestamp_granularities[]": "word"}, "timestamp_granularities", "verbose_json"),
+    ({"response_format": "verbose_json", "timestamp_granularities[]": "char"}, "timestamp_granularities", "'char'"),
+    ({"stream": "true", "response_format": "vtt"}, "stream", "json or text"),
+    ({"temperature": "5"}, None, "temperature must be in [0, 2.0]"),
+    ({"temperature": "warm"}, None, "temperature"),
+    ({"beam_size": "99"}, None, "beam_size"),
+    ({"language": "x"}, None, "language"),
+])
+async def test_bad_options_are_400_before_any_engine_work(
+    h: Harness, fields: dict[str, str], param: str | None, needle: str
+) -> None:
+    error = openai_error(await transcribe(h, **fields), 400)
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    assert needle in error["message"]
+    assert h.engine.received == []
+
+
+async def test_bad_audio_is_400_with_param_file(h: Harness) -> None:
+    error = openai_error(await transcribe(h, body=b""), 400)
+    assert error["param"] == "file" and "empty" in error["message"]
+    error = openai_error(await transcribe(h, body=b"\x13\x37" * 500), 400)
+    assert error["param"] == "file" and "not recognised" in error["message"]
+    r = await h.client.post("/v1/audio/transcriptions", data={"model": "whisper-1"})
+    assert "file" in openai_error(r, 400)["message"]
+    assert h.engine.received == []
+
+
+@pytest.mark.parametrize("settings", [Settings(grpc_port=0, served_model_name="oasr-small")])
+async def test_served_model_name(h: Harness) -> None:
+    error = openai_error(await transcribe(h, model="whisper-1"), 404)
+    assert (error["code"], error["param"], error["type"]) == ("model_not_found", "model", "not_found_error")
+    assert "'oasr-small'" in error["message"]
+    assert (await transcribe(h, model="oasr-small")).status_code == 200
+    assert (await transcribe(h)).status_code == 200  # no model field at all is accepted
+    models = (await h.client.get("/v1/models")).json()
+    assert models["data"][0]["id"] == "oasr-small" and models["data"][0]["info"]["model"] == "fake-asr"
+
+
+async def test_engine_error_is_500_and_counted(h: Harness) -> None:
+    h.engine.answer = lambda rid, audio, options: RequestOutput(
+        rid, finished=True, finish_reason="error", error="out of memory", error_stage="encode")
+    error = openai_error(await transcribe(h), 500)
+    assert error["type"] == "server_error" and "encode" in error["message"] and "out of memory" in error["message"]
+    assert h.metric("oasr_requests_failed_total", stage="encode") == 1
+
+
+@pytest.mark.parametrize("settings", [Settings(grpc_port=0, request_timeout_secs=0.2)])
+async def test_request_timeout_is_408_and_aborts(h: Harness) -> None:
+    h.engine.answer = lambda rid, audio, options: None  # never finishes on its own
+    error = openai_error(await transcribe(h), 408)
+    assert "--request-timeout-secs" in error["message"]
+    await until(lambda: "fake-1" in h.engine.aborted)  # the abort reaches the engine thread
+    assert h.metric("oasr_request_duration_seconds_count", api="openai", mode="offline", outcome="timeout") == 1
+    assert h.service.inflight == 0
+
+
+@pytest.mark.parametrize("settings", [Settings(grpc_port=0, max_inflight=1, request_timeout_secs=1.0)])
+async def test_at_capacity_is_503_and_probes_still_answer(h: Harness) -> None:
+    h.engine.answer = lambda rid, audio, options: None
+    held = asyncio.ensure_future(transcribe(h))
+    while h.service.inflight == 0:
+        await asyncio.sleep(0.01)
+    error = openai_error(await transcribe(h), 503)
+    assert "capacity" in error["message"] and "--max-inflight" in error["message"]
+    message = google_error(await h.client.post("/v1/speech:recognize", params={"encoding": "WAV"}, content=wav()),
+                           503, "UNAVAILABLE")
+    assert "capacity" in message
+    assert (await h.client.get("/readyz")).status_code == 200
+    assert (await h.client.get("/metrics")).status_code == 200
+    assert h.metric("oasr_requests_busy_total") == 2
+    assert (await held).status_code == 408
+
+
+async def test_draining_refuses_with_503_and_readiness_fails(h: Harness) -> None:
+    h.service.draining = True
+    error = openai_error(await transcribe(h), 503)
+    assert "shutting down" in error["message"]
+    r = await h.client.get("/readyz")
+    assert r.status_code == 503 and r.json()["draining"] is True
+
+
+# ------------------------------------------------------------------------------- Google
+
+
+async def test_google_recognize_shape_and_options(h: Harness) -> None:
+    pcm = (np.zeros(int(1.25 * 8000), dtype="<i2")).tobytes()
+    r = await h.client.post("/v1/speech:recognize", content=pcm, params={
+        "encoding": "linear16", "sample_rate": 8000, "language_code": "en-US", "enable_word_time_offsets": "true",
+        "max_alternatives": 2, "request_id": "abc"})
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "results": [{
+            "alternatives": [
+                {"transcript": "Hello world.", "confidence": 0.75, "words": [
+                    {"startTime": "0s", "endTime": "1.500s", "word": "Hello", "confidence": 0.9},
+                    {"startTime": "1.500s", "endTime": "3.200s", "word": "world.", "confidence": 0.8}]},
+                {"transcript": "Hello, world!", "confidence": 0.5},
+            ],
+            "resultEndTime": "1.250s",
+            "languageCode": "en",
+        }],
+        "totalBilledTime": "2s",
+        "requestId": "abc",
+    }
+    (options,) = h.engine.received
+    assert (options.language, options.word_timestamps, options.beam_size, options.n_best) == ("en", True, 2, 2)
+
+
+async def test_google_errors_use_the_google_envelope(h: Harness) -> None:
+    message = google_error(await h.client.post("/v1/speech:recognize", content=wav()), 400, "INVALID_ARGUMENT")
+    assert "encoding" in message and "required" in message
+    message = google_error(await h.client.post("/v1/speech:recognize", params={"encoding": "OPUS_RAW"},
+                                               content=wav()), 400, "INVALID_ARGUMENT")
+    assert "OPUS_RAW" in message and "LINEAR16" in message
+    message = google_error(await h.client.post("/v1/speech:recognize", params={"encoding": "WAV", "temperature": 9},
+                                               content=wav()), 400, "INVALID_ARGUMENT")
+    assert "temperature" in message
+    message = google_error(await h.client.post("/v1/speech:recognize", params={"encoding": "WAV",
+                                                                             "max_alternatives": "many"},
+                                               content=wav()), 400, "INVALID_ARGUMENT")
+    assert "max_alternatives" in message
+    assert h.engine.received == []
+
+
+# ------------------------------------------------------------------- probes, middleware
+
+
+async def test_probes_models_metrics(h: Harness) -> None:
+    assert (await h.client.get("/healthz")).json() == {"status": "ok"}
+    r = await h.client.get("/readyz")
+    assert r.status_code == 200 and r.json()["ready"] is True and r.json()["steps"] >= 1
+    models = (await h.client.get("/v1/models")).json()
+    assert models["object"] == "list"
+    assert models["data"][0]["id"] == "fake-asr" and models["data"][0]["info"]["family"] == "fake"
+    r = await h.client.get("/metrics")
+    assert r.headers["content-type"].startswith("text/plain; version=") and b"oasr_http_requests_total" in r.content
+
+
+async def test_http_metrics_use_route_patterns(h: Harness) -> None:
+    await h.client.get("/v1/models")
+    await h.client.get("/v1/models/../secret-path-42")
+    await h.client.post("/v1/speech:recognize", content=b"")
+    assert h.metric("oasr_http_requests_total", method="GET", route="/v1/models", status="200") == 1
+    assert h.metric("oasr_http_requests_total", method="POST", route="/v1/speech:recognize", status="400") == 1
+    assert h.metric("oasr_http_requests_total", method="GET", route="unmatched", status="404") == 1
+    text = (await h.client.get("/metrics")).text
+    assert "secret-path-42" not in text
+
+
+async def test_unknown_route_and_method_use_the_error_envelope(h: Harness) -> None:
+    error = openai_error(await h.client.get("/v1/audio/nothing-here"), 404)
+    assert "/v1/audio/nothing-here" in error["message"]
+    openai_error(await h.client.get("/v1/audio/transcriptions"), 405)
+    google_error(await h.client.get("/v1/speech:recognize"), 405, "UNIMPLEMENTED")
+
+
+@pytest.mark.parametrize("settings", [Settings(grpc_port=0, api_key=["s3cret", "other"])])
+async def test_api_keys(h: Harness) -> None:
+    for headers in ({}, {"authorization": "Bearer nope"}, {"x-api-key": "s3cre"}):
+        r = await transcribe(h) if not headers else await h.client.get("/v1/models", headers=headers)
+        error = openai_error(r, 401)
+        assert error["code"] == "invalid_api_key" and r.headers["www-authenticate"] == "Bearer"
+    google_error(await h.client.post("/v1/speech:recognize", content=b""), 401, "UNAUTHENTICATED")
+    assert (await h.client.get("/healthz")).status_code == 200
+    assert (await h.client.get("/readyz")).status_code == 200
+    assert (await h.client.get("/metrics")).status_code == 401
+    assert (await h.client.get("/v1/models", headers={"authorization": "Bearer other"})).status_code == 200
+    assert (await h.client.get("/v1/models", headers={"x-api-key": "s3cret"})).status_code == 200
+    assert h.engine.received == []
+
+
+@pytest.mark.parametrize("settings", [Settings(grpc_port=0, max_audio_mib=0.01)])
+async def test_body_limit_with_and_without_content_length(h: Harness) -> None:
+    big = bytes(20_000)  # > 0.01 MiB
+    error = openai_error(await transcribe(h, body=big), 413)
+    assert error["code"] == "body_too_large" and "--max-audio-mib" in error["message"]
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(5):
+            yield bytes(4096)
+
+    r = await h.client.post("/v1/speech:recognize", params={"encoding": "LINEAR16", "sample_rate": 16000},
+                            content=chunks())
+    assert "--max-audio-mib" in google_error(r, 413, "INVALID_ARGUMENT")
+    assert h.engine.received == []
+
+
+@pytest.mark.parametrize("settings", [Settings(grpc_port=0, max_audio_seconds=2.0)])
+async def test_overlong_audio_is_413(h: Harness) -> None:
+    error = openai_error(await transcribe(h, body=wav(3.0)), 413)
+    assert error["param"] == "file" and "2" in error["message"]
+    assert h.engine.received == []
