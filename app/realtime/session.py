@@ -37,26 +37,22 @@ from app.realtime.config import (
     parse_ga_update,
 )
 from app.realtime.events import ProtocolError
+from app.realtime.vad import VadBatcher
 from engine import DecodingOptions, RequestOutput
 from engine.errors import EngineError, EngineShutdownError, InvalidRequestError, UnknownRequestError
 from engine.vad import SAMPLE_RATE as VAD_SAMPLE_RATE
 from engine.vad import (
-    WINDOW_SAMPLES,
     SpeechStarted,
     SpeechStopped,
     TurnAudio,
     TurnDetector,
     TurnEvent,
     TurnSettings,
-    VoiceActivityModel,
 )
 
 logger = logging.getLogger(__name__)
 
 API = "realtime"
-VAD_INLINE_MAX_SAMPLES = 4 * WINDOW_SAMPLES
-"""Up to this much audio (128 ms, about a millisecond of VAD work) is scored on the event loop;
-larger chunks go to a worker thread so one client's big frame never stalls the others."""
 
 CLIENT_EVENTS = ("session.update", "transcription_session.update", "input_audio_buffer.append",
                  "input_audio_buffer.commit", "input_audio_buffer.clear")
@@ -147,7 +143,7 @@ class RealtimeSession:
         sender: EventSender,
         service: EngineService,
         *,
-        vad_model: VoiceActivityModel | None,
+        vad_batcher: VadBatcher | None,
         vad: VadSettings,
         served_model_name: str | None = None,
         beta: bool = False,
@@ -159,10 +155,10 @@ class RealtimeSession:
         self.rate: int = service.engine.sample_rate
         self.vad = vad
         # Server VAD scores 16 kHz audio; offered only when the model runs at that rate too.
-        self._vad_model = vad_model if self.rate == VAD_SAMPLE_RATE else None
+        self._vad = vad_batcher if self.rate == VAD_SAMPLE_RATE else None
         self._served_model_name = served_model_name
         self.beta = beta
-        self.config = SessionConfig(server_vad=self._vad_model is not None)
+        self.config = SessionConfig(server_vad=self._vad is not None)
         self._options = DecodingOptions(task="transcribe")
         self._resampler = StreamResampler(self.config.input_format.rate, self.rate)
         self._clock = 0
@@ -273,7 +269,7 @@ class RealtimeSession:
                 raise ProtocolError("the audio format and turn detection cannot change while a turn is open; "
                                     "commit or clear the input audio buffer first",
                                     code="session_update_with_buffered_audio", param="session")
-            if config.server_vad and self._vad_model is None:
+            if config.server_vad and self._vad is None:
                 raise ProtocolError("server VAD is not available on this server; use turn_detection null and "
                                     "commit turns yourself", code="server_vad_unavailable",
                                     param="session.turn_detection")
@@ -395,19 +391,18 @@ class RealtimeSession:
 
     def _ensure_detector(self) -> TurnDetector:
         if self._detector is None:
-            assert self._vad_model is not None  # server_vad is refused without a model
+            assert self._vad is not None  # server_vad is refused without a model
             settings = TurnSettings(threshold=self.vad.threshold, silence_duration_ms=self.vad.silence_duration_ms,
                                     prefix_padding_ms=self.vad.prefix_padding_ms)
-            self._detector = TurnDetector(self._vad_model, settings)
+            self._detector = self._vad.detector(settings)
             self._vad_origin = self._clock
         return self._detector
 
     async def _feed_vad(self, samples: np.ndarray) -> None:
         detector = self._ensure_detector()
-        if samples.size > VAD_INLINE_MAX_SAMPLES:
-            events = await asyncio.to_thread(detector.feed, samples)
-        else:
-            events = detector.feed(samples)
+        assert self._vad is not None
+        # scored with every other session's audio in one batched call, off the event loop
+        events = await self._vad.feed(detector, samples)
         await self._on_turn_events(events)
 
     async def _flush_vad(self, tail: np.ndarray) -> bool:

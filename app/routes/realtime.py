@@ -91,13 +91,13 @@ async def realtime(websocket: WebSocket) -> None:
 async def _serve(websocket: WebSocket, settings: Settings, service: EngineService,
                  registry: SessionRegistry, vad_models: VadModelCache) -> None:
     metrics: Metrics = service.metrics
-    vad_model = await vad_models.get()
+    vad_batcher = await vad_models.batcher()
     offered = websocket.scope.get("subprotocols") or []
     await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
     beta = "realtime=v1" in websocket.headers.get("openai-beta", "")
     vad = VadSettings(threshold=settings.vad_threshold, prefix_padding_ms=settings.vad_prefix_padding_ms,
                       silence_duration_ms=settings.vad_silence_duration_ms)
-    session = RealtimeSession(EventSender(websocket), service, vad_model=vad_model, vad=vad,
+    session = RealtimeSession(EventSender(websocket), service, vad_batcher=vad_batcher, vad=vad,
                               served_model_name=settings.served_model_name, beta=beta)
     registry.sessions.add(session)
     metrics.stream_sessions_active.labels(api=API).inc()

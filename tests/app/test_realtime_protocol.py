@@ -243,7 +243,7 @@ async def settle() -> None:
 
 async def test_partials_become_increments_and_revisions_and_one_completed() -> None:
     service, sender = ScriptedService(), ListSender()
-    session = RealtimeSession(sender, service, vad_model=None, vad=VAD)  # type: ignore[arg-type]
+    session = RealtimeSession(sender, service, vad_batcher=None, vad=VAD)  # type: ignore[arg-type]
     await session.start()
     await session.handle_text(json.dumps(ga({"format": {"type": "audio/pcm", "rate": 16000},
                                              "turn_detection": None})))
@@ -277,7 +277,7 @@ async def test_partials_become_increments_and_revisions_and_one_completed() -> N
 
 async def test_unsupported_language_and_engine_failure() -> None:
     service, sender = ScriptedService(), ListSender()
-    session = RealtimeSession(sender, service, vad_model=None, vad=VAD)  # type: ignore[arg-type]
+    session = RealtimeSession(sender, service, vad_batcher=None, vad=VAD)  # type: ignore[arg-type]
     await session.handle_text(json.dumps(ga({"transcription": {"language": "de"}})))
     assert sender.events[-1]["error"]["code"] == "invalid_value"
     await session.handle_text(json.dumps(ga({"turn_detection": {"type": "server_vad"}})))
@@ -296,7 +296,7 @@ async def test_unsupported_language_and_engine_failure() -> None:
 
 async def test_disconnect_aborts_open_requests() -> None:
     service, sender = ScriptedService(), ListSender()
-    session = RealtimeSession(sender, service, vad_model=None, vad=VAD)  # type: ignore[arg-type]
+    session = RealtimeSession(sender, service, vad_batcher=None, vad=VAD)  # type: ignore[arg-type]
     await session.handle_text(json.dumps(ga({"turn_detection": None})))
     await session.handle_binary(np.zeros(480, dtype="<i2").tobytes())
     assert len(service.streams) == 1 and not service.closed
@@ -347,3 +347,50 @@ def test_merged_segments_sit_at_their_speech_boundaries() -> None:
                                                                       (1, 5.0, 6.0, " Bye.")]
     assert [(w.start, w.end) for w in out.words or []] == [(1.1, 1.5), (1.5, 1.9), (5.0, 5.3)]
     assert out.segments[0].tokens == [1, 2] and out.language == "en"
+
+
+# ---------------------------------------------------------------- batched server VAD
+
+
+async def test_vad_batcher_batches_sessions_and_matches_one_by_one_detection(clips: Any) -> None:
+    from app.realtime.vad import VadBatcher
+    from engine.vad import SpeechStarted, SpeechStopped, TurnAudio, TurnSettings, load_vad_model
+    from tests.conftest import load_clip
+
+    model = load_vad_model("silero")
+    quiet = (np.random.default_rng(1).standard_normal(16000) * 1e-4).astype(np.float32)
+    speech = [load_clip(c) for c in ("ps_cards_001", "ps_cards_002", "ps_cards_003", "ps_goforward")]
+    streams = [np.concatenate([quiet[: 4000 * (i + 1)], s, quiet, speech[-1 - i], quiet]) for i, s in enumerate(speech)]
+    settings = TurnSettings(silence_duration_ms=300)
+
+    def summary(events: list[Any]) -> list[tuple[str, int]]:
+        out = []
+        for e in events:
+            if isinstance(e, SpeechStarted):
+                out.append(("start", e.audio_start_ms))
+            elif isinstance(e, SpeechStopped):
+                out.append(("stop", e.audio_end_ms))
+            elif isinstance(e, TurnAudio):
+                out.append(("audio", e.audio.size))
+        return out
+
+    alone = []
+    for audio in streams:
+        detector = VadBatcher(model).detector(settings)
+        events = [e for i in range(0, audio.size, 480) for e in detector.feed(audio[i : i + 480])]
+        alone.append(summary(events + detector.flush()))
+
+    batcher = VadBatcher(model)
+    detectors = [batcher.detector(settings) for _ in streams]
+
+    async def run(detector: Any, audio: np.ndarray) -> list[tuple[str, int]]:
+        events = []
+        for i in range(0, audio.size, 480):  # 30 ms chunks, like a live client
+            events += await batcher.feed(detector, audio[i : i + 480])
+        return summary(events + detector.flush())
+
+    together = await asyncio.gather(*(run(d, a) for d, a in zip(detectors, streams)))
+    assert together == alone
+    assert all(sum(kind == "start" for kind, _ in events) == 2 for events in together), together
+    chunks = sum(-(-a.size // 480) for a in streams)
+    assert batcher.batches < chunks * 0.75  # chunks of different sessions were scored together
