@@ -1,6 +1,6 @@
 """gRPC under the server's limits, end to end on one real server started with an API key,
-`--max-inflight 1` and a short shutdown grace: authentication, capacity, the client's deadline,
-and a SIGTERM drain (health flips to NOT_SERVING for watchers, in-flight work finishes or gets
+`--max-inflight 1`, a served model name, a short stream idle timeout and a short shutdown grace:
+authentication, capacity, the model name, idle streams, the client's deadline, and a SIGTERM drain (health flips to NOT_SERVING for watchers, in-flight work finishes or gets
 UNAVAILABLE, exit code 0)."""
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from tests.e2e.test_grpc import FILE_CLIP, LONG_CLIP, SERVICE, clip_bytes, clip_
 
 KEY = "grpc-test-key"
 GRACE_S = 15
+IDLE_S = 5  # stream idle timeout: long enough for the capacity test's held stream
+MODEL = "oasr-tiny"
 AUTH = (("authorization", f"Bearer {KEY}"),)
 TIMEOUT_S = 120.0
 Enc = pb.RecognitionConfig.AudioEncoding
@@ -30,7 +32,8 @@ Enc = pb.RecognitionConfig.AudioEncoding
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     srv = start_server(tmp_path_factory.mktemp("grpc-limits"), env={
-        "OASR_API_KEY": KEY, "OASR_MAX_INFLIGHT": "1", "OASR_SHUTDOWN_GRACE_SECS": str(GRACE_S)})
+        "OASR_API_KEY": KEY, "OASR_MAX_INFLIGHT": "1", "OASR_SHUTDOWN_GRACE_SECS": str(GRACE_S),
+        "OASR_STREAM_IDLE_TIMEOUT_SECS": str(IDLE_S), "OASR_SERVED_MODEL_NAME": MODEL})
     yield srv
     srv.terminate()
 
@@ -103,6 +106,37 @@ def test_at_capacity_is_resource_exhausted(stub: speech_pb2_grpc.SpeechStub, ser
     finally:
         release.set()
     assert [r.results[0].is_final for r in call] == [True]  # 1 s of near-silence: recognized all the same
+    wait_inflight(server, 0)
+
+
+def test_unknown_model_is_not_found(stub: speech_pb2_grpc.SpeechStub) -> None:
+    request = pb.RecognizeRequest(config=pb.RecognitionConfig(model="whisper-large-v9"),
+                                  audio=pb.RecognitionAudio(content=clip_bytes(FILE_CLIP)))
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Recognize(request, metadata=AUTH, timeout=TIMEOUT_S)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and MODEL in err.value.details()
+    request.config.model = MODEL
+    assert stub.Recognize(request, metadata=AUTH, timeout=TIMEOUT_S).results
+
+
+def test_idle_stream_is_closed(stub: speech_pb2_grpc.SpeechStub, server: ServerProcess) -> None:
+    stop = threading.Event()
+
+    def silent_client() -> Iterator[pb.StreamingRecognizeRequest]:
+        config = pb.RecognitionConfig(encoding=Enc.LINEAR16, sample_rate_hertz=16000)
+        yield pb.StreamingRecognizeRequest(streaming_config=pb.StreamingRecognitionConfig(config=config))
+        yield pb.StreamingRecognizeRequest(audio_content=b"\x00\x00" * 1600)
+        stop.wait(TIMEOUT_S)  # then nothing, without half-closing
+
+    started = time.monotonic()
+    try:
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.StreamingRecognize(silent_client(), metadata=AUTH, timeout=TIMEOUT_S))
+    finally:
+        stop.set()
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "--stream-idle-timeout-secs" in err.value.details()
+    assert IDLE_S <= time.monotonic() - started < IDLE_S + 10
     wait_inflight(server, 0)
 
 
