@@ -233,6 +233,8 @@ class RealtimeSession:
             await self._dispatch(event)
         except ProtocolError as exc:
             await self.sender.send(exc.event(client_event_id))
+        except Exception as exc:  # a bug must cost one event, not the session
+            await self._internal_error(exc, client_event_id)
 
     async def handle_binary(self, data: bytes) -> None:
         """A binary frame: the same raw audio as `input_audio_buffer.append`, without base64."""
@@ -240,6 +242,13 @@ class RealtimeSession:
             await self._append(data)
         except ProtocolError as exc:
             await self.sender.send(exc.event())
+        except Exception as exc:
+            await self._internal_error(exc, None)
+
+    async def _internal_error(self, exc: Exception, client_event_id: str | None) -> None:
+        logger.exception("session %s: event failed", self.id)
+        await self.sender.send(ev.error_event(f"internal error: {type(exc).__name__}: {exc}", code="internal_error",
+                                              error_type=ev.SERVER_ERROR_TYPE, client_event_id=client_event_id))
 
     async def _dispatch(self, event: dict[str, Any]) -> None:
         kind = event["type"]
@@ -452,6 +461,8 @@ class RealtimeSession:
                     outcome = "shutdown" if out.error_stage == "shutdown" else "error"
                     if self._current is turn:
                         self._current = None  # later audio starts a new item
+                    if turn.input_closed_at is not None:
+                        await turn.committed.wait()  # its committed event is on its way: keep the order
                     await self.sender.send(ev.transcription_failed(
                         turn.item_id, f"recognition failed at {out.error_stage}: {out.error}",
                         code="server_shutting_down" if outcome == "shutdown" else "recognition_failed",
