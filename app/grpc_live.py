@@ -147,7 +147,7 @@ class LiveSession:
             raise
         finally:
             reader.cancel()
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
             for turn in self.turns:
                 if turn.forwarder is not None:
@@ -155,9 +155,6 @@ class LiveSession:
                 self.service.close(turn.stream.request_id)
             self.metrics.request_duration.labels(api=API, mode="streaming", outcome=outcome).observe(
                 time.monotonic() - started)
-            wall = time.monotonic() - (self.first_audio_at or started)
-            if self.samples_in and wall > 0:
-                self.metrics.stream_realtime_factor.observe(self.samples_in / self.rate / wall)
             logger.info("StreamingRecognize %s (live): %.2f s of audio, %d turn(s), %s", self.request_id,
                         self.samples_in / self.rate, len(self.turns), outcome)
 
@@ -207,9 +204,11 @@ class LiveSession:
         if samples.size:
             self.metrics.audio_seconds.labels(api=API, mode="streaming").inc(len(samples) / self.rate)
         if detector is None:
-            if not self.turns and (samples.size or last):
-                if last and not samples.size:
-                    raise invalid("the stream carried no audio_content before half-close")
+            if not self.turns:
+                if not samples.size:  # nothing yet (a partial frame, resampler latency), or nothing at all
+                    if last:
+                        raise invalid("the stream carried no audio_content before half-close")
+                    return
                 self._open_turn(0.0)
             self._feed(self.turns[0], samples, last)
             return

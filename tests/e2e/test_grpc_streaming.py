@@ -14,6 +14,7 @@ real grpcio stubs against a real server:
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import threading
 import time
@@ -148,14 +149,24 @@ def test_interim_results_then_one_final(wenet_stub: speech_pb2_grpc.SpeechStub, 
 
 def test_without_interim_results_only_finals(wenet_stub: speech_pb2_grpc.SpeechStub) -> None:
     audio = clip_samples(SECOND, 8000)  # 8 kHz telephone audio, resampled by the server
+    body = pcm16(audio)
+    cuts = [0, 1, 2, 3, 777, 5001, len(body) // 2 + 1, len(body)]  # starts with partial frames, odd sizes
     config = pb.StreamingRecognitionConfig(config=pb.RecognitionConfig(encoding=Enc.LINEAR16, sample_rate_hertz=8000))
-    chunks = np.array_split(np.frombuffer(pcm16(audio), "<i2"), 17)  # uneven chunk sizes
     requests = [pb.StreamingRecognizeRequest(streaming_config=config)] + [
-        pb.StreamingRecognizeRequest(audio_content=c.tobytes()) for c in chunks
+        pb.StreamingRecognizeRequest(audio_content=body[a:b]) for a, b in itertools.pairwise(cuts)
     ]
     responses = list(wenet_stub.StreamingRecognize(iter(requests), timeout=TIMEOUT_S))
     assert [r.results[0].is_final for r in responses] == [True]
     assert seconds(responses[0].results[0].result_end_time) == pytest.approx(len(audio) / 8000, abs=0.05)
+
+
+@pytest.mark.parametrize("voice_events", [False, True])
+def test_live_stream_without_audio_is_invalid(wenet_stub: speech_pb2_grpc.SpeechStub, voice_events: bool) -> None:
+    requests = iter([pb.StreamingRecognizeRequest(streaming_config=streaming_config(
+        enable_voice_activity_events=voice_events))])
+    with pytest.raises(grpc.RpcError) as err:
+        list(wenet_stub.StreamingRecognize(requests, timeout=TIMEOUT_S))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "no audio_content" in err.value.details()
 
 
 def test_voice_activity_events_and_one_final_per_utterance(wenet_stub: speech_pb2_grpc.SpeechStub) -> None:
