@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable
 
@@ -44,7 +45,12 @@ async def run_offline(
     disconnect or a cancellation aborts the engine request. Errors map to ApiError."""
     metrics = service.metrics
     started = time.monotonic()
-    stream = service.open_request(audio, decoding=options)
+    try:
+        stream = service.open_request(audio, decoding=options)
+    except BaseException:
+        if inspect.iscoroutine(disconnected):
+            disconnected.close()  # never awaited now; closing it avoids a "never awaited" warning
+        raise
     metrics.audio_seconds.labels(api=api, mode="offline").inc(len(audio) / service.engine.sample_rate)
     metrics.request_audio_seconds.observe(len(audio) / service.engine.sample_rate)
     outcome = "error"
