@@ -373,6 +373,15 @@ async def test_draining_refuses_with_503_and_readiness_fails(h: Harness) -> None
     assert r.status_code == 503 and r.json()["draining"] is True
 
 
+async def test_after_the_drain_cancelled_work_no_request_enters_the_engine(h: Harness) -> None:
+    """A handler that held its permit through the grace (still decoding) is refused at the engine."""
+    await h.service.cancel_all("server is shutting down")
+    assert not h.service.draining  # only the cancel ran: the permit is still granted
+    error = openai_error(await transcribe(h), 503)
+    assert "shutting down" in error["message"]
+    assert h.engine.received == []
+
+
 # ------------------------------------------------------------------------------- Google
 
 
