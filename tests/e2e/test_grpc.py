@@ -189,6 +189,14 @@ def test_recognize_transcribes(recognized: dict[str, Any], case: str) -> None:
     assert resp.request_id
 
 
+def test_concurrent_calls_were_batched(recognized: dict[str, Any], server: ServerProcess) -> None:
+    """The calls fired together by `recognized` shared engine steps (one event loop, one engine)."""
+    assert all(isinstance(r, pb.RecognizeResponse) for r in recognized.values())
+    total = metric_value(server, "oasr_engine_batch_size_count")
+    single = metric_value(server, "oasr_engine_batch_size_bucket", le="1.0")
+    assert total > single, (total, single)
+
+
 def test_recognize_words_have_offsets_and_confidence(recognized: dict[str, Any]) -> None:
     resp = recognized["words_alternatives"]
     assert isinstance(resp, pb.RecognizeResponse), resp
