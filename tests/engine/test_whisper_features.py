@@ -1,0 +1,40 @@
+"""The batched torch log-mel front end matches faster-whisper's FeatureExtractor numerically."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from faster_whisper.feature_extractor import FeatureExtractor
+
+from engine.models.whisper.features import LogMelExtractor
+from tests.conftest import Clip
+
+TOLERANCE = 1e-4  # max abs difference of normalized log-mel values
+
+
+def test_log_mel_matches_faster_whisper_on_a_mixed_batch(clips: list[Clip]) -> None:
+    ours = LogMelExtractor(80, torch.device("cpu"))
+    reference = FeatureExtractor(feature_size=80)
+    by_length = sorted(clips, key=lambda c: c.duration)
+    picked = [by_length[0], by_length[len(by_length) // 2], by_length[-1], by_length[3]]
+    waveforms = [c.audio for c in picked]
+    assert len({len(w) for w in waveforms}) == len(waveforms), "lengths must differ to exercise padding"
+    batched = ours(waveforms)
+    for clip, wave, mel in zip(picked, waveforms, batched):
+        expected = reference(wave)
+        assert tuple(mel.shape) == expected.shape, clip.id
+        diff = float(np.abs(mel.numpy() - expected).max())
+        assert diff <= TOLERANCE, f"{clip.id}: max abs diff {diff:.2e}"
+        # batching must not change a waveform's features
+        alone = ours([wave])[0]
+        assert float((alone - mel).abs().max()) <= 1e-6, clip.id
+
+
+def test_very_short_and_silent_inputs(clips: list[Clip]) -> None:
+    ours = LogMelExtractor(80, torch.device("cpu"))
+    reference = FeatureExtractor(feature_size=80)
+    for wave in (np.zeros(16000, dtype=np.float32), clips[0].audio[:800].copy()):
+        mel = ours([wave])[0]
+        expected = reference(wave)
+        assert tuple(mel.shape) == expected.shape
+        assert float(np.abs(mel.numpy() - expected).max()) <= TOLERANCE
