@@ -2,6 +2,12 @@
 
 Runs on the same event loop as uvicorn (started from the FastAPI lifespan), so RPC handlers
 reach the engine through the same `EngineService` as the HTTP routes.
+
+    app/grpc_service.py   the listener: bind, health following readiness, reflection, drain
+    app/grpc_speech.py    the servicer: Recognize, StreamingRecognize (buffered on offline engines)
+    app/grpc_live.py      one live StreamingRecognize: engine streaming requests, server-VAD turns
+    app/grpc_audio.py     stream audio: headerless chunks -> model-rate samples, container buffer
+    app/grpc_convert.py   proto <-> engine types and the status-code table
 """
 
 from __future__ import annotations
@@ -12,8 +18,7 @@ import logging
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1._async import HealthServicer
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from app.grpc_speech import ActiveCalls, SpeechServicer
@@ -29,9 +34,10 @@ HEALTH_POLL_S = 1.0  # how often health follows the engine's readiness
 class GrpcServer:
     """The running listener; `set_serving(False)` flips health at once, `stop(grace)` drains."""
 
-    def __init__(self, server: grpc.aio.Server, health: HealthServicer, service: Any, calls: ActiveCalls):
+    def __init__(self, server: grpc.aio.Server, health_servicer: health.aio.HealthServicer, service: Any,
+                 calls: ActiveCalls):
         self.server = server
-        self.health = health
+        self.health = health_servicer
         self.service = service
         self.calls = calls
         self._serving = True
@@ -93,8 +99,8 @@ async def start_grpc_server(app: Any, settings: Settings) -> GrpcServer:
     )
     calls = ActiveCalls()
     speech_pb2_grpc.add_SpeechServicer_to_server(SpeechServicer(app, calls), server)  # type: ignore[no-untyped-call]
-    health = HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
         server,
@@ -103,7 +109,7 @@ async def start_grpc_server(app: Any, settings: Settings) -> GrpcServer:
     if server.add_insecure_port(address) == 0:
         raise RuntimeError(f"cannot bind the gRPC listener to {address}")
     await server.start()
-    grpc_server = GrpcServer(server, health, getattr(app.state, "service", None), calls)
+    grpc_server = GrpcServer(server, health_servicer, getattr(app.state, "service", None), calls)
     await grpc_server._set_all(health_pb2.HealthCheckResponse.NOT_SERVING)
     grpc_server.start_watching()
     logger.info("gRPC listening on %s (max message %d bytes)", address, settings.max_body_bytes)
