@@ -35,7 +35,7 @@ def _decode_with_av(path: Path) -> tuple[np.ndarray, int]:
     with av.open(str(path)) as container:
         stream = container.streams.audio[0]
         resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
-        frames = []
+        frames: list[np.ndarray] = []
         for frame in container.decode(stream):
             frames.extend(f.to_ndarray().reshape(-1) for f in resampler.resample(frame))
         frames.extend(f.to_ndarray().reshape(-1) for f in resampler.resample(None))
@@ -54,12 +54,12 @@ def read_wav(path: Path) -> np.ndarray:
     data, rate = sf.read(str(path), dtype="float32")
     if rate != SAMPLE_RATE or data.ndim != 1:
         raise ValueError(f"{path}: expected a prepared 16 kHz mono WAV, got {rate} Hz, shape {data.shape}")
-    return data
+    return np.asarray(data, dtype=np.float32)
 
 
 def to_pcm16_bytes(audio: np.ndarray) -> bytes:
     """Headerless little-endian PCM16 (the streaming wire format of realtime and gRPC)."""
-    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+    return bytes((np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2").tobytes())
 
 
 def to_wav_bytes(audio: np.ndarray) -> bytes:

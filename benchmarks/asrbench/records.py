@@ -134,7 +134,7 @@ def _cpu_model() -> str:
 
 
 def environment() -> dict[str, Any]:
-    versions = {}
+    versions: dict[str, str | None] = {}
     for pkg in PACKAGES:
         try:
             versions[pkg] = metadata.version(pkg)

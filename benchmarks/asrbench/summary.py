@@ -85,6 +85,8 @@ def _request_point(kind: str, records: list[dict[str, Any]], refs: dict[str, str
         metrics["send_lag_ms_p99"] = distribution(lags, "x")["x_p99"]
     if kind == "batch":
         metrics["batch_size"] = records[0]["batch_size"]
+    if "concurrency" in records[0] or "clients" in records[0]:
+        metrics["concurrency"] = records[0].get("concurrency", records[0].get("clients"))
     if kind == "cold_start" and ok:
         for key in ("process_ms", "import_ms", "start_ms", "first_request_ms"):
             metrics[f"{key}_mean"] = rnd(statistics.mean(r[key] for r in ok))
