@@ -154,7 +154,8 @@ def compare(base: dict[str, Any], cand: dict[str, Any], thresholds: Thresholds) 
 
 
 def render(base: dict[str, Any], cand: dict[str, Any], code: int, rows: list[dict[str, Any]]) -> str:
-    head = f"compare {base['run_id']} (base) -> {cand['run_id']} (candidate)"
+    sim = " [SIMULATED]" if base["simulated"] or cand["simulated"] else ""
+    head = f"compare {base['run_id']} (base) -> {cand['run_id']} (candidate){sim}"
     if code == NOT_COMPARABLE:
         return "\n".join([head, "NOT COMPARABLE:", *(f"  - {r}" for r in comparable(base, cand))])
     lines = [head, "| point | metric | base | cand | change | allowed | spread | verdict |", "|---" * 8 + "|"]

@@ -38,13 +38,15 @@ class RunNotFoundError(LookupError):
 class Recorder:
     """Appends raw records as they happen (thread-safe), so a crashed run keeps what it measured."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, stamp: dict[str, Any] | None = None) -> None:
+        """`stamp` is merged into every record (the mock backend's `simulated: true`)."""
         self.run_dir = run_dir
+        self._stamp = stamp or {}
         self._lock = threading.Lock()
         self._files = {name: (run_dir / f"{name}.jsonl").open("a") for name in ("requests", "sessions")}
 
     def _write(self, name: str, record: dict[str, Any]) -> None:
-        line = json.dumps(record, sort_keys=True)
+        line = json.dumps({**record, **self._stamp}, sort_keys=True)
         with self._lock:
             self._files[name].write(line + "\n")
             self._files[name].flush()

@@ -68,7 +68,7 @@ def run(profile_name: str, backend_name: str, option_pairs: list[str], group: st
     }
     write_json(run_dir / "run.json", meta)
     logger.info("run %s: profile %s, backend %s", run_dir.name, profile_name, backend.label)
-    recorder = Recorder(run_dir)
+    recorder = Recorder(run_dir, {"simulated": True} if backend.simulated else None)
     ctx = KindContext(backend=backend, dataset=sets[profile["dataset"]], recorder=recorder, t0=t0,
                       seed=int(profile["seed"]), backend_name=backend_name, backend_pairs=option_pairs)
     try:

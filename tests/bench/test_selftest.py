@@ -22,6 +22,7 @@ def test_selftest_runs_every_kind_and_writes_all_records(selftest_run: Path, ben
     run = load_run(selftest_run)
     assert {r["kind"] for r in run["requests"]} == set(KINDS) - {"streaming"}
     assert {s["point"] for s in run["sessions"]} >= {"paced", "unpaced"}
+    assert all(r["simulated"] is True for r in [*run["requests"], *run["sessions"]]), "mock output is flagged"
     assert {s["role"] for s in run["resources"]} == {"bench", "host"}, "the monitor sampled bench and host"
     summary = json.loads((selftest_run / "summary.json").read_text())
     assert summary["simulated"] is True
