@@ -27,6 +27,7 @@ MAIN_COLUMNS: list[tuple[str, str, str, str | None]] = [
     ("load c2 p50 ms", "load/closed-c2", "latency_ms_p50", "down"),
     ("load c2 p99 ms", "load/closed-c2", "latency_ms_p99", None),
     ("longform RTFx", "longform/*", "rtfx", "up"),
+    ("stream 1st partial p50 ms", "streaming/paced", "first_partial_ms_p50", None),
     ("stream final p50 ms", "streaming/paced", "final_latency_ms_p50", None),
     ("cold start ms", "cold_start/default", "latency_ms_p50", "down"),
     ("WER", "single/default", "wer", None),
