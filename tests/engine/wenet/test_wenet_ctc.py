@@ -105,3 +105,17 @@ def test_sentencepiece_text_and_word_timings() -> None:
     assert words[0].start == pytest.approx(0.08) and words[0].end == pytest.approx(0.16)
     assert words[1].start == pytest.approx(0.32) and words[1].end == pytest.approx(0.52)
     assert 0.85 < words[0].confidence <= 1.0
+
+
+def test_character_units_make_one_word_per_cjk_character() -> None:
+    units = ["<blank>", "<unk>", "你", "好", "▁OK", "<sos/eos>"]
+    detok = Detokenizer(units)
+    lp = torch.full((8, len(units)), -9.0)
+    for f, tok in zip([1, 3, 5], [2, 3, 4], strict=True):
+        lp[f, tok] = -0.05
+    lp[[0, 2, 4, 6, 7], BLANK_ID] = -0.05
+    state = CTCState(1)
+    state.advance(lp)
+    hyp = state.best()
+    assert detok.text(hyp.tokens) == "你好 OK"
+    assert [w.word for w in detok.words(hyp, 0.04)] == ["你", "好", "OK"]
