@@ -318,16 +318,21 @@ class RealtimeSession:
             self.audio_seconds += samples.size / fmt.rate
             self.metrics.audio_seconds.labels(api=API, mode="streaming").inc(samples.size / fmt.rate)
             out = self._resampler.process(samples)
+            start = self._clock
+            if self.config.server_vad:
+                self._ensure_detector()  # a new detector's time 0 is the clock before this audio
             self._clock += out.size
             if self.config.server_vad:
                 await self._feed_vad(out)
             else:
                 if self._current is None:
-                    self._current = self._open_turn(self._clock - out.size)
+                    self._current = self._open_turn(start)
                 self._feed(self._current, out)
 
     async def _commit(self) -> None:
         async with self._lock:
+            if self.config.server_vad:
+                self._ensure_detector()  # (see _append)
             tail = self._resampler.flush()
             self._resampler = StreamResampler(self.config.input_format.rate, self.rate)
             self._clock += tail.size

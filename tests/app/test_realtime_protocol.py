@@ -394,3 +394,34 @@ async def test_vad_batcher_batches_sessions_and_matches_one_by_one_detection(cli
     assert all(sum(kind == "start" for kind, _ in events) == 2 for events in together), together
     chunks = sum(-(-a.size // 480) for a in streams)
     assert batcher.batches < chunks * 0.75  # chunks of different sessions were scored together
+
+
+async def test_manual_commit_under_server_vad_closes_the_turn_in_progress(clips: Any) -> None:
+    """Speech runs into the end of what the client sent; its commit ends the turn there, and
+    the session's clock carries on for the next detector."""
+    from app.realtime.vad import VadBatcher
+    from engine.vad import load_vad_model
+    from tests.conftest import load_clip
+
+    service, sender = ScriptedService(), ListSender()
+    session = RealtimeSession(sender, service, vad_batcher=VadBatcher(load_vad_model("silero")),  # type: ignore[arg-type]
+                              vad=VAD)
+    await session.handle_text(json.dumps(ga({"format": {"type": "audio/pcm", "rate": 16000}})))
+    speech = load_clip("ps_goforward")[: 16000 * 2]  # cut mid-sentence: no trailing silence
+    pcm = (np.clip(speech, -1, 1) * 32767).astype("<i2").tobytes()
+    for i in range(0, len(pcm), 640):
+        await session.handle_binary(pcm[i : i + 640])
+    assert [e["type"] for e in sender.events][-1] == "input_audio_buffer.speech_started"
+    await session.handle_text(json.dumps({"type": "input_audio_buffer.commit"}))
+    stopped, committed = sender.events[-2:]
+    assert stopped["type"] == "input_audio_buffer.speech_stopped" and committed["type"] == "input_audio_buffer.committed"
+    assert stopped["audio_end_ms"] == 2000 and stopped["item_id"] == committed["item_id"]
+    (rid,) = service.streams
+    fed = sum(n for n, _ in service.fed[rid])
+    started = next(e for e in sender.events if e["type"] == "input_audio_buffer.speech_started")
+    assert fed == (2000 - started["audio_start_ms"]) * 16  # the turn's audio, from its padded start
+    assert service.fed[rid][-1] == (0, True)
+    service.streams[rid].put(RequestOutput(rid, text="go forward", finished=True, finish_reason="stop"))
+    await settle()
+    assert sender.events[-1]["type"] == "conversation.item.input_audio_transcription.completed"
+    assert sender.events[-1]["audio_end_ms"] == 2000
