@@ -46,6 +46,8 @@ MAX_CTC_BEAM = 10
 DEFAULT_CTC_WEIGHT = 0.5
 """Attention rescoring: weight of the CTC score next to the decoder's (WeNet runtime default);
 override with EngineConfig.extra['wenet_ctc_weight']."""
+OFFLINE_PIECE_SAMPLES = 30 * 16000
+"""Most offline audio featurized per step (30 s at 16 kHz); a step consumes one chunk anyway."""
 MIN_WINDOW = RIGHT_CONTEXT + 1
 """Feature frames that yield one encoder frame (the smallest flushable window)."""
 
@@ -275,7 +277,11 @@ class WenetRunner:
             if not stream.has_pending_audio():
                 continue
             if stream.offline_audio is not None:
-                audio, stream.offline_audio = stream.offline_audio, None
+                # Feature a long file piecewise: memory stays bounded, and the result is the same
+                # since audio framing does not depend on how it is split.
+                audio = stream.offline_audio[:OFFLINE_PIECE_SAMPLES]
+                rest = stream.offline_audio[OFFLINE_PIECE_SAMPLES:]
+                stream.offline_audio = rest if len(rest) else None
             else:
                 audio = stream.request.take_pending_audio()
             try:

@@ -100,3 +100,20 @@ def test_client_chunking_does_not_matter(make_runner: Callable[..., WenetRunner]
     while runner.has_work():
         outs += runner.execute()
     assert outs[-1].finished and tuple(outs[-1].tokens) == tokens[None]
+
+
+def test_offline_audio_is_featurized_piecewise_with_the_same_result(
+    make_runner: Callable[..., WenetRunner], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import engine.models.wenet.runner as runner_module
+
+    audio = load_clip("mfa_thoughts")
+    whole = drive_alone(make_runner(chunk_size=8), audio, None)[-1]
+    monkeypatch.setattr(runner_module, "OFFLINE_PIECE_SAMPLES", 4321)  # many uneven pieces
+    runner = make_runner(chunk_size=8)
+    runner.admit([Request("offline", False, DecodingOptions(), 16000, audio=audio)])
+    outs: list[RequestOutput] = []
+    while runner.has_work():
+        outs += runner.execute()
+    assert [o.finished for o in outs].count(True) == 1
+    assert outs[-1].tokens == whole.tokens and len(whole.tokens) > 3
