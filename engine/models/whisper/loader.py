@@ -119,6 +119,9 @@ def read_ct2_variables(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]
             (dtype_id,) = struct.unpack_from("<B", buf, pos)
             pos += 1
             nbytes = u32()
+            if pos + nbytes > len(buf):  # slicing would silently return fewer bytes
+                raise CheckpointError(f"{path}: truncated CTranslate2 file (variable {name!r} needs {nbytes} "
+                                      f"bytes, {len(buf) - pos} left)")
             raw = buf[pos : pos + nbytes]
             pos += nbytes
             if dtype_id == _CT2_BF16:
