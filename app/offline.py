@@ -21,11 +21,16 @@ class RequestTimeout(ApiError):
         super().__init__(408, f"request did not finish within {seconds:g} s (--request-timeout-secs)")
 
 
-@contextlib.asynccontextmanager
-async def inflight_permit(service: EngineService) -> AsyncIterator[None]:
+def take_permit(service: EngineService) -> None:
+    """Take an inflight permit or raise 503; the caller must `service.release()` it."""
     if not service.try_acquire():
         msg = "server is shutting down" if service.draining else "server is at capacity (--max-inflight); retry later"
         raise ApiError(503, msg)
+
+
+@contextlib.asynccontextmanager
+async def inflight_permit(service: EngineService) -> AsyncIterator[None]:
+    take_permit(service)
     try:
         yield
     finally:

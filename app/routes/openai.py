@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
 
 from app.deps import DecoderDep, ServiceDep, SettingsDep
 from app.disconnect import wait_for_disconnect
+from app.engine_service import OutputStream
 from app.errors import ApiError, to_api_error
 from app.formats import to_srt, to_verbose_json, to_vtt, usage
-from app.offline import inflight_permit, run_offline
+from app.offline import RequestTimeout, inflight_permit, run_offline, take_permit
 from app.realtime.chunking import ChunkingStrategy, chunking_from_request, transcribe_chunked
 from app.settings import Settings
 from engine import DecodingOptions
@@ -93,14 +96,14 @@ async def _transcribe(
     words = "word" in granularities
     options = build_options(task=task, language=language, prompt=prompt, temperature=temperature,
                             word_timestamps=words, beam_size=beam_size)
+    if stream:
+        return await _stream_transcription(service, decoder, file, options, settings)
     async with inflight_permit(service):
         data = await file.read()
         try:
             audio = await decoder.decode(data, max_seconds=settings.max_audio_seconds)
         except Exception as exc:
             raise to_api_error(exc) from exc
-        if stream:
-            return StreamingResponse(_sse(service, audio.samples, options, settings), media_type="text/event-stream")
         try:
             if chunking is not None:  # chunking_strategy: VAD segments (app/realtime/chunking.py)
                 out = await transcribe_chunked(request, service, audio.samples, options, chunking, api="openai",
@@ -122,23 +125,57 @@ async def _transcribe(
     return JSONResponse({"text": out.text, "usage": usage(out)})
 
 
-async def _sse(service: Any, samples: Any, options: DecodingOptions, settings: Settings) -> AsyncIterator[str]:
-    """Server-sent events: text deltas as windows are decoded, then the full text and [DONE].
-    The permit is re-taken here because the route's permit ends when the response starts."""
-    if not service.try_acquire():
-        yield _event({"type": "error", "error": {"message": "server is at capacity"}})
-        return
+async def _stream_transcription(
+    service: Any, decoder: Any, file: UploadFile, options: DecodingOptions, settings: Settings
+) -> StreamingResponse:
+    """stream=true. Admission (permit, decode, engine request) happens before the response
+    starts, so refusals are real HTTP statuses; the event stream then owns the permit and the
+    engine request until `done()` — run by the stream's `finally`, or by the response's
+    background task when the client left before the stream ever started."""
+    take_permit(service)
+    request_id: str | None = None
+    finished = False
+
+    def done() -> None:
+        nonlocal finished
+        if not finished:
+            finished = True
+            if request_id is not None:
+                service.close(request_id)  # aborts the engine request if it is still running
+            service.release()
+
+    try:
+        data = await file.read()
+        audio = await decoder.decode(data, max_seconds=settings.max_audio_seconds)
+        stream = service.open_request(audio.samples, decoding=options)
+    except BaseException as exc:
+        done()
+        if isinstance(exc, Exception):
+            raise to_api_error(exc) from exc
+        raise
+    request_id = stream.request_id
+    seconds = len(audio.samples) / service.engine.sample_rate  # counted as run_offline does
+    service.metrics.audio_seconds.labels(api="openai", mode="offline").inc(seconds)
+    service.metrics.request_audio_seconds.observe(seconds)
+    return StreamingResponse(_sse(service, stream, settings.request_timeout_secs, done),
+                             media_type="text/event-stream", background=BackgroundTask(done))
+
+
+async def _sse(service: Any, stream: OutputStream, timeout: float, done: Callable[[], None]) -> AsyncIterator[str]:
+    """Server-sent events: text deltas as windows are decoded, then the full text and [DONE]."""
     metrics = service.metrics
     started = time.monotonic()
     outcome = "error"
-    stream = service.open_request(samples, decoding=options)
-    seconds = len(samples) / service.engine.sample_rate  # counted as run_offline does for the other paths
-    metrics.audio_seconds.labels(api="openai", mode="offline").inc(seconds)
-    metrics.request_audio_seconds.observe(seconds)
     sent = ""
     try:
         while True:
-            out = await stream.get()
+            try:
+                out = await asyncio.wait_for(stream.get(), timeout=max(0.0, started + timeout - time.monotonic()))
+            except TimeoutError:
+                outcome = "timeout"
+                yield _event({"type": "error", "error": {"message": RequestTimeout(timeout).message}})
+                yield "data: [DONE]\n\n"
+                return
             text = out.text
             if text.startswith(sent) and len(text) > len(sent):
                 yield _event({"type": "transcript.text.delta", "delta": text[len(sent):]})
@@ -156,8 +193,7 @@ async def _sse(service: Any, samples: Any, options: DecodingOptions, settings: S
         metrics.requests_cancelled.inc()
         raise
     finally:
-        service.close(stream.request_id)
-        service.release()
+        done()
         metrics.request_duration.labels(api="openai", mode="offline", outcome=outcome).observe(
             time.monotonic() - started)
 
