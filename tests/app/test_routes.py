@@ -28,6 +28,7 @@ from app.engine_service import EngineService
 from app.main import create_app
 from app.settings import Settings
 from engine import DecodingOptions, RequestOutput
+from engine.errors import UnsupportedError
 from engine.types import Alternative, Segment, Word
 
 RATE = 16000  # Hz
@@ -278,6 +279,37 @@ async def test_sse_engine_error_is_an_error_event(h: Harness) -> None:
     frames = [f.removeprefix("data: ") for f in r.text.split("\n\n") if f]
     assert json.loads(frames[0]) == {"type": "error", "error": {"message": "decoder blew up"}}
     assert frames[-1] == "[DONE]"
+
+
+async def test_sse_admission_errors_are_http_statuses_and_return_the_permit(h: Harness) -> None:
+    real_add = h.engine.add_request
+
+    def refuse_french(audio: np.ndarray, priority: int = 0, decoding: DecodingOptions | None = None,
+                      request_id: str | None = None) -> str:
+        if decoding is not None and decoding.language == "fr":
+            raise UnsupportedError("model fake-asr is English-only")
+        return real_add(audio, priority, decoding, request_id)
+
+    h.engine.add_request = refuse_french  # type: ignore[method-assign]
+    error = openai_error(await transcribe(h, stream="true", language="fr"), 400)
+    assert "English-only" in error["message"]
+    error = openai_error(await transcribe(h, stream="true", body=b""), 400)
+    assert error["param"] == "file"
+    assert h.service.inflight == 0
+    assert (await transcribe(h, stream="true")).status_code == 200
+    assert h.service.inflight == 0
+
+
+@pytest.mark.parametrize("settings", [Settings(grpc_port=0, request_timeout_secs=0.2)])
+async def test_sse_request_timeout_ends_the_stream_and_aborts(h: Harness) -> None:
+    h.engine.answer = lambda rid, audio, options: None  # never finishes on its own
+    r = await transcribe(h, stream="true")
+    frames = [f.removeprefix("data: ") for f in r.text.split("\n\n") if f]
+    assert "--request-timeout-secs" in json.loads(frames[0])["error"]["message"]
+    assert frames[-1] == "[DONE]"
+    await until(lambda: "fake-1" in h.engine.aborted)
+    assert h.metric("oasr_request_duration_seconds_count", api="openai", mode="offline", outcome="timeout") == 1
+    assert h.service.inflight == 0
 
 
 async def test_translation_forces_translate(h: Harness) -> None:
