@@ -282,6 +282,9 @@ BAD_INPUT = [
      lambda: _wav(16000), 400, "timestamp_granularities", ["word", "segment", "char"]),
     ("stream-srt", {"stream": "true", "response_format": "srt"}, lambda: _wav(16000), 400, "stream",
      ["stream", "json", "text"]),
+    ("language-on-english-only", {"language": "fr"}, lambda: _wav(16000), 400, None, ["english-only", "'fr'"]),
+    ("language-on-english-only-stream", {"language": "fr", "stream": "true"}, lambda: _wav(16000), 400, None,
+     ["english-only", "'fr'"]),
 ]
 
 
