@@ -126,6 +126,7 @@ def _load_clips() -> list[Clip]:
     return [short[i % len(short)] for i in range(32)]
 
 
+@pytest.mark.slow
 def test_32_concurrent_requests_all_succeed_in_batches(server: ServerProcess) -> None:
     clips = _load_clips()
     before = scrape(server)
@@ -164,12 +165,14 @@ def test_32_concurrent_requests_all_succeed_in_batches(server: ServerProcess) ->
 # ------------------------------------------------------------------------- disconnects
 
 
-def _raw_post(server: ServerProcess, path: str, body: bytes, content_type: str) -> socket.socket:
+def _raw_post(server: ServerProcess, request: httpx.Request) -> socket.socket:
     """Send a complete HTTP/1.1 request on a plain socket and leave the response unread."""
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()
-    sock.sendall(head + body)
+    body = request.read()
+    target = request.url.raw_path.decode()
+    head = f"POST {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in request.headers.items() if k.lower() != "host")
+    sock.sendall(head.encode() + b"\r\n" + body)
     return sock
 
 
@@ -187,11 +190,18 @@ AUDIO_FOR_DISCONNECT_S = 300.0  # ten Whisper windows, decoded one after another
 MAX_STEPS_AFTER_HANGUP = 5  # engine steps between the hang-up and the engine letting go
 
 
-def test_client_disconnect_mid_request_aborts_engine_request(server: ServerProcess) -> None:
+@pytest.mark.parametrize("api", ["google", "openai"])
+def test_client_disconnect_mid_request_aborts_engine_request(server: ServerProcess, api: str) -> None:
     wait_until(lambda: _engine_idle(server), 60, "an idle engine")
     before = scrape(server)
-    sock = _raw_post(server, f"{RECOGNIZE}?encoding=LINEAR16&sample_rate=16000",
-                     long_linear16(AUDIO_FOR_DISCONNECT_S), "application/octet-stream")
+    body = long_linear16(AUDIO_FOR_DISCONNECT_S)
+    if api == "google":
+        request = httpx.Request("POST", server.base_url + RECOGNIZE, content=body,
+                                params={"encoding": "LINEAR16", "sample_rate": 16000})
+    else:
+        wav = encode_variant(np.frombuffer(body, dtype="<i2").astype(np.float32) / 32768, 16000, "wav")
+        request = httpx.Request("POST", server.base_url + TRANSCRIBE, files={"file": ("long.wav", wav)})
+    sock = _raw_post(server, request)
     try:
         wait_until(lambda: _engine_busy(server), 60, "the engine to take the long request")
     finally:
@@ -201,8 +211,8 @@ def test_client_disconnect_mid_request_aborts_engine_request(server: ServerProce
     steps_after = int(readiness(server)["steps"]) - steps_at_hangup  # type: ignore[call-overload]
     after = scrape(server)
     assert metric(after, "oasr_requests_cancelled_total") - metric(before, "oasr_requests_cancelled_total") == 1
-    cancelled = ("oasr_request_duration_seconds_count", {"api": "google", "mode": "offline", "outcome": "cancelled"})
-    ok = ("oasr_request_duration_seconds_count", {"api": "google", "mode": "offline", "outcome": "ok"})
+    cancelled = ("oasr_request_duration_seconds_count", {"api": api, "mode": "offline", "outcome": "cancelled"})
+    ok = ("oasr_request_duration_seconds_count", {"api": api, "mode": "offline", "outcome": "ok"})
     assert metric(after, cancelled[0], **cancelled[1]) - metric(before, cancelled[0], **cancelled[1]) == 1
     assert metric(after, ok[0], **ok[1]) == metric(before, ok[0], **ok[1])  # it never finished
     assert metric(after, "oasr_requests_failed_total", stage="unknown") == 0  # a hang-up is not an error
