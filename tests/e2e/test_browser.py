@@ -30,6 +30,7 @@ WEB = ROOT / "examples" / "web"
 ARTIFACTS = ROOT / "artifacts" / "e2e"
 DATA_DIR = Path(os.environ.get("OASR_SPEECH_DATA", "/work/shared/data/speech"))
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+API_KEY = "browser-test-key"
 CLIP_ID = "libri_61-70968-0000"  # 4.9 s, one sentence, clean read speech
 MAX_WER = 0.25  # tiny.en on clean read speech is well under this; a broken pipeline is near 1
 FINAL_TIMEOUT_MS = 240_000  # an upper bound: a shared, loaded 2-core CPU can be that slow
@@ -109,7 +110,9 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def page_and_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, LiveServer]]:
     """(URL of the demo page, the live server it talks to)."""
-    env = {"OASR_SERVICE_MODE": "streaming"}
+    # With an API key, as a shared deployment runs: the page must send it on fetch (Bearer)
+    # and on the WebSocket (subprotocol), or every request below fails with 401.
+    env = {"OASR_SERVICE_MODE": "streaming", "OASR_API_KEY": API_KEY}
     static = None
     if _demo_served():
         env["OASR_DEMO"] = "true"
@@ -174,6 +177,7 @@ def test_microphone_streams_live_partials_and_a_final_transcript(
 
     page.on("websocket", watch)
     page.goto(url)
+    page.fill("#api-key", API_KEY)
     page.click("#mic-start")
     page.wait_for_selector("#live p.final", timeout=FINAL_TIMEOUT_MS)
     first_final = page.inner_text("#live p.final")
@@ -197,6 +201,7 @@ def test_file_upload_shows_clickable_word_timings(
     url, server = page_and_server
     page = browser.new_page()  # type: ignore[attr-defined]
     page.goto(url)
+    page.fill("#api-key", API_KEY)
     page.set_input_files("#file", str(_clip().path))
     page.click("#file-go")
     page.wait_for_selector("#words span", timeout=FINAL_TIMEOUT_MS)
