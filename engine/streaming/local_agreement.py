@@ -188,22 +188,21 @@ class LocalAgreement:
             for w in words
             if w.word.strip()
         ]
-        if self._recent:
-            # An untrimmed window re-decodes committed audio: drop what lies before the commit point.
-            fresh = [w for w in fresh if w.start > self.committed_until - TIME_SLACK_S]
-        if fresh and self._recent and abs(fresh[0].start - self.committed_until) < OVERLAP_WINDOW_S:
-            # A word straddling the commit point, or a leaked prompt, repeats the last committed
-            # words at the start; the longest such run is dropped.
-            # A single word is only taken for a re-emission when it starts at the commit point
-            # (where a straddling or leaked word lands), so "no, no" said with a pause survives.
-            recent = [normalize_word(w.word) for w in self._recent]
+        if not self._recent or not fresh:
+            return fresh
+        # A window kept from a little before the commit point (or a leaked prompt) re-hears the
+        # last committed words at its start: drop the longest such run, matched by text, since
+        # word timestamps jitter by a couple of tenths of a second. A single word counts only
+        # when it starts at the commit point, so "no, no" said with a pause survives.
+        recent = [normalize_word(w.word) for w in self._recent]
+        if fresh[0].start < self.committed_until + OVERLAP_WINDOW_S:
             shortest = 1 if fresh[0].start < self.committed_until + TIME_SLACK_S else 2
             for n in range(min(len(recent), len(fresh)), shortest - 1, -1):
                 if recent[-n:] == [normalize_word(w.word) for w in fresh[:n]]:
                     logger.debug("dropping %d re-emitted committed word(s)", n)
-                    fresh = fresh[n:]
-                    break
-        return fresh
+                    return fresh[n:]
+        # No textual overlap: words lying mostly before the commit point were heard already.
+        return [w for w in fresh if (w.start + w.end) / 2 > self.committed_until - TIME_SLACK_S]
 
     def _commit(self, words: Sequence[Word]) -> None:
         if not words:

@@ -56,6 +56,9 @@ class WindowJob:
         runner = self.owner.runner
         n_ctx = runner.dims.n_text_ctx
         max_new = min(self.owner.options.max_new_tokens or n_ctx // 2, n_ctx - len(self.prefix) - 1)
+        budget = self.owner.token_budget(self.frames)
+        if budget is not None:
+            max_new = min(max_new, budget)
         return DecodeGroup(
             job=self,
             prefix=self.prefix,
@@ -95,6 +98,10 @@ class OfflineTranscription:
         self.last_temperature = 0.0
 
     # ---- jobs ----
+
+    def token_budget(self, frames: int) -> int | None:
+        """Offline windows rely on the temperature fallback to stop runaway repetition."""
+        return None
 
     def needs_language(self) -> bool:
         return self.language is None

@@ -5,9 +5,11 @@ for every row (continuous batching)."""
 from __future__ import annotations
 
 import logging
+import warnings
 from collections import deque
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -19,6 +21,7 @@ from engine.models.whisper.features import SAMPLE_RATE, LogMelExtractor
 from engine.models.whisper.jobs import OfflineTranscription, WindowJob
 from engine.models.whisper.loader import load_checkpoint
 from engine.models.whisper.model import Whisper
+from engine.models.whisper.streaming import StreamingTranscription
 from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.request import Request
 from engine.types import DecodingOptions, RequestOutput
@@ -41,7 +44,7 @@ def resolve_dtype(config: EngineConfig, device: torch.device) -> torch.dtype:
 
 
 class WhisperRunner:
-    supports_streaming = False
+    supports_streaming = True  # by re-decoding a sliding window (see streaming.py)
     sample_rate = SAMPLE_RATE
 
     def __init__(self, config: EngineConfig):
@@ -65,7 +68,9 @@ class WhisperRunner:
         if config.quantization == "int8_w8a8":
             if self.device.type != "cpu":
                 raise InvalidRequestError("quantization='int8_w8a8' runs on CPU; use fp16/bf16 on CUDA")
-            model = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+            with warnings.catch_warnings():  # eager dynamic quantization is deprecated upstream, still the fastest here
+                warnings.simplefilter("ignore")
+                model = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
         self.model = model
         assert ckpt.tokenizer_file is not None
         self.tokenizer = WhisperTokenizer(ckpt.tokenizer_file, ckpt.dims.n_vocab, model.num_languages,
@@ -76,7 +81,9 @@ class WhisperRunner:
         self.batch = DecodeBatch(model.decoder, self.tokenizer.no_speech, self.device)
         self.encode_queue: deque[WindowJob] = deque()
         self.prefill_queue: deque[WindowJob] = deque()
-        self.active: dict[str, OfflineTranscription] = {}
+        self.active: dict[str, OfflineTranscription | StreamingTranscription] = {}
+        self.streams: dict[str, StreamingTranscription] = {}
+        self.step_samples = int(config.stream_step_ms * SAMPLE_RATE / 1000)
         self.max_rows = max(config.max_decode_rows, config.max_batch_size)
         logger.info("whisper %s loaded from %s (%s) on %s/%s, quantization=%s", self.model_name, ckpt_dir,
                     ckpt.format, self.device, self.dtype, config.quantization)
@@ -151,10 +158,19 @@ class WhisperRunner:
             raise InvalidRequestError(f"prompt is longer than {self.dims.n_text_ctx // 2} tokens")
 
     def free_slots(self) -> int:
-        return max(0, self.config.max_batch_size - len(self.active))
+        # live streams are bounded by the server's inflight permits, not by batch slots: an idle
+        # stream waiting for audio must not keep offline work out
+        return max(0, self.config.max_batch_size - (len(self.active) - len(self.streams)))
 
     def admit(self, requests: list[Request]) -> list[RequestOutput]:
         failed: list[RequestOutput] = []
+        for r in (r for r in requests if r.streaming):
+            stream = StreamingTranscription(r, self)
+            self.active[r.request_id] = stream
+            self.streams[r.request_id] = stream
+        requests = [r for r in requests if not r.streaming]
+        if not requests:
+            return failed
         audios = [r.audio for r in requests]
         try:
             mels = self.features(audios)  # type: ignore[arg-type]
@@ -181,6 +197,7 @@ class WhisperRunner:
         return failed
 
     def release(self, request: Request) -> None:
+        self.streams.pop(request.request_id, None)
         state = self.active.pop(request.request_id, None)
         if state is None:
             return
@@ -191,10 +208,19 @@ class WhisperRunner:
                 self.batch.remove_job(g.job)
 
     def has_work(self) -> bool:
-        return bool(self.encode_queue or self.prefill_queue or self.batch.groups)
+        if self.encode_queue or self.prefill_queue or self.batch.groups:
+            return True
+        return any(self._stream_ready(s) for s in self.streams.values())
+
+    def _stream_ready(self, stream: StreamingTranscription) -> bool:
+        if stream.in_flight or stream.final_done:
+            return False
+        pending = stream.new_samples + stream.request.pending_samples
+        return pending >= self.step_samples or stream.request.input_finished
 
     def shutdown(self) -> None:
         self.active.clear()
+        self.streams.clear()
         self.encode_queue.clear()
         self.prefill_queue.clear()
         self.batch = DecodeBatch(self.model.decoder, self.tokenizer.no_speech, self.device)
@@ -204,6 +230,7 @@ class WhisperRunner:
     @torch.inference_mode()
     def execute(self) -> list[RequestOutput]:
         outputs: list[RequestOutput] = []
+        self._start_stream_passes(outputs)
         self._encode_waiting(outputs)
         self._join_ready(outputs)
         finished = self.batch.step(lambda g, exc: self._fail(g.job.owner, "decode", exc, outputs))  # type: ignore[attr-defined]
@@ -222,9 +249,39 @@ class WhisperRunner:
                 outputs.append(out)
                 if out.finished:
                     self.active.pop(state.request.request_id, None)
+                    self.streams.pop(state.request.request_id, None)
             if nxt is not None:
                 (self.prefill_queue if nxt.audio_features is not None else self.encode_queue).append(nxt)
         return outputs
+
+    def _start_stream_passes(self, outputs: list[RequestOutput]) -> None:
+        """Every stream with enough new audio (or at its end) gets a pass; their windows'
+        features are extracted in one call and they join the encoder queue together."""
+        ready = [s for s in self.streams.values() if self._stream_ready(s)]
+        if not ready:
+            return
+        passes: list[tuple[StreamingTranscription, np.ndarray]] = []
+        for stream in ready:
+            stream.absorb()
+            audio = stream.window_audio()
+            if audio.size == 0:
+                if stream.request.input_finished:  # nothing left to decode: the final is what is committed
+                    stream.final_done = True
+                    outputs.append(stream.on_empty_end())
+                    self.active.pop(stream.request.request_id, None)
+                    self.streams.pop(stream.request.request_id, None)
+                continue
+            passes.append((stream, audio))
+        if not passes:
+            return
+        try:
+            mels = self.features([audio for _, audio in passes])
+        except Exception as exc:
+            for stream, _ in passes:
+                self._fail(stream, "features", exc, outputs)
+            return
+        for (stream, _), mel in zip(passes, mels):
+            self.encode_queue.append(stream.make_job(mel.to(self.dtype)))
 
     def _encode_waiting(self, outputs: list[RequestOutput]) -> None:
         budget = self.max_rows - self.batch.num_rows - sum(j.rows for j in self.prefill_queue)
@@ -293,7 +350,7 @@ class WhisperRunner:
                 except Exception as one_exc:
                     self._fail(j.owner, "decode", one_exc, outputs)
 
-    def _fail(self, state: OfflineTranscription, stage: str, exc: Exception, outputs: list[RequestOutput]) -> None:
+    def _fail(self, state: OfflineTranscription | StreamingTranscription, stage: str, exc: Exception, outputs: list[RequestOutput]) -> None:
         rid = state.request.request_id
         if rid not in self.active:
             return

@@ -1,0 +1,213 @@
+"""Live Whisper streaming: re-decode a sliding window, commit what two passes agree on.
+
+Each pass decodes the stream's uncommitted audio (at most `stream_window_s`) with the
+committed text as prompt. Words of consecutive passes are compared (LocalAgreement-2): their
+longest common prefix is committed and never changes, and the window is trimmed to the end of
+the last committed word. At end of input one final pass commits everything left. State per
+stream is bounded: the window audio and the committed text.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from engine.models.whisper.alignment import align_words
+from engine.models.whisper.decoding import WindowResult
+from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
+from engine.models.whisper.jobs import WindowJob
+from engine.models.whisper.transcript import is_silence
+from engine.request import Request
+from engine.streaming.local_agreement import LocalAgreement, join_words, normalize_word
+from engine.types import RequestOutput, Segment, Word
+
+if TYPE_CHECKING:
+    from engine.models.whisper.runner import WhisperRunner
+
+logger = logging.getLogger(__name__)
+
+PROMPT_CHARS = 200  # committed text carried as the prompt of the next pass
+SILENCE_KEEP_S = 1.0  # on a silent pass, keep only this much audio (speech may be starting)
+SILENCE_TRIM_AFTER_S = 5.0  # ...once the window is at least this long
+TRIM_AFTER_S = 10.0  # a window without a committed sentence end is trimmed at its last committed word
+SENTENCE_END = (".", "?", "!")
+REHEARD_TOLERANCE_S = 0.6  # a re-heard committed word ends this close to where it ended before
+FORCED_TRIM_KEEP_S = 5.0  # a window at its cap keeps this much uncommitted audio
+TOKENS_PER_SECOND_CAP = 8  # fast speech is ~4 text tokens/s; the rest is room for timestamps
+
+
+class StreamingTranscription:
+    def __init__(self, request: Request, runner: WhisperRunner):
+        self.request = request
+        self.runner = runner
+        self.options = request.decoding
+        self.language: str | None = (self.options.language or None) if runner.model.is_multilingual else "en"
+        self.generator: torch.Generator | None = None
+        self.window = np.zeros(0, dtype=np.float32)
+        self.window_start = 0.0  # seconds of stream time at window[0]
+        self.new_samples = 0
+        self.in_flight = False
+        self.final_done = False
+        self.agreement = LocalAgreement()
+        self.committed_words: list[Word] = []
+        self.passes = 0
+
+    # ---- scheduling ----
+
+    def absorb(self) -> None:
+        chunk = self.request.take_pending_audio()
+        if chunk.size:
+            self.window = np.concatenate([self.window, chunk]) if self.window.size else chunk
+            self.new_samples += int(chunk.size)
+
+    def ready(self, step_samples: int) -> bool:
+        if self.in_flight or self.final_done:
+            return False
+        return self.new_samples >= step_samples or self.request.input_finished
+
+    def is_final_pass(self) -> bool:
+        return self.request.input_finished and not self.request.pending_audio
+
+    def window_audio(self) -> np.ndarray:
+        cap = int(self.runner.config.stream_window_s * SAMPLE_RATE)
+        if self.window.size > cap:
+            self._force_trim(cap)
+        return self.window
+
+    def make_job(self, mel: torch.Tensor) -> WindowJob:
+        frames = min(N_FRAMES, mel.shape[1] - 1 if mel.shape[1] > 1 else mel.shape[1])
+        job = WindowJob(self, pad_window(mel, 0), 0, frames, 0.0, 0)  # type: ignore[arg-type]
+        job.refresh_prefix()
+        job.final = self.is_final_pass()  # type: ignore[attr-defined]
+        self.in_flight = True
+        self.new_samples = 0
+        self.passes += 1
+        return job
+
+    # ---- WindowJob owner interface ----
+
+    def token_budget(self, frames: int) -> int:
+        """Passes get no temperature fallback (it would stall every other stream), so a window
+        that starts repeating itself is cut at a generous rate for speech plus timestamps."""
+        return TOKENS_PER_SECOND_CAP * frames // FRAMES_PER_SECOND + 16
+
+    def needs_language(self) -> bool:
+        return self.language is None
+
+    def set_language(self, code: str) -> None:
+        self.language = code
+
+    def build_prefix(self) -> tuple[list[int], int]:
+        tok = self.runner.tokenizer
+        # prompt with committed text the window no longer holds; the rest the model hears again
+        before = [w for w in self.committed_words if w.end <= self.window_start + 1e-3]
+        prompt_text = (self.options.prompt or "") + join_words(before)
+        prompt = tok.encode(" " + prompt_text[-PROMPT_CHARS:].strip()) if prompt_text.strip() else []
+        sot = tok.sot_sequence(self.language, self.options.task, timestamps=True)
+        prefix = ([tok.sot_prev, *prompt] if prompt else []) + sot
+        return prefix, len(prefix) - len(sot)
+
+    def on_window_done(self, job: WindowJob, result: WindowResult) -> tuple[None, RequestOutput]:
+        self.in_flight = False
+        words = [] if is_silence(result, self.options.no_speech_threshold) else self._words(job, result)
+        if getattr(job, "final", False) and self.is_final_pass():
+            self.agreement.finish(self._drop_reheard(words))
+            self._collect_commits()
+            self.final_done = True
+            return None, self._output(finished=True)
+        self.agreement.insert(self._drop_reheard(words))
+        self._collect_commits()
+        silent = is_silence(result, self.options.no_speech_threshold)
+        if silent and not self.agreement.tentative and self.window.size > SILENCE_TRIM_AFTER_S * SAMPLE_RATE:
+            self._trim_to(self.window_start + self.window.size / SAMPLE_RATE - SILENCE_KEEP_S)
+        return None, self._output(finished=False)
+
+    def on_empty_end(self) -> RequestOutput:
+        """End of input with no audio left in the window: the final is the committed text."""
+        self.agreement.finish([])
+        self._collect_commits()
+        return self._output(finished=True)
+
+    # ---- internals ----
+
+    def _words(self, job: WindowJob, result: WindowResult) -> list[Word]:
+        tok = self.runner.tokenizer
+        text_tokens = [t for t in result.tokens if t < tok.eot]
+        if not text_tokens or job.audio_features is None:
+            return []
+        sot = tok.sot_sequence(self.language, self.options.task, timestamps=False)
+        return align_words(self.runner.model.decoder, tok, self.runner.alignment_heads, sot[:-1], text_tokens,
+                           job.audio_features, job.frames, self.window_start)
+
+    def _drop_reheard(self, words: list[Word]) -> list[Word]:
+        """The window still holds audio of committed words (it is trimmed at sentence ends), so a
+        pass re-hears them first: drop the hypothesis up to its match of the last committed word
+        in the window (matched by text near its time; timestamps alone jitter too much)."""
+        inside = [w for w in self.committed_words if w.end > self.window_start + 1e-3]
+        if not inside or not words:
+            return words
+        last = inside[-1]
+        key = normalize_word(last.word)
+        best = None
+        for i, w in enumerate(words):
+            if normalize_word(w.word) == key and abs(w.end - last.end) <= REHEARD_TOLERANCE_S:
+                best = i
+        if best is not None:
+            return words[best + 1 :]
+        return [w for w in words if (w.start + w.end) / 2 > last.end]
+
+    def _collect_commits(self) -> None:
+        """Record newly committed words; trim the window at the end of the last committed sentence
+        (Whisper keeps its in-sentence context), or at the last committed word once the window is
+        longer than TRIM_AFTER_S."""
+        new = self.agreement.take_committed()
+        if not new:
+            return
+        self.committed_words.extend(new)
+        sentence_ends = [w.end for w in new if w.word.rstrip().endswith(SENTENCE_END)]
+        if sentence_ends:
+            self._trim_to(sentence_ends[-1])
+        elif self.window.size > TRIM_AFTER_S * SAMPLE_RATE:
+            self._trim_to(new[-1].end)
+
+    def _trim_to(self, t: float) -> None:
+        cut = round((t - self.window_start) * SAMPLE_RATE)
+        cut = max(0, min(cut, self.window.size))
+        if cut:
+            self.window = self.window[cut:]
+            self.window_start += cut / SAMPLE_RATE
+
+    def _force_trim(self, cap: int) -> None:
+        """The window reached its cap without agreement: commit what the last pass said about the
+        older audio, and drop that audio, so state stays bounded."""
+        keep_from = self.window_start + (self.window.size / SAMPLE_RATE) - FORCED_TRIM_KEEP_S
+        self.agreement.force_commit_before(keep_from)
+        self._collect_commits()
+        if self.window.size > cap:
+            self._trim_to(self.window_start + (self.window.size - cap) / SAMPLE_RATE)
+
+    def _output(self, finished: bool) -> RequestOutput:
+        committed = self.agreement.committed_text
+        tentative = "" if finished else self.agreement.tentative_text
+        out = RequestOutput(
+            request_id=self.request.request_id,
+            text=committed + tentative,
+            finished=finished,
+            finish_reason="stop" if finished else None,
+            language=self.language,
+            duration=self.request.received_samples / SAMPLE_RATE,
+            committed=committed,
+            tentative=tentative,
+        )
+        if finished:
+            tok = self.runner.tokenizer
+            out.tokens = tok.encode(" " + committed.strip()) if committed.strip() else []
+            if self.options.word_timestamps:
+                out.words = list(self.committed_words)
+            if self.committed_words:
+                out.segments = [Segment(id=0, start=self.committed_words[0].start, end=self.committed_words[-1].end,
+                                        text=" " + committed.strip(), tokens=out.tokens)]
+        return out
