@@ -6,6 +6,7 @@ N live streams (N = 1, 8, 32, 64), each step feeds every stream one chunk of aud
 
 - batched:    max_batch_size=N, every stream advances in ONE forward per step;
 - sequential: max_batch_size=1, one stream per forward (what a per-stream runtime does).
+Both run side by side, alternating chunk by chunk, so a shared machine's load hits both alike.
 
 Streams first build up `--warmup-chunks` of KV history (so attention reads a real context
 through the block tables), then `--chunks` steps are timed. Reported: step time, streams
@@ -57,46 +58,53 @@ class Row:
         return self.advanced_per_s * CHUNK_SAMPLES / SAMPLE_RATE
 
 
-def run(ckpt: str, streams: int, batch: int, warmup_chunks: int, chunks: int) -> Row:
-    config = EngineConfig(
-        ckpt_dir=ckpt, service_mode="streaming", chunk_size=CHUNK_SIZE, max_batch_size=batch, device="cpu"
-    )
-    runner = WenetRunner.from_config(config)
-    rng = np.random.default_rng(0)
-    audio = (rng.standard_normal(CHUNK_SAMPLES * (warmup_chunks + chunks + 1)) * 0.1).astype(np.float32)
-    reqs = [Request(f"s{i}", True, DecodingOptions(), SAMPLE_RATE) for i in range(streams)]
-    assert not runner.admit(reqs)
-    fed = 0
+class _Side:
+    """One runner with `streams` live streams, stepping and timing itself."""
 
-    def feed_one_chunk() -> None:
-        nonlocal fed
-        for req in reqs:
-            req.append_audio(audio[fed : fed + CHUNK_SAMPLES])
-        fed += CHUNK_SAMPLES
+    def __init__(self, ckpt: str, streams: int, batch: int, audio: np.ndarray) -> None:
+        config = EngineConfig(
+            ckpt_dir=ckpt, service_mode="streaming", chunk_size=CHUNK_SIZE, max_batch_size=batch, device="cpu"
+        )
+        self.runner = WenetRunner.from_config(config)
+        self.streams, self.batch, self.audio = streams, batch, audio
+        self.reqs = [Request(f"s{i}", True, DecodingOptions(), SAMPLE_RATE) for i in range(streams)]
+        assert not self.runner.admit(self.reqs)
+        # The first window needs 3 extra fbank frames: prime them so each later chunk is one step.
+        self.fed = 1200
+        for req in self.reqs:
+            req.append_audio(audio[: self.fed])
+        self.steps = self.advanced = 0
+        self.elapsed = 0.0
 
-    # The first window needs 3 extra fbank frames: prime it so every later chunk is one step.
-    for req in reqs:
-        req.append_audio(audio[:1200])
-    fed = 1200
-    steps = 0
-    advanced = 0
-    elapsed = 0.0
-    for chunk in range(warmup_chunks + chunks):
-        feed_one_chunk()
-        timed = chunk >= warmup_chunks
-        # Sequential mode needs `streams` steps to advance everyone by one chunk.
-        for _ in range(streams if batch < streams else 1):
+    def advance_everyone(self, timed: bool) -> None:
+        for req in self.reqs:
+            req.append_audio(self.audio[self.fed : self.fed + CHUNK_SAMPLES])
+        self.fed += CHUNK_SAMPLES
+        for _ in range(-(-self.streams // self.batch)):  # steps to move every stream one chunk
             t0 = time.perf_counter()
-            outs = runner.execute()
+            outs = self.runner.execute()
             dt = time.perf_counter() - t0
             if timed:
-                elapsed += dt
-                steps += 1
-                advanced += len(outs)
-    for req in reqs:
-        runner.release(req)
-    mode = "batched" if batch >= streams else "sequential"
-    return Row(streams, mode, 1000 * elapsed / steps, advanced / elapsed)
+                self.elapsed += dt
+                self.steps += 1
+                self.advanced += len(outs)
+
+    def row(self, mode: str) -> Row:
+        return Row(self.streams, mode, 1000 * self.elapsed / self.steps, self.advanced / self.elapsed)
+
+
+def run(ckpt: str, streams: int, warmup_chunks: int, chunks: int) -> list[Row]:
+    """Batched and (for streams > 1) sequential sides, advanced in alternation chunk by chunk so
+    both see the same load on a shared machine."""
+    rng = np.random.default_rng(0)
+    audio = (rng.standard_normal(CHUNK_SAMPLES * (warmup_chunks + chunks + 1)) * 0.1).astype(np.float32)
+    sides = {"batched": _Side(ckpt, streams, streams, audio)}
+    if streams > 1:
+        sides["sequential"] = _Side(ckpt, streams, 1, audio)
+    for chunk in range(warmup_chunks + chunks):
+        for side in sides.values():
+            side.advance_everyone(timed=chunk >= warmup_chunks)
+    return [side.row(mode) for mode, side in sides.items()]
 
 
 def main() -> None:
@@ -124,12 +132,8 @@ def main() -> None:
               f"{torch.get_num_threads()} torch threads, history {args.warmup_chunks} chunks")  # fmt: skip
         print(f"{'streams':>7} {'mode':>10} {'step ms':>9} {'streams adv/s':>14} {'real-time streams':>18}")
         for n in args.sizes:
-            modes = [n, 1] if n > 1 else [n]
-            rows = [
-                min((run(ckpt, n, b, args.warmup_chunks, args.chunks) for _ in range(args.repeats)),
-                    key=lambda r: r.step_ms)
-                for b in modes
-            ]  # fmt: skip
+            runs = [run(ckpt, n, args.warmup_chunks, args.chunks) for _ in range(args.repeats)]
+            rows = [min((r[i] for r in runs), key=lambda row: row.step_ms) for i in range(len(runs[0]))]
             for r in rows:
                 print(
                     f"{r.streams:>7} {r.mode:>10} {r.step_ms:>9.1f} {r.advanced_per_s:>14.1f} {r.realtime_streams:>18.1f}"
