@@ -200,3 +200,15 @@ def test_still_serving_after_bad_input(client: httpx.Client) -> None:
     assert r.status_code == 200, r.text
     assert wer([reference()], [r.json()["results"][0]["alternatives"][0]["transcript"]]) <= MAX_WER
     assert client.get("/readyz").status_code == 200
+
+
+def test_max_alternatives_returns_ranked_distinct_hypotheses(client: httpx.Client) -> None:
+    r = client.post(RECOGNIZE, content=encode("flac", 16000, 1), params={"encoding": "FLAC", "max_alternatives": 3})
+    assert r.status_code == 200, r.text
+    alternatives = r.json()["results"][0]["alternatives"]
+    assert 1 <= len(alternatives) <= 3
+    transcripts = [a["transcript"] for a in alternatives]
+    assert len(set(transcripts)) == len(transcripts), transcripts
+    confidences = [a["confidence"] for a in alternatives]
+    assert confidences == sorted(confidences, reverse=True) and all(0 < c <= 1 for c in confidences)
+    assert wer([reference()], [transcripts[0]]) <= MAX_WER
