@@ -27,6 +27,7 @@ from engine.errors import EngineShutdownError, UnknownRequestError
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_MAX_AGE_S = 5.0  # readiness fails when the engine thread has not beaten for this long
+STUCK_STEP_S = 120.0  # ...unless it is inside a step younger than this (one long batch is not a hang)
 IDLE_WAIT_S = 1.0  # the engine thread wakes this often while idle, to beat
 MAX_CONSECUTIVE_STEP_FAILURES = 3  # then the heartbeat stops and readiness fails
 
@@ -87,6 +88,7 @@ class EngineService:
         self._heartbeat = 0.0
         self._steps_done = 0
         self._consecutive_failures = 0
+        self._step_started: float | None = None
         self._started = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
@@ -101,7 +103,10 @@ class EngineService:
 
     @property
     def ready(self) -> bool:
-        fresh = time.monotonic() - self._heartbeat <= HEARTBEAT_MAX_AGE_S
+        now = time.monotonic()
+        fresh = now - self._heartbeat <= HEARTBEAT_MAX_AGE_S
+        if not fresh and self._step_started is not None and self._consecutive_failures < MAX_CONSECUTIVE_STEP_FAILURES:
+            fresh = now - self._step_started <= STUCK_STEP_S
         return self._steps_done > 0 and fresh and not self.draining and not self._stop.is_set()
 
     def readiness(self) -> dict[str, Any]:
@@ -208,6 +213,7 @@ class EngineService:
                 if not engine.has_work():
                     continue
             t0 = time.perf_counter()
+            self._step_started = time.monotonic()
             try:
                 outputs = engine.step()
                 self._consecutive_failures = 0
@@ -217,6 +223,7 @@ class EngineService:
                 logger.exception("engine step failed (%d in a row)", self._consecutive_failures)
                 outputs = engine.fail_all(f"engine step failed: {exc}")
             elapsed = time.perf_counter() - t0
+            self._step_started = None
             self._steps_done += 1
             self._observe_step(elapsed)
             self._beat()

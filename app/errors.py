@@ -13,7 +13,7 @@ GOOGLE_STATUS = {
     404: "NOT_FOUND",
     405: "UNIMPLEMENTED",
     408: "DEADLINE_EXCEEDED",
-    413: "INVALID_ARGUMENT",
+    413: "RESOURCE_EXHAUSTED",  # as gRPC answers an oversize message
     499: "CANCELLED",
     500: "INTERNAL",
     501: "UNIMPLEMENTED",

@@ -50,7 +50,7 @@ def detect_format(ckpt_dir: str) -> str | None:
         with open(os.path.join(ckpt_dir, "config.json")) as f:
             if json.load(f).get("model_type") == "whisper":
                 return "huggingface"
-    if any(n.endswith(".pt") for n in names):
+    if any(n.endswith(".pt") for n in names) and "train.yaml" not in names:  # train.yaml: a WeNet export
         pt = _single_pt(ckpt_dir)
         if pt is not None:
             return "openai"
