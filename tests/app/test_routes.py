@@ -516,7 +516,7 @@ async def test_body_limit_with_and_without_content_length(h: Harness) -> None:
 
     r = await h.client.post("/v1/speech:recognize", params={"encoding": "LINEAR16", "sample_rate": 16000},
                             content=chunks())
-    assert "--max-audio-mib" in google_error(r, 413, "INVALID_ARGUMENT")
+    assert "--max-audio-mib" in google_error(r, 413, "RESOURCE_EXHAUSTED")
     assert h.engine.received == []
 
 
