@@ -414,6 +414,32 @@ async def test_after_the_drain_cancelled_work_no_request_enters_the_engine(h: Ha
     assert h.engine.received == []
 
 
+async def test_readiness_holds_through_one_long_step_but_not_a_stuck_one(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.engine_service as bridge
+
+    release = threading.Event()
+
+    def slow(rid: str, audio: np.ndarray, options: DecodingOptions) -> RequestOutput:
+        release.wait(10)  # on the engine thread, inside step(): a long batch on a slow CPU
+        return canned(rid, audio, options)
+
+    h.engine.answer = slow
+    monkeypatch.setattr(bridge, "HEARTBEAT_MAX_AGE_S", 0.05)
+    pending = asyncio.ensure_future(transcribe(h))
+    await until(lambda: h.engine.last_batch_size > 0)
+    await asyncio.sleep(0.2)  # the heartbeat is now older than its bound
+    assert (await h.client.get("/readyz")).status_code == 200  # a step is running: busy, not dead
+    monkeypatch.setattr(bridge, "STUCK_STEP_S", 0.1)
+    r = await h.client.get("/readyz")
+    assert r.status_code == 503 and r.json()["ready"] is False  # that step has run too long
+    release.set()
+    assert (await pending).status_code == 200
+    monkeypatch.setattr(bridge, "HEARTBEAT_MAX_AGE_S", 5.0)
+    await until(lambda: h.service.ready)
+
+
 # ------------------------------------------------------------------------------- Google
 
 
