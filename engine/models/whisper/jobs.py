@@ -44,6 +44,7 @@ class WindowJob:
     prefix: list[int] = field(default_factory=list)
     sot_index: int = 0
     audio_features: Tensor | None = None  # (S, C) once encoded
+    final: bool = False  # a live stream's last pass
 
     @property
     def rows(self) -> int:

@@ -28,6 +28,8 @@ from engine.types import DecodingOptions, RequestOutput
 
 logger = logging.getLogger(__name__)
 
+ENCODE_EVERY_STEPS = 32  # decoder steps after which waiting windows are encoded even mid-decode
+
 
 def resolve_device(config: EngineConfig) -> torch.device:
     if config.device == "auto":
@@ -84,6 +86,7 @@ class WhisperRunner:
         self.active: dict[str, OfflineTranscription | StreamingTranscription] = {}
         self.streams: dict[str, StreamingTranscription] = {}
         self.step_samples = int(config.stream_step_ms * SAMPLE_RATE / 1000)
+        self.steps_since_encode = 0
         self.max_rows = max(config.max_decode_rows, config.max_batch_size)
         logger.info("whisper %s loaded from %s (%s) on %s/%s, quantization=%s", self.model_name, ckpt_dir,
                     ckpt.format, self.device, self.dtype, config.quantization)
@@ -231,8 +234,10 @@ class WhisperRunner:
     def execute(self) -> list[RequestOutput]:
         outputs: list[RequestOutput] = []
         self._start_stream_passes(outputs)
-        self._encode_waiting(outputs)
+        if self._may_encode():
+            self._encode_waiting(outputs)
         self._join_ready(outputs)
+        self.steps_since_encode += 1
         finished = self.batch.step(lambda g, exc: self._fail(g.job.owner, "decode", exc, outputs))  # type: ignore[attr-defined]
         for group in finished:
             job: WindowJob = group.job  # type: ignore[assignment]
@@ -281,7 +286,18 @@ class WhisperRunner:
                 self._fail(stream, "features", exc, outputs)
             return
         for (stream, _), mel in zip(passes, mels):
-            self.encode_queue.append(stream.make_job(mel.to(self.dtype)))
+            job = stream.make_job(mel.to(self.dtype))
+            if job.final:  # the client is waiting for this one: ahead of interim passes
+                self.encode_queue.appendleft(job)
+            else:
+                self.encode_queue.append(job)
+
+    def _may_encode(self) -> bool:
+        """Encode new windows when the decoder batch has drained, or after ENCODE_EVERY_STEPS
+        decoder steps. An encoder batch costs as much as dozens of decoder steps on a CPU, so
+        encoding at every step would stretch each running decode to one token per encoder
+        batch; alternating keeps passes short (live streams) and rows full (offline)."""
+        return not self.batch.groups or self.steps_since_encode >= ENCODE_EVERY_STEPS
 
     def _encode_waiting(self, outputs: list[RequestOutput]) -> None:
         budget = self.max_rows - self.batch.num_rows - sum(j.rows for j in self.prefill_queue)
@@ -292,6 +308,7 @@ class WhisperRunner:
             jobs.append(job)
         if not jobs:
             return
+        self.steps_since_encode = 0
         try:
             feats = self.model.encoder(torch.stack([j.mel for j in jobs]))
         except Exception as exc:

@@ -81,7 +81,7 @@ class StreamingTranscription:
         frames = min(N_FRAMES, mel.shape[1] - 1 if mel.shape[1] > 1 else mel.shape[1])
         job = WindowJob(self, pad_window(mel, 0), 0, frames, 0.0, 0)  # type: ignore[arg-type]
         job.refresh_prefix()
-        job.final = self.is_final_pass()  # type: ignore[attr-defined]
+        job.final = self.is_final_pass()
         self.in_flight = True
         self.new_samples = 0
         self.passes += 1
@@ -113,7 +113,7 @@ class StreamingTranscription:
     def on_window_done(self, job: WindowJob, result: WindowResult) -> tuple[None, RequestOutput]:
         self.in_flight = False
         words = [] if is_silence(result, self.options.no_speech_threshold) else self._words(job, result)
-        if getattr(job, "final", False) and self.is_final_pass():
+        if job.final and self.is_final_pass():
             self.agreement.finish(self._drop_reheard(words))
             self._collect_commits()
             self.final_done = True
