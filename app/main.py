@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from importlib import metadata
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
@@ -150,10 +150,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   description="Open speech recognition: OpenAI- and Google-shaped APIs over one batched engine.")
     app.state.settings = settings
     app.state.metrics = Metrics()
-    app.include_router(health.router)
-    app.include_router(openai.router)
-    app.include_router(google.router)
-    _include_optional_routers(app, settings)
+    routers = [health.router, openai.router, google.router, *_optional_routers(settings)]
+    for router in routers:
+        app.include_router(router)
 
     @app.exception_handler(ApiError)
     async def api_error_handler(request: Request, exc: ApiError) -> JSONResponse:
@@ -181,22 +180,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.cors_allow_origin:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_allow_origin, allow_methods=["*"],
                            allow_headers=["*"])
-    app.add_middleware(HttpMetricsMiddleware, metrics=app.state.metrics)  # type: ignore[arg-type]
+    # our routers' own routes (no prefixes): the metrics middleware matches requests that the
+    # API-key or body-limit middleware refuse before routing against them
+    routes = [route for router in routers for route in router.routes]
+    app.add_middleware(HttpMetricsMiddleware, metrics=app.state.metrics, routes=routes)  # type: ignore[arg-type]
     return app
 
 
-def _include_optional_routers(app: FastAPI, settings: Settings) -> None:
+def _optional_routers(settings: Settings) -> list[APIRouter]:
     """Surfaces that live in their own modules (realtime WebSocket, browser demo)."""
+    routers = []
     try:
         from app.routes import realtime
     except ImportError:
         realtime = None  # type: ignore[assignment]
     if realtime is not None:
-        app.include_router(realtime.router)
+        routers.append(realtime.router)
     if settings.demo:
         from app.routes import demo
 
-        app.include_router(demo.router)
+        routers.append(demo.router)
+    return routers
 
 
 app = create_app()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
+
+from starlette.routing import BaseRoute, Match
 
 from app.errors import ApiError
 from app.metrics import Metrics
@@ -132,9 +134,18 @@ class BodyLimitMiddleware:
 class HttpMetricsMiddleware:
     """Counts responses by method, matched route pattern (never the raw path) and status."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics):
+    def __init__(self, app: ASGIApp, metrics: Metrics, routes: Sequence[BaseRoute] = ()):
         self.app = app
         self.metrics = metrics
+        self.routes = routes  # to name the route of requests refused before routing (401, 413)
+
+    def _pattern(self, scope: Scope) -> str:
+        route = scope.get("route")
+        if route is None:
+            # API-key and body-limit middleware answer before the router runs; match here so
+            # those refusals are counted under their route, not lost in 'unmatched'.
+            route = next((r for r in self.routes if r.matches(scope)[0] != Match.NONE), None)
+        return getattr(route, "path", None) or "unmatched"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -151,6 +162,5 @@ class HttpMetricsMiddleware:
         try:
             await self.app(scope, receive, recording_send)
         finally:
-            route = scope.get("route")
-            pattern = getattr(route, "path", None) or "unmatched"
-            self.metrics.http_requests.labels(method=scope["method"], route=pattern, status=str(status)).inc()
+            self.metrics.http_requests.labels(method=scope["method"], route=self._pattern(scope),
+                                              status=str(status)).inc()
