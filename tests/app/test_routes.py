@@ -528,6 +528,10 @@ async def test_api_keys(h: Harness) -> None:
     assert (await h.client.get("/v1/models", headers={"authorization": "Bearer other"})).status_code == 200
     assert (await h.client.get("/v1/models", headers={"x-api-key": "s3cret"})).status_code == 200
     assert h.engine.received == []
+    # refused before routing, still counted under the route pattern
+    assert h.metric("oasr_http_requests_total", method="POST", route="/v1/audio/transcriptions", status="401") == 1
+    assert h.metric("oasr_http_requests_total", method="GET", route="/v1/models", status="401") == 2
+    assert h.metric("oasr_http_requests_total", method="POST", route="/v1/speech:recognize", status="401") == 1
 
 
 @pytest.mark.parametrize("settings", [Settings(grpc_port=0, max_audio_mib=0.01)])
@@ -544,6 +548,8 @@ async def test_body_limit_with_and_without_content_length(h: Harness) -> None:
                             content=chunks())
     assert "--max-audio-mib" in google_error(r, 413, "RESOURCE_EXHAUSTED")
     assert h.engine.received == []
+    assert h.metric("oasr_http_requests_total", method="POST", route="/v1/audio/transcriptions", status="413") == 1
+    assert h.metric("oasr_http_requests_total", method="POST", route="/v1/speech:recognize", status="413") == 1
 
 
 @pytest.mark.parametrize("settings", [Settings(grpc_port=0, max_audio_seconds=2.0)])
