@@ -557,3 +557,23 @@ async def test_overlong_audio_is_413(h: Harness) -> None:
     error = openai_error(await transcribe(h, body=wav(3.0)), 413)
     assert error["param"] == "file" and "2" in error["message"]
     assert h.engine.received == []
+
+
+PREFLIGHT = {"origin": "https://app.example", "access-control-request-method": "POST",
+             "access-control-request-headers": "authorization"}
+
+
+async def test_cors_is_off_by_default(h: Harness) -> None:
+    r = await h.client.get("/v1/models", headers={"origin": "https://app.example"})
+    assert "access-control-allow-origin" not in r.headers
+
+
+@pytest.mark.parametrize("settings", [Settings(grpc_port=0, cors_allow_origin=["https://app.example"],
+                                               api_key=["s3cret"])])
+async def test_cors_allows_the_configured_origin_before_the_key_check(h: Harness) -> None:
+    r = await h.client.options("/v1/audio/transcriptions", headers=PREFLIGHT)  # browsers send no key here
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
+    r = await h.client.options("/v1/audio/transcriptions", headers={**PREFLIGHT, "origin": "https://evil.example"})
+    assert r.headers.get("access-control-allow-origin") != "https://evil.example"
+    r = await h.client.get("/v1/models", headers={"origin": "https://app.example", "x-api-key": "s3cret"})
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
