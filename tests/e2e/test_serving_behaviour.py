@@ -373,6 +373,7 @@ def test_sigterm_under_load_completes_or_503s_and_exits_0(tmp_path: Path) -> Non
     try:
         short = [c for c in reference_clips() if c.duration <= 5.0][:7]
         long_body = long_linear16(LONG_REQUEST_S)
+        answered: list[str] = []
 
         async def post(client: httpx.AsyncClient, kind: str, i: int) -> tuple[str, object]:
             try:
@@ -384,14 +385,19 @@ def test_sigterm_under_load_completes_or_503s_and_exits_0(tmp_path: Path) -> Non
                     r = await client.post(TRANSCRIBE, files={"file": (clip.path.name, clip.path.read_bytes())})
             except httpx.ConnectError as exc:
                 return kind, exc
+            answered.append(kind)
             return kind, r
+
+        def all_in_flight() -> bool:  # every first request is in a handler (or already answered)
+            r = readiness(srv)
+            return int(r["inflight"]) + len(answered) >= 10 and _engine_busy(srv)  # type: ignore[call-overload]
 
         async def run() -> tuple[list[tuple[str, object]], list[tuple[str, object]]]:
             async with httpx.AsyncClient(base_url=srv.base_url, timeout=TIMEOUT_S) as client:
                 first = [asyncio.ensure_future(post(client, "long", i)) for i in range(3)]
                 first += [asyncio.ensure_future(post(client, "short", i)) for i in range(7)]
                 loop = asyncio.get_running_loop()
-                await loop.run_in_executor(None, wait_until, lambda: _engine_busy(srv), 60, "work in the engine")
+                await loop.run_in_executor(None, wait_until, all_in_flight, 60, "all requests in flight")
                 srv.proc.send_signal(signal.SIGTERM)
                 late = []
                 for i in range(3):  # arriving while draining: 503, or refused once the listener closed
