@@ -157,8 +157,11 @@ async def _stream_transcription(
     seconds = len(audio.samples) / service.engine.sample_rate  # counted as run_offline does
     service.metrics.audio_seconds.labels(api="openai", mode="offline").inc(seconds)
     service.metrics.request_audio_seconds.observe(seconds)
+    async def done_on_loop() -> None:  # async: a sync background task would run in a worker thread
+        done()
+
     return StreamingResponse(_sse(service, stream, settings.request_timeout_secs, done),
-                             media_type="text/event-stream", background=BackgroundTask(done))
+                             media_type="text/event-stream", background=BackgroundTask(done_on_loop))
 
 
 async def _sse(service: Any, stream: OutputStream, timeout: float, done: Callable[[], None]) -> AsyncIterator[str]:
