@@ -118,6 +118,7 @@ class DecodeBatch:
 
     def _step_isolated(self, on_group_error: Callable[[DecodeGroup, Exception], None]) -> None:
         assert self.cache is not None
+        failed: list[tuple[DecodeGroup, Exception]] = []
         row = 0
         for g in list(self.groups):
             index = torch.arange(row, row + g.num_rows, device=self.device)
@@ -134,12 +135,16 @@ class DecodeBatch:
                 self._step_rows([g], sub)
             except Exception as exc:
                 g.done = True
-                on_group_error(g, exc)
+                failed.append((g, exc))
                 continue
             self.cache.ensure_capacity(sub.capacity)
             for mine, theirs in ((self.cache.self_k, sub.self_k), (self.cache.self_v, sub.self_v)):
                 for layer in range(len(mine)):
                     mine[layer][index, :, : theirs[layer].shape[2]] = theirs[layer]
+        # only now: the handler releases the request, which may evict groups and compact the
+        # cache, and this loop indexes rows by the layout it started with
+        for g, exc in failed:
+            on_group_error(g, exc)
 
     def _evict_done(self) -> list[DecodeGroup]:
         done = [g for g in self.groups if g.done]
@@ -169,8 +174,10 @@ class DecodeBatch:
             self.cache.resize(needed)
 
     def remove_job(self, job: object) -> None:
-        """Drop a job's group (abort)."""
+        """Drop a job's group (abort, error): it idles until the next step evicts it. Evicting here
+        would also evict, and lose, groups that finished in the current step but were not yet
+        returned by `step()`."""
         for g in self.groups:
             if g.job is job:
                 g.done = True
-        self._evict_done()
+                g.result = None  # nothing to report for it
