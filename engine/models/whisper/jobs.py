@@ -176,43 +176,59 @@ class OfflineTranscription:
     def _add_segments(self, job: WindowJob, raw: list, result: WindowResult) -> None:  # type: ignore[type-arg]
         tok = self.runner.tokenizer
         duration = self.request.duration
+        kept: list[tuple[list[int], list[int], str, float, float]] = []  # tokens, text tokens, text, start, end
         for seg in raw:
             text_tokens = [t for t in seg.tokens if t < tok.eot]
             text = tok.decode(text_tokens)
             if not text.strip():
                 continue
             start = max(0.0, min(seg.start, duration))
-            end = max(start, min(seg.end, duration))
-            words: list[Word] | None = None
-            if self.options.word_timestamps:
-                words = self._align(job, text_tokens, start, end)
+            kept.append((seg.tokens, text_tokens, text, start, max(start, min(seg.end, duration))))
+        words: list[list[Word] | None] = [None] * len(kept)
+        if self.options.word_timestamps and kept:
+            words = list(self._align(job, [(k[1], k[3], k[4]) for k in kept]))
+        for (tokens, _, text, start, end), seg_words in zip(kept, words):
             self.segments.append(
                 Segment(
                     id=len(self.segments),
                     start=round(start, 3),
                     end=round(end, 3),
                     text=text,
-                    tokens=seg.tokens,
+                    tokens=tokens,
                     avg_logprob=result.avg_logprob,
                     no_speech_prob=result.no_speech_prob,
                     compression_ratio=compression_ratio(tok.decode(result.tokens)),
                     temperature=result.temperature,
-                    words=words,
+                    words=seg_words,
                 )
             )
 
-    def _align(self, job: WindowJob, text_tokens: list[int], seg_start: float, seg_end: float) -> list[Word]:
+    def _align(self, job: WindowJob, segments: list[tuple[list[int], float, float]]) -> list[list[Word]]:
+        """Words of each (text tokens, start, end) segment of one window. The whole window's text is
+        aligned at once, as openai/whisper does: DTW stretches the text it is given over the whole
+        window, so aligning one segment at a time smeared each segment's words across 30 s."""
         runner = self.runner
+        tok = runner.tokenizer
         assert job.audio_features is not None
-        sot = runner.tokenizer.sot_sequence(self.language, self.options.task, timestamps=False)
+        sot = tok.sot_sequence(self.language, self.options.task, timestamps=False)
+        all_tokens = [t for text_tokens, _, _ in segments for t in text_tokens]
         words = align_words(
-            runner.model.decoder, runner.tokenizer, runner.alignment_heads, sot[:-1], text_tokens,
+            runner.model.decoder, tok, runner.alignment_heads, sot[:-1], all_tokens,
             job.audio_features, job.frames, job.seek / FRAMES_PER_SECOND,
         )
-        for w in words:  # keep each word inside its segment and the audio
-            w.start = round(min(max(w.start, seg_start), seg_end), 3)
-            w.end = round(min(max(w.end, w.start), seg_end), 3)
-        return words
+        # a word belongs to the segment holding its first token
+        _, word_tokens = tok.split_to_word_tokens(all_tokens)
+        seg_of_token = [i for i, (text_tokens, _, _) in enumerate(segments) for _ in text_tokens]
+        out: list[list[Word]] = [[] for _ in segments]
+        first = 0
+        for w, pieces in zip(words, word_tokens):
+            out[seg_of_token[first]].append(w)
+            first += len(pieces)
+        for seg_words, (_, seg_start, seg_end) in zip(out, segments):
+            for w in seg_words:  # keep each word inside its segment and the audio
+                w.start = round(min(max(w.start, seg_start), seg_end), 3)
+                w.end = round(min(max(w.end, w.start), seg_end), 3)
+        return out
 
     # ---- outputs ----
 
