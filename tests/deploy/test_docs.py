@@ -40,3 +40,10 @@ def test_documented_settings_exist() -> None:
     for doc in DOCS:
         for name in set(re.findall(r"`(OASR_[A-Z_]+)", (ROOT / doc).read_text())):
             assert name.removeprefix("OASR_").lower() in fields, f"{doc}: {name} is not a setting"
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_relative_links_resolve(doc: str) -> None:
+    path = ROOT / doc
+    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", path.read_text()):
+        assert (path.parent / target).exists(), f"{doc}: link to missing {target}"
