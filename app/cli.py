@@ -44,6 +44,8 @@ EXTENSIONS = {"text": "txt", "json": "json", "verbose_json": "json", "srt": "srt
 STREAM_RATE_HZ = 24000
 """OpenAI's realtime PCM rate; the server resamples to the model's."""
 STREAM_CHUNK_MS = 20
+LONG_AUDIO_S = 60.0
+"""In-process files at least this long get a progress bar in audio seconds."""
 HTTP_TIMEOUT_S = 600.0
 """Long files take a while; the server's own request timeout (600 s by default) ends them first."""
 
@@ -186,12 +188,12 @@ class _Transcript:
     """The rendered response, in the requested format."""
 
 
-def _progress(total: int, unit: str, enabled: bool) -> Any:
+def _progress(total: int, unit: str, enabled: bool, leave: bool = True) -> Any:
     from tqdm import tqdm
 
     # Progress goes to stderr, and only for a person watching: never into a pipe or a log.
     return tqdm(total=total, unit=unit, disable=not (enabled and sys.stderr.isatty()), file=sys.stderr,
-                dynamic_ncols=True)
+                dynamic_ncols=True, leave=leave)
 
 
 def _transcribe_remote(args: argparse.Namespace, files: list[Path]) -> Iterator[_Transcript]:
@@ -212,11 +214,31 @@ def _transcribe_remote(args: argparse.Namespace, files: list[Path]) -> Iterator[
             yield _Transcript(path, response.text)
 
 
+def _run_with_progress(engine: Any, samples: Any, options: Any, seconds: float, name: str) -> Any:
+    """Transcribe one waveform by stepping the engine ourselves, so the offline decoder's
+    per-window outputs (their `duration` is the audio decoded so far) can drive a progress bar
+    in audio seconds; shown for long audio only."""
+    request_id = engine.add_request(samples, decoding=options)
+    with _progress(0, "s", seconds >= LONG_AUDIO_S, leave=False) as bar:
+        bar.reset(total=round(seconds, 1))
+        bar.set_description_str(name)
+        while True:
+            for out in engine.step():
+                if out.request_id != request_id:
+                    continue
+                if out.finished:
+                    bar.n = bar.total
+                    bar.refresh()
+                    return out
+                bar.n = min(round(out.duration, 1), bar.total)
+                bar.refresh()
+
+
 def _transcribe_local(args: argparse.Namespace, files: list[Path]) -> Iterator[_Transcript]:
     from app.audio import AudioError, decode_audio
     from app.formats import to_srt, to_verbose_json, to_vtt, usage
     from engine import ASREngine, DecodingOptions, EngineConfig
-    from engine.errors import EngineError
+    from engine.errors import EngineError, InvalidRequestError
 
     try:
         engine = ASREngine(EngineConfig(ckpt_dir=args.ckpt_dir, device=args.device))
@@ -228,18 +250,20 @@ def _transcribe_local(args: argparse.Namespace, files: list[Path]) -> Iterator[_
     except EngineError as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
     try:
-        # Shown even for one file: in-process decoding of long audio takes a while (label: its length).
-        with _progress(len(files), "file", True) as bar:
+        with _progress(len(files), "file", len(files) > 1) as files_bar:
             for path in files:
                 try:
                     audio = decode_audio(path.read_bytes(), target_rate=engine.sample_rate)
                 except AudioError as exc:
                     raise CliError(f"{path}: {exc}") from exc
-                bar.set_postfix_str(f"{path.name} ({audio.duration:.0f} s)")
-                (out,) = engine.transcribe_outputs(audio.samples, options)
+                files_bar.set_postfix_str(path.name)
+                try:
+                    out = _run_with_progress(engine, audio.samples, options, audio.duration, path.name)
+                except InvalidRequestError as exc:  # e.g. a language this model does not know
+                    raise CliError(f"{path}: {exc}", EXIT_USAGE) from exc
                 if out.finish_reason == "error":
                     raise CliError(f"{path}: recognition failed at {out.error_stage}: {out.error}")
-                bar.update(1)
+                files_bar.update(1)
                 fmt = args.response_format
                 if fmt == "text":
                     body = out.text + "\n"

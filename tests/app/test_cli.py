@@ -127,8 +127,42 @@ def test_transcribe_in_process_is_accurate() -> None:
     c = clip(CLIP_IDS[0])
     result = run_oasr("transcribe", str(c.path))
     assert result.returncode == EXIT_OK, result.stderr
+    assert result.stderr == "", "no progress bar or log lines when stderr is not a terminal"
     assert c.text is not None
     assert wer([c.text], [result.stdout]) < MAX_WER_PERCENT, result.stdout
+
+
+def test_many_files_show_a_progress_bar_on_a_terminal(tmp_path: Path) -> None:
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import termios
+
+    parent, child = pty.openpty()
+    # A pty starts 0 columns wide, where tqdm draws nothing; give it a terminal's size.
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen([*_oasr(), "transcribe", *(str(clip(i).path) for i in CLIP_IDS), "-o", str(tmp_path)],
+                            stderr=child, stdout=subprocess.DEVNULL, cwd=REPO)
+    os.close(child)
+    seen = b""
+    while True:
+        ready, _, _ = select.select([parent], [], [], 1.0)
+        if ready:
+            try:
+                data = os.read(parent, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            seen += data
+        elif proc.poll() is not None:
+            break
+    assert proc.wait(timeout=180) == EXIT_OK, seen.decode(errors="replace")
+    bar = seen.decode(errors="replace")
+    assert f"{len(CLIP_IDS)}/{len(CLIP_IDS)}" in bar and "file/s" in bar, bar
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{clip(i).path.stem}.txt" for i in CLIP_IDS)
 
 
 def test_transcribe_in_process_verbose_json_with_words(tmp_path: Path) -> None:
