@@ -297,7 +297,9 @@ class WhisperRunner:
         decoder steps. An encoder batch costs as much as dozens of decoder steps on a CPU, so
         encoding at every step would stretch each running decode to one token per encoder
         batch; alternating keeps passes short (live streams) and rows full (offline)."""
-        return not self.batch.groups or self.steps_since_encode >= ENCODE_EVERY_STEPS
+        if not self.batch.groups or self.steps_since_encode >= ENCODE_EVERY_STEPS:
+            return True
+        return bool(self.encode_queue) and self.encode_queue[0].final  # a client waits on it
 
     def _encode_waiting(self, outputs: list[RequestOutput]) -> None:
         budget = self.max_rows - self.batch.num_rows - sum(j.rows for j in self.prefill_queue)
