@@ -19,6 +19,11 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
+DEMO_PREFIX = "/demo"  # the browser page is static and holds no secrets; its API calls carry the key
+
+
+def _public(path: str) -> bool:
+    return path in PROBE_PATHS or path == DEMO_PREFIX or path.startswith(DEMO_PREFIX + "/")
 
 
 def _error_body(path: str, err: ApiError) -> bytes:
@@ -63,7 +68,7 @@ class ApiKeyMiddleware:
         self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or not self.keys or scope["path"] in PROBE_PATHS:
+        if scope["type"] not in ("http", "websocket") or not self.keys or _public(scope["path"]):
             await self.app(scope, receive, send)
             return
         if key_matches(presented_keys(scope), self.keys):
