@@ -1,0 +1,101 @@
+"""Long-form Whisper: one recording of several minutes made of dev clips separated by silence,
+transcribed in one request with word timestamps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import SAMPLE_RATE, Clip, wer
+
+GAP_SECONDS = 1.0  # digital silence inserted between clips
+MIN_SECONDS = 120.0  # the recording must need several 30 s windows
+WER_TOLERANCE = 2.0  # points: long-form may lose at most this much against clip-by-clip
+# Word timing comes from DTW over cross-attention at 20 ms per encoder position, smoothed by a
+# 7-position median filter (140 ms), and a word next to a pause may be stretched up to twice the
+# median word length (the duration cap), so its edge can reach a few hundred ms into a silence.
+# Measured on this recording: faster-whisper on the same weights puts 5 words more than 0.2 s
+# into a gap and 1 more than 0.35 s; the engine none beyond 0.35 s. The middle 0.3 s of every
+# 1 s gap must stay free of words.
+GAP_EDGE_TOLERANCE = 0.35  # seconds
+
+
+@dataclass
+class LongRecording:
+    audio: np.ndarray
+    clips: list[Clip]
+    gaps: list[tuple[float, float]]  # (start, end) seconds of each inserted silence
+    output: Any
+
+
+@pytest.fixture(scope="module")
+def recording(engine: Any, clips: list[Clip], greedy_alone: dict[str, Any]) -> LongRecording:
+    from engine import DecodingOptions
+
+    parts: list[np.ndarray] = []
+    used: list[Clip] = []
+    gaps: list[tuple[float, float]] = []
+    silence = np.zeros(int(GAP_SECONDS * SAMPLE_RATE), dtype=np.float32)
+    t = 0.0
+    for clip in clips:
+        if clip.id not in greedy_alone:
+            continue
+        if parts:
+            parts.append(silence)
+            gaps.append((t, t + GAP_SECONDS))
+            t += GAP_SECONDS
+        parts.append(clip.audio)
+        used.append(clip)
+        t += len(clip.audio) / SAMPLE_RATE
+    audio = np.concatenate(parts)
+    assert len(audio) / SAMPLE_RATE >= MIN_SECONDS, "not enough dev audio for a long-form recording"
+    out = engine.transcribe_outputs(audio, DecodingOptions(word_timestamps=True))[0]
+    assert out.finish_reason == "stop", out.error
+    return LongRecording(audio, used, gaps, out)
+
+
+def test_long_recording_transcribes_in_one_request(recording: LongRecording, greedy_alone: dict[str, Any]) -> None:
+    out = recording.output
+    duration = len(recording.audio) / SAMPLE_RATE
+    assert out.duration == pytest.approx(duration, abs=0.01)
+    assert len(out.segments) >= len(recording.clips) // 2, "long-form should produce many segments"
+    previous_end = 0.0
+    for seg in out.segments:
+        assert 0.0 <= seg.start <= seg.end <= duration + 1e-6, seg
+        assert seg.start >= previous_end - 1e-6, f"segments overlap or go back: {seg}"
+        previous_end = seg.end
+    assert [s.id for s in out.segments] == list(range(len(out.segments)))
+    assert out.text == "".join(s.text for s in out.segments).strip()
+
+    references = " ".join(c.text or "" for c in recording.clips)
+    one_by_one = " ".join(greedy_alone[c.id].text for c in recording.clips)
+    long_wer, clip_wer = wer([references], [out.text]), wer([references], [one_by_one])
+    assert long_wer <= clip_wer + WER_TOLERANCE, f"long-form WER {long_wer:.2f} vs clip by clip {clip_wer:.2f}"
+
+
+def test_word_timestamps_on_the_long_recording(recording: LongRecording) -> None:
+    out = recording.output
+    duration = len(recording.audio) / SAMPLE_RATE
+    words = out.words
+    assert words, "word_timestamps=True must return words"
+    assert words == [w for s in out.segments for w in (s.words or [])]
+    # each word is a piece of the text, in order
+    cursor = 0
+    for w in words:
+        found = out.text.find(w.word.strip(), cursor)
+        assert found >= 0, f"word {w.word!r} not found in order in the text"
+        cursor = found + len(w.word.strip())
+    previous = 0.0
+    for w in words:
+        assert 0.0 <= w.start <= w.end <= duration + 1e-6, w
+        assert w.start >= previous - 1e-6, f"word timestamps go back at {w}"
+        previous = w.end
+        assert 0.0 <= w.confidence <= 1.0, w
+    # no word inside the silent gaps (beyond the edge tolerance)
+    for g0, g1 in recording.gaps:
+        inner0, inner1 = g0 + GAP_EDGE_TOLERANCE, g1 - GAP_EDGE_TOLERANCE
+        inside = [w for w in words if w.start < inner1 and w.end > inner0]
+        assert not inside, f"words {inside} fall into the silence {g0:.2f}-{g1:.2f} s"
