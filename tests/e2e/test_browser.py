@@ -10,12 +10,10 @@ returned transcript. Screenshots go to artifacts/e2e/.
 from __future__ import annotations
 
 import functools
-import http.server
 import importlib.util
 import json
 import os
 import shutil
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +24,6 @@ import pytest
 from tests.deploy.live_server import LiveServer, server_missing, start_server
 
 ROOT = Path(__file__).resolve().parents[2]
-WEB = ROOT / "examples" / "web"
 ARTIFACTS = ROOT / "artifacts" / "e2e"
 DATA_DIR = Path(os.environ.get("OASR_SPEECH_DATA", "/work/shared/data/speech"))
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -47,10 +44,6 @@ def _why_skip() -> str | None:
 
 
 pytestmark = pytest.mark.skipif(_why_skip() is not None, reason=str(_why_skip()))
-needs_realtime = pytest.mark.skipif(
-    importlib.util.find_spec("app.routes.realtime") is None,
-    reason="app/routes/realtime.py (/v1/realtime) is not written yet",
-)
 
 
 @dataclass(frozen=True)
@@ -80,53 +73,17 @@ def _wer(reference: str, hypothesis: str) -> float:
     return float(jiwer.wer(_normalizer()(reference), _normalizer()(hypothesis)))
 
 
-def _demo_served() -> bool:
-    return importlib.util.find_spec("app.routes.demo") is not None
-
-
-class _StaticPage:
-    """examples/web from another origin, for a server without the /demo route yet."""
-
-    def __init__(self) -> None:
-        handler = functools.partial(_QuietHandler, directory=str(WEB))
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def origin(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def page_and_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, LiveServer]]:
-    """(URL of the demo page, the live server it talks to)."""
+    """(URL of the demo page the app serves at /demo/, the live server behind it)."""
     # With an API key, as a shared deployment runs: the page must send it on fetch (Bearer)
     # and on the WebSocket (subprotocol), or every request below fails with 401.
-    env = {"OASR_SERVICE_MODE": "streaming", "OASR_API_KEY": API_KEY}
-    static = None
-    if _demo_served():
-        env["OASR_DEMO"] = "true"
-    else:
-        static = _StaticPage()
-        env["OASR_CORS_ALLOW_ORIGIN"] = static.origin
+    env = {"OASR_SERVICE_MODE": "streaming", "OASR_API_KEY": API_KEY, "OASR_DEMO": "true"}
     server = start_server(tmp_path_factory.mktemp("browser") / "server.log", env)
     try:
-        url = f"{server.url}/demo/" if static is None else f"{static.origin}/index.html?server={server.url}"
-        yield url, server
+        yield f"{server.url}/demo/", server
     finally:
         server.stop()
-        if static is not None:
-            static.close()
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +121,6 @@ def browser(mic_wav: Path) -> Iterator[object]:
             chromium.close()
 
 
-@needs_realtime
 def test_microphone_streams_live_partials_and_a_final_transcript(
     browser: object, page_and_server: tuple[str, LiveServer]
 ) -> None:
