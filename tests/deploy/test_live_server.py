@@ -6,7 +6,6 @@ the pod allows. Tests run in file order; the last one stops the server.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -31,16 +30,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _demo_missing() -> bool:
-    return importlib.util.find_spec("app.routes.demo") is None
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     log = tmp_path_factory.mktemp("live") / "server.log"
     grace = int(float(dockerfile_cmd_option("--timeout-graceful-shutdown")))
-    env = {} if _demo_missing() else {"OASR_DEMO": "true"}
-    live = start_server(log, env, graceful_s=grace)
+    live = start_server(log, {"OASR_DEMO": "true"}, graceful_s=grace)
     yield live
     live.stop()
 
@@ -95,8 +89,6 @@ def test_every_metric_the_deployment_queries_is_exported(server: LiveServer) -> 
 
 
 def test_demo_page_is_served_with_its_scripts(server: LiveServer) -> None:
-    if _demo_missing():
-        pytest.skip("app/routes/demo.py is not written yet: /demo is not served")
     page = httpx.get(server.url + "/demo/", timeout=10, follow_redirects=True)
     assert page.status_code == 200 and "OASR demo" in page.text
     for name in [*re.findall(r'src="([\w.-]+\.js)"', page.text), "pcm-worklet.js"]:
