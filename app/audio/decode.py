@@ -1,32 +1,13 @@
-"""Audio decoding at the edge of the server: uploaded bytes -> float32 mono at the model rate.
+"""Whole-body decode: uploaded bytes -> `DecodedAudio` (float32 mono at the target rate).
 
-The engine only ever sees waveforms. Every surface (OpenAI upload, Google gRPC, realtime
-WebSocket) turns what the client sent into float32 mono samples at `target_rate` here:
-
-    bytes --sniff--> container (soundfile for WAV/FLAC/Ogg-Vorbis, PyAV/FFmpeg for the rest)
-          or headerless PCM (LINEAR16, LINEAR32F, G.711 μ-law / A-law)
-          --> (frames, channels) float32 --mean--> mono --soxr--> target_rate
-
-Exceptions (every one carries the HTTP `status_code` a route should answer with):
-
-    AudioError                    base, status_code
-    ├── AudioDecodeError          400: empty, garbage, truncated/corrupt, bad sample_rate/channels, NaN
-    ├── UnsupportedAudioError     400: unknown encoding or codec, sample rate outside what we resample
-    └── AudioTooLongError         413: decoded duration is above max_seconds
-
-Messages are written for the person who sent the audio: what is wrong and what to do.
-This module has no web-framework imports; routes map `status_code` themselves.
+Containers go through soundfile (WAV/FLAC/Ogg-Vorbis) or PyAV/FFmpeg (the rest), headerless
+PCM through `app.audio.pcm`; a header's declared length is checked against what decoded.
 """
 
 from __future__ import annotations
 
-import asyncio
-import enum
-import functools
 import io
 import logging
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import av
@@ -34,47 +15,27 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from app.g711 import PCM16_FULL_SCALE, alaw_to_float, mulaw_to_float
+from app.audio.encodings import (
+    _SAMPLE_WIDTH_BYTES,
+    AudioEncoding,
+    _id3v2_end,
+    parse_encoding,
+    sniff_container,
+)
+from app.audio.errors import AudioDecodeError, AudioTooLongError, UnsupportedAudioError
+from app.audio.limits import (
+    MAX_SAMPLE_RATE_HZ,
+    MIN_SAMPLE_RATE_HZ,
+    MODEL_SAMPLE_RATE_HZ,
+    RESAMPLE_QUALITY,
+    _check_channels,
+    _check_rate,
+)
+from app.audio.pcm import _HEADERLESS_CODEC, _HEADERLESS_DECODERS, _to_mono
 
-__all__ = [
-    "DEFAULT_MAX_CONCURRENT_DECODES",
-    "MAX_CHANNELS",
-    "MAX_SAMPLE_RATE_HZ",
-    "MIN_SAMPLE_RATE_HZ",
-    "MODEL_SAMPLE_RATE_HZ",
-    "RESAMPLE_QUALITY",
-    "AudioDecodeError",
-    "AudioDecoder",
-    "AudioEncoding",
-    "AudioError",
-    "AudioTooLongError",
-    "DecodedAudio",
-    "StreamResampler",
-    "UnsupportedAudioError",
-    "alaw_to_float",
-    "decode_audio",
-    "headerless_to_mono",
-    "linear32f_to_float",
-    "mulaw_to_float",
-    "parse_encoding",
-    "pcm16_to_float",
-    "sniff_container",
-]
+__all__ = ["DecodedAudio", "decode_audio"]
 
 logger = logging.getLogger(__name__)
-
-MODEL_SAMPLE_RATE_HZ = 16000
-"""Whisper's input rate; the default `target_rate`."""
-MIN_SAMPLE_RATE_HZ = 4000
-"""Lowest source rate accepted (Hz); below it there is no usable speech band left."""
-MAX_SAMPLE_RATE_HZ = 384000
-"""Highest source rate accepted (Hz); the top rate of studio converters."""
-MAX_CHANNELS = 32
-"""Most interleaved channels accepted for headerless audio; larger counts are a client mistake."""
-DEFAULT_MAX_CONCURRENT_DECODES = 2
-"""Decodes run at once by `AudioDecoder`; decoding is CPU-bound, so about one per spare core."""
-RESAMPLE_QUALITY = "HQ"
-"""soxr quality recipe: 'HQ' keeps the passband flat up to ~95 % of Nyquist at a low CPU cost."""
 
 TRUNCATION_TOLERANCE_S = 0.25
 """Decoded audio may fall short of a header's declared length by this many seconds
@@ -88,117 +49,6 @@ FFMPEG_DEMUXERS = (
 )
 """The FFmpeg demuxers an upload may open. An allow-list, because FFmpeg also probes
 playlists (hls, concat) that open further files or URLs, and image formats we never want."""
-
-
-class AudioError(Exception):
-    """Base class of every audio problem reported to a client; `status_code` is the HTTP status."""
-
-    status_code: int = 400
-
-
-class AudioDecodeError(AudioError, ValueError):
-    """The body is not decodable audio: empty, garbage, truncated, corrupt, or its parameters are wrong."""
-
-    status_code = 400
-
-
-class UnsupportedAudioError(AudioError, ValueError):
-    """The encoding, codec or sample rate is valid in general but not one this server accepts."""
-
-    status_code = 400
-
-
-class AudioTooLongError(AudioError):
-    """The audio is longer than the caller's `max_seconds` (HTTP 413 Content Too Large)."""
-
-    status_code = 413
-
-
-class AudioEncoding(str, enum.Enum):
-    """How the uploaded bytes are encoded; names match gRPC `RecognitionConfig.AudioEncoding`."""
-
-    AUTO = "AUTO"
-    """Sniff the container from its magic bytes (Google's ENCODING_UNSPECIFIED)."""
-    LINEAR16 = "LINEAR16"
-    """Headerless little-endian signed 16-bit PCM, channels interleaved."""
-    LINEAR32F = "LINEAR32F"
-    """Headerless little-endian IEEE float32 PCM, channels interleaved."""
-    MULAW = "MULAW"
-    """Headerless G.711 μ-law, one byte per sample."""
-    ALAW = "ALAW"
-    """Headerless G.711 A-law, one byte per sample."""
-    FLAC = "FLAC"
-    MP3 = "MP3"
-    WAV = "WAV"
-    OGG_OPUS = "OGG_OPUS"
-    WEBM_OPUS = "WEBM_OPUS"
-
-    @property
-    def headerless(self) -> bool:
-        """True when the bytes carry no rate or channel count, so the caller must give them."""
-        return self in _SAMPLE_WIDTH_BYTES
-
-
-_SAMPLE_WIDTH_BYTES = {
-    AudioEncoding.LINEAR16: 2,
-    AudioEncoding.LINEAR32F: 4,
-    AudioEncoding.MULAW: 1,
-    AudioEncoding.ALAW: 1,
-}
-
-_ENCODING_ALIASES: dict[str, AudioEncoding] = {
-    "": AudioEncoding.AUTO,
-    "encoding_unspecified": AudioEncoding.AUTO,
-    # Containers FFmpeg reads but that have no enum value of their own: sniffed like AUTO.
-    "m4a": AudioEncoding.AUTO,
-    "mp4": AudioEncoding.AUTO,
-    "aac": AudioEncoding.AUTO,
-    "ogg": AudioEncoding.AUTO,
-    "webm": AudioEncoding.AUTO,
-    "opus": AudioEncoding.AUTO,
-    "pcm": AudioEncoding.LINEAR16,
-    "pcm16": AudioEncoding.LINEAR16,
-    "pcm_s16le": AudioEncoding.LINEAR16,
-    "s16le": AudioEncoding.LINEAR16,
-    "l16": AudioEncoding.LINEAR16,
-    "pcm_f32le": AudioEncoding.LINEAR32F,
-    "f32le": AudioEncoding.LINEAR32F,
-    "float32": AudioEncoding.LINEAR32F,
-    "pcm_f32": AudioEncoding.LINEAR32F,
-    "ulaw": AudioEncoding.MULAW,
-    "mu-law": AudioEncoding.MULAW,
-    "pcmu": AudioEncoding.MULAW,
-    "pcm_mulaw": AudioEncoding.MULAW,
-    "g711_ulaw": AudioEncoding.MULAW,
-    "a-law": AudioEncoding.ALAW,
-    "pcma": AudioEncoding.ALAW,
-    "pcm_alaw": AudioEncoding.ALAW,
-    "g711_alaw": AudioEncoding.ALAW,
-    "wave": AudioEncoding.WAV,
-    "mpeg": AudioEncoding.MP3,
-    "mpga": AudioEncoding.MP3,
-}
-
-
-def parse_encoding(value: str | AudioEncoding | None) -> AudioEncoding:
-    """Map a user-given encoding name (any case, or a common alias) to `AudioEncoding`.
-
-    None and "" mean AUTO. Raises UnsupportedAudioError naming the accepted values.
-    """
-    if isinstance(value, AudioEncoding):
-        return value
-    key = (value or "").strip().lower()
-    try:
-        return AudioEncoding(key.upper())
-    except ValueError:
-        pass
-    if key in _ENCODING_ALIASES:
-        return _ENCODING_ALIASES[key]
-    valid = ", ".join(e.value for e in AudioEncoding)
-    raise UnsupportedAudioError(
-        f"Unknown audio encoding {value!r}. Use one of {valid} (case-insensitive; aliases such as "
-        "pcm16, pcmu/mulaw, pcma/alaw are accepted), or AUTO to detect the file format."
-    )
 
 
 @dataclass(frozen=True)
@@ -231,69 +81,6 @@ class _Decoded:
     codec: str
 
 
-# --------------------------------------------------------------------------- sniffing
-
-
-def _id3v2_end(data: bytes) -> int:
-    """Offset just past a leading ID3v2 tag (0 when there is none)."""
-    if len(data) < 10 or data[:3] != b"ID3":
-        return 0
-    size = 0
-    for b in data[6:10]:  # four 7-bit "syncsafe" bytes
-        size = (size << 7) | (b & 0x7F)
-    footer = 10 if data[5] & 0x10 else 0
-    return 10 + size + footer
-
-
-def _is_mpeg_audio_frame(head: bytes) -> bool:
-    if len(head) < 4 or head[0] != 0xFF or head[1] & 0xE0 != 0xE0:
-        return False
-    layer = (head[1] >> 1) & 0x03
-    bitrate_index = head[2] >> 4
-    rate_index = (head[2] >> 2) & 0x03
-    return layer != 0 and bitrate_index != 0x0F and rate_index != 0x03
-
-
-def _is_adts_frame(head: bytes) -> bool:
-    return len(head) >= 2 and head[0] == 0xFF and head[1] & 0xF6 == 0xF0
-
-
-def sniff_container(data: bytes) -> str | None:
-    """Name the container from magic bytes, or None when nothing is recognised.
-
-    Names: wav, flac, ogg, mp3, aac (ADTS), webm (any EBML/Matroska), mp4 (ISO-BMFF),
-    aiff, caf, amr.
-    """
-    head = data[:16]
-    if len(head) >= 12 and head[:4] in (b"RIFF", b"RF64") and head[8:12] == b"WAVE":
-        return "wav"
-    if head[:4] == b"fLaC":
-        return "flac"
-    if head[:4] == b"OggS":
-        return "ogg"
-    if head[:4] == b"\x1a\x45\xdf\xa3":
-        return "webm"
-    if len(head) >= 8 and head[4:8] == b"ftyp":
-        return "mp4"
-    if len(head) >= 12 and head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
-        return "aiff"
-    if head[:4] == b"caff":
-        return "caf"
-    if head[:5] == b"#!AMR":
-        return "amr"
-    start = _id3v2_end(data)
-    if start:
-        after = data[start : start + 4]
-        if after == b"fLaC":  # some taggers put ID3 in front of FLAC
-            return "flac"
-        return "aac" if _is_adts_frame(after) else "mp3"
-    if _is_mpeg_audio_frame(head):
-        return "mp3"
-    if _is_adts_frame(head):
-        return "aac"
-    return None
-
-
 # Containers whose magic is unmistakable: when a client declares a headerless encoding but
 # sends one of these, it sent a file, and decoding it as raw samples would produce noise.
 _STRONG_MAGIC = frozenset({"wav", "flac", "ogg", "webm", "mp4", "aiff", "caf", "amr"})
@@ -311,85 +98,6 @@ _SUPPORTED_FORMATS_HINT = (
     "Send WAV, FLAC, MP3, M4A/AAC, Ogg (Opus or Vorbis) or WebM/Opus, or raw samples with an "
     "explicit encoding (LINEAR16, LINEAR32F, MULAW, ALAW) and sample_rate."
 )
-
-
-# --------------------------------------------------------------------------- raw PCM helpers
-
-
-def pcm16_to_float(data: bytes | bytearray | memoryview) -> np.ndarray:
-    """Little-endian int16 PCM -> float32 in [-1, 1). Odd byte counts are an error.
-
-    Stateless on purpose: streaming callers must send whole samples (every realtime
-    protocol we serve frames audio in whole samples), so a split sample means a broken client.
-    """
-    if len(data) % 2:
-        raise AudioDecodeError(
-            f"16-bit PCM audio must have an even number of bytes, got {len(data)}; send whole 2-byte samples."
-        )
-    samples: np.ndarray = np.frombuffer(data, dtype="<i2").astype(np.float32) / np.float32(PCM16_FULL_SCALE)
-    return samples
-
-
-def linear32f_to_float(data: bytes | bytearray | memoryview) -> np.ndarray:
-    """Little-endian float32 PCM -> float32 (a copy). Byte counts not divisible by 4 are an error."""
-    if len(data) % 4:
-        raise AudioDecodeError(
-            f"32-bit float audio must have a multiple of 4 bytes, got {len(data)}; send whole samples."
-        )
-    return np.frombuffer(data, dtype="<f4").astype(np.float32)
-
-
-_HEADERLESS_DECODERS: dict[AudioEncoding, Callable[[bytes | bytearray | memoryview], np.ndarray]] = {
-    AudioEncoding.LINEAR16: pcm16_to_float,
-    AudioEncoding.LINEAR32F: linear32f_to_float,
-    AudioEncoding.MULAW: mulaw_to_float,
-    AudioEncoding.ALAW: alaw_to_float,
-}
-_HEADERLESS_CODEC = {
-    AudioEncoding.LINEAR16: "pcm_s16le",
-    AudioEncoding.LINEAR32F: "pcm_f32le",
-    AudioEncoding.MULAW: "pcm_mulaw",
-    AudioEncoding.ALAW: "pcm_alaw",
-}
-
-
-def headerless_to_mono(
-    data: bytes | bytearray | memoryview, encoding: AudioEncoding | str, channels: int = 1
-) -> np.ndarray:
-    """One chunk of a live headerless stream (LINEAR16, LINEAR32F, MULAW, ALAW) -> float32 mono.
-
-    Channels are interleaved and averaged. The chunk must hold whole frames; resample the
-    result with `StreamResampler`. Non-finite float samples are an error.
-    """
-    enc = parse_encoding(encoding)
-    if not enc.headerless:
-        raise UnsupportedAudioError(
-            f"Live audio chunks must be headerless (LINEAR16, LINEAR32F, MULAW or ALAW), not {enc.value}."
-        )
-    _check_channels(channels)
-    frame_bytes = _SAMPLE_WIDTH_BYTES[enc] * channels
-    if len(data) % frame_bytes:
-        raise AudioDecodeError(
-            f"An audio chunk of {len(data)} bytes is not a whole number of {frame_bytes}-byte frames "
-            f"({channels} channel(s) of {enc.value}); send whole frames in each chunk."
-        )
-    samples = _HEADERLESS_DECODERS[enc](data).reshape(-1, channels)
-    if enc is AudioEncoding.LINEAR32F and not np.isfinite(samples).all():
-        raise AudioDecodeError("The audio contains NaN or infinite sample values. Send finite samples.")
-    return _to_mono(samples)
-
-
-def _check_channels(channels: int) -> None:
-    if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
-        raise AudioDecodeError(f"channels must be an integer from 1 to {MAX_CHANNELS}, got {channels!r}.")
-
-
-def _check_rate(rate: int, what: str) -> None:
-    if not MIN_SAMPLE_RATE_HZ <= rate <= MAX_SAMPLE_RATE_HZ:
-        raise UnsupportedAudioError(
-            f"{what} of {rate} Hz is not supported; audio must be sampled between "
-            f"{MIN_SAMPLE_RATE_HZ} and {MAX_SAMPLE_RATE_HZ} Hz."
-        )
 
 
 def _too_long(seconds: float, max_seconds: float, *, at_least: bool = False) -> AudioTooLongError:
@@ -657,13 +365,6 @@ def _decode_container(
 # --------------------------------------------------------------------------- public decode
 
 
-def _to_mono(samples: np.ndarray) -> np.ndarray:
-    if samples.shape[1] == 1:
-        return np.ascontiguousarray(samples[:, 0], dtype=np.float32)
-    mono: np.ndarray = samples.mean(axis=1, dtype=np.float32)
-    return mono
-
-
 def decode_audio(
     data: bytes | bytearray | memoryview,
     *,
@@ -730,107 +431,3 @@ def decode_audio(
         container=decoded.container,
         codec=decoded.codec,
     )
-
-
-# --------------------------------------------------------------------------- async pool
-
-
-class AudioDecoder:
-    """Runs `decode_audio` on a bounded thread pool so the event loop never decodes.
-
-    At most `max_concurrent_decodes` decodes run at once; further ones queue in the pool.
-    FFmpeg, libsndfile and soxr release the GIL while they work, so threads scale with cores.
-    """
-
-    def __init__(
-        self,
-        max_concurrent_decodes: int = DEFAULT_MAX_CONCURRENT_DECODES,
-        *,
-        target_rate: int = MODEL_SAMPLE_RATE_HZ,
-    ) -> None:
-        if max_concurrent_decodes < 1:
-            raise ValueError(f"max_concurrent_decodes must be at least 1, got {max_concurrent_decodes}")
-        self.max_concurrent_decodes = max_concurrent_decodes
-        self.target_rate = target_rate
-        self._pool = ThreadPoolExecutor(max_workers=max_concurrent_decodes, thread_name_prefix="oasr-audio")
-        self._closed = False
-
-    async def decode(
-        self,
-        data: bytes | bytearray | memoryview,
-        *,
-        encoding: AudioEncoding | str | None = AudioEncoding.AUTO,
-        sample_rate: int | None = None,
-        channels: int = 1,
-        max_seconds: float | None = None,
-    ) -> DecodedAudio:
-        """Decode on the pool; same arguments and errors as `decode_audio`."""
-        if self._closed:
-            raise RuntimeError("AudioDecoder is closed")
-        call = functools.partial(
-            decode_audio,
-            data,
-            encoding=encoding,
-            sample_rate=sample_rate,
-            channels=channels,
-            target_rate=self.target_rate,
-            max_seconds=max_seconds,
-        )
-        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
-
-    def close(self) -> None:
-        """Stop taking work; queued decodes are cancelled, running ones finish in the background."""
-        self._closed = True
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-    def __enter__(self) -> AudioDecoder:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
-# --------------------------------------------------------------------------- live streams
-
-
-class StreamResampler:
-    """Incremental resampler for live streams (float32 mono in, float32 mono out).
-
-    Feeding chunks through `process` and ending with `flush` gives the same samples as one
-    `soxr.resample` of the whole signal, without buffering the stream. Equal rates pass through.
-    """
-
-    def __init__(self, in_rate: int, out_rate: int = MODEL_SAMPLE_RATE_HZ) -> None:
-        _check_rate(in_rate, "A stream sample rate")
-        _check_rate(out_rate, "A target sample rate")
-        self.in_rate = in_rate
-        self.out_rate = out_rate
-        self._stream = (
-            None
-            if in_rate == out_rate
-            else soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32", quality=RESAMPLE_QUALITY)
-        )
-        self._flushed = False
-
-    def process(self, samples: np.ndarray) -> np.ndarray:
-        """Resample the next chunk; returns whatever output is ready (possibly empty)."""
-        if self._flushed:
-            raise RuntimeError("StreamResampler.process called after flush()")
-        chunk: np.ndarray = np.ascontiguousarray(samples, dtype=np.float32).reshape(-1)
-        if not np.isfinite(chunk).all():
-            raise AudioDecodeError("The audio contains NaN or infinite sample values. Send finite samples.")
-        if self._stream is None:
-            passthrough: np.ndarray = chunk.copy()  # the caller may reuse its buffer
-            return passthrough
-        out: np.ndarray = self._stream.resample_chunk(chunk, last=False)
-        return out
-
-    def flush(self) -> np.ndarray:
-        """End the stream and return the resampler's remaining output."""
-        if self._flushed:
-            return np.zeros(0, dtype=np.float32)
-        self._flushed = True
-        if self._stream is None:
-            return np.zeros(0, dtype=np.float32)
-        tail: np.ndarray = self._stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
-        return tail
