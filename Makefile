@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test lint typecheck protos bench-offline bench-smoke bench-selftest clean
+.PHONY: install serve test lint typecheck protos bench-offline bench-smoke bench-selftest clean system-deps
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,20 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy --follow-imports=silent -m engine.types -m engine.config -m engine.errors
 
-test: lint
+# Debian's chromium (browser test) and promtool (alert rules): installed when missing and we can
+# (root with apt-get); otherwise those tests skip with a reason.
+system-deps:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  missing=""; command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	  command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing$$missing"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) \
+	      >/dev/null 2>&1 || echo "could not install$$missing; their tests will skip"; \
+	  fi; \
+	fi
+
+test: lint system-deps
 	$(PY) -m pytest -q -ra
 
 protos: install
