@@ -466,8 +466,9 @@ def test_all_is_complete() -> None:
     public = {
         name
         for name, value in vars(audio).items()
-        if not name.startswith("_") and getattr(value, "__module__", None) == audio.__name__
+        if not name.startswith("_") and (getattr(value, "__module__", None) or "").startswith(audio.__name__ + ".")
     }
+    assert public, "app.audio re-exports its submodules' public names"
     assert public <= set(audio.__all__)
 
 
