@@ -4,9 +4,11 @@ for every row (continuous batching)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,8 @@ from engine.request import Request
 from engine.types import DecodingOptions, RequestOutput
 
 logger = logging.getLogger(__name__)
+
+DECODE_THREADS = 1  # torch intra-op threads for decoder steps on CPU (see WhisperRunner._decode_threads)
 
 ENCODE_EVERY_STEPS = 32  # decoder steps after which waiting windows are encoded even mid-decode
 
@@ -236,9 +240,10 @@ class WhisperRunner:
         self._start_stream_passes(outputs)
         if self._may_encode():
             self._encode_waiting(outputs)
-        self._join_ready(outputs)
-        self.steps_since_encode += 1
-        finished = self.batch.step(lambda g, exc: self._fail(g.job.owner, "decode", exc, outputs))  # type: ignore[attr-defined]
+        with self._decode_threads():
+            self._join_ready(outputs)
+            self.steps_since_encode += 1
+            finished = self.batch.step(lambda g, exc: self._fail(g.job.owner, "decode", exc, outputs))  # type: ignore[attr-defined]
         for group in finished:
             job: WindowJob = group.job  # type: ignore[assignment]
             state = job.owner
@@ -300,6 +305,22 @@ class WhisperRunner:
         if not self.batch.groups or self.steps_since_encode >= ENCODE_EVERY_STEPS:
             return True
         return bool(self.encode_queue) and self.encode_queue[0].final  # a client waits on it
+
+    @contextlib.contextmanager
+    def _decode_threads(self) -> Iterator[None]:
+        """Run the decoder's per-token work on DECODE_THREADS intra-op threads (CPU). A step is a
+        hundred-odd tiny ops; with several OpenMP threads each op ends in a barrier that waits a
+        whole scheduler slice whenever another process or the server's own threads hold a core.
+        The encoder's large matmuls keep every thread."""
+        before = torch.get_num_threads()
+        if self.device.type != "cpu" or before <= DECODE_THREADS:
+            yield
+            return
+        torch.set_num_threads(DECODE_THREADS)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
     def _encode_waiting(self, outputs: list[RequestOutput]) -> None:
         budget = self.max_rows - self.batch.num_rows - sum(j.rows for j in self.prefill_queue)
