@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from importlib import metadata
 from typing import Any
 
@@ -58,8 +58,13 @@ class Drainer:
     def __init__(self, app: FastAPI):
         self.app = app
         self._task: asyncio.Task[None] | None = None
+        self._stop_listening: Callable[[], None] | None = None
 
-    def start(self) -> asyncio.Task[None]:
+    def start(self, stop_listening: Callable[[], None] | None = None) -> asyncio.Task[None]:
+        """Begin draining; `stop_listening` (uvicorn's exit) runs once live sessions were told
+        goodbye, so they get our 1001 close rather than the server's generic one."""
+        if stop_listening is not None:
+            self._stop_listening = stop_listening
         if self._task is None:
             self._task = asyncio.ensure_future(self._drain())
         return self._task
@@ -79,6 +84,8 @@ class Drainer:
         for hook in list(getattr(state, "drain_hooks", [])):
             with contextlib.suppress(Exception):
                 await hook()
+        if self._stop_listening is not None:
+            self._stop_listening()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
         while service.inflight > 0 and loop.time() < deadline:
@@ -98,12 +105,14 @@ def _install_sigterm(app: FastAPI, drainer: Drainer) -> None:
     loop = asyncio.get_running_loop()
     server = getattr(previous, "__self__", None)
 
-    def on_sigterm(signum: int, frame: Any) -> None:
-        loop.call_soon_threadsafe(drainer.start)
+    def stop_listening(signum: int, frame: Any) -> None:
         if server is not None and hasattr(server, "should_exit"):
             server.should_exit = True
         elif callable(previous):
             previous(signum, frame)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        loop.call_soon_threadsafe(drainer.start, lambda: stop_listening(signum, frame))
 
     try:
         signal.signal(signal.SIGTERM, on_sigterm)
