@@ -28,7 +28,10 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000  # Hz
-DEFAULT_MANIFEST = Path(os.environ.get("OASR_SPEECH_DATA", "/work/shared/data/speech")) / "manifest.jsonl"
+DEFAULT_MANIFEST = (
+    Path(os.environ.get("OASR_SPEECH_DATA", Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"))
+    / "manifest.jsonl"
+)
 MAX_CLIP_SECONDS = 30.0  # one Whisper window each: the batch is N requests, not N windows of one
 
 

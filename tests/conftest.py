@@ -1,6 +1,6 @@
 """Shared fixtures: real dev clips, one session-wide engine on the embedded model, and the peer.
 
-- `clips` / `load_clip(id)`: clips from /work/shared/data/speech/manifest.jsonl decoded with
+- `clips` / `load_clip(id)`: clips from ../shared/data/speech/manifest.jsonl decoded with
   soundfile and resampled with soxr to float32 16 kHz mono (multi-channel clips are downmixed
   by averaging channels). The data folder can be moved with OASR_SPEECH_DATA.
 - `engine`: one `ASREngine` on the embedded Whisper tiny.en, shared by the session (loading
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +23,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.paths import SPEECH_DATA
+
 SAMPLE_RATE = 16000  # Hz: what the Whisper family takes
-DATA_DIR = Path(os.environ.get("OASR_SPEECH_DATA", "/work/shared/data/speech"))
+DATA_DIR = SPEECH_DATA
 MANIFEST = DATA_DIR / "manifest.jsonl"
 
 

@@ -14,7 +14,6 @@ import io
 import json
 import threading
 from fractions import Fraction
-from pathlib import Path
 
 import av
 import numpy as np
@@ -40,8 +39,9 @@ from app.audio import (
     sniff_container,
 )
 from tests.audio_variants import HEADERLESS_FORMATS, VARIANT_FORMATS, encode_variant
+from tests.paths import SPEECH_DATA
 
-DATA = Path("/work/shared/data/speech")
+DATA = SPEECH_DATA
 RATE = 16000
 RATES = (8000, 16000, 44100, 48000)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,10 +21,11 @@ import numpy as np
 import pytest
 
 from tests.deploy.live_server import LiveServer, server_missing, start_server
+from tests.paths import SPEECH_DATA
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "e2e"
-DATA_DIR = Path(os.environ.get("OASR_SPEECH_DATA", "/work/shared/data/speech"))
+DATA_DIR = SPEECH_DATA
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 API_KEY = "browser-test-key"
 CLIP_ID = "libri_61-70968-0000"  # 4.9 s, one sentence, clean read speech

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -28,8 +27,9 @@ from protos.oasr.speech.v1 import speech_pb2 as pb
 from protos.oasr.speech.v1 import speech_pb2_grpc
 from tests.audio_variants import encode_variant
 from tests.e2e.conftest import ServerProcess
+from tests.paths import SPEECH_DATA
 
-DATA_DIR = Path("/work/shared/data/speech")
+DATA_DIR = SPEECH_DATA
 SERVICE = "oasr.speech.v1.Speech"
 FILE_CLIP = "jfk_inaugural"  # 11 s, 44.1 kHz stereo FLAC: sent exactly as stored
 VARIANT_CLIP = "libri_61-70968-0000"  # 4.9 s read speech, re-encoded per test

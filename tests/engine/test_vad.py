@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -41,8 +40,9 @@ from engine.vad import (
     speech_segments,
 )
 from engine.vad.silero import SileroVAD
+from tests.paths import SPEECH_DATA
 
-DATA = Path("/work/shared/data/speech")
+DATA = SPEECH_DATA
 TOLERANCE_MS = 200
 GAP_S = 1.5
 MS = SAMPLE_RATE // 1000
