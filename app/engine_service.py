@@ -89,6 +89,7 @@ class EngineService:
         self._steps_done = 0
         self._consecutive_failures = 0
         self._step_started: float | None = None
+        self._kv_exhausted_seen = 0  # runner's cumulative count already exported
         self._started = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
@@ -250,7 +251,7 @@ class EngineService:
                 m.engine_kv_pool_usage.set(s["kv_pool_usage"])
             exhausted = s.get("kv_exhausted_total")
             if exhausted is not None:
-                delta = exhausted - getattr(self, "_kv_exhausted_seen", 0)
+                delta = exhausted - self._kv_exhausted_seen
                 if delta > 0:
                     m.engine_kv_exhausted.inc(delta)
                 self._kv_exhausted_seen = exhausted

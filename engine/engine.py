@@ -18,7 +18,6 @@ import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -421,4 +420,4 @@ class ASREngine:
             self.runner.shutdown()
 
 
-__all__ = ["ASREngine", "replace"]
+__all__ = ["ASREngine"]

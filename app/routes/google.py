@@ -4,6 +4,7 @@ recognition config in the query string."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -54,8 +55,6 @@ async def recognize(
                             word_timestamps=enable_word_time_offsets,
                             beam_size=beam_size or (n_alt if n_alt > 1 else None))
     if n_alt > 1:
-        from dataclasses import replace
-
         options = replace(options, n_best=min(n_alt, options.beam_size))
     rid = request_id or uuid.uuid4().hex
     async with inflight_permit(service):
