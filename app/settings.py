@@ -51,6 +51,8 @@ class Settings(BaseSettings):
     """torch CPU threads; unset uses all cores."""
     stream_step_ms: int = 500
     """Live streams are re-decoded once this many ms of new audio arrived (partial cadence)."""
+    stream_encoder_context: Literal["fit", "full"] = "fit"
+    """Live Whisper passes encode their window plus 1 s ('fit', filled with encoded silence to 30 s) or all 30 s ('full')."""
     chunk_size: int = 16
     """Cache-aware streaming models: encoder frames per chunk."""
     num_left_chunks: int = -1
@@ -123,6 +125,7 @@ class Settings(BaseSettings):
             service_mode=self.service_mode,
             num_threads=self.num_threads,
             stream_step_ms=self.stream_step_ms,
+            stream_encoder_context=self.stream_encoder_context,
             chunk_size=self.chunk_size,
             num_left_chunks=self.num_left_chunks,
             max_num_blocks=self.max_num_blocks,

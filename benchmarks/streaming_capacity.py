@@ -48,8 +48,8 @@ def load(clip_id: str) -> np.ndarray:
     return soxr.resample(audio.mean(axis=1), rate, SAMPLE_RATE).astype(np.float32)
 
 
-def run(n: int, audio: np.ndarray, max_batch_size: int, stagger_s: float) -> dict[str, float]:
-    engine = ASREngine(EngineConfig(service_mode="streaming", max_batch_size=max_batch_size))
+def run(n: int, audio: np.ndarray, max_batch_size: int, stagger_s: float, **config: object) -> dict[str, float]:
+    engine = ASREngine(EngineConfig(service_mode="streaming", max_batch_size=max_batch_size, **config))  # type: ignore[arg-type]
     engine.transcribe_outputs(np.zeros(SAMPLE_RATE, dtype=np.float32))  # warm-up
     sessions: dict[str, Session] = {}
     batch_sizes: list[int] = []
@@ -116,13 +116,16 @@ def main() -> None:
     parser.add_argument("--clip", default="libri_2412-153948-0000")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 1])
     parser.add_argument("--stagger-s", type=float, default=0.25, help="start offset between sessions, seconds")
+    parser.add_argument("--quantization", default="none", choices=["none", "int8_w8a8"])
+    parser.add_argument("--encoder-context", default="fit", choices=["fit", "full"])
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     audio = load(args.clip)
     rows = []
     for mbs in args.batch_sizes:
         for n in args.sessions:
-            row = run(n, audio, mbs, args.stagger_s)
+            row = run(n, audio, mbs, args.stagger_s, quantization=args.quantization,
+                      stream_encoder_context=args.encoder_context)
             rows.append(row)
             print(json.dumps(row), flush=True)
     print("\n| max_batch_size | sessions | final p50 s | final p95 s | first partial p50 s | max groups | keeps up |")

@@ -58,6 +58,10 @@ class EngineConfig:
     """A live stream is re-decoded once this many ms of new audio have arrived: the partial cadence."""
     stream_window_s: float = 30.0
     """Longest uncommitted audio window re-decoded per pass (Whisper's context is 30 s)."""
+    stream_encoder_context: Literal["fit", "full"] = "fit"
+    """'fit' encodes a pass's window plus 1 s of silence and fills the rest of Whisper's 30 s
+    context with the encoding of silence (several times cheaper for short windows); 'full'
+    encodes the whole zero-padded 30 s window, as offline requests are."""
 
     # --- Cache-aware streaming (chunked Conformer with a paged KV cache) ---
     chunk_size: int = 16
@@ -96,6 +100,8 @@ class EngineConfig:
             raise InvalidRequestError("max_wait_time >= 0, length_window_factor >= 1, max_offline_pad_ratio >= 1")
         if self.chunk_size < 1 or (self.num_left_chunks < -1 or self.num_left_chunks == 0):
             raise InvalidRequestError("chunk_size >= 1 and num_left_chunks is -1 or >= 1")
+        if self.stream_encoder_context not in ("fit", "full"):
+            raise InvalidRequestError(f"stream_encoder_context must be 'fit' or 'full', got {self.stream_encoder_context!r}")
         if self.stream_step_ms < 20:
             raise InvalidRequestError(f"stream_step_ms must be >= 20, got {self.stream_step_ms}")
         if self.ckpt_dir is not None and not os.path.isdir(self.ckpt_dir):

@@ -31,8 +31,10 @@ logger = logging.getLogger(__name__)
 DEFAULT_PROMPT_CHARS = 200
 """Committed text carried into the next pass's prompt; Whisper's prompt budget is ~223
 tokens, and a couple of sentences is the context that helps."""
-MAX_OVERLAP_WORDS = 5
-"""Longest run of already-committed words looked for at the start of a new hypothesis."""
+MAX_OVERLAP_WORDS = 32
+"""Longest run of already-committed words looked for at the start of a new hypothesis: a pass
+over a window trimmed at a sentence end, with little speech left, often says the prompt's whole
+last sentence again."""
 TIME_SLACK_S = 0.1
 """Words starting this much before the commit point are still considered new: word
 timestamps jitter, and a new word can start inside the last committed one's tail."""

@@ -63,9 +63,12 @@ def align_words(
     audio_features: Tensor,
     num_frames: int,
     time_offset: float,
+    audio_positions: int | None = None,
+    silence: tuple[list[Tensor], list[Tensor]] | None = None,
 ) -> list[Word]:
     """Words of `text_tokens` with start/end (seconds, offset by `time_offset`) and confidence.
-    `audio_features` (S, C) is the window's encoder output; `num_frames` its real mel frames."""
+    `audio_features` (S, C) is the window's encoder output; `num_frames` its real mel frames;
+    `audio_positions` and `silence` describe a 'fit' window (see TextDecoder.new_cache)."""
     if not text_tokens:
         return []
     seq = [*sot_sequence, tokenizer.no_timestamps, *text_tokens, tokenizer.eot]
@@ -74,7 +77,7 @@ def align_words(
     n_audio = max(1, min(num_frames // 2, audio_features.shape[0]))
     tokens = torch.tensor([seq], device=audio_features.device)
     with torch.inference_mode():
-        weights, logits = decoder.alignment_pass(tokens, audio_features[None], heads, n_audio)
+        weights, logits = decoder.alignment_pass(tokens, audio_features[None], heads, n_audio, audio_positions, silence)
     start = len(seq) - len(text_tokens) - 1
     probs = torch.softmax(logits[start - 1 : start - 1 + len(text_tokens), : tokenizer.eot], dim=-1)
     token_probs = probs[torch.arange(len(text_tokens)), torch.tensor(text_tokens)].cpu().numpy()

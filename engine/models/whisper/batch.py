@@ -37,16 +37,26 @@ class DecodeBatch:
 
     # ---- joining ----
 
-    def join(self, groups: list[DecodeGroup], audio_features: list[Tensor]) -> None:
+    def join(
+        self,
+        groups: list[DecodeGroup],
+        audio_features: list[Tensor],
+        audio_positions: list[int] | None = None,
+        silence: tuple[list[Tensor], list[Tensor]] | None = None,
+    ) -> None:
         """Prefill the prompts of new groups in one forward and add their rows.
-        audio_features[i] is (S, C) for groups[i]."""
+        audio_features[i] is (S, C) for groups[i]; with `audio_positions` and the shared
+        `silence` K/V, only its first audio_positions[i] positions are its own (context.py)."""
         if not groups:
             return
         feats = torch.stack(
             [f for g, f in zip(groups, audio_features) for _ in range(g.num_rows)]
         )  # (N_new, S, C)
+        rows_positions = None
+        if audio_positions is not None:
+            rows_positions = [p for g, p in zip(groups, audio_positions) for _ in range(g.num_rows)]
         max_len = max(len(g.prefix) for g in groups)
-        cache = self.decoder.new_cache(feats, capacity=max_len + 16)
+        cache = self.decoder.new_cache(feats, capacity=max_len + 16, audio_positions=rows_positions, silence=silence)
         tokens, positions, last_idx, sot_idx = [], [], [], []
         for g in groups:
             pad = max_len - len(g.prefix)
@@ -130,6 +140,9 @@ class DecodeBatch:
                 [t.index_select(0, index) for t in self.cache.self_v],
                 [t.index_select(0, index) for t in self.cache.cross_k],
                 [t.index_select(0, index) for t in self.cache.cross_v],
+                None if self.cache.cross_len is None else self.cache.cross_len.index_select(0, index),
+                self.cache.silence_k,
+                self.cache.silence_v,
             )
             try:
                 self._step_rows([g], sub)

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from engine.models.whisper.alignment import align_words
 from engine.models.whisper.decoding import DecodeGroup, TokenRules, WindowResult
-from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, pad_window
+from engine.models.whisper.features import ENCODER_STRIDE, FRAMES_PER_SECOND, N_FRAMES, pad_window
 from engine.models.whisper.transcript import (
     COMPRESSION_RATIO_THRESHOLD,
     PROMPT_RESET_TEMPERATURE,
@@ -45,6 +45,11 @@ class WindowJob:
     sot_index: int = 0
     audio_features: Tensor | None = None  # (S, C) once encoded
     final: bool = False  # a live stream's last pass
+
+    @property
+    def audio_positions(self) -> int:
+        """Encoder positions of this window's own audio; past them its context is encoded silence."""
+        return int(self.mel.shape[1]) // ENCODER_STRIDE
 
     @property
     def rows(self) -> int:

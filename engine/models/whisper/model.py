@@ -8,6 +8,7 @@ them, and reorders or compacts their rows when beams move or requests leave.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -119,6 +120,12 @@ class DecoderCache:
     self_v: list[Tensor]
     cross_k: list[Tensor]  # per layer (N, H, S, Dh)
     cross_v: list[Tensor]
+    cross_len: Tensor | None = None
+    """(N,) audio positions of each row held in cross_k/v; the rest of a row's context, up to
+    Whisper's 1500 positions, is the shared encoded silence below ('fit' windows, context.py).
+    None: every row's context is all of cross_k/v."""
+    silence_k: list[Tensor] | None = None  # per layer (H, n_audio_ctx, Dh), shared by all rows
+    silence_v: list[Tensor] | None = None
 
     @property
     def num_rows(self) -> int:
@@ -148,18 +155,56 @@ class DecoderCache:
                 grown[:, :, :cap] = t
                 store[i] = grown
 
+    @property
+    def cross_capacity(self) -> int:
+        return self.cross_k[0].shape[2] if self.cross_k else 0
+
     def select_rows(self, index: Tensor, self_only: bool = False) -> None:
         """Keep/reorder rows: row i becomes old row index[i]."""
         stores = (self.self_k, self.self_v) if self_only else (self.self_k, self.self_v, self.cross_k, self.cross_v)
         for store in stores:
             for i, t in enumerate(store):
                 store[i] = t.index_select(0, index)
+        if not self_only and self.cross_len is not None:
+            self.cross_len = self.cross_len.index_select(0, index)
+            self.shrink_cross()
+
+    def shrink_cross(self) -> None:
+        """Drop cross positions no row holds (rows with long contexts left the batch)."""
+        if self.cross_len is None or not self.cross_k or self.cross_k[0].shape[0] == 0:
+            return
+        needed = int(self.cross_len.max())
+        if needed < self.cross_capacity:
+            for store in (self.cross_k, self.cross_v):
+                for i, t in enumerate(store):
+                    store[i] = t[:, :, :needed].contiguous()
+
+    def pad_cross(self, length: int) -> None:
+        """Grow cross storage to `length` positions; the new positions are masked by cross_len."""
+        cap = self.cross_capacity
+        if length <= cap:
+            return
+        if self.cross_len is None:
+            self.cross_len = torch.full((self.num_rows,), cap, dtype=torch.long, device=self.cross_k[0].device)
+        for store in (self.cross_k, self.cross_v):
+            for i, t in enumerate(store):
+                store[i] = F.pad(t, (0, 0, 0, length - cap))
 
     def extend(self, other: DecoderCache) -> None:
         """Append `other`'s rows (capacities are aligned first)."""
         cap = max(self.capacity, other.capacity)
         self.resize(cap)
         other.resize(cap)
+        if self.cross_len is not None or other.cross_len is not None or self.cross_capacity != other.cross_capacity:
+            cross = max(self.cross_capacity, other.cross_capacity)
+            for c in (self, other):
+                c.pad_cross(cross)
+                if c.cross_len is None:
+                    c.cross_len = torch.full((c.num_rows,), cross, dtype=torch.long, device=c.cross_k[0].device)
+            assert self.cross_len is not None and other.cross_len is not None
+            self.cross_len = torch.cat([self.cross_len, other.cross_len])
+            self.silence_k = self.silence_k or other.silence_k
+            self.silence_v = self.silence_v or other.silence_v
         for mine, theirs in (
             (self.self_k, other.self_k),
             (self.self_v, other.self_v),
@@ -180,19 +225,77 @@ class TextDecoder(nn.Module):
             [DecoderBlock(dims.n_text_state, dims.n_text_head) for _ in range(dims.n_text_layer)]
         )
         self.ln = nn.LayerNorm(dims.n_text_state)
+        self.output_projection: nn.Module | None = None
 
-    def new_cache(self, audio_features: Tensor, capacity: int) -> DecoderCache:
-        """Cross K/V for each row's audio (N, S, C) and empty self-attention storage."""
+    def new_cache(
+        self,
+        audio_features: Tensor,
+        capacity: int,
+        audio_positions: list[int] | None = None,
+        silence: tuple[list[Tensor], list[Tensor]] | None = None,
+    ) -> DecoderCache:
+        """Cross K/V for each row's audio (N, S, C) and empty self-attention storage. With
+        `audio_positions` and the shared `silence` K/V (see `silence_kv`), row i keeps only its
+        first audio_positions[i] positions: the rest of its features is that silence."""
         n = audio_features.shape[0]
         head_dim = audio_features.shape[2] // self.n_head
+        cross_len = None
+        if audio_positions is not None and silence is not None and min(audio_positions) < audio_features.shape[1]:
+            audio_features = audio_features[:, : max(audio_positions)]
+            cross_len = torch.tensor(audio_positions, dtype=torch.long, device=audio_features.device)
         self_k, self_v, cross_k, cross_v = [], [], [], []
         for block in self.blocks:
             k, v = block.cross_attn.project_kv(audio_features)
-            cross_k.append(k)
-            cross_v.append(v)
+            cross_k.append(k.contiguous())  # read every step: a strided layout costs 10x in matmuls
+            cross_v.append(v.contiguous())
             self_k.append(audio_features.new_zeros(n, self.n_head, capacity, head_dim))
             self_v.append(audio_features.new_zeros(n, self.n_head, capacity, head_dim))
-        return DecoderCache(self_k, self_v, cross_k, cross_v)
+        if cross_len is None:
+            return DecoderCache(self_k, self_v, cross_k, cross_v)
+        assert silence is not None
+        return DecoderCache(self_k, self_v, cross_k, cross_v, cross_len, silence[0], silence[1])
+
+    def silence_kv(self, silence_features: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+        """Per layer cross K/V (H, n_audio_ctx, Dh) of the encoded silence (n_audio_ctx, C)."""
+        ks, vs = [], []
+        for block in self.blocks:
+            k, v = block.cross_attn.project_kv(silence_features[None])
+            ks.append(k[0].contiguous())
+            vs.append(v[0].contiguous())
+        return ks, vs
+
+    def _cross_attend(self, block: DecoderBlock, layer: int, q: Tensor, cache: DecoderCache,
+                      bias: Tensor | None) -> Tensor:
+        """Cross-attention; rows with a short context attend over their own positions followed by
+        the shared silence, in one softmax. The silence K/V are read once for all rows, which
+        is what makes a batch of short live windows cheap (the step is memory-bound)."""
+        if bias is None:
+            return block.cross_attn.attend(q, cache.cross_k[layer], cache.cross_v[layer])
+        assert cache.silence_k is not None and cache.silence_v is not None
+        n, h, t, d = q.shape
+        q = q * d**-0.5
+        k, v = cache.cross_k[layer], cache.cross_v[layer]
+        sk, sv = cache.silence_k[layer], cache.silence_v[layer]
+        s_sil = (q.permute(1, 0, 2, 3).reshape(h, n * t, d) @ sk.transpose(-1, -2)).view(h, n, t, -1)
+        scores = torch.cat([q @ k.transpose(-1, -2), s_sil.permute(1, 0, 2, 3)], dim=-1).float() + bias
+        p = torch.softmax(scores, dim=-1).to(q.dtype)
+        s = k.shape[2]
+        out = p[..., :s] @ v
+        p_sil = p[..., s:].permute(1, 0, 2, 3).reshape(h, n * t, -1)
+        out = out + (p_sil @ sv).view(h, n, t, d).permute(1, 0, 2, 3)
+        return block.cross_attn.out(block.cross_attn.merge_heads(out))
+
+    @staticmethod
+    def _cross_bias(cache: DecoderCache) -> Tensor | None:
+        """(N, 1, 1, S + 1500) additive mask over [own positions, silence positions] per row."""
+        if cache.cross_len is None or cache.silence_k is None:
+            return None
+        device = cache.cross_len.device
+        lengths = cache.cross_len[:, None, None, None]
+        real = torch.arange(cache.cross_capacity, device=device)[None, None, None, :] < lengths
+        silence = torch.arange(cache.silence_k[0].shape[1], device=device)[None, None, None, :] >= lengths
+        keep = torch.cat([real, silence], dim=-1)
+        return torch.zeros(keep.shape, device=device).masked_fill_(~keep, float("-inf"))
 
     def forward(self, tokens: Tensor, positions: Tensor, cache: DecoderCache) -> Tensor:
         """tokens, positions (N, T) -> logits (N, T, V); writes K/V of the new tokens into the cache
@@ -204,6 +307,7 @@ class TextDecoder(nn.Module):
         key_pos = torch.arange(cache.capacity, device=tokens.device)
         mask = (key_pos[None, None, :] <= positions[:, :, None]).unsqueeze(1)  # (N, 1, T, T_cap)
         rows = torch.arange(n, device=tokens.device)[:, None].expand(n, t)
+        cross_bias = self._cross_bias(cache)
         for layer, block in enumerate(self.blocks):
             h = block.attn_ln(x)
             q = block.attn.split_heads(block.attn.query(h))
@@ -214,21 +318,31 @@ class TextDecoder(nn.Module):
             x = x + block.attn.attend(q, cache.self_k[layer], cache.self_v[layer], mask)
             h = block.cross_attn_ln(x)
             q = block.cross_attn.split_heads(block.cross_attn.query(h))
-            x = x + block.cross_attn.attend(q, cache.cross_k[layer], cache.cross_v[layer])
+            x = x + self._cross_attend(block, layer, q, cache, cross_bias)
             x = x + block.mlp(block.mlp_ln(x))
         x = self.ln(x)
-        return (x @ self.token_embedding.weight.to(x.dtype).T).float()
+        return self.logits(x)
 
     def alignment_pass(
-        self, tokens: Tensor, audio_features: Tensor, heads: list[tuple[int, int]], n_audio: int
+        self,
+        tokens: Tensor,
+        audio_features: Tensor,
+        heads: list[tuple[int, int]],
+        n_audio: int,
+        audio_positions: int | None = None,
+        silence: tuple[list[Tensor], list[Tensor]] | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Full (uncached) pass over one sequence (1, T) for word alignment. Returns the cross-
         attention of the given (layer, head) pairs over the first `n_audio` encoder positions
-        (the real audio, softmaxed there): (len(heads), T, n_audio), and the logits (T, V)."""
+        (the real audio, softmaxed there): (len(heads), T, n_audio), and the logits (T, V).
+        `audio_positions` and `silence` as in `new_cache`."""
         t = tokens.shape[1]
         x = self.token_embedding(tokens) + self.positional_embedding[:t]
         x = x.to(audio_features.dtype)
         causal = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()
+        positions = None if audio_positions is None else [audio_positions]
+        audio = self.new_cache(audio_features, capacity=1, audio_positions=positions, silence=silence)
+        bias = self._cross_bias(audio)
         weights: dict[tuple[int, int], Tensor] = {}
         for layer, block in enumerate(self.blocks):
             h = block.attn_ln(x)
@@ -237,19 +351,36 @@ class TextDecoder(nn.Module):
             x = x + block.attn.attend(q, k, v, causal)
             h = block.cross_attn_ln(x)
             q = block.cross_attn.split_heads(block.cross_attn.query(h))
-            k, v = block.cross_attn.project_kv(audio_features)
             if any(lh[0] == layer for lh in heads):
                 scale = q.shape[-1] ** -0.5
-                qk = (q @ k[:, :, :n_audio].transpose(-1, -2)).float() * scale  # (1, H, T, n_audio)
+                k = audio.cross_k[layer][:, :, :n_audio]
+                qk = (q @ k.transpose(-1, -2)).float() * scale  # (1, H, T, n_audio)
                 w = torch.softmax(qk, dim=-1)
                 for lh in heads:
                     if lh[0] == layer:
                         weights[lh] = w[0, lh[1]]
-            x = x + block.cross_attn.attend(q, k, v)
+            x = x + self._cross_attend(block, layer, q, audio, bias)
             x = x + block.mlp(block.mlp_ln(x))
         x = self.ln(x)
-        logits = (x @ self.token_embedding.weight.to(x.dtype).T).float()[0]
+        logits = self.logits(x)[0]
         return torch.stack([weights[h] for h in heads]), logits
+
+    def logits(self, x: Tensor) -> Tensor:
+        """Hidden states -> vocabulary logits (float32), through the tied embedding (or its int8
+        copy: on a CPU this 51864-row matmul is memory-bound, a quarter of the bytes)."""
+        if self.output_projection is not None:
+            return self.output_projection(x.float()).float()
+        return (x @ self.token_embedding.weight.to(x.dtype).T).float()
+
+    def quantize_output_projection(self) -> None:
+        """Use an int8 dynamically quantized copy of the tied embedding for the logits (CPU)."""
+        proj = nn.Linear(self.token_embedding.weight.shape[1], self.token_embedding.weight.shape[0], bias=False)
+        proj.weight = nn.Parameter(self.token_embedding.weight.detach().float().clone(), requires_grad=False)
+        with warnings.catch_warnings():  # eager dynamic quantization is deprecated upstream, still the fastest here
+            warnings.simplefilter("ignore")
+            # quantize_dynamic swaps children, not the module it is given
+            self.output_projection = torch.ao.quantization.quantize_dynamic(nn.Sequential(proj), {nn.Linear},
+                                                                            dtype=torch.qint8)
 
 
 class Whisper(nn.Module):

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError, UnsupportedError
 from engine.models.whisper.batch import DecodeBatch
+from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.decoding import TokenRules
 from engine.models.whisper.features import SAMPLE_RATE, LogMelExtractor
 from engine.models.whisper.jobs import OfflineTranscription, WindowJob
@@ -33,6 +34,9 @@ logger = logging.getLogger(__name__)
 DECODE_THREADS = 1  # torch intra-op threads for decoder steps on CPU (see WhisperRunner._decode_threads)
 
 ENCODE_EVERY_STEPS = 32  # decoder steps after which waiting windows are encoded even mid-decode
+LIVE_ENCODE_FRAMES = 2000
+"""Mel frames of interim live passes encoded in one step (~0.2 s on 2 CPU cores): a larger batch
+keeps the engine loop from starting the final pass of a stream whose audio just ended."""
 
 
 def resolve_device(config: EngineConfig) -> torch.device:
@@ -77,6 +81,7 @@ class WhisperRunner:
             with warnings.catch_warnings():  # eager dynamic quantization is deprecated upstream, still the fastest here
                 warnings.simplefilter("ignore")
                 model = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+            model.decoder.quantize_output_projection()
         self.model = model
         assert ckpt.tokenizer_file is not None
         self.tokenizer = WhisperTokenizer(ckpt.tokenizer_file, ckpt.dims.n_vocab, model.num_languages,
@@ -84,6 +89,8 @@ class WhisperRunner:
         self.alignment_heads = ckpt.alignment_heads or self._default_alignment_heads()
         self.rules = self._build_rules(ckpt.suppress_ids, ckpt.suppress_ids_begin)
         self.features = LogMelExtractor(ckpt.dims.n_mels, self.device)
+        self.context_encoder = ContextEncoder(model.encoder)
+        self._silence: tuple[list[Tensor], list[Tensor]] | None = None
         self.batch = DecodeBatch(model.decoder, self.tokenizer.no_speech, self.device)
         self.encode_queue: deque[WindowJob] = deque()
         self.prefill_queue: deque[WindowJob] = deque()
@@ -203,6 +210,11 @@ class WhisperRunner:
                 self.encode_queue.append(job)
         return failed
 
+    def _drop_job(self, job: WindowJob) -> None:
+        self.encode_queue = deque(j for j in self.encode_queue if j is not job)
+        self.prefill_queue = deque(j for j in self.prefill_queue if j is not job)
+        self.batch.remove_job(job)
+
     def release(self, request: Request) -> None:
         self.streams.pop(request.request_id, None)
         state = self.active.pop(request.request_id, None)
@@ -267,6 +279,11 @@ class WhisperRunner:
     def _start_stream_passes(self, outputs: list[RequestOutput]) -> None:
         """Every stream with enough new audio (or at its end) gets a pass; their windows'
         features are extracted in one call and they join the encoder queue together."""
+        for stream in self.streams.values():
+            stale = stream.superseded_pass()
+            if stale is not None:
+                self._drop_job(stale)
+                stream.drop_pass()
         ready = [s for s in self.streams.values() if self._stream_ready(s)]
         if not ready:
             return
@@ -325,21 +342,27 @@ class WhisperRunner:
     def _encode_waiting(self, outputs: list[RequestOutput]) -> None:
         budget = self.max_rows - self.batch.num_rows - sum(j.rows for j in self.prefill_queue)
         jobs: list[WindowJob] = []
+        live_frames = 0
         while self.encode_queue and len(jobs) < self.config.max_batch_size and self.encode_queue[0].rows <= budget:
-            job = self.encode_queue.popleft()
+            job = self.encode_queue[0]
+            if not job.final and job.audio_positions < self.dims.n_audio_ctx:  # an interim live pass
+                if live_frames and live_frames + job.mel.shape[1] > LIVE_ENCODE_FRAMES:
+                    break
+                live_frames += job.mel.shape[1]
+            self.encode_queue.popleft()
             budget -= job.rows
             jobs.append(job)
         if not jobs:
             return
         self.steps_since_encode = 0
         try:
-            feats = self.model.encoder(torch.stack([j.mel for j in jobs]))
+            feats = self.context_encoder.encode([j.mel for j in jobs])
         except Exception as exc:
             logger.warning("encoder batch of %d failed (%s); retrying one by one", len(jobs), exc)
             feats_list: list[Tensor | None] = []
             for j in jobs:
                 try:
-                    feats_list.append(self.model.encoder(j.mel[None])[0])
+                    feats_list.append(self.context_encoder.encode([j.mel])[0])
                 except Exception as one_exc:
                     feats_list.append(None)
                     self._fail(j.owner, "encode", one_exc, outputs)
@@ -381,14 +404,25 @@ class WhisperRunner:
             return
         groups = [j.new_group(self.rules) for j in jobs]
         try:
-            self.batch.join(groups, [j.audio_features for j in jobs])  # type: ignore[misc]
+            self.batch.join(groups, [j.audio_features for j in jobs], [j.audio_positions for j in jobs],  # type: ignore[misc]
+                            self.silence_kv(jobs))
         except Exception as exc:
             logger.warning("prefill of %d groups failed (%s); retrying one by one", len(groups), exc)
             for j in jobs:
                 try:
-                    self.batch.join([j.new_group(self.rules)], [j.audio_features])  # type: ignore[list-item]
+                    self.batch.join([j.new_group(self.rules)], [j.audio_features], [j.audio_positions],  # type: ignore[list-item]
+                                    self.silence_kv([j]))
                 except Exception as one_exc:
                     self._fail(j.owner, "decode", one_exc, outputs)
+
+    def silence_kv(self, jobs: list[WindowJob]) -> tuple[list[Tensor], list[Tensor]] | None:
+        """The decoder's cross K/V of encoded silence, once any job holds a short ('fit') context."""
+        full = self.dims.n_audio_ctx
+        if all(j.audio_positions >= full for j in jobs):
+            return None
+        if self._silence is None:
+            self._silence = self.model.decoder.silence_kv(self.context_encoder.silence(jobs[0].mel))
+        return self._silence
 
     def _fail(self, state: OfflineTranscription | StreamingTranscription, stage: str, exc: Exception, outputs: list[RequestOutput]) -> None:
         rid = state.request.request_id

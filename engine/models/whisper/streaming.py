@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from engine.models.whisper.alignment import align_words
+from engine.models.whisper.context import fit_frames
 from engine.models.whisper.decoding import WindowResult
 from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
 from engine.models.whisper.jobs import WindowJob
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 PROMPT_CHARS = 200  # committed text carried as the prompt of the next pass
 SILENCE_KEEP_S = 1.0  # on a silent pass, keep only this much audio (speech may be starting)
 SILENCE_TRIM_AFTER_S = 5.0  # ...once the window is at least this long
-TRIM_AFTER_S = 10.0  # a window without a committed sentence end is trimmed at its last committed word
+TRIM_AFTER_S = 4.0  # a window without a committed sentence end is trimmed at its last committed word
 SENTENCE_END = (".", "?", "!")
 REHEARD_TOLERANCE_S = 0.6  # a re-heard committed word ends this close to where it ended before
 FORCED_TRIM_KEEP_S = 5.0  # a window at its cap keeps this much uncommitted audio
@@ -54,6 +55,7 @@ class StreamingTranscription:
         self.agreement = LocalAgreement()
         self.committed_words: list[Word] = []
         self.passes = 0
+        self.current_job: WindowJob | None = None  # the pass in flight
 
     # ---- scheduling ----
 
@@ -79,9 +81,11 @@ class StreamingTranscription:
 
     def make_job(self, mel: torch.Tensor) -> WindowJob:
         frames = min(N_FRAMES, mel.shape[1] - 1 if mel.shape[1] > 1 else mel.shape[1])
-        job = WindowJob(self, pad_window(mel, 0), 0, frames, 0.0, 0)  # type: ignore[arg-type]
+        length = fit_frames(frames) if self.runner.config.stream_encoder_context == "fit" else N_FRAMES
+        job = WindowJob(self, pad_window(mel, 0, length), 0, frames, 0.0, 0)  # type: ignore[arg-type]
         job.refresh_prefix()
         job.final = self.is_final_pass()
+        self.current_job = job
         self.in_flight = True
         self.new_samples = 0
         self.passes += 1
@@ -110,17 +114,31 @@ class StreamingTranscription:
         prefix = ([tok.sot_prev, *prompt] if prompt else []) + sot
         return prefix, len(prefix) - len(sot)
 
+    def superseded_pass(self) -> WindowJob | None:
+        """An interim pass still in flight when the input has ended: the final pass re-decodes the
+        same audio, so the runner drops the interim one rather than make the client wait for it."""
+        job = self.current_job
+        if self.in_flight and job is not None and not job.final and self.request.input_finished:
+            return job
+        return None
+
+    def drop_pass(self) -> None:
+        self.in_flight = False
+        self.current_job = None
+
     def on_window_done(self, job: WindowJob, result: WindowResult) -> tuple[None, RequestOutput]:
         self.in_flight = False
-        words = [] if is_silence(result, self.options.no_speech_threshold) else self._words(job, result)
+        self.current_job = None
+        silent = self._silent(result)
+        words = [] if silent else self._words(job, result)
         if job.final and self.is_final_pass():
-            self.agreement.finish(self._drop_reheard(words))
+            # a silent last window keeps the tentative tail the previous pass heard
+            self.agreement.finish(None if silent else self._drop_reheard(words))
             self._collect_commits()
             self.final_done = True
             return None, self._output(finished=True)
         self.agreement.insert(self._drop_reheard(words))
         self._collect_commits()
-        silent = is_silence(result, self.options.no_speech_threshold)
         if silent and not self.agreement.tentative and self.window.size > SILENCE_TRIM_AFTER_S * SAMPLE_RATE:
             self._trim_to(self.window_start + self.window.size / SAMPLE_RATE - SILENCE_KEEP_S)
         return None, self._output(finished=False)
@@ -133,14 +151,26 @@ class StreamingTranscription:
 
     # ---- internals ----
 
+    def _silent(self, result: WindowResult) -> bool:
+        """Whisper's no-speech probability alone decides for a live pass. Offline decoding also
+        asks for a low log-probability, but a short window left after a committed sentence makes
+        the model repeat its prompt fluently (measured: no-speech 0.9+, confident text)."""
+        prompted = bool(self.agreement.committed_text)
+        return is_silence(result, self.options.no_speech_threshold) or (
+            prompted and result.no_speech_prob > self.options.no_speech_threshold
+        )
+
     def _words(self, job: WindowJob, result: WindowResult) -> list[Word]:
         tok = self.runner.tokenizer
         text_tokens = [t for t in result.tokens if t < tok.eot]
         if not text_tokens or job.audio_features is None:
             return []
         sot = tok.sot_sequence(self.language, self.options.task, timestamps=False)
-        return align_words(self.runner.model.decoder, tok, self.runner.alignment_heads, sot[:-1], text_tokens,
-                           job.audio_features, job.frames, self.window_start)
+        words = align_words(self.runner.model.decoder, tok, self.runner.alignment_heads, sot[:-1], text_tokens,
+                           job.audio_features, job.frames, self.window_start, job.audio_positions,
+                           self.runner.silence_kv([job]))
+        # punctuation alone is what tiny.en says over a pause: committing it prints ". . . ."
+        return [w for w in words if any(ch.isalnum() for ch in w.word)]
 
     def _drop_reheard(self, words: list[Word]) -> list[Word]:
         """The window still holds audio of committed words (it is trimmed at sentence ends), so a
@@ -151,12 +181,11 @@ class StreamingTranscription:
             return words
         last = inside[-1]
         key = normalize_word(last.word)
-        best = None
-        for i, w in enumerate(words):
-            if normalize_word(w.word) == key and abs(w.end - last.end) <= REHEARD_TOLERANCE_S:
-                best = i
-        if best is not None:
-            return words[best + 1 :]
+        # the occurrence nearest in time: "five five" re-heard must drop only the first "five"
+        matches = [(abs(w.end - last.end), i) for i, w in enumerate(words)
+                   if normalize_word(w.word) == key and abs(w.end - last.end) <= REHEARD_TOLERANCE_S]
+        if matches:
+            return words[min(matches)[1] + 1 :]
         return [w for w in words if (w.start + w.end) / 2 > last.end]
 
     def _collect_commits(self) -> None:

@@ -1,0 +1,144 @@
+"""Whisper live streaming in the engine, on the embedded tiny.en and real clips.
+
+- The 'fit' encoder context (context.py) and the decoder's shared-silence cross-attention are
+  exact rewrites of "encode the window, fill the rest of 30 s with encoded silence": checked
+  against the dense computation.
+- Streams fed at simulated real-time pace (500 ms of audio, then every pass that audio
+  triggers runs to completion: a machine that keeps up) end with transcripts close to the
+  offline ones, commit text that never changes, and do not repeat their prompt.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import Clip, wer
+
+logger = logging.getLogger(__name__)
+
+STEP_SAMPLES = 8000  # 500 ms, the default stream_step_ms
+MAX_CLIP_S = 15.0  # the long-form recordings are left to the benchmark (a minute of passes each)
+WER_SLACK = 3.0  # points over offline; measured 2.0 on these clips (see the test's docstring)
+
+
+@pytest.fixture(scope="module")
+def live_engine() -> Any:
+    from engine import ASREngine, EngineConfig
+
+    eng = ASREngine(EngineConfig(service_mode="streaming", max_batch_size=1))
+    yield eng
+    eng.shutdown()
+
+
+def stream_at_pace(engine: Any, audio: np.ndarray) -> list[Any]:
+    """Every output of one stream fed 500 ms at a time, each step's passes run to completion."""
+    rid = engine.add_streaming_request()
+    outputs: list[Any] = []
+    for off in range(0, audio.size, STEP_SAMPLES):
+        engine.feed_chunk(rid, audio[off : off + STEP_SAMPLES], is_last=off + STEP_SAMPLES >= audio.size)
+        while engine.has_work():
+            outputs.extend(o for o in engine.step() if o.request_id == rid)
+    assert outputs and outputs[-1].finished, "the stream did not end"
+    return outputs
+
+
+@pytest.fixture(scope="module")
+def live_outputs(live_engine: Any, clips: list[Clip]) -> dict[str, list[Any]]:
+    return {c.id: stream_at_pace(live_engine, c.audio) for c in clips if c.text and c.duration <= MAX_CLIP_S}
+
+
+def test_fit_context_equals_the_dense_silence_filled_encoding(live_engine: Any) -> None:
+    from engine.models.whisper.context import fit_frames
+
+    runner = live_engine.runner
+    torch.manual_seed(0)
+    short = torch.randn(runner.dims.n_mels, fit_frames(230)) * 0.5
+    other = torch.randn(runner.dims.n_mels, fit_frames(700)) * 0.5
+    with torch.inference_mode():
+        alone = runner.context_encoder.encode([short])[0]
+        together = runner.context_encoder.encode([other, short])[1]
+        silence = runner.context_encoder.silence(short)
+        own = runner.model.encoder(short[None])[0]
+    positions = short.shape[1] // 2
+    assert alone.shape == silence.shape == (runner.dims.n_audio_ctx, runner.dims.n_audio_state)
+    torch.testing.assert_close(alone[:positions], own)
+    torch.testing.assert_close(alone[positions:], silence[positions:])
+    assert torch.equal(alone, together), "a window's encoding must not depend on its batchmates"
+
+
+def test_shared_silence_cross_attention_matches_dense_attention(live_engine: Any) -> None:
+    runner = live_engine.runner
+    decoder = runner.model.decoder
+    torch.manual_seed(1)
+    n_ctx, width = runner.dims.n_audio_ctx, runner.dims.n_audio_state
+    with torch.inference_mode():
+        silence = runner.context_encoder.silence(torch.zeros(runner.dims.n_mels, 10))
+        shared = decoder.silence_kv(silence)
+        positions = [100, 350, n_ctx]  # two short windows and one full (offline) row
+        feats = []
+        for p in positions:
+            f = silence.clone()
+            f[:p] = torch.randn(p, width)
+            feats.append(f)
+        feats_t = torch.stack(feats)
+        tokens = torch.randint(0, 5000, (3, 6))
+        pos = torch.arange(6).expand(3, 6)
+        dense = decoder(tokens, pos, decoder.new_cache(feats_t, capacity=8))
+        split_cache = decoder.new_cache(feats_t, capacity=8, audio_positions=positions, silence=shared)
+        assert split_cache.cross_capacity == n_ctx and split_cache.cross_len is not None
+        split = decoder(tokens, pos, split_cache)
+        short_only = decoder.new_cache(feats_t[:2], capacity=8, audio_positions=positions[:2], silence=shared)
+        assert short_only.cross_capacity == 350, "a batch of short windows holds only their own positions"
+        step = decoder(tokens[:2], pos[:2], short_only)
+    torch.testing.assert_close(split, dense, atol=2e-3, rtol=1e-4)
+    torch.testing.assert_close(step, dense[:2], atol=2e-3, rtol=1e-4)
+
+
+def test_live_transcripts_track_offline_ones(
+    live_outputs: dict[str, list[Any]], clips: list[Clip], greedy_alone: dict[str, Any]
+) -> None:
+    """Measured with 500 ms steps and the 'fit' context on the 25 dev clips <= 15 s: live 14.43 %
+    WER vs offline 12.44 %. The gap comes from commits made when two passes agree on part of a
+    sentence that offline decoding would still revise. The bound fails on prompt repeats, lost
+    endings or looping passes, which cost tens of points."""
+    scored = [c for c in clips if c.id in live_outputs and c.id in greedy_alone]
+    assert len(scored) >= 15
+    refs = [c.text or "" for c in scored]
+    live = [live_outputs[c.id][-1].text for c in scored]
+    offline = [greedy_alone[c.id].text for c in scored]
+    live_wer, offline_wer = wer(refs, live), wer(refs, offline)
+    logger.info("live WER %.2f%% vs offline %.2f%% on %d clips", live_wer, offline_wer, len(scored))
+    assert live_wer <= offline_wer + WER_SLACK, (live_wer, offline_wer, list(zip(live, offline)))
+
+
+def test_committed_text_only_grows_and_prompts_are_not_repeated(live_outputs: dict[str, list[Any]]) -> None:
+    for clip_id, outputs in live_outputs.items():
+        committed = ""
+        for out in outputs:
+            assert out.committed.startswith(committed), (clip_id, committed, out.committed)
+            committed = out.committed
+        final = outputs[-1].text.strip()
+        sentences = [s.strip() for s in final.replace("?", ".").replace("!", ".").split(".") if len(s.split()) >= 3]
+        assert len(sentences) == len(set(sentences)), f"{clip_id}: a sentence was said twice: {final!r}"
+
+
+def test_a_final_drops_the_interim_pass_it_supersedes(live_engine: Any, clips: list[Clip]) -> None:
+    clip = next(c for c in clips if c.id == "libri_61-70968-0000")
+    audio = clip.audio
+    rid = live_engine.add_streaming_request()
+    live_engine.feed_chunk(rid, audio[: audio.size // 2])
+    live_engine.step()  # starts an interim pass over the first half
+    stream = live_engine.runner.streams[rid]
+    assert stream.in_flight and stream.current_job is not None and not stream.current_job.final
+    live_engine.feed_chunk(rid, audio[audio.size // 2 :], is_last=True)
+    outputs: list[Any] = []
+    while live_engine.has_work():
+        outputs.extend(o for o in live_engine.step() if o.request_id == rid)
+    finals = [o for o in outputs if o.finished]
+    assert len(finals) == 1 and finals[0].finish_reason == "stop"
+    assert wer([clip.text or ""], [finals[0].text]) <= 10.0, finals[0].text
