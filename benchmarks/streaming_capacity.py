@@ -49,7 +49,9 @@ def load(clip_id: str) -> np.ndarray:
 
 
 def run(n: int, audio: np.ndarray, max_batch_size: int, stagger_s: float, **config: object) -> dict[str, float]:
-    engine = ASREngine(EngineConfig(service_mode="streaming", max_batch_size=max_batch_size, **config))  # type: ignore[arg-type]
+    # max_decode_rows too: with max_batch_size=1 alone the decoder would still step every stream together
+    engine = ASREngine(EngineConfig(service_mode="streaming", max_batch_size=max_batch_size,  # type: ignore[arg-type]
+                                    max_decode_rows=max_batch_size, **config))
     engine.transcribe_outputs(np.zeros(SAMPLE_RATE, dtype=np.float32))  # warm-up
     sessions: dict[str, Session] = {}
     batch_sizes: list[int] = []

@@ -343,10 +343,13 @@ class WhisperRunner:
         budget = self.max_rows - self.batch.num_rows - sum(j.rows for j in self.prefill_queue)
         jobs: list[WindowJob] = []
         live_frames = 0
+        # a client waits on every final pass: no new interim pass joins the decoder until they are done
+        final_waiting = any(j.final for j in self.prefill_queue) or any(
+            g.job.final for g in self.batch.groups if not g.done)  # type: ignore[attr-defined]
         while self.encode_queue and len(jobs) < self.config.max_batch_size and self.encode_queue[0].rows <= budget:
             job = self.encode_queue[0]
             if not job.final and job.audio_positions < self.dims.n_audio_ctx:  # an interim live pass
-                if live_frames and live_frames + job.mel.shape[1] > LIVE_ENCODE_FRAMES:
+                if final_waiting or (live_frames and live_frames + job.mel.shape[1] > LIVE_ENCODE_FRAMES):
                     break
                 live_frames += job.mel.shape[1]
             self.encode_queue.popleft()
