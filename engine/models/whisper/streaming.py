@@ -139,7 +139,10 @@ class StreamingTranscription:
             return None, self._output(finished=True)
         self.agreement.insert(self._drop_reheard(words))
         self._collect_commits()
-        if silent and not self.agreement.tentative and self.window.size > SILENCE_TRIM_AFTER_S * SAMPLE_RATE:
+        # audio is dropped only on Whisper's own silence verdict: the stricter prompted-pass rule
+        # above also fires mid-speech now and then, and would drop words never decoded
+        really_silent = is_silence(result, self.options.no_speech_threshold)
+        if really_silent and not self.agreement.tentative and self.window.size > SILENCE_TRIM_AFTER_S * SAMPLE_RATE:
             self._trim_to(self.window_start + self.window.size / SAMPLE_RATE - SILENCE_KEEP_S)
         return None, self._output(finished=False)
 
