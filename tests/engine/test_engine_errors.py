@@ -171,11 +171,11 @@ def test_decoder_step_fault_fails_only_the_culprit(
     real_forward = decoder.forward
     faults: list[int] = []
 
-    def faulty_forward(tokens: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
+    def faulty_forward(tokens: torch.Tensor, positions: torch.Tensor, cache: Any, **kwargs: Any) -> torch.Tensor:
         if tokens.shape[1] == 1 and int(positions.max()) >= prompt_pos:
             faults.append(tokens.shape[0])
             raise RuntimeError("injected decoder fault")
-        return real_forward(tokens, positions, cache)
+        return real_forward(tokens, positions, cache, **kwargs)
 
     monkeypatch.setattr(decoder, "forward", faulty_forward)
     ids = [

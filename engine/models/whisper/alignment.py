@@ -65,10 +65,12 @@ def align_words(
     time_offset: float,
     audio_positions: int | None = None,
     silence: tuple[list[Tensor], list[Tensor]] | None = None,
+    confidence: bool = True,
 ) -> list[Word]:
     """Words of `text_tokens` with start/end (seconds, offset by `time_offset`) and confidence.
     `audio_features` (S, C) is the window's encoder output; `num_frames` its real mel frames;
-    `audio_positions` and `silence` describe a 'fit' window (see TextDecoder.new_cache)."""
+    `audio_positions` and `silence` describe a 'fit' window (see TextDecoder.new_cache). Without
+    `confidence`, every word's confidence is 0 and the vocabulary projection is skipped."""
     if not text_tokens:
         return []
     seq = [*sot_sequence, tokenizer.no_timestamps, *text_tokens, tokenizer.eot]
@@ -77,10 +79,13 @@ def align_words(
     n_audio = max(1, min(num_frames // 2, audio_features.shape[0]))
     tokens = torch.tensor([seq], device=audio_features.device)
     with torch.inference_mode():
-        weights, logits = decoder.alignment_pass(tokens, audio_features[None], heads, n_audio, audio_positions, silence)
+        weights, logits = decoder.alignment_pass(tokens, audio_features[None], heads, n_audio, audio_positions, silence,
+                                                 with_logits=confidence)
     start = len(seq) - len(text_tokens) - 1
-    probs = torch.softmax(logits[start - 1 : start - 1 + len(text_tokens), : tokenizer.eot], dim=-1)
-    token_probs = probs[torch.arange(len(text_tokens)), torch.tensor(text_tokens)].cpu().numpy()
+    token_probs = np.zeros(len(text_tokens))
+    if logits is not None:
+        probs = torch.softmax(logits[start - 1 : start - 1 + len(text_tokens), : tokenizer.eot], dim=-1)
+        token_probs = probs[torch.arange(len(text_tokens)), torch.tensor(text_tokens)].cpu().numpy()
 
     w = weights.cpu().numpy()  # (heads, T, n_audio)
     std = w.std(axis=-2, keepdims=True)

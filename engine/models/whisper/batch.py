@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from engine.models.whisper.decoding import DecodeGroup
+from engine.models.whisper.decoding import DecodeGroup, apply_rules
 from engine.models.whisper.model import DecoderCache, TextDecoder
 
 logger = logging.getLogger(__name__)
@@ -69,10 +69,9 @@ class DecodeBatch:
                 sot_idx.append(g.sot_index)
         tok = torch.tensor(tokens, device=self.device)
         pos = torch.tensor(positions, device=self.device)
-        logits = self.decoder(tok, pos, cache)  # (N_new, T, V)
-        rows = torch.arange(len(tokens), device=self.device)
-        last_logits = logits[rows, torch.tensor(last_idx, device=self.device)]
-        sot_logits = logits[rows, torch.tensor(sot_idx, device=self.device)]
+        wanted = torch.tensor([sot_idx, last_idx], device=self.device).T  # (N_new, 2)
+        logits = self.decoder(tok, pos, cache, logit_index=wanted)  # (N_new, 2, V)
+        sot_logits, last_logits = logits[:, 0], logits[:, 1]
         row = 0
         for g in groups:
             g.set_no_speech(sot_logits[row], self.no_speech_token)
@@ -115,14 +114,30 @@ class DecodeBatch:
 
     def _advance_groups(self, groups: list[DecodeGroup], logits: Tensor) -> list[int]:
         """Let each group pick its next tokens; returns the global row gather index."""
-        sources: list[int] = []
+        live = [g for g in groups if not g.done]
+        if not live:
+            return list(range(sum(g.num_rows for g in groups)))
+        rows: list[int] = []
         row = 0
+        for g in groups:
+            if not g.done:
+                rows.extend(range(row, row + g.num_rows))
+            row += g.num_rows
+        index = torch.tensor(rows, device=logits.device)
+        seqs = [seq for g in live for seq in g.ruled_sequences()]
+        flags = [g.timestamps for g in live for _ in range(g.num_rows)]
+        ruled = apply_rules(live[0].rules, logits.index_select(0, index), seqs, flags)
+        logprobs = torch.log_softmax(ruled, dim=-1)
+        sources: list[int] = []
+        row = live_row = 0
         for g in groups:
             if g.done:  # finished rows idle until eviction
                 sources.extend(range(row, row + g.num_rows))
             else:
-                local = g.advance(logits[row : row + g.num_rows])
+                span = slice(live_row, live_row + g.num_rows)
+                local = g.advance(ruled[span], logprobs[span])
                 sources.extend(row + s for s in local)
+                live_row += g.num_rows
             row += g.num_rows
         return sources
 

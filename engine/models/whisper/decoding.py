@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.types import DecodingOptions
 
 NEG_INF = float("-inf")
@@ -30,6 +31,19 @@ class TokenRules:
     suppress_begin: Tensor  # bool (V,): not as the first sampled token (blank, eot)
     max_initial_timestamp_index: int = 50  # 1.0 s / 0.02 s
 
+    @classmethod
+    def for_tokenizer(cls, tok: WhisperTokenizer, n_vocab: int, suppress_ids: list[int] | None,
+                      begin_ids: list[int] | None, device: torch.device) -> TokenRules:
+        """The checkpoint's suppression lists (or Whisper's defaults) plus the special tokens."""
+        suppress = torch.zeros(n_vocab, dtype=torch.bool, device=device)
+        ids = [*(suppress_ids or []), tok.transcribe, tok.translate, tok.sot, tok.sot_prev, tok.sot_lm,
+               tok.no_speech, *tok.language_tokens.values()]
+        suppress[[i for i in ids if 0 <= i < n_vocab]] = True
+        begin = torch.zeros(n_vocab, dtype=torch.bool, device=device)
+        begin[[i for i in (begin_ids or [*tok.space_tokens, tok.eot]) if 0 <= i < n_vocab]] = True
+        return cls(eot=tok.eot, timestamp_begin=tok.timestamp_begin, no_timestamps=tok.no_timestamps,
+                   n_vocab=n_vocab, suppress=suppress, suppress_begin=begin)
+
 
 @dataclass
 class WindowResult:
@@ -41,6 +55,49 @@ class WindowResult:
     temperature: float
     nbest: list[tuple[list[int], float]] = field(default_factory=list)
     """(tokens, length-normalized logprob) best first, beam search only."""
+
+
+def apply_rules(rules: TokenRules, logits: Tensor, seqs: list[list[int]], timestamps: list[bool]) -> Tensor:
+    """Whisper's logit rules for a step of many rows at once: `seqs[i]` are row i's sampled tokens
+    so far and `timestamps[i]` whether it decodes with timestamps. Returns new float logits.
+
+    One call per decoder step for the whole batch: per-row calls cost about 1 ms each on a CPU,
+    a quarter of a batched 8-row step of tiny.en."""
+    logits = logits.float().clone()
+    v = logits.shape[1]
+    device = logits.device
+    logits[:, rules.suppress] = NEG_INF
+    begin = torch.tensor([not s for s in seqs], device=device)
+    logits.masked_fill_(begin[:, None] & rules.suppress_begin[None, :], NEG_INF)
+    if not any(timestamps):
+        return logits
+    tb = rules.timestamp_begin
+    ts = torch.tensor(timestamps, device=device)
+    logits[ts, rules.no_timestamps] = NEG_INF
+    cols = torch.arange(v, device=device)[None, :]
+    is_ts_col = cols >= tb
+    last_ts, penult_ts, floors = [], [], []
+    for seq in seqs:
+        last = len(seq) >= 1 and seq[-1] >= tb
+        penult = len(seq) < 2 or seq[-2] >= tb
+        stamp = next((t for t in reversed(seq) if t >= tb), None)
+        last_ts.append(last)
+        penult_ts.append(penult)
+        # timestamps never go backwards; a closing one may repeat the opening one
+        floors.append(tb if stamp is None else stamp if last and not penult else stamp + 1)
+    last_t = torch.tensor(last_ts, device=device) & ts
+    penult_t = torch.tensor(penult_ts, device=device)
+    mask = ((last_t & penult_t)[:, None] & is_ts_col) | ((last_t & ~penult_t)[:, None] & (cols < rules.eot))
+    mask |= ts[:, None] & is_ts_col & (cols < torch.tensor(floors, device=device)[:, None])
+    begin_ts = (begin & ts)[:, None]
+    mask |= begin_ts & (~is_ts_col | (cols > tb + rules.max_initial_timestamp_index))
+    logits.masked_fill_(mask, NEG_INF)
+    logprobs = torch.log_softmax(logits, dim=-1)
+    ts_mass = logprobs[:, tb:].logsumexp(dim=-1)
+    text_max = logprobs[:, :tb].max(dim=-1).values
+    force_ts = (ts_mass > text_max) & ts
+    logits.masked_fill_(force_ts[:, None] & ~is_ts_col, NEG_INF)
+    return logits
 
 
 class DecodeGroup:
@@ -57,6 +114,7 @@ class DecodeGroup:
         timestamps: bool,
         max_new_tokens: int,
         generator: torch.Generator | None,
+        forced: list[int] | None = None,
     ):
         self.job = job
         self.prefix = prefix
@@ -67,6 +125,7 @@ class DecodeGroup:
         self.timestamps = timestamps
         self.max_new_tokens = max_new_tokens
         self.generator = generator
+        self.forced = forced or []  # text tokens at the end of the prefix, ruled as if sampled
         self.beam = options.beam_size if temperature == 0.0 else 1
         self.num_rows = self.beam
         self.tokens: list[list[int]] = [[] for _ in range(self.num_rows)]
@@ -81,17 +140,20 @@ class DecodeGroup:
     def positions(self) -> list[int]:
         return [len(self.prefix) + len(t) - 1 for t in self.tokens]
 
+    def ruled_sequences(self) -> list[list[int]]:
+        """Each row's tokens as the logit rules see them: forced ones count as sampled."""
+        return [self.forced + t for t in self.tokens] if self.forced else self.tokens
+
     def last_tokens(self) -> list[int]:
         return [t[-1] if t else self.prefix[-1] for t in self.tokens]
 
     def set_no_speech(self, sot_logits: Tensor, no_speech_token: int) -> None:
         self.no_speech_prob = float(torch.softmax(sot_logits.float(), dim=-1)[no_speech_token])
 
-    def advance(self, logits: Tensor) -> list[int]:
-        """Consume logits (rows, V) of this step; returns, for each of this group's rows, which of
-        its previous rows it continues (beam reordering). Sets `done` when the window is decoded."""
-        logits = self._apply_rules(logits)
-        logprobs = torch.log_softmax(logits, dim=-1)
+    def advance(self, logits: Tensor, logprobs: Tensor) -> list[int]:
+        """Consume this step's logits (rows, V), with `apply_rules` applied, and their log-softmax;
+        returns, for each of this group's rows, which of its previous rows it continues (beam
+        reordering). Sets `done` when the window is decoded."""
         if self.beam > 1:
             return self._advance_beam(logprobs)
         if self.temperature > 0.0:
@@ -150,42 +212,6 @@ class DecodeGroup:
         if len(self.finished_beams) >= self.beam or len(self.tokens[0]) >= self.max_new_tokens:
             self._finish_beam()
         return sources
-
-    # ---- logit rules ----
-
-    def _apply_rules(self, logits: Tensor) -> Tensor:
-        r = self.rules
-        logits = logits.float().clone()
-        logits[:, r.suppress] = NEG_INF
-        at_begin = not self.tokens[0]
-        if at_begin:
-            logits[:, r.suppress_begin] = NEG_INF
-        if not self.timestamps:
-            return logits
-        logits[:, r.no_timestamps] = NEG_INF
-        for row, seq in enumerate(self.tokens):
-            last_ts = len(seq) >= 1 and seq[-1] >= r.timestamp_begin
-            penult_ts = len(seq) < 2 or seq[-2] >= r.timestamp_begin
-            if last_ts:
-                if penult_ts:
-                    logits[row, r.timestamp_begin :] = NEG_INF
-                else:
-                    logits[row, : r.eot] = NEG_INF
-            stamps = [t for t in seq if t >= r.timestamp_begin]
-            if stamps:
-                # timestamps never go backwards; a closing one may repeat the opening one
-                floor = stamps[-1] if last_ts and not penult_ts else stamps[-1] + 1
-                logits[row, r.timestamp_begin : floor] = NEG_INF
-        if at_begin:
-            logits[:, : r.timestamp_begin] = NEG_INF
-            logits[:, r.timestamp_begin + r.max_initial_timestamp_index + 1 :] = NEG_INF
-        logprobs = torch.log_softmax(logits, dim=-1)
-        ts_mass = logprobs[:, r.timestamp_begin :].logsumexp(dim=-1)
-        text_max = logprobs[:, : r.timestamp_begin].max(dim=-1).values
-        force_ts = ts_mass > text_max
-        if bool(force_ts.any()):
-            logits[force_ts, : r.timestamp_begin] = NEG_INF
-        return logits
 
     # ---- results ----
 

@@ -45,6 +45,9 @@ class WindowJob:
     sot_index: int = 0
     audio_features: Tensor | None = None  # (S, C) once encoded
     final: bool = False  # a live stream's last pass
+    forced: list[int] = field(default_factory=list)
+    """Text tokens ending the prefix, decoded as if sampled (without timestamps): what a live
+    stream's earlier passes heard, so its final pass decodes only what follows."""
 
     @property
     def audio_positions(self) -> int:
@@ -72,8 +75,9 @@ class WindowJob:
             options=self.owner.options,
             temperature=self.temperature,
             rules=rules,
-            timestamps=True,
+            timestamps=not self.forced,
             max_new_tokens=max(1, max_new),
+            forced=self.forced,
             generator=self.owner.generator,
         )
 

@@ -297,9 +297,11 @@ class TextDecoder(nn.Module):
         keep = torch.cat([real, silence], dim=-1)
         return torch.zeros(keep.shape, device=device).masked_fill_(~keep, float("-inf"))
 
-    def forward(self, tokens: Tensor, positions: Tensor, cache: DecoderCache) -> Tensor:
+    def forward(self, tokens: Tensor, positions: Tensor, cache: DecoderCache, logit_index: Tensor | None = None) -> Tensor:
         """tokens, positions (N, T) -> logits (N, T, V); writes K/V of the new tokens into the cache
-        at their positions. Each query attends to cached keys at positions <= its own."""
+        at their positions. Each query attends to cached keys at positions <= its own.
+        With `logit_index` (N, K), only the logits of those of each row's T inputs: (N, K, V) (a
+        prefill needs two of its ~100, and the vocabulary projection is most of a step's cost)."""
         n, t = tokens.shape
         cache.ensure_capacity(int(positions.max()) + 1)
         x = self.token_embedding(tokens) + self.positional_embedding[positions]  # (N, T, C)
@@ -320,6 +322,8 @@ class TextDecoder(nn.Module):
             q = block.cross_attn.split_heads(block.cross_attn.query(h))
             x = x + self._cross_attend(block, layer, q, cache, cross_bias)
             x = x + block.mlp(block.mlp_ln(x))
+        if logit_index is not None:
+            x = x[torch.arange(n, device=x.device)[:, None], logit_index]
         x = self.ln(x)
         return self.logits(x)
 
@@ -331,11 +335,12 @@ class TextDecoder(nn.Module):
         n_audio: int,
         audio_positions: int | None = None,
         silence: tuple[list[Tensor], list[Tensor]] | None = None,
-    ) -> tuple[Tensor, Tensor]:
+        with_logits: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:
         """Full (uncached) pass over one sequence (1, T) for word alignment. Returns the cross-
         attention of the given (layer, head) pairs over the first `n_audio` encoder positions
-        (the real audio, softmaxed there): (len(heads), T, n_audio), and the logits (T, V).
-        `audio_positions` and `silence` as in `new_cache`."""
+        (the real audio, softmaxed there): (len(heads), T, n_audio), and the logits (T, V) (None
+        without `with_logits`). `audio_positions` and `silence` as in `new_cache`."""
         t = tokens.shape[1]
         x = self.token_embedding(tokens) + self.positional_embedding[:t]
         x = x.to(audio_features.dtype)
@@ -361,8 +366,7 @@ class TextDecoder(nn.Module):
                         weights[lh] = w[0, lh[1]]
             x = x + self._cross_attend(block, layer, q, audio, bias)
             x = x + block.mlp(block.mlp_ln(x))
-        x = self.ln(x)
-        logits = self.logits(x)[0]
+        logits = self.logits(self.ln(x))[0] if with_logits else None
         return torch.stack([weights[h] for h in heads]), logits
 
     def logits(self, x: Tensor) -> Tensor:

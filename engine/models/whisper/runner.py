@@ -9,7 +9,7 @@ import logging
 import warnings
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -19,7 +19,7 @@ from engine.config import EngineConfig
 from engine.errors import InvalidRequestError, UnsupportedError
 from engine.models.whisper.batch import DecodeBatch
 from engine.models.whisper.context import ContextEncoder
-from engine.models.whisper.decoding import TokenRules
+from engine.models.whisper.decoding import TokenRules, WindowResult
 from engine.models.whisper.features import SAMPLE_RATE, LogMelExtractor
 from engine.models.whisper.jobs import OfflineTranscription, WindowJob
 from engine.models.whisper.loader import load_checkpoint
@@ -87,13 +87,15 @@ class WhisperRunner:
         self.tokenizer = WhisperTokenizer(ckpt.tokenizer_file, ckpt.dims.n_vocab, model.num_languages,
                                           model.is_multilingual)
         self.alignment_heads = ckpt.alignment_heads or self._default_alignment_heads()
-        self.rules = self._build_rules(ckpt.suppress_ids, ckpt.suppress_ids_begin)
+        self.rules = TokenRules.for_tokenizer(self.tokenizer, ckpt.dims.n_vocab, ckpt.suppress_ids,
+                                              ckpt.suppress_ids_begin, self.device)
         self.features = LogMelExtractor(ckpt.dims.n_mels, self.device)
         self.context_encoder = ContextEncoder(model.encoder)
         self._silence: tuple[list[Tensor], list[Tensor]] | None = None
         self.batch = DecodeBatch(model.decoder, self.tokenizer.no_speech, self.device)
         self.encode_queue: deque[WindowJob] = deque()
         self.prefill_queue: deque[WindowJob] = deque()
+        self.deferred: list[tuple[WindowJob, WindowResult]] = []  # interim results held while finals decode
         self.active: dict[str, OfflineTranscription | StreamingTranscription] = {}
         self.streams: dict[str, StreamingTranscription] = {}
         self.step_samples = int(config.stream_step_ms * SAMPLE_RATE / 1000)
@@ -132,24 +134,6 @@ class WhisperRunner:
         # without a table, use every head of the upper half of the decoder (openai's default)
         n, h = self.dims.n_text_layer, self.dims.n_text_head
         return [(layer, head) for layer in range(n // 2, n) for head in range(h)]
-
-    def _build_rules(self, suppress_ids: list[int] | None, begin_ids: list[int] | None) -> TokenRules:
-        tok, v = self.tokenizer, self.dims.n_vocab
-        suppress = torch.zeros(v, dtype=torch.bool, device=self.device)
-        ids = [*(suppress_ids or []), tok.transcribe, tok.translate, tok.sot, tok.sot_prev, tok.sot_lm,
-               tok.no_speech]
-        ids += list(tok.language_tokens.values())
-        suppress[[i for i in ids if 0 <= i < v]] = True
-        begin = torch.zeros(v, dtype=torch.bool, device=self.device)
-        begin[[i for i in (begin_ids or [*tok.space_tokens, tok.eot]) if 0 <= i < v]] = True
-        return TokenRules(
-            eot=tok.eot,
-            timestamp_begin=tok.timestamp_begin,
-            no_timestamps=tok.no_timestamps,
-            n_vocab=v,
-            suppress=suppress,
-            suppress_begin=begin,
-        )
 
     # ---- admission ----
 
@@ -213,6 +197,7 @@ class WhisperRunner:
     def _drop_job(self, job: WindowJob) -> None:
         self.encode_queue = deque(j for j in self.encode_queue if j is not job)
         self.prefill_queue = deque(j for j in self.prefill_queue if j is not job)
+        self.deferred = [(j, r) for j, r in self.deferred if j is not job]
         self.batch.remove_job(job)
 
     def release(self, request: Request) -> None:
@@ -222,12 +207,13 @@ class WhisperRunner:
             return
         self.encode_queue = deque(j for j in self.encode_queue if j.owner is not state)
         self.prefill_queue = deque(j for j in self.prefill_queue if j.owner is not state)
+        self.deferred = [(j, r) for j, r in self.deferred if j.owner is not state]
         for g in list(self.batch.groups):
             if g.job.owner is state:  # type: ignore[attr-defined]
                 self.batch.remove_job(g.job)
 
     def has_work(self) -> bool:
-        if self.encode_queue or self.prefill_queue or self.batch.groups:
+        if self.encode_queue or self.prefill_queue or self.batch.groups or self.deferred:
             return True
         return any(self._stream_ready(s) for s in self.streams.values())
 
@@ -242,6 +228,7 @@ class WhisperRunner:
         self.streams.clear()
         self.encode_queue.clear()
         self.prefill_queue.clear()
+        self.deferred.clear()
         self.batch = DecodeBatch(self.model.decoder, self.tokenizer.no_speech, self.device)
 
     # ---- execution ----
@@ -256,13 +243,18 @@ class WhisperRunner:
             self._join_ready(outputs)
             self.steps_since_encode += 1
             finished = self.batch.step(lambda g, exc: self._fail(g.job.owner, "decode", exc, outputs))  # type: ignore[attr-defined]
-        for group in finished:
-            job: WindowJob = group.job  # type: ignore[assignment]
+        done = [(cast(WindowJob, g.job), g.result) for g in finished if g.result is not None]
+        if self._finals_pending():  # an interim pass's word alignment can wait; the finals cannot
+            self.deferred.extend((j, r) for j, r in done if _interim(j))
+            done = [(j, r) for j, r in done if not _interim(j)]
+        else:
+            done, self.deferred = [*self.deferred, *done], []
+        for job, result in done:
             state = job.owner
-            if state.request.request_id not in self.active or group.result is None:
+            if state.request.request_id not in self.active:
                 continue
             try:
-                nxt, out = state.on_window_done(job, group.result)
+                nxt, out = state.on_window_done(job, result)
             except Exception as exc:
                 logger.exception("post-processing failed for %s", state.request.request_id)
                 self._fail(state, "postprocess", exc, outputs)
@@ -339,13 +331,17 @@ class WhisperRunner:
         finally:
             torch.set_num_threads(before)
 
+    def _finals_pending(self) -> bool:
+        """A live stream's final pass is encoded and waiting or decoding: a client waits on it."""
+        return any(j.final for j in self.prefill_queue) or any(
+            g.job.final for g in self.batch.groups if not g.done)  # type: ignore[attr-defined]
+
     def _encode_waiting(self, outputs: list[RequestOutput]) -> None:
         budget = self.max_rows - self.batch.num_rows - sum(j.rows for j in self.prefill_queue)
         jobs: list[WindowJob] = []
         live_frames = 0
         # a client waits on every final pass: no new interim pass joins the decoder until they are done
-        final_waiting = any(j.final for j in self.prefill_queue) or any(
-            g.job.final for g in self.batch.groups if not g.done)  # type: ignore[attr-defined]
+        final_waiting = self._finals_pending()
         while self.encode_queue and len(jobs) < self.config.max_batch_size and self.encode_queue[0].rows <= budget:
             job = self.encode_queue[0]
             if not job.final and job.audio_positions < self.dims.n_audio_ctx:  # an interim live pass
@@ -397,12 +393,18 @@ class WhisperRunner:
     def _join_ready(self, outputs: list[RequestOutput]) -> None:
         budget = self.max_rows - self.batch.num_rows
         jobs: list[WindowJob] = []
+        held: list[WindowJob] = []
+        finals_first = self._finals_pending()
         while self.prefill_queue and self.prefill_queue[0].rows <= budget:
             job = self.prefill_queue.popleft()
             if job.owner.request.request_id not in self.active:
                 continue
+            if finals_first and _interim(job):  # every decoder step it adds delays the finals
+                held.append(job)
+                continue
             budget -= job.rows
             jobs.append(job)
+        self.prefill_queue.extendleft(reversed(held))
         if not jobs:
             return
         groups = [j.new_group(self.rules) for j in jobs]
@@ -434,6 +436,11 @@ class WhisperRunner:
         logger.error("request %s failed at %s: %s", rid, stage, exc)
         self.release(state.request)
         outputs.append(_error_output(state.request, stage, exc))
+
+
+def _interim(job: WindowJob) -> bool:
+    """An interim pass of a live stream (a partial result nobody waits on)."""
+    return isinstance(job.owner, StreamingTranscription) and not job.final
 
 
 def _error_output(request: Request, stage: str, exc: Exception) -> RequestOutput:

@@ -10,6 +10,8 @@ stream is bounded: the window audio and the committed text.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
+from itertools import takewhile
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,7 +22,7 @@ from engine.models.whisper.context import fit_frames
 from engine.models.whisper.decoding import WindowResult
 from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
 from engine.models.whisper.jobs import WindowJob
-from engine.models.whisper.transcript import is_silence
+from engine.models.whisper.transcript import COMPRESSION_RATIO_THRESHOLD, compression_ratio, is_silence
 from engine.request import Request
 from engine.streaming.local_agreement import LocalAgreement, join_words, normalize_word
 from engine.types import RequestOutput, Segment, Word
@@ -33,9 +35,14 @@ logger = logging.getLogger(__name__)
 PROMPT_CHARS = 200  # committed text carried as the prompt of the next pass
 SILENCE_KEEP_S = 1.0  # on a silent pass, keep only this much audio (speech may be starting)
 SILENCE_TRIM_AFTER_S = 5.0  # ...once the window is at least this long
-TRIM_AFTER_S = 10.0  # a window without a committed sentence end is trimmed at its last committed word
+TRIM_AFTER_S = 4.0  # a window without a committed sentence end is trimmed in a pause after a committed word
+MIN_PAUSE_S = 0.2  # gap between two aligned words that counts as a pause (a cut there splits no word)
+PAUSE_MARKS = (".", "?", "!", ",", ";", ":")
+NO_PAUSE_TRIM_AFTER_S = 12.0  # ...and with no such pause, at the last committed word, once this long
+TRIM_KEEP_S = 1.0  # ...keeping this much audio before it, so the next pass hears whole words
 SENTENCE_END = (".", "?", "!")
 REHEARD_TOLERANCE_S = 0.6  # a re-heard committed word ends this close to where it ended before
+UNSETTLED_TAIL_S = 1.0  # the last words of a pass, this close to its audio's end, are not forced on the final
 FORCED_TRIM_KEEP_S = 5.0  # a window at its cap keeps this much uncommitted audio
 TOKENS_PER_SECOND_CAP = 8  # fast speech is ~4 text tokens/s; the rest is room for timestamps
 
@@ -56,6 +63,9 @@ class StreamingTranscription:
         self.committed_words: list[Word] = []
         self.passes = 0
         self.current_job: WindowJob | None = None  # the pass in flight
+        self.unprompted = False  # the last prompted pass heard speech and wrote nothing
+        self.forced: list[int] = []  # text tokens forced on the pass being built (see WindowJob.forced)
+        self.heard_until = 0.0  # stream time (s) up to which the last finished pass decoded
 
     # ---- scheduling ----
 
@@ -83,8 +93,10 @@ class StreamingTranscription:
         frames = min(N_FRAMES, mel.shape[1] - 1 if mel.shape[1] > 1 else mel.shape[1])
         length = fit_frames(frames) if self.runner.config.stream_encoder_context == "fit" else N_FRAMES
         job = WindowJob(self, pad_window(mel, 0, length), 0, frames, 0.0, 0)  # type: ignore[arg-type]
-        job.refresh_prefix()
         job.final = self.is_final_pass()
+        self.forced = self._forced_tokens(job.final)
+        job.forced = self.forced
+        job.refresh_prefix()
         self.current_job = job
         self.in_flight = True
         self.new_samples = 0
@@ -108,11 +120,11 @@ class StreamingTranscription:
         tok = self.runner.tokenizer
         # prompt with committed text the window no longer holds; the rest the model hears again
         before = [w for w in self.committed_words if w.end <= self.window_start + 1e-3]
-        prompt_text = (self.options.prompt or "") + join_words(before)
+        prompt_text = "" if self.unprompted else (self.options.prompt or "") + join_words(before)
         prompt = tok.encode(" " + prompt_text[-PROMPT_CHARS:].strip()) if prompt_text.strip() else []
-        sot = tok.sot_sequence(self.language, self.options.task, timestamps=True)
+        sot = tok.sot_sequence(self.language, self.options.task, timestamps=not self.forced)
         prefix = ([tok.sot_prev, *prompt] if prompt else []) + sot
-        return prefix, len(prefix) - len(sot)
+        return prefix + self.forced, len(prefix) - len(sot)
 
     def superseded_pass(self) -> WindowJob | None:
         """An interim pass still in flight when the input has ended: the final pass re-decodes the
@@ -126,14 +138,28 @@ class StreamingTranscription:
         self.in_flight = False
         self.current_job = None
 
-    def on_window_done(self, job: WindowJob, result: WindowResult) -> tuple[None, RequestOutput]:
+    def on_window_done(self, job: WindowJob, result: WindowResult) -> tuple[WindowJob | None, RequestOutput | None]:
         self.in_flight = False
         self.current_job = None
+        self.heard_until = self.window_start + job.frames / FRAMES_PER_SECOND
+        looping = self._looping(result.tokens)
+        if job.forced:
+            result = replace(result, tokens=job.forced + result.tokens)
         silent = self._silent(result)
+        mute = not silent and not any(t < self.runner.tokenizer.eot for t in result.tokens)
+        if (mute or looping) and (job.sot_index or job.forced) and not self.unprompted:
+            # tiny.en, prompted with a sentence's first words over audio starting mid-sentence,
+            # can answer with an empty transcript although it hears speech, and prompted with
+            # "word, word, word," it loops: decode without prompt (or forced words)
+            self.unprompted = True
+            if job.final and self.is_final_pass():
+                return self._retry(job), None
+            return None, None
+        self.unprompted = self.unprompted and mute
         words = [] if silent else self._words(job, result)
         if job.final and self.is_final_pass():
-            # a silent last window keeps the tentative tail the previous pass heard
-            self.agreement.finish(None if silent else self._drop_reheard(words))
+            # a silent (or mute) last window keeps the tentative tail the previous pass heard
+            self.agreement.finish(None if silent or mute else self._drop_reheard(words))
             self._collect_commits()
             self.final_done = True
             return None, self._output(finished=True)
@@ -145,6 +171,15 @@ class StreamingTranscription:
         if really_silent and not self.agreement.tentative and self.window.size > SILENCE_TRIM_AFTER_S * SAMPLE_RATE:
             self._trim_to(self.window_start + self.window.size / SAMPLE_RATE - SILENCE_KEEP_S)
         return None, self._output(finished=False)
+
+    def _retry(self, job: WindowJob) -> WindowJob:
+        """The same window, already encoded, decoded again with the prefix as it is now."""
+        retry = replace(job, forced=[])
+        self.forced = []
+        retry.refresh_prefix()
+        self.current_job = retry
+        self.in_flight = True
+        return retry
 
     def on_empty_end(self) -> RequestOutput:
         """End of input with no audio left in the window: the final is the committed text."""
@@ -163,6 +198,27 @@ class StreamingTranscription:
             prompted and result.no_speech_prob > self.options.no_speech_threshold
         )
 
+    def _forced_tokens(self, final: bool) -> list[int]:
+        """A pass starts from what is known of its window: the committed words still in it and,
+        for the final pass, the tentative ones too, except those near the end of the audio the
+        last pass had (the last words of a pass are often cut at its edge: "pain." for
+        "painful"). The decoder then writes only what follows them, and the encoder still hears
+        the words before, so the window need not be cut close to the new speech."""
+        if self.unprompted:
+            return []
+        inside = [w for w in self.committed_words if w.end > self.window_start + 1e-3]
+        if final:
+            settled = self.heard_until - UNSETTLED_TAIL_S
+            inside += list(takewhile(lambda w: w.end <= settled, self.agreement.tentative))
+        text = join_words(inside).strip()
+        return self.runner.tokenizer.encode(" " + text) if text else []
+
+    def _looping(self, tokens: list[int]) -> bool:
+        """The pass wrote the same few words over and over (Whisper's own repetition test)."""
+        tok = self.runner.tokenizer
+        text = tok.decode([t for t in tokens if t < tok.eot])
+        return compression_ratio(text) > COMPRESSION_RATIO_THRESHOLD
+
     def _words(self, job: WindowJob, result: WindowResult) -> list[Word]:
         tok = self.runner.tokenizer
         text_tokens = [t for t in result.tokens if t < tok.eot]
@@ -171,7 +227,7 @@ class StreamingTranscription:
         sot = tok.sot_sequence(self.language, self.options.task, timestamps=False)
         words = align_words(self.runner.model.decoder, tok, self.runner.alignment_heads, sot[:-1], text_tokens,
                            job.audio_features, job.frames, self.window_start, job.audio_positions,
-                           self.runner.silence_kv([job]))
+                           self.runner.silence_kv([job]), confidence=self.options.word_timestamps)
         # punctuation alone is what tiny.en says over a pause: committing it prints ". . . ."
         return [w for w in words if any(ch.isalnum() for ch in w.word)]
 
@@ -192,18 +248,32 @@ class StreamingTranscription:
         return [w for w in words if (w.start + w.end) / 2 > last.end]
 
     def _collect_commits(self) -> None:
-        """Record newly committed words; trim the window at the end of the last committed sentence
-        (Whisper keeps its in-sentence context), or at the last committed word once the window is
-        longer than TRIM_AFTER_S."""
+        """Record newly committed words and trim the window in a pause after a committed word,
+        once a sentence end is committed (Whisper keeps its in-sentence context) or the window
+        is longer than TRIM_AFTER_S. A cut at a word's aligned end often lands inside the next
+        word, and tiny.en, hearing half a word after a prompt, makes one up or skips ahead."""
         new = self.agreement.take_committed()
         if not new:
             return
         self.committed_words.extend(new)
-        sentence_ends = [w.end for w in new if w.word.rstrip().endswith(SENTENCE_END)]
-        if sentence_ends:
-            self._trim_to(sentence_ends[-1])
-        elif self.window.size > TRIM_AFTER_S * SAMPLE_RATE:
-            self._trim_to(new[-1].end)
+        long = self.window.size > TRIM_AFTER_S * SAMPLE_RATE
+        if not long and not any(w.word.rstrip().endswith(SENTENCE_END) for w in new):
+            return
+        pause = self._last_pause()
+        if pause is not None:
+            self._trim_to(pause)
+        elif self.window.size > NO_PAUSE_TRIM_AFTER_S * SAMPLE_RATE:
+            self._trim_to(new[-1].start - TRIM_KEEP_S)
+
+    def _last_pause(self) -> float | None:
+        """Middle of the latest pause after a committed word: Whisper wrote punctuation there and
+        the aligned words leave a gap (a gap alone is often alignment jitter inside a long word)."""
+        inside = [w for w in self.committed_words if w.end > self.window_start + 1e-3]
+        following = [*inside[1:], *self.agreement.tentative[:1]]
+        for before, after in reversed(list(zip(inside, following))):
+            if before.word.rstrip()[-1:] in PAUSE_MARKS and after.start - before.end >= MIN_PAUSE_S:
+                return (before.end + after.start) / 2
+        return None
 
     def _trim_to(self, t: float) -> None:
         cut = round((t - self.window_start) * SAMPLE_RATE)
