@@ -120,20 +120,28 @@ def main() -> None:
     parser.add_argument("--stagger-s", type=float, default=0.25, help="start offset between sessions, seconds")
     parser.add_argument("--quantization", default="none", choices=["none", "int8_w8a8"])
     parser.add_argument("--encoder-context", default="fit", choices=["fit", "full"])
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs per point; the table shows the median p95 (it moves a lot from run to run)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     audio = load(args.clip)
     rows = []
     for mbs in args.batch_sizes:
         for n in args.sessions:
-            row = run(n, audio, mbs, args.stagger_s, quantization=args.quantization,
-                      stream_encoder_context=args.encoder_context)
+            runs = [run(n, audio, mbs, args.stagger_s, quantization=args.quantization,
+                        stream_encoder_context=args.encoder_context) for _ in range(args.repeat)]
+            for r in runs:
+                print(json.dumps(r), flush=True)
+            row = dict(sorted(runs, key=lambda r: r["final_p95_s"])[len(runs) // 2])
+            row["final_p95_runs"] = [r["final_p95_s"] for r in runs]
+            row["keeps_up"] = row["final_p95_s"] <= KEEPS_UP_P95_S
             rows.append(row)
-            print(json.dumps(row), flush=True)
-    print("\n| max_batch_size | sessions | final p50 s | final p95 s | first partial p50 s | max groups | keeps up |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| max_batch_size | sessions | final p50 s | final p95 s (median run) | p95 of each run | "
+          "first partial p50 s | max groups | keeps up |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['max_batch_size']} | {r['sessions']} | {r['final_p50_s']} | {r['final_p95_s']} | "
+        each = ", ".join(str(x) for x in r["final_p95_runs"])
+        print(f"| {r['max_batch_size']} | {r['sessions']} | {r['final_p50_s']} | {r['final_p95_s']} | {each} | "
               f"{r['first_partial_p50_s']} | {r['max_decode_groups']} | {r['keeps_up']} |")
 
 

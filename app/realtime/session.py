@@ -19,14 +19,12 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from starlette.websockets import WebSocket, WebSocketState
 
 from app.audio import StreamResampler
-from app.engine_service import EngineService, OutputStream
+from app.engine_service import EngineService
 from app.realtime import events as ev
 from app.realtime.audio_input import decode_base64, decode_chunk
 from app.realtime.config import (
@@ -37,6 +35,8 @@ from app.realtime.config import (
     parse_ga_update,
 )
 from app.realtime.events import ProtocolError
+from app.realtime.sender import EventSender
+from app.realtime.turn import Turn, elapsed_ms, samples_ms
 from app.realtime.vad import VadBatcher
 from engine import DecodingOptions, RequestOutput
 from engine.errors import EngineError, EngineShutdownError, InvalidRequestError, UnknownRequestError
@@ -61,80 +61,6 @@ CONVERSATION_EVENTS = frozenset({
     "conversation.item.create", "conversation.item.retrieve", "conversation.item.truncate",
     "conversation.item.delete", "response.create", "response.cancel", "output_audio_buffer.clear",
 })
-
-
-class EventSender:
-    """Serializes sends on one WebSocket (turn pumps and the receive loop share it) and turns a
-    gone client into a quiet no-op: its handler notices the disconnect on receive."""
-
-    def __init__(self, websocket: WebSocket) -> None:
-        self.websocket = websocket
-        self.closed = False
-        self._lock = asyncio.Lock()
-
-    async def send(self, event: dict[str, Any]) -> None:
-        if self.closed:
-            return
-        async with self._lock:
-            if self.closed or self.websocket.application_state != WebSocketState.CONNECTED:
-                return
-            try:
-                await self.websocket.send_text(json.dumps(event))
-            except Exception as exc:  # the peer vanished mid-send (disconnect, reset)
-                logger.debug("send failed, client gone: %s", exc)
-                self.closed = True
-
-    async def close(self, code: int, reason: str) -> None:
-        async with self._lock:
-            if self.closed:
-                return
-            self.closed = True
-            try:
-                await self.websocket.close(code, reason)
-            except Exception as exc:
-                logger.debug("close failed, client gone: %s", exc)
-
-
-@dataclass(eq=False)
-class Turn:
-    """One item: an engine streaming request fed with the turn's audio."""
-
-    item_id: str
-    stream: OutputStream
-    start: int
-    """Session clock (model-rate samples) at the turn's first sample."""
-    opened_at: float = field(default_factory=time.monotonic)
-    fed: int = 0
-    """Samples handed to the engine so far."""
-    arrivals: list[tuple[int, float]] = field(default_factory=list)
-    """(fed samples after a chunk, monotonic time it was fed), to date the audio a partial covers."""
-    committed: asyncio.Event = field(default_factory=asyncio.Event)
-    input_closed_at: float | None = None
-    sent_text: str = ""
-    partials: int = 0
-    answered: bool = False
-    """Its terminal event (completed / failed) is out, or on its way."""
-    pump: asyncio.Task[None] | None = None
-    _cursor: int = 0
-
-    @property
-    def request_id(self) -> str:
-        return self.stream.request_id
-
-    def fed_at(self, samples: int) -> float:
-        """When the turn's audio up to `samples` had been fed (covered audio only grows, so a
-        cursor makes each lookup O(1) amortized)."""
-        while self._cursor < len(self.arrivals) - 1 and self.arrivals[self._cursor][0] < samples:
-            self._cursor += 1
-        return self.arrivals[self._cursor][1] if self.arrivals else self.opened_at
-
-
-def _ms(samples: int, rate: int) -> int:
-    return samples * 1000 // rate
-
-
-def _elapsed_ms(since: float) -> int:
-    return max(0, round((time.monotonic() - since) * 1000))
 
 
 class RealtimeSession:
@@ -198,7 +124,7 @@ class RealtimeSession:
         for turn in pending:
             await self.sender.send(ev.transcription_failed(
                 turn.item_id, "server is shutting down", code="server_shutting_down",
-                audio_end_ms=_ms(turn.start + turn.fed, self.rate), server_ms=0))
+                audio_end_ms=samples_ms(turn.start + turn.fed, self.rate), server_ms=0))
         await self.sender.close(1001, "server is shutting down")
 
     def abort_all(self) -> None:
@@ -372,7 +298,7 @@ class RealtimeSession:
         turn.pump = asyncio.create_task(self._pump(turn), name=f"realtime-pump-{turn.item_id}")
         self._turns.add(turn)
         logger.debug("session %s: turn %s -> request %s at %d ms", self.id, turn.item_id, turn.request_id,
-                     _ms(start, self.rate))
+                     samples_ms(start, self.rate))
         return turn
 
     def _feed(self, turn: Turn, samples: np.ndarray) -> None:
@@ -428,7 +354,7 @@ class RealtimeSession:
         return any(isinstance(e, SpeechStopped) for e in events)
 
     async def _on_turn_events(self, events: Sequence[TurnEvent]) -> None:
-        origin_ms = _ms(self._vad_origin, self.rate)
+        origin_ms = samples_ms(self._vad_origin, self.rate)
         for event in events:
             if isinstance(event, SpeechStarted):
                 self._vad_item_id = ev.new_id("item")
@@ -471,7 +397,7 @@ class RealtimeSession:
                     await self.sender.send(ev.transcription_failed(
                         turn.item_id, f"recognition failed at {out.error_stage}: {out.error}",
                         code="server_shutting_down" if outcome == "shutdown" else "recognition_failed",
-                        audio_end_ms=_ms(turn.start + turn.fed, self.rate), server_ms=self._server_ms(turn)))
+                        audio_end_ms=samples_ms(turn.start + turn.fed, self.rate), server_ms=self._server_ms(turn)))
                 elif out.finish_reason != "abort":
                     await turn.committed.wait()
                     turn.answered = True
@@ -499,13 +425,13 @@ class RealtimeSession:
         covered = min(round(out.duration * self.rate), turn.fed) if out.duration else turn.fed
         await self.sender.send(ev.transcription_delta(
             turn.item_id, delta, text=full, committed_text=out.committed, tentative_text=out.tentative,
-            audio_end_ms=_ms(turn.start + covered, self.rate), server_ms=_elapsed_ms(turn.fed_at(covered))))
+            audio_end_ms=samples_ms(turn.start + covered, self.rate), server_ms=elapsed_ms(turn.fed_at(covered))))
 
     async def _send_completed(self, turn: Turn, out: RequestOutput) -> None:
         await self.sender.send(ev.transcription_completed(
             turn.item_id, out.text, audio_seconds=turn.fed / self.rate, finish_reason=out.finish_reason,
-            language=out.language, audio_end_ms=_ms(turn.start + turn.fed, self.rate),
+            language=out.language, audio_end_ms=samples_ms(turn.start + turn.fed, self.rate),
             server_ms=self._server_ms(turn)))
 
     def _server_ms(self, turn: Turn) -> int:
-        return _elapsed_ms(turn.input_closed_at if turn.input_closed_at is not None else turn.opened_at)
+        return elapsed_ms(turn.input_closed_at if turn.input_closed_at is not None else turn.opened_at)

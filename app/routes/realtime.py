@@ -23,7 +23,8 @@ from app.errors import ApiError
 from app.metrics import Metrics
 from app.realtime.config import VadSettings
 from app.realtime.events import error_event
-from app.realtime.session import API, EventSender, RealtimeSession
+from app.realtime.sender import EventSender
+from app.realtime.session import API, RealtimeSession
 from app.realtime.vad import VadModelCache
 from app.settings import Settings
 

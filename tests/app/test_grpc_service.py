@@ -6,6 +6,9 @@ End-to-end behaviour against a real server and model is in tests/e2e/test_grpc*.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import grpc
@@ -32,6 +35,8 @@ from engine import RequestOutput
 from engine.errors import EngineShutdownError, InvalidRequestError
 from engine.types import Alternative, Word
 from protos.oasr.speech.v1 import speech_pb2 as pb
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 Enc = pb.RecognitionConfig.AudioEncoding
 Code = grpc.StatusCode
@@ -223,13 +228,24 @@ class _Readiness:
     ready = True
 
 
-async def test_health_follows_readiness_and_the_drain(unused_tcp_port: int) -> None:
+def test_health_follows_readiness_and_the_drain(unused_tcp_port: int) -> None:
+    """Runs in a child process with its own event loop: grpc's asyncio server, started and
+    stopped on one of pytest-asyncio's per-test loops, crashed the whole test run once
+    (a segfault in `server.stop`, grpc/grpc#31441)."""
+    code = "import asyncio, sys; from tests.app.test_grpc_service import check_health; " \
+           "asyncio.run(check_health(int(sys.argv[1])))"
+    child = subprocess.run([sys.executable, "-c", code, str(unused_tcp_port)], cwd=REPO_ROOT,
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr[-3000:]
+
+
+async def check_health(port: int) -> None:
     readiness = _Readiness()
-    settings = Settings(host="127.0.0.1", grpc_port=unused_tcp_port)
+    settings = Settings(host="127.0.0.1", grpc_port=port)
     app = SimpleNamespace(state=SimpleNamespace(settings=settings, service=readiness))
     server = await start_grpc_server(app, settings)
     try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{unused_tcp_port}") as channel:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             health = health_pb2_grpc.HealthStub(channel)
 
             async def status(service: str) -> int:

@@ -180,12 +180,13 @@ class DecoderCache:
                     store[i] = t[:, :, :needed].contiguous()
 
     def pad_cross(self, length: int) -> None:
-        """Grow cross storage to `length` positions; the new positions are masked by cross_len."""
+        """Grow cross storage to `length` positions, masked by `cross_len` (rows without one get
+        their full current length)."""
         cap = self.cross_capacity
-        if length <= cap:
-            return
         if self.cross_len is None:
             self.cross_len = torch.full((self.num_rows,), cap, dtype=torch.long, device=self.cross_k[0].device)
+        if length <= cap:
+            return
         for store in (self.cross_k, self.cross_v):
             for i, t in enumerate(store):
                 store[i] = F.pad(t, (0, 0, 0, length - cap))
@@ -197,10 +198,8 @@ class DecoderCache:
         other.resize(cap)
         if self.cross_len is not None or other.cross_len is not None or self.cross_capacity != other.cross_capacity:
             cross = max(self.cross_capacity, other.cross_capacity)
-            for c in (self, other):
-                c.pad_cross(cross)
-                if c.cross_len is None:
-                    c.cross_len = torch.full((c.num_rows,), cross, dtype=torch.long, device=c.cross_k[0].device)
+            self.pad_cross(cross)
+            other.pad_cross(cross)
             assert self.cross_len is not None and other.cross_len is not None
             self.cross_len = torch.cat([self.cross_len, other.cross_len])
             self.silence_k = self.silence_k or other.silence_k
@@ -380,11 +379,14 @@ class TextDecoder(nn.Module):
         """Use an int8 dynamically quantized copy of the tied embedding for the logits (CPU)."""
         proj = nn.Linear(self.token_embedding.weight.shape[1], self.token_embedding.weight.shape[0], bias=False)
         proj.weight = nn.Parameter(self.token_embedding.weight.detach().float().clone(), requires_grad=False)
-        with warnings.catch_warnings():  # eager dynamic quantization is deprecated upstream, still the fastest here
-            warnings.simplefilter("ignore")
-            # quantize_dynamic swaps children, not the module it is given
-            self.output_projection = torch.ao.quantization.quantize_dynamic(nn.Sequential(proj), {nn.Linear},
-                                                                            dtype=torch.qint8)
+        self.output_projection = quantize_linear_layers(nn.Sequential(proj))  # it swaps children only
+
+
+def quantize_linear_layers(module: nn.Module) -> nn.Module:
+    """int8 dynamic quantization of every nn.Linear below `module` (CPU)."""
+    with warnings.catch_warnings():  # eager dynamic quantization is deprecated upstream, still the fastest here
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(module, {nn.Linear}, dtype=torch.qint8)  # type: ignore[no-untyped-call,no-any-return]
 
 
 class Whisper(nn.Module):

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import warnings
 from collections import deque
 from collections.abc import Iterator
 from typing import Any, cast
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError, UnsupportedError
@@ -23,7 +22,7 @@ from engine.models.whisper.decoding import TokenRules, WindowResult
 from engine.models.whisper.features import SAMPLE_RATE, LogMelExtractor
 from engine.models.whisper.jobs import OfflineTranscription, WindowJob
 from engine.models.whisper.loader import load_checkpoint
-from engine.models.whisper.model import Whisper
+from engine.models.whisper.model import Whisper, quantize_linear_layers
 from engine.models.whisper.streaming import StreamingTranscription
 from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.request import Request
@@ -78,9 +77,7 @@ class WhisperRunner:
         if config.quantization == "int8_w8a8":
             if self.device.type != "cpu":
                 raise InvalidRequestError("quantization='int8_w8a8' runs on CPU; use fp16/bf16 on CUDA")
-            with warnings.catch_warnings():  # eager dynamic quantization is deprecated upstream, still the fastest here
-                warnings.simplefilter("ignore")
-                model = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+            model = quantize_linear_layers(model)  # type: ignore[assignment]
             model.decoder.quantize_output_projection()
         self.model = model
         assert ckpt.tokenizer_file is not None
