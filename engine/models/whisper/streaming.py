@@ -64,7 +64,6 @@ class StreamingTranscription:
         self.passes = 0
         self.current_job: WindowJob | None = None  # the pass in flight
         self.unprompted = False  # the last prompted pass heard speech and wrote nothing
-        self.forced: list[int] = []  # text tokens forced on the pass being built (see WindowJob.forced)
         self.heard_until = 0.0  # stream time (s) up to which the last finished pass decoded
 
     # ---- scheduling ----
@@ -94,10 +93,9 @@ class StreamingTranscription:
         length = fit_frames(frames) if self.runner.config.stream_encoder_context == "fit" else N_FRAMES
         job = WindowJob(self, pad_window(mel, 0, length), 0, frames, 0.0, 0)  # type: ignore[arg-type]
         job.final = self.is_final_pass()
-        self.forced = self._forced_tokens(job.final)
-        job.forced = self.forced
+        job.forced = self._forced_tokens(job.final)
+        self.current_job = job  # build_prefix reads its forced words
         job.refresh_prefix()
-        self.current_job = job
         self.in_flight = True
         self.new_samples = 0
         self.passes += 1
@@ -122,9 +120,10 @@ class StreamingTranscription:
         before = [w for w in self.committed_words if w.end <= self.window_start + 1e-3]
         prompt_text = "" if self.unprompted else (self.options.prompt or "") + join_words(before)
         prompt = tok.encode(" " + prompt_text[-PROMPT_CHARS:].strip()) if prompt_text.strip() else []
-        sot = tok.sot_sequence(self.language, self.options.task, timestamps=not self.forced)
+        forced = self.current_job.forced if self.current_job is not None else []
+        sot = tok.sot_sequence(self.language, self.options.task, timestamps=not forced)
         prefix = ([tok.sot_prev, *prompt] if prompt else []) + sot
-        return prefix + self.forced, len(prefix) - len(sot)
+        return prefix + forced, len(prefix) - len(sot)
 
     def superseded_pass(self) -> WindowJob | None:
         """An interim pass still in flight when the input has ended: the final pass re-decodes the
@@ -175,9 +174,8 @@ class StreamingTranscription:
     def _retry(self, job: WindowJob) -> WindowJob:
         """The same window, already encoded, decoded again with the prefix as it is now."""
         retry = replace(job, forced=[])
-        self.forced = []
-        retry.refresh_prefix()
         self.current_job = retry
+        retry.refresh_prefix()
         self.in_flight = True
         return retry
 
