@@ -204,12 +204,16 @@ class StreamingTranscription:
         the words before, so the window need not be cut close to the new speech."""
         if self.unprompted:
             return []
-        inside = [w for w in self.committed_words if w.end > self.window_start + 1e-3]
+        inside = self._committed_in_window()
         if final:
             settled = self.heard_until - UNSETTLED_TAIL_S
             inside += list(takewhile(lambda w: w.end <= settled, self.agreement.tentative))
         text = join_words(inside).strip()
         return self.runner.tokenizer.encode(" " + text) if text else []
+
+    def _committed_in_window(self) -> list[Word]:
+        """Committed words whose audio the window still holds (it is cut in pauses after them)."""
+        return [w for w in self.committed_words if w.end > self.window_start + 1e-3]
 
     def _looping(self, tokens: list[int]) -> bool:
         """The pass wrote the same few words over and over (Whisper's own repetition test)."""
@@ -233,7 +237,7 @@ class StreamingTranscription:
         """The window still holds audio of committed words (it is trimmed at sentence ends), so a
         pass re-hears them first: drop the hypothesis up to its match of the last committed word
         in the window (matched by text near its time; timestamps alone jitter too much)."""
-        inside = [w for w in self.committed_words if w.end > self.window_start + 1e-3]
+        inside = self._committed_in_window()
         if not inside or not words:
             return words
         last = inside[-1]
@@ -266,7 +270,7 @@ class StreamingTranscription:
     def _last_pause(self) -> float | None:
         """Middle of the latest pause after a committed word: Whisper wrote punctuation there and
         the aligned words leave a gap (a gap alone is often alignment jitter inside a long word)."""
-        inside = [w for w in self.committed_words if w.end > self.window_start + 1e-3]
+        inside = self._committed_in_window()
         following = [*inside[1:], *self.agreement.tentative[:1]]
         for before, after in reversed(list(zip(inside, following))):
             if before.word.rstrip()[-1:] in PAUSE_MARKS and after.start - before.end >= MIN_PAUSE_S:
