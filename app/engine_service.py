@@ -244,6 +244,8 @@ class EngineService:
             for wait in e.last_queue_waits:
                 m.engine_queue_wait.observe(wait)
             e.last_batch_size = 0
+        if e.last_streams_stepped:
+            m.engine_stream_batch_size.observe(e.last_streams_stepped)
         stats = getattr(e.runner, "stats", None)
         if callable(stats):
             s = stats()

@@ -163,6 +163,12 @@ class Metrics:
             buckets=BATCH_SIZE_BUCKETS,
             registry=r,
         )
+        self.engine_stream_batch_size = Histogram(
+            "oasr_engine_stream_batch_size",
+            "Live streams advanced together by one engine step's model forward (count).",
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=r,
+        )
         self.engine_queue_wait = Histogram(
             "oasr_engine_queue_wait_seconds",
             "Time a request waited between arrival and admission into a batch, in seconds.",

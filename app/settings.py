@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     """'streaming' decodes live streams incrementally (partials); 'offline' buffers streams to their end."""
     max_batch_size: int = 16
     """Most requests decoded together in one batch."""
+    max_decode_rows: int = 64
+    """Whisper: most decoder rows (beams × requests, live passes included) stepped together; bounds the KV cache."""
     schedule_policy: Literal["fcfs", "window"] = "window"
     """Admission policy: 'window' groups similar lengths, 'fcfs' takes arrival order."""
     max_wait_time: float = 2.0
@@ -117,6 +119,7 @@ class Settings(BaseSettings):
             device=self.device,
             dtype=self.dtype,
             max_batch_size=self.max_batch_size,
+            max_decode_rows=self.max_decode_rows,
             schedule_policy=self.schedule_policy,
             max_wait_time=self.max_wait_time,
             length_window_factor=self.length_window_factor,

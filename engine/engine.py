@@ -69,6 +69,7 @@ class ASREngine:
         self._counter = itertools.count()
         self._step_delay = float(os.environ.get(_STEP_DELAY_ENV, "0") or 0) / 1000.0
         self.last_batch_size = 0
+        self.last_streams_stepped = 0  # live streams the runner's forward advanced together in the last step
         self.last_queue_waits: list[float] = []
         self.stats: dict[str, int] = {"steps": 0, "admitted": 0, "finished": 0, "errors": 0}
 
@@ -209,8 +210,10 @@ class ASREngine:
         with self._step_lock:
             outputs = self._apply_commands()
             outputs += self._schedule()
+            self.last_streams_stepped = 0
             if self.runner.has_work():
                 outputs += self.runner.execute()
+                self.last_streams_stepped = self.runner.streams_stepped
             if self._step_delay:
                 time.sleep(self._step_delay)
             self.stats["steps"] += 1

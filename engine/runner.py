@@ -18,6 +18,8 @@ class ModelRunner(Protocol):
     """Rate (Hz) the model's audio must arrive at; other rates are rejected by the engine."""
     supports_streaming: bool
     """True when the runner advances live streams incrementally (service_mode='streaming')."""
+    streams_stepped: int
+    """Live streams whose model forward ran together in the last `execute()` (count; 0 when none)."""
 
     def info(self) -> dict[str, Any]:
         """Facts for `/v1/models`: family, checkpoint, sizes, languages, capabilities."""

@@ -24,6 +24,7 @@ EXPECTED_LABELS: dict[str, set[str]] = {
     "oasr_engine_running": set(),
     "oasr_engine_waiting": set(),
     "oasr_engine_batch_size": set(),
+    "oasr_engine_stream_batch_size": set(),
     "oasr_engine_queue_wait_seconds": set(),
     "oasr_engine_step_failures_total": set(),
     "oasr_engine_heartbeat_timestamp_seconds": set(),
@@ -53,6 +54,7 @@ def _observe_every_metric(m: Metrics) -> None:
     m.engine_running.set(3)
     m.engine_waiting.set(2)
     m.engine_batch_size.observe(3)
+    m.engine_stream_batch_size.observe(8)
     m.engine_queue_wait.observe(0.02)
     m.engine_step_failures.inc()
     m.engine_heartbeat.set(1_700_000_000.0)

@@ -64,6 +64,7 @@ class FakeEngine:
     sample_rate: int = RATE
     runner: object = None
     last_batch_size: int = 0
+    last_streams_stepped: int = 0
     last_queue_waits: list[float] = field(default_factory=list)
     received: list[DecodingOptions] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)

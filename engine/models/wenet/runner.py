@@ -133,6 +133,7 @@ class WenetRunner:
         self.stream_ceiling = config.max_stream_blocks or num_blocks
         self._streams: dict[str, _Stream] = {}
         self._step = 0
+        self.streams_stepped = 0
         self.kv_exhausted_total = 0
         """Streams that hit the KV ceiling (finished 'length' or had history recycled)."""
         self.kv_recycled_blocks_total = 0
@@ -266,6 +267,7 @@ class WenetRunner:
                 batch.append((stream, c))
             else:
                 outputs.append(self._finish(stream, "length"))
+        self.streams_stepped = sum(1 for stream, _ in batch if stream.request.streaming)
         if batch:
             outputs.extend(self._forward(batch))
         return outputs

@@ -98,6 +98,7 @@ class WhisperRunner:
         self.step_samples = int(config.stream_step_ms * SAMPLE_RATE / 1000)
         self.steps_since_encode = 0
         self.max_rows = max(config.max_decode_rows, config.max_batch_size)
+        self.streams_stepped = 0
         logger.info("whisper %s loaded from %s (%s) on %s/%s, quantization=%s", self.model_name, ckpt_dir,
                     ckpt.format, self.device, self.dtype, config.quantization)
 
@@ -239,6 +240,8 @@ class WhisperRunner:
         with self._decode_threads():
             self._join_ready(outputs)
             self.steps_since_encode += 1
+            self.streams_stepped = len({id(g.job.owner) for g in self.batch.groups  # type: ignore[attr-defined]
+                                        if not g.done and _live(g.job)})
             finished = self.batch.step(lambda g, exc: self._fail(g.job.owner, "decode", exc, outputs))  # type: ignore[attr-defined]
         done = [(cast(WindowJob, g.job), g.result) for g in finished if g.result is not None]
         if self._finals_pending():  # an interim pass's word alignment can wait; the finals cannot
@@ -435,9 +438,14 @@ class WhisperRunner:
         outputs.append(_error_output(state.request, stage, exc))
 
 
+def _live(job: WindowJob) -> bool:
+    """A pass of a live stream, interim or final."""
+    return isinstance(job.owner, StreamingTranscription)
+
+
 def _interim(job: WindowJob) -> bool:
     """An interim pass of a live stream (a partial result nobody waits on)."""
-    return isinstance(job.owner, StreamingTranscription) and not job.final
+    return _live(job) and not job.final
 
 
 def _error_output(request: Request, stage: str, exc: Exception) -> RequestOutput:
