@@ -17,6 +17,7 @@ server's own `oasr_engine_stream_batch_size` histogram on /metrics.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import statistics
@@ -38,6 +39,10 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
 CHUNK_S = 0.02
 SAMPLE_RATE = 16000
 KEEPS_UP_P95_S = 1.5  # final latency bound that counts as keeping up
+CADENCE_SLACK = 1.5
+"""A stream keeps its cadence while its median gap between partials is at most this many steps
+(500 ms steps: 0.75 s); past that, passes of a busy engine come later than the step asks."""
+STEP_S = 0.5  # the engine's default stream_step_ms, which these runs use
 
 
 @dataclass
@@ -48,6 +53,7 @@ class Session:
     final: float | None = None
     start: float = 0.0
     texts: list[str] = field(default_factory=list)
+    partial_times: list[float] = field(default_factory=list)
 
 
 def load(clip_id: str) -> np.ndarray:
@@ -97,6 +103,8 @@ def run(n: int, audio: np.ndarray, max_batch_size: int, stagger_s: float, **conf
             s = sessions.get(o.request_id)
             if s is None:
                 continue
+            if not o.finished:
+                s.partial_times.append(now)
             if not o.finished and o.text and s.first_partial is None:
                 s.first_partial = now - s.start
             if o.finished:
@@ -107,6 +115,7 @@ def run(n: int, audio: np.ndarray, max_batch_size: int, stagger_s: float, **conf
     histogram = {b: sum(1 for x in streams_stepped if x <= b) for b in BATCH_SIZE_BUCKETS}
     return summarize(n, max_batch_size, [s.final for s in sessions.values() if s.final is not None],
                      [s.first_partial for s in sessions.values() if s.first_partial is not None],
+                     [b - a for s in sessions.values() for a, b in itertools.pairwise(s.partial_times)],
                      histogram, len(streams_stepped), sum(streams_stepped), max(streams_stepped, default=0))
 
 
@@ -128,6 +137,7 @@ def run_server(n: int, audio: np.ndarray, max_batch_size: int, stagger_s: float,
         before = stream_batch_histogram(server.base_url)
         finals: list[float] = []
         firsts: list[float] = []
+        intervals: list[float] = []
         errors: list[str] = []
         lock = threading.Lock()
         t0 = time.perf_counter() + 0.5
@@ -154,6 +164,7 @@ def run_server(n: int, audio: np.ndarray, max_batch_size: int, stagger_s: float,
                 finals.append(stream.final_t - audio_end)
                 if stream.partials:
                     firsts.append(stream.partials[0][0] - opened)
+                intervals.extend(b - a for (a, _), (b, _) in itertools.pairwise(stream.partials))
 
         threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(n)]
         for th in threads:
@@ -169,7 +180,7 @@ def run_server(n: int, audio: np.ndarray, max_batch_size: int, stagger_s: float,
     steps = after["+Inf"] - before["+Inf"]
     # /metrics has buckets only: the most streams in one step is known up to its bucket's bound
     most = min((b for b in BATCH_SIZE_BUCKETS if histogram[b] >= steps), default=BATCH_SIZE_BUCKETS[-1])
-    return summarize(n, max_batch_size, finals, firsts, histogram, int(steps), int(after["sum"] - before["sum"]),
+    return summarize(n, max_batch_size, finals, firsts, intervals, histogram, int(steps), int(after["sum"] - before["sum"]),
                      most if steps else 0)
 
 
@@ -188,24 +199,32 @@ def stream_batch_histogram(base_url: str) -> dict[str, float]:
     return out
 
 
-def summarize(n: int, max_batch_size: int, finals: list[float], firsts: list[float], histogram: dict[int, float],
-              steps: int, stream_steps: int, max_streams: int) -> dict[str, object]:
-    """One point's row. `histogram` counts engine steps by the streams they advanced together
-    (cumulative, by bucket bound); `max_streams` is the largest seen, or the bucket bound above it."""
-    finals = sorted(finals)
-    p95 = finals[min(len(finals) - 1, int(np.ceil(0.95 * len(finals))) - 1)]
+def summarize(n: int, max_batch_size: int, finals: list[float], firsts: list[float], intervals: list[float],
+              histogram: dict[int, float], steps: int, stream_steps: int, max_streams: int) -> dict[str, object]:
+    """One point's row. `intervals` are the gaps between a stream's consecutive partials (its pass
+    cadence); `histogram` counts engine steps by the streams they advanced together (cumulative,
+    by bucket bound); `max_streams` is the largest seen, or the bucket bound above it."""
+    p95 = percentile(finals, 0.95)
     return {
         "sessions": n,
         "max_batch_size": max_batch_size,
         "final_p50_s": round(statistics.median(finals), 3),
         "final_p95_s": round(p95, 3),
         "first_partial_p50_s": round(statistics.median(firsts), 3) if firsts else float("nan"),
+        "partial_interval_p50_s": round(statistics.median(intervals), 3) if intervals else float("nan"),
+        "partial_interval_p95_s": round(percentile(intervals, 0.95), 3) if intervals else float("nan"),
         "steps_with_streams": steps,
         "mean_streams_per_step": round(stream_steps / steps, 2) if steps else 0.0,
         "steps_with_2plus_streams": int(steps - histogram[1]),
         "max_streams_per_step": max_streams,
         "keeps_up": p95 <= KEEPS_UP_P95_S,
+        "keeps_cadence": bool(intervals) and statistics.median(intervals) <= CADENCE_SLACK * STEP_S,
     }
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(np.ceil(q * len(ordered))) - 1)]
 
 
 def main() -> None:
@@ -241,13 +260,16 @@ def main() -> None:
     print(f"\n{'server over /v1/realtime' if args.server else 'in-process engine'}, "
           f"quantization={args.quantization}, context={args.encoder_context}\n")
     print("| max_batch_size | sessions | final p50 s | final p95 s (median run) | p95 of each run | "
-          f"first partial p50 s | steps with ≥2 streams | mean streams a step | {most} | keeps up |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          f"first partial p50 s | partial interval p50 / p95 s | steps with ≥2 streams | mean streams a step | "
+          f"{most} | final p95 ≤ {KEEPS_UP_P95_S} s | partials every ≤ {CADENCE_SLACK * STEP_S} s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         each = ", ".join(str(x) for x in r["final_p95_runs"])  # type: ignore[attr-defined]
         print(f"| {r['max_batch_size']} | {r['sessions']} | {r['final_p50_s']} | {r['final_p95_s']} | {each} | "
-              f"{r['first_partial_p50_s']} | {r['steps_with_2plus_streams']} of {r['steps_with_streams']} | "
-              f"{r['mean_streams_per_step']} | {r['max_streams_per_step']} | {r['keeps_up']} |")
+              f"{r['first_partial_p50_s']} | {r['partial_interval_p50_s']} / {r['partial_interval_p95_s']} | "
+              f"{r['steps_with_2plus_streams']} of {r['steps_with_streams']} | "
+              f"{r['mean_streams_per_step']} | {r['max_streams_per_step']} | {r['keeps_up']} | "
+              f"{r['keeps_cadence']} |")
 
 
 if __name__ == "__main__":

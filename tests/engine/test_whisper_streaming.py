@@ -185,3 +185,24 @@ def test_a_final_pass_starts_from_what_earlier_passes_heard(live_engine: Any, cl
     final = outputs[-1]
     assert final.finished and forced_text in final.text, (forced_text, final.text)
     assert wer([clip.text or ""], [final.text]) <= 10.0, final.text
+
+
+def test_streams_stepped_counts_the_live_streams_decoded_together(clips: list[Clip]) -> None:
+    """What `oasr_engine_stream_batch_size` observes: live streams in one decoder step, not rows
+    (an offline request decoded beside them is no live stream)."""
+    from engine import ASREngine, EngineConfig
+
+    engine = ASREngine(EngineConfig(service_mode="streaming", max_batch_size=4))
+    try:
+        short = [c for c in clips if c.text and 3.0 <= c.duration <= 5.0][:3]
+        rids = [engine.add_streaming_request() for _ in short[:2]]
+        for rid, clip in zip(rids, short):
+            engine.feed_chunk(rid, clip.audio, is_last=True)
+        engine.add_request(short[2].audio)
+        stepped, finished = [], 0
+        while finished < 3:
+            finished += sum(o.finished for o in engine.step())
+            stepped.append(engine.last_streams_stepped)
+        assert max(stepped) == 2, stepped
+    finally:
+        engine.shutdown()

@@ -22,6 +22,7 @@ import torch
 
 from engine.cache import BlockPool, BlockTable, KVSpec, plan_num_blocks
 from engine.config import EngineConfig
+from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError, UnsupportedError
 from engine.fbank import KaldiFbank, frames_for
 from engine.models.wenet.checkpoint import WenetCheckpoint, load_checkpoint
@@ -80,20 +81,6 @@ class _Stream:
         return self.offline_audio is not None or self.request.pending_samples > 0
 
 
-def resolve_device(config: EngineConfig) -> tuple[torch.device, torch.dtype]:
-    device = torch.device(
-        ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device
-    )
-    if config.dtype == "auto":
-        dtype = torch.float16 if device.type == "cuda" else torch.float32
-    else:
-        found = getattr(torch, config.dtype, None)
-        if not isinstance(found, torch.dtype):
-            raise UnsupportedError(f"unknown dtype {config.dtype!r}")
-        dtype = found
-    return device, dtype
-
-
 class WenetRunner:
     supports_streaming = True
 
@@ -141,8 +128,8 @@ class WenetRunner:
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> WenetRunner:
-        device, dtype = resolve_device(config)
-        ckpt = load_checkpoint(config.resolved_ckpt_dir(), device, dtype)
+        device = resolve_device(config)
+        ckpt = load_checkpoint(config.resolved_ckpt_dir(), device, resolve_dtype(config, device))
         return cls(ckpt, config, device)
 
     # ---- ModelRunner protocol ----

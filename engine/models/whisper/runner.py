@@ -15,14 +15,14 @@ import torch
 from torch import Tensor
 
 from engine.config import EngineConfig
+from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError, UnsupportedError
 from engine.models.whisper.batch import DecodeBatch
+from engine.models.whisper.build import build_model
 from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.decoding import TokenRules, WindowResult
 from engine.models.whisper.features import SAMPLE_RATE, LogMelExtractor
 from engine.models.whisper.jobs import OfflineTranscription, WindowJob
-from engine.models.whisper.loader import load_checkpoint
-from engine.models.whisper.model import Whisper, quantize_linear_layers
 from engine.models.whisper.streaming import StreamingTranscription
 from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.request import Request
@@ -38,20 +38,6 @@ LIVE_ENCODE_FRAMES = 2000
 keeps the engine loop from starting the final pass of a stream whose audio just ended."""
 
 
-def resolve_device(config: EngineConfig) -> torch.device:
-    if config.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(config.device)
-
-
-def resolve_dtype(config: EngineConfig, device: torch.device) -> torch.dtype:
-    if config.quantization in ("fp16", "bf16") and device.type == "cuda":
-        return torch.float16 if config.quantization == "fp16" else torch.bfloat16
-    if config.dtype == "auto":
-        return torch.float16 if device.type == "cuda" else torch.float32
-    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[config.dtype]
-
-
 class WhisperRunner:
     supports_streaming = True  # by re-decoding a sliding window (see streaming.py)
     sample_rate = SAMPLE_RATE
@@ -60,25 +46,10 @@ class WhisperRunner:
         self.config = config
         self.device = resolve_device(config)
         self.dtype = resolve_dtype(config, self.device)
-        ckpt_dir = config.resolved_ckpt_dir()
-        ckpt = load_checkpoint(ckpt_dir)
-        self.ckpt_dir = ckpt_dir
+        model, ckpt = build_model(config, self.device, self.dtype)
+        self.ckpt_dir = config.resolved_ckpt_dir()
         self.ckpt_format = ckpt.format
         self.dims = ckpt.dims
-        model = Whisper(ckpt.dims)
-        missing, unexpected = model.load_state_dict(ckpt.state_dict, strict=False)
-        missing = [k for k in missing if k != "encoder.positional_embedding"]
-        if missing or unexpected:
-            from engine.errors import CheckpointError
-
-            raise CheckpointError(f"{ckpt_dir}: missing {missing[:5]} unexpected {unexpected[:5]}")
-        model.eval().requires_grad_(False)
-        model = model.to(self.device, self.dtype)
-        if config.quantization == "int8_w8a8":
-            if self.device.type != "cpu":
-                raise InvalidRequestError("quantization='int8_w8a8' runs on CPU; use fp16/bf16 on CUDA")
-            model = quantize_linear_layers(model)  # type: ignore[assignment]
-            model.decoder.quantize_output_projection()
         self.model = model
         assert ckpt.tokenizer_file is not None
         self.tokenizer = WhisperTokenizer(ckpt.tokenizer_file, ckpt.dims.n_vocab, model.num_languages,
@@ -99,7 +70,7 @@ class WhisperRunner:
         self.steps_since_encode = 0
         self.max_rows = max(config.max_decode_rows, config.max_batch_size)
         self.streams_stepped = 0
-        logger.info("whisper %s loaded from %s (%s) on %s/%s, quantization=%s", self.model_name, ckpt_dir,
+        logger.info("whisper %s loaded from %s (%s) on %s/%s, quantization=%s", self.model_name, self.ckpt_dir,
                     ckpt.format, self.device, self.dtype, config.quantization)
 
     # ---- facts ----

@@ -117,3 +117,30 @@ def test_offline_audio_is_featurized_piecewise_with_the_same_result(
         outs += runner.execute()
     assert [o.finished for o in outs].count(True) == 1
     assert outs[-1].tokens == whole.tokens and len(whole.tokens) > 3
+
+
+def test_streams_stepped_counts_the_live_streams_of_each_forward(make_runner: Callable[..., WenetRunner]) -> None:
+    """What `oasr_engine_stream_batch_size` observes: the live streams one chunk forward advanced."""
+    runner = make_runner(chunk_size=4, max_batch_size=32)
+    rows: list[int] = []
+    forward = runner.model.forward_chunk_paged
+
+    def forward_and_note(feats, *args):
+        rows.append(int(feats.shape[0]))
+        return forward(feats, *args)
+
+    runner.model.forward_chunk_paged = forward_and_note
+    live = [Request(f"s{i}", True, DecodingOptions(), 16000) for i in range(3)]
+    offline = Request("file", False, DecodingOptions(), 16000, audio=stream_audio(3))
+    assert runner.admit([*live, offline]) == []
+    for i, req in enumerate(live):
+        req.append_audio(stream_audio(i))
+        req.input_finished = True
+    stepped = []
+    while runner.has_work():
+        before = len(rows)
+        runner.execute()
+        stepped.append((rows[-1] if len(rows) > before else 0, runner.streams_stepped))
+    # all four share the first forward; the offline request is no live stream
+    assert stepped[0] == (4, 3)
+    assert all(n <= forwarded for forwarded, n in stepped)  # a step without a forward advanced none
