@@ -8,7 +8,8 @@ engines.
 In process (default), one thread drives the engine as the server does. With `--server`, each
 point starts a real streaming server (`uvicorn app.main:app`) and every stream is an OpenAI
 realtime WebSocket session sending base64 24 kHz PCM; the batching columns then come from the
-server's own `oasr_engine_stream_batch_size` histogram on /metrics.
+server's own `oasr_engine_stream_batch_size` histogram on /metrics, and the partial interval is
+the gap between `delta` events (sent only when the text changed: an upper bound on the cadence).
 
     python -m benchmarks.streaming_capacity --sessions 1 2 4 8 --clip libri_2412-153948-0000
     python -m benchmarks.streaming_capacity --server --sessions 8 --batch-sizes 16 1 --quantization int8_w8a8
