@@ -226,7 +226,10 @@ class EngineService:
             elapsed = time.perf_counter() - t0
             self._step_started = None
             self._steps_done += 1
-            self._observe_step(elapsed)
+            try:
+                self._observe_step(elapsed)
+            except Exception:  # metrics are best effort: the step's outputs must still reach their clients
+                logger.exception("recording the metrics of an engine step failed")
             self._beat()
             if outputs and self._loop is not None:
                 try:
