@@ -381,7 +381,6 @@ async def test_request_timeout_is_408_and_aborts(h: Harness) -> None:
     assert h.service.inflight == 0
 
 
-@pytest.mark.parametrize("settings", [Settings(grpc_port=0, max_inflight=1, request_timeout_secs=1.0)])
 class EngineWithBrokenStats(FakeEngine):
     @property
     def num_running(self) -> int:
@@ -395,6 +394,7 @@ async def test_a_failing_metrics_observation_does_not_stop_the_engine_thread(h: 
         assert r.status_code == 200 and r.json()["text"] == "Hello world."
 
 
+@pytest.mark.parametrize("settings", [Settings(grpc_port=0, max_inflight=1, request_timeout_secs=1.0)])
 async def test_at_capacity_is_503_and_probes_still_answer(h: Harness) -> None:
     h.engine.answer = lambda rid, audio, options: None
     held = asyncio.ensure_future(transcribe(h))
