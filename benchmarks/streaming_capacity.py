@@ -43,7 +43,7 @@ KEEPS_UP_P95_S = 1.5  # final latency bound that counts as keeping up
 CADENCE_SLACK = 1.5
 """A stream keeps its cadence while its median gap between partials is at most this many steps
 (500 ms steps: 0.75 s); past that, passes of a busy engine come later than the step asks."""
-STEP_S = 0.5  # the engine's default stream_step_ms, which these runs use
+STEP_S = EngineConfig().stream_step_ms / 1000  # these runs use the default step
 
 
 @dataclass
