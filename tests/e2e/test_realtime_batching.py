@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from benchmarks.streaming_capacity import stream_batch_histogram
 from tests.conftest import load_clip, manifest, wer
 from tests.e2e.conftest import ServerProcess, start_server
 from tests.e2e.test_realtime_common import SessionLog, check_session_events, pcm16_at, sdk_session
@@ -37,10 +37,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def stream_batches(server: ServerProcess) -> dict[str, float]:
-    """Cumulative `oasr_engine_stream_batch_size` buckets by `le`."""
-    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
-    family = next(f for f in text_string_to_metric_families(text) if f.name == "oasr_engine_stream_batch_size")
-    return {s.labels["le"]: s.value for s in family.samples if s.name.endswith("_bucket")}
+    """Cumulative `oasr_engine_stream_batch_size` buckets by `le` (the capacity benchmark's reader)."""
+    return stream_batch_histogram(server.base_url)
 
 
 @pytest.fixture(scope="module")
