@@ -11,8 +11,8 @@ from engine.models.whisper.loader import LoadedCheckpoint, load_checkpoint
 from engine.models.whisper.model import Whisper, quantize_linear_layers
 
 
-def build_model(config: EngineConfig, device: torch.device, dtype: torch.dtype) -> tuple[Whisper, LoadedCheckpoint]:
-    ckpt_dir = config.resolved_ckpt_dir()
+def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
+                dtype: torch.dtype) -> tuple[Whisper, LoadedCheckpoint]:
     ckpt = load_checkpoint(ckpt_dir)
     model = Whisper(ckpt.dims)
     missing, unexpected = model.load_state_dict(ckpt.state_dict, strict=False)

@@ -46,8 +46,8 @@ class WhisperRunner:
         self.config = config
         self.device = resolve_device(config)
         self.dtype = resolve_dtype(config, self.device)
-        model, ckpt = build_model(config, self.device, self.dtype)
         self.ckpt_dir = config.resolved_ckpt_dir()
+        model, ckpt = build_model(self.ckpt_dir, config, self.device, self.dtype)
         self.ckpt_format = ckpt.format
         self.dims = ckpt.dims
         self.model = model
