@@ -12,23 +12,19 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from itertools import takewhile
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from engine.models.whisper.alignment import align_words
 from engine.models.whisper.context import fit_frames
-from engine.models.whisper.decoding import WindowResult
 from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
-from engine.models.whisper.jobs import WindowJob
+from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.transcript import COMPRESSION_RATIO_THRESHOLD, compression_ratio, is_silence
+from engine.models.whisper.window import WindowJob, WindowResult
 from engine.request import Request
 from engine.streaming.local_agreement import LocalAgreement, join_words, normalize_word
 from engine.types import RequestOutput, Segment, Word
-
-if TYPE_CHECKING:
-    from engine.models.whisper.runner import WhisperRunner
 
 logger = logging.getLogger(__name__)
 
@@ -48,11 +44,15 @@ TOKENS_PER_SECOND_CAP = 8  # fast speech is ~4 text tokens/s; the rest is room f
 
 
 class StreamingTranscription:
-    def __init__(self, request: Request, runner: WhisperRunner):
+    def __init__(self, request: Request, parts: WhisperParts, window_s: float, fit_context: bool):
+        """`window_s`: longest uncommitted window re-decoded per pass; `fit_context`: encode a
+        pass's window plus silence ('fit', context.py) instead of a zero-padded 30 s window."""
         self.request = request
-        self.runner = runner
+        self.parts = parts
+        self.window_cap = int(window_s * SAMPLE_RATE)  # samples
+        self.fit_context = fit_context
         self.options = request.decoding
-        self.language: str | None = (self.options.language or None) if runner.model.is_multilingual else "en"
+        self.language: str | None = (self.options.language or None) if parts.multilingual else "en"
         self.generator: torch.Generator | None = None
         self.window = np.zeros(0, dtype=np.float32)
         self.window_start = 0.0  # seconds of stream time at window[0]
@@ -75,23 +75,24 @@ class StreamingTranscription:
             self.new_samples += int(chunk.size)
 
     def ready(self, step_samples: int) -> bool:
+        """Due a pass: `step_samples` of new audio (absorbed or not yet), or the end of input."""
         if self.in_flight or self.final_done:
             return False
-        return self.new_samples >= step_samples or self.request.input_finished
+        pending = self.new_samples + self.request.pending_samples
+        return pending >= step_samples or self.request.input_finished
 
     def is_final_pass(self) -> bool:
         return self.request.input_finished and not self.request.pending_audio
 
     def window_audio(self) -> np.ndarray:
-        cap = int(self.runner.config.stream_window_s * SAMPLE_RATE)
-        if self.window.size > cap:
-            self._force_trim(cap)
+        if self.window.size > self.window_cap:
+            self._force_trim(self.window_cap)
         return self.window
 
     def make_job(self, mel: torch.Tensor) -> WindowJob:
         frames = min(N_FRAMES, mel.shape[1] - 1 if mel.shape[1] > 1 else mel.shape[1])
-        length = fit_frames(frames) if self.runner.config.stream_encoder_context == "fit" else N_FRAMES
-        job = WindowJob(self, pad_window(mel, 0, length), 0, frames, 0.0, 0)  # type: ignore[arg-type]
+        length = fit_frames(frames) if self.fit_context else N_FRAMES
+        job = WindowJob(self, pad_window(mel, 0, length), 0, frames, 0.0, 0, live=True)
         job.final = self.is_final_pass()
         job.forced = self._forced_tokens(job.final)
         self.current_job = job  # build_prefix reads its forced words
@@ -115,7 +116,7 @@ class StreamingTranscription:
         self.language = code
 
     def build_prefix(self) -> tuple[list[int], int]:
-        tok = self.runner.tokenizer
+        tok = self.parts.tokenizer
         # prompt with committed text the window no longer holds; the rest the model hears again
         before = [w for w in self.committed_words if w.end <= self.window_start + 1e-3]
         prompt_text = "" if self.unprompted else (self.options.prompt or "") + join_words(before)
@@ -145,7 +146,7 @@ class StreamingTranscription:
         if job.forced:
             result = replace(result, tokens=job.forced + result.tokens)
         silent = self._silent(result)
-        mute = not silent and not any(t < self.runner.tokenizer.eot for t in result.tokens)
+        mute = not silent and not any(t < self.parts.tokenizer.eot for t in result.tokens)
         if (mute or looping) and (job.sot_index or job.forced) and not self.unprompted:
             # tiny.en, prompted with a sentence's first words over audio starting mid-sentence,
             # can answer with an empty transcript although it hears speech, and prompted with
@@ -209,7 +210,7 @@ class StreamingTranscription:
             settled = self.heard_until - UNSETTLED_TAIL_S
             inside += list(takewhile(lambda w: w.end <= settled, self.agreement.tentative))
         text = join_words(inside).strip()
-        return self.runner.tokenizer.encode(" " + text) if text else []
+        return self.parts.tokenizer.encode(" " + text) if text else []
 
     def _committed_in_window(self) -> list[Word]:
         """Committed words whose audio the window still holds (it is cut in pauses after them)."""
@@ -217,19 +218,19 @@ class StreamingTranscription:
 
     def _looping(self, tokens: list[int]) -> bool:
         """The pass wrote the same few words over and over (Whisper's own repetition test)."""
-        tok = self.runner.tokenizer
+        tok = self.parts.tokenizer
         text = tok.decode([t for t in tokens if t < tok.eot])
         return compression_ratio(text) > COMPRESSION_RATIO_THRESHOLD
 
     def _words(self, job: WindowJob, result: WindowResult) -> list[Word]:
-        tok = self.runner.tokenizer
+        tok = self.parts.tokenizer
         text_tokens = [t for t in result.tokens if t < tok.eot]
         if not text_tokens or job.audio_features is None:
             return []
         sot = tok.sot_sequence(self.language, self.options.task, timestamps=False)
-        words = align_words(self.runner.model.decoder, tok, self.runner.alignment_heads, sot[:-1], text_tokens,
+        words = align_words(self.parts.model.decoder, tok, self.parts.alignment_heads, sot[:-1], text_tokens,
                            job.audio_features, job.frames, self.window_start, job.audio_positions,
-                           self.runner.silence_kv([job]), confidence=self.options.word_timestamps)
+                           self.parts.silence_kv([job]), confidence=self.options.word_timestamps)
         # punctuation alone is what tiny.en says over a pause: committing it prints ". . . ."
         return [w for w in words if any(ch.isalnum() for ch in w.word)]
 
@@ -307,7 +308,7 @@ class StreamingTranscription:
             tentative=tentative,
         )
         if finished:
-            tok = self.runner.tokenizer
+            tok = self.parts.tokenizer
             out.tokens = tok.encode(" " + committed.strip()) if committed.strip() else []
             if self.options.word_timestamps:
                 out.words = list(self.committed_words)
