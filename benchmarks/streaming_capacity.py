@@ -1,9 +1,11 @@
-"""How many live streams keep up with real time? (issue: live streaming, must-show 4)
+"""How many live streams keep up with real time? (issue: live streaming, must-show 4; issue 19)
 
 Runs N concurrent streams fed like microphones (20 ms chunks on absolute due times) and reports
-first-partial latency, final latency after the end of audio, and how many streams were decoded
-together. Sweeps N for batched (max_batch_size=16) and one-stream-at-a-time (max_batch_size=1)
-engines.
+first-partial latency, final latency after the end of audio, the gap between a stream's partials,
+how many streams were decoded together, and the live WER of the finals against the offline WER
+of the same audio (the engine at the same settings, all sessions' audio in one offline batch).
+By default every session is three short dev clips joined by pauses (PAUSE_S of silence), a
+different triple per session; `--clip ID` streams that one clip in every session instead.
 
 In process (default), one thread drives the engine as the server does. With `--server`, each
 point starts a real streaming server (`uvicorn app.main:app`) and every stream is an OpenAI
@@ -11,6 +13,7 @@ realtime WebSocket session sending base64 24 kHz PCM; the batching columns then 
 server's own `oasr_engine_stream_batch_size` histogram on /metrics, and the partial interval is
 the gap between `delta` events (sent only when the text changed: an upper bound on the cadence).
 
+    python -m benchmarks.streaming_capacity --server --sessions 8 16 24          # server defaults
     python -m benchmarks.streaming_capacity --sessions 1 2 4 8 --clip libri_2412-153948-0000
     python -m benchmarks.streaming_capacity --server --sessions 8 --batch-sizes 16 1 --quantization int8_w8a8
 """
@@ -40,15 +43,18 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
 CHUNK_S = 0.02
 SAMPLE_RATE = 16000
 KEEPS_UP_P95_S = 1.5  # final latency bound that counts as keeping up
-CADENCE_SLACK = 1.5
-"""A stream keeps its cadence while its median gap between partials is at most this many steps
-(500 ms steps: 0.75 s); past that, passes of a busy engine come later than the step asks."""
-STEP_S = EngineConfig().stream_step_ms / 1000  # these runs use the default step
+CADENCE_BOUND_S = 1.0
+"""A stream keeps its cadence while its median gap between partials is at most this (issue 19:
+two 500 ms steps); past that, passes of a busy engine come later than the step asks."""
+PAUSE_S = 1.5  # silence between the clips of a multi-utterance session (and before the first)
+SESSION_CLIPS = 3  # clips per multi-utterance session
+POOL_SECONDS = (1.5, 8.0)  # dev clips of this length (s) make up the sessions
 
 
 @dataclass
 class Session:
     rid: str
+    index: int = 0
     audio_end: float = 0.0  # wall time the last chunk was sent
     first_partial: float | None = None
     final: float | None = None
@@ -57,17 +63,63 @@ class Session:
     partial_times: list[float] = field(default_factory=list)
 
 
-def load(clip_id: str) -> np.ndarray:
+def _manifest() -> dict[str, dict[str, object]]:
     rows = [json.loads(line) for line in (DATA / "manifest.jsonl").read_text().splitlines() if line.strip()]
-    manifest = {row["id"]: row for row in rows}
-    audio, rate = sf.read(DATA / manifest[clip_id]["audio"], dtype="float32", always_2d=True)
+    return {str(row["id"]): row for row in rows}
+
+
+def load(clip_id: str) -> np.ndarray:
+    audio, rate = sf.read(DATA / str(_manifest()[clip_id]["audio"]), dtype="float32", always_2d=True)
     return soxr.resample(audio.mean(axis=1), rate, SAMPLE_RATE).astype(np.float32)
 
 
-def run(n: int, audio: np.ndarray, max_batch_size: int, stagger_s: float, **config: object) -> dict[str, object]:
+def sessions_audio(n: int, clip: str | None = None) -> tuple[list[np.ndarray], list[str]]:
+    """Audio and reference text of n sessions: `clip` in each, or SESSION_CLIPS different dev clips
+    joined by PAUSE_S of silence (session k takes clips 3k, 3k+1, 3k+2 of the pool, cyclically)."""
+    rows = _manifest()
+    if clip is not None:
+        return [load(clip)] * n, [str(rows[clip].get("text") or "")] * n
+    pool = [cid for cid, r in rows.items() if r.get("text") and not r.get("channel_texts")
+            and POOL_SECONDS[0] <= float(r["duration"]) <= POOL_SECONDS[1]]  # type: ignore[arg-type]
+    pause = np.zeros(int(PAUSE_S * SAMPLE_RATE), dtype=np.float32)
+    audios, texts = [], []
+    for k in range(n):
+        picked = [pool[(SESSION_CLIPS * k + j) % len(pool)] for j in range(SESSION_CLIPS)]
+        audios.append(np.concatenate([part for cid in picked for part in (pause, load(cid))]))
+        texts.append(" ".join(str(rows[cid]["text"]) for cid in picked))
+    return audios, texts
+
+
+def offline_wer(audios: list[np.ndarray], texts: list[str], **config: object) -> float:
+    """WER of the same audio transcribed offline by the engine at the same settings."""
+    engine = ASREngine(EngineConfig(**config))  # type: ignore[arg-type]
+    try:
+        outs = engine.transcribe_outputs(audios)
+    finally:
+        engine.shutdown()
+    return corpus_wer(texts, [o.text for o in outs])
+
+
+def corpus_wer(references: list[str], hypotheses: list[str]) -> float:
+    import jiwer
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    norm = EnglishTextNormalizer()
+    return round(100.0 * float(jiwer.wer([norm(r) for r in references], [norm(h) for h in hypotheses])), 2)
+
+
+def _per_session(audio: np.ndarray | list[np.ndarray], n: int) -> list[np.ndarray]:
+    return list(audio) if isinstance(audio, list) else [audio] * n
+
+
+def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None, stagger_s: float,
+        references: list[str] | None = None, **config: object) -> dict[str, object]:
+    """`audio`: one clip for every session, or one per session; `references`: their texts (for
+    the live WER); max_batch_size None keeps the engine's defaults."""
+    audios = _per_session(audio, n)
     # max_decode_rows too: with max_batch_size=1 alone the decoder would still step every stream together
-    engine = ASREngine(EngineConfig(service_mode="streaming", max_batch_size=max_batch_size,  # type: ignore[arg-type]
-                                    max_decode_rows=max_batch_size, **config))
+    sizes = {} if max_batch_size is None else {"max_batch_size": max_batch_size, "max_decode_rows": max_batch_size}
+    engine = ASREngine(EngineConfig(service_mode="streaming", **sizes, **config))  # type: ignore[arg-type]
     engine.transcribe_outputs(np.zeros(SAMPLE_RATE, dtype=np.float32))  # warm-up
     sessions: dict[str, Session] = {}
     streams_stepped: list[int] = []
@@ -79,7 +131,8 @@ def run(n: int, audio: np.ndarray, max_batch_size: int, stagger_s: float, **conf
         start = t0 + k * stagger_s
         time.sleep(max(0.0, start - time.monotonic()))
         rid = engine.add_streaming_request()
-        s = Session(rid, start=time.monotonic())
+        s = Session(rid, k, start=time.monotonic())
+        audio = audios[k]
         with lock:
             sessions[rid] = s
         for i, off in enumerate(range(0, audio.size, chunk)):
@@ -114,31 +167,47 @@ def run(n: int, audio: np.ndarray, max_batch_size: int, stagger_s: float, **conf
                 finished += 1
     engine.shutdown()
     histogram = {b: sum(1 for x in streams_stepped if x <= b) for b in BATCH_SIZE_BUCKETS}
+    finals = {s.index: s.texts[-1] for s in sessions.values() if s.texts}
     return summarize(n, max_batch_size, [s.final for s in sessions.values() if s.final is not None],
                      [s.first_partial for s in sessions.values() if s.first_partial is not None],
                      [b - a for s in sessions.values() for a, b in itertools.pairwise(s.partial_times)],
-                     histogram, len(streams_stepped), sum(streams_stepped), max(streams_stepped, default=0))
+                     histogram, len(streams_stepped), sum(streams_stepped), max(streams_stepped, default=0),
+                     live_wer=_live_wer(references, finals, n))
 
 
-def run_server(n: int, audio: np.ndarray, max_batch_size: int, stagger_s: float, quantization: str,
-               encoder_context: str) -> dict[str, object]:
-    """The same sessions through a real streaming server, as OpenAI realtime WebSocket clients."""
+def _live_wer(references: list[str] | None, finals: dict[int, str], n: int) -> float:
+    if not references:
+        return float("nan")
+    return corpus_wer(references[:n], [finals.get(k, "") for k in range(n)])
+
+
+def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None, stagger_s: float,
+               quantization: str | None, encoder_context: str | None,
+               references: list[str] | None = None) -> dict[str, object]:
+    """The same sessions through a real streaming server, as OpenAI realtime WebSocket clients.
+    None for max_batch_size, quantization or encoder_context keeps the server's default."""
     from benchmarks.asrbench.backends.realtime import RealtimeStream
     from benchmarks.asrbench.backends.server_process import ServerProcess
 
-    server = ServerProcess({"OASR_SERVICE_MODE": "streaming", "OASR_MAX_BATCH_SIZE": str(max_batch_size),
-                            "OASR_MAX_DECODE_ROWS": str(max_batch_size), "OASR_QUANTIZATION": quantization,
-                            "OASR_STREAM_ENCODER_CONTEXT": encoder_context, "OASR_LOG_LEVEL": "warning"},
-                           startup_timeout_s=300.0)
+    audios = _per_session(audio, n)
+    env = {"OASR_SERVICE_MODE": "streaming", "OASR_LOG_LEVEL": "warning"}
+    if max_batch_size is not None:
+        env |= {"OASR_MAX_BATCH_SIZE": str(max_batch_size), "OASR_MAX_DECODE_ROWS": str(max_batch_size)}
+    if quantization is not None:
+        env["OASR_QUANTIZATION"] = quantization
+    if encoder_context is not None:
+        env["OASR_STREAM_ENCODER_CONTEXT"] = encoder_context
+    server = ServerProcess(env, startup_timeout_s=300.0)
     try:
         warm = RealtimeStream(server.base_url, model="", turn_detection="none")
-        warm.send(audio[:SAMPLE_RATE])
+        warm.send(audios[0][:SAMPLE_RATE])
         warm.close_input()
         warm.result(60.0)
         before = stream_batch_histogram(server.base_url)
         finals: list[float] = []
         firsts: list[float] = []
         intervals: list[float] = []
+        texts: dict[int, str] = {}
         errors: list[str] = []
         lock = threading.Lock()
         t0 = time.perf_counter() + 0.5
@@ -149,13 +218,14 @@ def run_server(n: int, audio: np.ndarray, max_batch_size: int, stagger_s: float,
             time.sleep(max(0.0, start - time.perf_counter()))
             stream = RealtimeStream(server.base_url, model="", turn_detection="none")
             opened = time.perf_counter()
+            audio = audios[k]
             for i, off in enumerate(range(0, audio.size, chunk)):
                 time.sleep(max(0.0, start + i * CHUNK_S - time.perf_counter()))
                 stream.send(audio[off : off + chunk])
             audio_end = start + audio.size / SAMPLE_RATE
             stream.close_input()
             try:
-                stream.result(120.0)
+                text = stream.result(120.0)
             except Exception as exc:  # a failed session is reported, not raised
                 with lock:
                     errors.append(f"{type(exc).__name__}: {exc}")
@@ -163,6 +233,7 @@ def run_server(n: int, audio: np.ndarray, max_batch_size: int, stagger_s: float,
             with lock:
                 assert stream.final_t is not None
                 finals.append(stream.final_t - audio_end)
+                texts[k] = text
                 if stream.partials:
                     firsts.append(stream.partials[0][0] - opened)
                 intervals.extend(b - a for (a, _), (b, _) in itertools.pairwise(stream.partials))
@@ -182,7 +253,7 @@ def run_server(n: int, audio: np.ndarray, max_batch_size: int, stagger_s: float,
     # /metrics has buckets only: the most streams in one step is known up to its bucket's bound
     most = min((b for b in BATCH_SIZE_BUCKETS if histogram[b] >= steps), default=BATCH_SIZE_BUCKETS[-1])
     return summarize(n, max_batch_size, finals, firsts, intervals, histogram, int(steps), int(after["sum"] - before["sum"]),
-                     most if steps else 0)
+                     most if steps else 0, live_wer=_live_wer(references, texts, n))
 
 
 def stream_batch_histogram(base_url: str) -> dict[str, float]:
@@ -200,8 +271,9 @@ def stream_batch_histogram(base_url: str) -> dict[str, float]:
     return out
 
 
-def summarize(n: int, max_batch_size: int, finals: list[float], firsts: list[float], intervals: list[float],
-              histogram: dict[int, float], steps: int, stream_steps: int, max_streams: int) -> dict[str, object]:
+def summarize(n: int, max_batch_size: int | None, finals: list[float], firsts: list[float], intervals: list[float],
+              histogram: dict[int, float], steps: int, stream_steps: int, max_streams: int,
+              live_wer: float = float("nan")) -> dict[str, object]:
     """One point's row. `intervals` are the gaps between a stream's consecutive partials (its pass
     cadence); `histogram` counts engine steps by the streams they advanced together (cumulative,
     by bucket bound); `max_streams` is the largest seen, or the bucket bound above it."""
@@ -219,7 +291,8 @@ def summarize(n: int, max_batch_size: int, finals: list[float], firsts: list[flo
         "steps_with_2plus_streams": int(steps - histogram[1]),
         "max_streams_per_step": max_streams,
         "keeps_up": p95 <= KEEPS_UP_P95_S,
-        "keeps_cadence": bool(intervals) and statistics.median(intervals) <= CADENCE_SLACK * STEP_S,
+        "keeps_cadence": bool(intervals) and statistics.median(intervals) <= CADENCE_BOUND_S,
+        "live_wer": live_wer,
     }
 
 
@@ -231,46 +304,61 @@ def percentile(values: list[float], q: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--clip", default="libri_2412-153948-0000")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 1])
+    parser.add_argument("--clip", default=None, help="stream this dev clip in every session (default: "
+                        f"{SESSION_CLIPS} clips joined by {PAUSE_S} s pauses, different per session)")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[None],
+                        help="max_batch_size (and max_decode_rows) per point; default: the engine's")
     parser.add_argument("--stagger-s", type=float, default=0.25, help="start offset between sessions, seconds")
-    parser.add_argument("--quantization", default="none", choices=["none", "int8_w8a8"])
-    parser.add_argument("--encoder-context", default="fit", choices=["fit", "full"])
+    parser.add_argument("--quantization", default=None, choices=["none", "int8_w8a8"], help="default: the engine's")
+    parser.add_argument("--encoder-context", default=None, choices=["fit", "full"], help="default: the engine's")
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs per point; the table shows the median p95 (it moves a lot from run to run)")
     parser.add_argument("--server", action="store_true",
                         help="run each point against a real streaming server over /v1/realtime WebSockets")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    audio = load(args.clip)
+    config: dict[str, object] = {}
+    if args.quantization is not None:
+        config["quantization"] = args.quantization
+    if args.encoder_context is not None:
+        config["stream_encoder_context"] = args.encoder_context
     rows = []
     for mbs in args.batch_sizes:
         for n in args.sessions:
+            audios, texts = sessions_audio(n, args.clip)
+            sizes = {} if mbs is None else {"max_batch_size": mbs}
+            reference = offline_wer(audios, texts, **config, **sizes)
             runs = []
             for _ in range(args.repeat):
                 if args.server:
-                    runs.append(run_server(n, audio, mbs, args.stagger_s, args.quantization, args.encoder_context))
+                    runs.append(run_server(n, audios, mbs, args.stagger_s, args.quantization, args.encoder_context,
+                                           references=texts))
                 else:
-                    runs.append(run(n, audio, mbs, args.stagger_s, quantization=args.quantization,
-                                    stream_encoder_context=args.encoder_context))
+                    runs.append(run(n, audios, mbs, args.stagger_s, references=texts, **config))
+                runs[-1]["offline_wer"] = reference
                 print(json.dumps(runs[-1]), flush=True)
             row = dict(sorted(runs, key=lambda r: r["final_p95_s"])[len(runs) // 2])  # type: ignore[arg-type,return-value]
             row["final_p95_runs"] = [r["final_p95_s"] for r in runs]
             rows.append(row)
     most = "most streams in a step (bucket bound)" if args.server else "most streams in a step"
+    defaults = EngineConfig()
     print(f"\n{'server over /v1/realtime' if args.server else 'in-process engine'}, "
-          f"quantization={args.quantization}, context={args.encoder_context}\n")
+          f"quantization={args.quantization or defaults.quantization}, "
+          f"context={args.encoder_context or defaults.stream_encoder_context}, "
+          f"sessions: {args.clip or f'{SESSION_CLIPS} dev clips joined by {PAUSE_S} s pauses'}\n")
     print("| max_batch_size | sessions | final p50 s | final p95 s (median run) | p95 of each run | "
           f"first partial p50 s | partial interval p50 / p95 s | steps with ≥2 streams | mean streams a step | "
-          f"{most} | final p95 ≤ {KEEPS_UP_P95_S} s | partials every ≤ {CADENCE_SLACK * STEP_S} s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          f"{most} | live WER % | offline WER % | final p95 ≤ {KEEPS_UP_P95_S} s | "
+          f"partials every ≤ {CADENCE_BOUND_S} s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         each = ", ".join(str(x) for x in r["final_p95_runs"])  # type: ignore[attr-defined]
-        print(f"| {r['max_batch_size']} | {r['sessions']} | {r['final_p50_s']} | {r['final_p95_s']} | {each} | "
+        print(f"| {r['max_batch_size'] or defaults.max_batch_size} | {r['sessions']} | {r['final_p50_s']} | "
+              f"{r['final_p95_s']} | {each} | "
               f"{r['first_partial_p50_s']} | {r['partial_interval_p50_s']} / {r['partial_interval_p95_s']} | "
               f"{r['steps_with_2plus_streams']} of {r['steps_with_streams']} | "
-              f"{r['mean_streams_per_step']} | {r['max_streams_per_step']} | {r['keeps_up']} | "
-              f"{r['keeps_cadence']} |")
+              f"{r['mean_streams_per_step']} | {r['max_streams_per_step']} | {r['live_wer']} | {r['offline_wer']} | "
+              f"{r['keeps_up']} | {r['keeps_cadence']} |")
 
 
 if __name__ == "__main__":
