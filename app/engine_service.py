@@ -249,17 +249,14 @@ class EngineService:
             e.last_batch_size = 0
         if e.last_streams_stepped:
             m.engine_stream_batch_size.observe(e.last_streams_stepped)
-        stats = getattr(e.runner, "stats", None)
-        if callable(stats):
-            s = stats()
-            if "kv_pool_usage" in s:
-                m.engine_kv_pool_usage.set(s["kv_pool_usage"])
-            exhausted = s.get("kv_exhausted_total")
-            if exhausted is not None:
-                delta = exhausted - self._kv_exhausted_seen
-                if delta > 0:
-                    m.engine_kv_exhausted.inc(delta)
-                self._kv_exhausted_seen = exhausted
+        if e.runner is not None:  # None only in route tests' engine doubles
+            s = e.runner.stats()
+            if s.kv_blocks_capacity:
+                m.engine_kv_pool_usage.set(s.kv_usage)
+            delta = s.kv_exhausted_total - self._kv_exhausted_seen
+            if delta > 0:
+                m.engine_kv_exhausted.inc(delta)
+            self._kv_exhausted_seen = s.kv_exhausted_total
 
     def _dispatch(self, outputs: list[RequestOutput], sent_at: float) -> None:
         for out in outputs:
