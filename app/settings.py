@@ -41,14 +41,20 @@ class Settings(BaseSettings):
     """Most requests decoded together in one batch."""
     max_decode_rows: int = 64
     """Whisper: most decoder rows (beams × requests, live passes included) stepped together; bounds the KV cache."""
-    schedule_policy: Literal["fcfs", "window"] = "window"
-    """Admission policy: 'window' groups similar lengths, 'fcfs' takes arrival order."""
+    schedule_policy: Literal["fcfs", "window", "bucket", "sjf"] = "window"
+    """Offline admission: 'window' groups similar lengths around the oldest request, 'bucket' admits the fullest octave of length, 'sjf' the shortest first, 'fcfs' arrival order."""
     max_wait_time: float = 2.0
-    """Seconds a request may be passed over by length grouping before it is admitted first."""
+    """Seconds a request may be passed over (length grouping, stream cohorts, preferred-size holds) before it is admitted first."""
     length_window_factor: float = 2.0
     """'window' policy looks at the oldest max_batch_size × this many waiting requests."""
     max_offline_pad_ratio: float = 4.0
-    """Cap on padded/useful audio length in one offline batch."""
+    """Cap on padded/useful audio length in one offline batch (window, bucket, sjf)."""
+    length_bucket_ratio: float = 0.0
+    """Floor on shortest/longest audio length in one offline batch, 0 to 1 (window, bucket, sjf); 0 is no floor."""
+    preferred_batch_sizes: Annotated[list[int], NoDecode] = Field(default_factory=list)
+    """Batch sizes admission snaps to (comma-separated, each <= max_batch_size); requests are held until one fills or the oldest waited max_wait_time. Unset admits whatever waits."""
+    streaming_cohort_admit: bool = True
+    """Admit waiting live streams shortest buffered audio first (streams that waited max_wait_time go first)."""
     num_threads: int | None = None
     """torch CPU threads; unset uses all cores."""
     stream_step_ms: int = 500
@@ -106,7 +112,7 @@ class Settings(BaseSettings):
     log_level: str = "info"
     """Python logging level for the oasr loggers."""
 
-    @field_validator("api_key", "cors_allow_origin", mode="before")
+    @field_validator("api_key", "cors_allow_origin", "preferred_batch_sizes", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):
@@ -124,6 +130,9 @@ class Settings(BaseSettings):
             max_wait_time=self.max_wait_time,
             length_window_factor=self.length_window_factor,
             max_offline_pad_ratio=self.max_offline_pad_ratio,
+            length_bucket_ratio=self.length_bucket_ratio,
+            preferred_batch_size=tuple(self.preferred_batch_sizes),
+            streaming_cohort_admit=self.streaming_cohort_admit,
             quantization=self.quantization,
             service_mode=self.service_mode,
             num_threads=self.num_threads,
