@@ -267,17 +267,23 @@ def test_preferred_sizes_hold_a_short_queue_until_the_oldest_starves() -> None:
 
 
 def test_preferred_sizes_count_streams_and_keep_the_shape_bounds() -> None:
-    # Natural window batch: {oldest, a, b} + stream = 4, but preferred is 2 or 3 with the stream taking one slot;
-    # 3 means {oldest, a} (the 2-run with the least padding) plus the stream.
+    # Unsnapped: the stream and the run {b, a, oldest} (4 slots). Snapped to 3: the stream takes one slot
+    # and the window policy, run again with the 2 left, picks {oldest, a}, not the first two of its 3-run.
     sched = Scheduler(policy="window", max_batch_size=4, max_pad_ratio=3.0, preferred_batch_size=(3, 2))
     waiting = [stream("s", age=0.1, buffered=0.1), offline("oldest", 10.0, age=1.0),
                offline("a", 9.0, age=0.9), offline("b", 4.0, age=0.8)]
     out = sched.schedule(waiting, 4, NOW)
     assert out.admitted == ("s", "oldest", "a") and out.held == 1
-    # A size the bounds cannot fill falls back to the next smaller one: {10, 1} pads 20 / 11 > 1.5.
-    tight = Scheduler(policy="window", max_batch_size=4, max_pad_ratio=1.5, preferred_batch_size=(2, 1))
-    out = tight.schedule([offline("oldest", 10.0, age=1.0), offline("tiny", 1.0, age=0.5)], 4, NOW)
-    assert out.admitted == ("oldest",) and out.held == 0
+
+
+def test_a_preferred_size_the_shape_bounds_cannot_fill_falls_to_the_next_smaller() -> None:
+    # All six fit (60 / 51 <= 1.5), three fit (30 / 21), but no pair with the oldest does (20 / 11 > 1.5).
+    waiting = [offline("oldest", 1.0, age=1.0)] + [offline(f"r{i}", 10.0, age=0.5 - i * 0.01) for i in range(5)]
+    pairs = Scheduler(policy="window", max_batch_size=8, max_pad_ratio=1.5, preferred_batch_size=(2, 1))
+    out = pairs.schedule(waiting, 8, NOW)
+    assert out.admitted == ("oldest",) and out.held == 5
+    triples = Scheduler(policy="window", max_batch_size=8, max_pad_ratio=1.5, preferred_batch_size=(3, 2))
+    assert triples.schedule(waiting, 8, NOW).admitted == ("oldest", "r0", "r1")
 
 
 def test_preferred_sizes_are_off_while_anything_is_starved() -> None:
