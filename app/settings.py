@@ -23,6 +23,10 @@ from engine.config import EngineConfig
 from engine.families import FAMILY_TABLE, load_family
 
 
+ENGINE_FIELD_FOR = {"preferred_batch_sizes": "preferred_batch_size"}
+"""Settings whose name differs from the EngineConfig field they set (the design's CLI spelling)."""
+
+
 class ServerSettings(BaseSettings):
     """The server's own settings; `Settings` adds the generated family options."""
 
@@ -57,14 +61,20 @@ class ServerSettings(BaseSettings):
     """Most requests decoded together in one batch."""
     max_decode_rows: int = 64
     """Whisper: most decoder rows (beams × requests, live passes included) stepped together; bounds the KV cache."""
-    schedule_policy: Literal["fcfs", "window"] = "window"
-    """Admission policy: 'window' groups similar lengths, 'fcfs' takes arrival order."""
+    schedule_policy: Literal["fcfs", "window", "bucket", "sjf"] = "window"
+    """Offline admission: 'window' groups similar lengths around the oldest request, 'bucket' admits the fullest octave of length, 'sjf' the shortest first, 'fcfs' arrival order."""
     max_wait_time: float = 2.0
-    """Seconds a request may be passed over by length grouping before it is admitted first."""
+    """Seconds a request may be passed over (length grouping, stream cohorts, preferred-size holds) before it is admitted first."""
     length_window_factor: float = 2.0
     """'window' policy looks at the oldest max_batch_size × this many waiting requests."""
     max_offline_pad_ratio: float = 4.0
-    """Cap on padded/useful audio length in one offline batch."""
+    """Cap on padded/useful audio length in one offline batch (window, bucket, sjf)."""
+    length_bucket_ratio: float = 0.0
+    """Floor on shortest/longest audio length in one offline batch, 0 to 1 (window, bucket, sjf); 0 is no floor."""
+    preferred_batch_sizes: Annotated[list[int], NoDecode] = Field(default_factory=list)
+    """Batch sizes admission snaps to (comma-separated, each <= max_batch_size); requests are held until one fills or the oldest waited max_wait_time. Unset admits whatever waits."""
+    streaming_cohort_admit: bool = True
+    """Admit waiting live streams shortest buffered audio first (streams that waited max_wait_time go first)."""
     num_threads: int | None = None
     """torch CPU threads; unset uses all cores."""
     stream_step_ms: int = 500
@@ -124,7 +134,7 @@ class ServerSettings(BaseSettings):
     log_level: str = "info"
     """Python logging level for the oasr loggers."""
 
-    @field_validator("api_key", "cors_allow_origin", mode="before")
+    @field_validator("api_key", "cors_allow_origin", "preferred_batch_sizes", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):
@@ -132,10 +142,16 @@ class ServerSettings(BaseSettings):
         return value
 
     def engine_config(self) -> EngineConfig:
-        """The engine's configuration: every setting named like an EngineConfig field, and the
-        family options (`<family>_<option>` settings) grouped by family."""
+        """The engine's configuration: every setting named like an EngineConfig field (or renamed
+        in `ENGINE_FIELD_FOR`), and the family options (`<family>_<option>` settings) by family."""
         fields = type(self).model_fields
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(EngineConfig) if f.name in fields}
+        setting_for = {engine: setting for setting, engine in ENGINE_FIELD_FOR.items()}
+        values = {}
+        for f in dataclasses.fields(EngineConfig):
+            setting = setting_for.get(f.name, f.name)
+            if setting in fields:
+                value = getattr(self, setting)
+                values[f.name] = tuple(value) if isinstance(value, list) else value
         options = {
             name: {option: getattr(self, setting) for setting, option in settings.items()}
             for name, settings in _family_setting_names().items()
