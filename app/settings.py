@@ -22,7 +22,6 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from engine.config import EngineConfig
 from engine.families import FAMILY_TABLE, load_family
 
-
 ENGINE_FIELD_FOR = {"preferred_batch_sizes": "preferred_batch_size"}
 """Settings whose name differs from the EngineConfig field they set (the design's CLI spelling)."""
 

@@ -80,8 +80,11 @@ class EngineConfig:
     admitted as they open) it is arrival order."""
     quantization: Quantization = "none"
     """'int8_w8a8': int8 dynamic quantization of linear layers (CPU); 'fp16'/'bf16' on CUDA."""
-    service_mode: ServiceMode = "offline"
-    """'streaming' runs live streams incrementally; 'offline' buffers streams to end of input."""
+    service_mode: ServiceMode = "streaming"
+    """'streaming' serves live streams (incrementally, with partials) and offline requests alike;
+    'offline' serves offline requests only and refuses streams at admission (it builds no
+    streaming runtime: no KV pool for chunked families). Streaming by default, as in the
+    reference design, because it costs nothing for families without a pool and serves both."""
     num_threads: int | None = None
     """torch intra-op threads; None keeps torch's default (all cores)."""
     max_decode_rows: int = 64

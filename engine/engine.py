@@ -28,7 +28,7 @@ from engine.families import family_options, resolve_family
 from engine.gc_freeze import freeze_heap, thaw_heap
 from engine.request import Request, RequestStatus
 from engine.runner import ModelInfo, ModelRunner
-from engine.scheduler import Scheduler, WaitingRequest
+from engine.scheduler import Scheduler, SchedulerOutput, WaitingRequest
 from engine.types import AbortRequest, AddRequest, Command, DecodingOptions, FeedAudio, RequestOutput
 
 logger = logging.getLogger(__name__)
@@ -78,6 +78,12 @@ class ASREngine:
         self.last_streams_stepped = 0  # live streams the runner's forward advanced together in the last step
         self.last_queue_waits: list[float] = []
         self.stats: dict[str, int] = {"steps": 0, "admitted": 0, "finished": 0, "errors": 0}
+        self._admit_hold_until: float | None = None
+        """preferred_batch_size held every waiting request back until this monotonic time (or
+        until a command arrives or the runner's free slots change)."""
+        self._admit_hold_free = 0
+        self.last_schedule: SchedulerOutput | None = None
+        """The scheduler's last decision (admitted ids, policy, padding) for metrics."""
         self._heap_frozen = self.config.gc_freeze and freeze_heap()
 
     # ------------------------------------------------------------------ facts
@@ -229,12 +235,19 @@ class ASREngine:
             return True
         if any(r.attached_audio is not None and r.status == RequestStatus.RUNNING for r in self._requests.values()):
             return True
+        if self._admit_hold_until is not None:
+            if time.monotonic() < self._admit_hold_until and self.runner.free_slots() == self._admit_hold_free:
+                return False  # preferred_batch_size holds the waiting requests until then
+            self._admit_hold_until = None
         return bool(self._waiting) and self.runner.free_slots() > 0
 
     def wait_for_work(self, timeout: float | None = None) -> bool:
         """Block until a command arrives (or `timeout`) when there is nothing to do; no polling."""
         if self.has_work():
             return True
+        if self._admit_hold_until is not None:  # wake when the held requests may go anyway
+            until_hold = max(0.0, self._admit_hold_until - time.monotonic())
+            timeout = until_hold if timeout is None else min(timeout, until_hold)
         try:
             cmd = self._inbox.get(timeout=timeout)
         except queue.Empty:
@@ -266,6 +279,7 @@ class ASREngine:
                     break
             if cmd is None:
                 continue
+            self._admit_hold_until = None  # new work may fill a preferred batch size sooner
             if isinstance(cmd, AddRequest):
                 req = Request(
                     request_id=cmd.request_id,
@@ -319,13 +333,16 @@ class ASREngine:
         by_id = {r.request_id: r for r in candidates}
         now = time.monotonic()
         decision = self.scheduler.schedule(
-            [WaitingRequest(r.request_id, 0.0 if r.streaming else r.duration, r.arrival_time, r.priority,
-                            r.streaming) for r in candidates],
+            # a waiting stream has consumed nothing: its duration is the audio it has buffered
+            [WaitingRequest(r.request_id, r.duration, r.arrival_time, r.priority, r.streaming) for r in candidates],
             free,
             now,
         )
+        self.last_schedule = decision
         admitted = [by_id[rid] for rid in decision.admitted]
         if not admitted:
+            if decision.next_admit_time is not None:
+                self._admit_hold_until, self._admit_hold_free = decision.next_admit_time, free
             return []
         outputs: list[RequestOutput] = []
         empty = [r for r in admitted if not r.streaming and (r.audio is None or r.audio.size == 0)]
@@ -485,6 +502,7 @@ class ASREngine:
         if self._loop_thread is not None:
             self._loop_thread.join(timeout=10)
         with self._step_lock:
+            self._apply_commands()  # requests still in the inbox are aborted too
             for req in list(self._requests.values()):
                 out = self._abort(req)
                 waiter = self._waiters.pop(req.request_id, None)
@@ -492,6 +510,8 @@ class ASREngine:
                     waiter.set_result(out)
             self._requests.clear()
             self._waiting.clear()
+            with self._ids_lock:
+                self._live_ids.clear()
             self.runner.shutdown()
         if self._heap_frozen:
             thaw_heap()
