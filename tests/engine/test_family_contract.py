@@ -35,9 +35,16 @@ def _wenet(tmp: Path) -> EngineConfig:
     return EngineConfig(ckpt_dir=write_checkpoint(str(tmp / "wenet")), chunk_size=8, max_num_blocks=512)
 
 
+def _fake(tmp: Path) -> EngineConfig:
+    from engine.models.fake import write_checkpoint
+
+    return EngineConfig(ckpt_dir=write_checkpoint(str(tmp / "fake")))
+
+
 CHECKPOINTS: dict[str, Callable[[Path], EngineConfig]] = {
     "whisper": _whisper,
     "wenet": _wenet,
+    "fake": _fake,
 }
 """How to build a servable checkpoint of each family (real or reference-written weights)."""
 
