@@ -79,6 +79,7 @@ def start_server(log_path: Path, extra_env: dict[str, str] | None = None, gracef
         "OASR_GRPC_PORT": str(grpc_port),
         "OASR_DEVICE": "cpu",
         "OASR_NUM_THREADS": "2",
+        "OASR_DATA_DIR": str(log_path.parent / f"data-{http_port}"),  # jobs store: never the user's data dir
         **(extra_env or {}),
     }
     argv = [
