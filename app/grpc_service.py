@@ -101,10 +101,16 @@ async def start_grpc_server(app: Any, settings: Settings) -> GrpcServer:
     )
     calls = ActiveCalls()
     speech_pb2_grpc.add_SpeechServicer_to_server(SpeechServicer(app, calls), server)  # type: ignore[no-untyped-call]
+    from google.longrunning import operations_pb2_grpc
+
+    from app.jobs.grpc_operations import OperationsServicer
+
+    operations_pb2_grpc.add_OperationsServicer_to_server(OperationsServicer(app), server)  # type: ignore[no-untyped-call]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, "google.longrunning.Operations",
+         reflection.SERVICE_NAME),
         server,
     )
     address = f"{settings.host}:{settings.grpc_port}"

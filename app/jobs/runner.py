@@ -19,9 +19,9 @@ import grpc
 import numpy as np
 
 from app.audio import AudioDecoder, AudioError
-from app.channels import channel_tags, waveforms
+from app.channels import channel_results, waveforms
 from app.engine_service import EngineService
-from app.grpc_convert import RpcError, alternatives, audio_spec, billed, decoding_options, duration, result_language
+from app.grpc_convert import RpcError, audio_spec, billed, decoding_options
 from app.jobs.model import Job
 from app.jobs.spool import Spool
 from app.jobs.uri import resolve_audio_uri
@@ -92,14 +92,9 @@ async def recognize_job(job: Job, runtime: JobRuntime,
         raise
     channels = waveforms(audio, separate)
     outs = await _run_channels(runtime, channels, options, on_progress)
-    response = pb.LongRunningRecognizeResponse(request_id=config.request_id or job.name,
-                                               total_billed_time=billed(audio.duration))
-    for out, tag in zip(outs, channel_tags(len(outs), separate)):
-        if out.text.strip():
-            response.results.append(pb.SpeechRecognitionResult(
-                alternatives=alternatives(out, config), result_end_time=duration(out.duration),
-                language_code=result_language(out, config), channel_tag=tag))
-    return response
+    return pb.LongRunningRecognizeResponse(request_id=config.request_id or job.name,
+                                           total_billed_time=billed(audio.duration),
+                                           results=channel_results(outs, config, separate))
 
 
 async def _run_channels(runtime: JobRuntime, channels: list[np.ndarray], options: object,
