@@ -113,6 +113,8 @@ class Settings(BaseSettings):
     """Engine priority of job requests; live and synchronous requests have 0 and lower runs sooner, so jobs yield."""
     jobs_lease_secs: float = 60.0
     """Lease of a running job, renewed every third of it; jobs of a replica that died are taken over after it."""
+    jobs_replica_id: str | None = None
+    """This replica's name in the jobs store (lease owner, attempt history); unset: a random id per process."""
     jobs_poll_interval_secs: float = 1.0
     """How often a replica looks for queued jobs and due webhooks (jobs submitted to it start at once)."""
     audio_uri_root: str | None = None

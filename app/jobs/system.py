@@ -69,7 +69,7 @@ class JobSystem:
                                  timeout_s=settings.webhook_timeout_secs, metrics=metrics)
         worker = JobWorker(store, runtime, spool, webhooks, metrics, max_running=settings.jobs_max_running,
                            lease_s=settings.jobs_lease_secs, poll_s=settings.jobs_poll_interval_secs,
-                           retention_s=settings.jobs_retention_hours * 3600.0)
+                           retention_s=settings.jobs_retention_hours * 3600.0, owner=settings.jobs_replica_id)
         worker.start()
         logger.info("jobs: store %s, spool %s, up to %d running here (replica %s)", store.describe, spool.root,
                     settings.jobs_max_running, worker.owner)
