@@ -325,3 +325,32 @@ def test_list_pages_through_every_operation_and_metrics_count_them(server: Serve
     assert 'oasr_job_duration_seconds_count{outcome="succeeded"}' in metrics
     assert "oasr_jobs_queue_age_seconds" in metrics
     assert base64  # imported for lro_body users
+
+
+# ---------------------------------------------------------------- the CLI
+
+
+def test_cli_submit_wait_get_list_cancel(server: ServerProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    from app.cli import main
+
+    clip = next(c for c in manifest() if c.id == SHORT)
+    url = ["--url", server.base_url]
+    assert main(["jobs", "submit", str(clip.path), *url]) == 0
+    name = capsys.readouterr().out.strip()
+    assert main(["jobs", "wait", name, "--interval", "0.2", *url]) == 0
+    printed = capsys.readouterr().out.strip()
+    assert printed == recognize_text(server.base_url, clip.path.read_bytes())[0]
+    assert main(["jobs", "get", name, *url]) == 0
+    assert '"state": "SUCCEEDED"' in capsys.readouterr().out
+    assert main(["jobs", "list", "--filter", "state=SUCCEEDED", *url]) == 0
+    assert any(line.startswith(name + "\tSUCCEEDED\t100%") for line in capsys.readouterr().out.splitlines())
+    assert main(["jobs", "cancel", name, *url]) == 1
+    assert "FAILED_PRECONDITION" in capsys.readouterr().err
+    assert main(["jobs", "get", "nope", *url]) == 1
+    assert "NOT_FOUND" in capsys.readouterr().err
+    audio, _, _ = stereo(LEFT, RIGHT)
+    path = server.log_path.parent / "stereo.wav"
+    path.write_bytes(audio)
+    assert main(["jobs", "submit", str(path), "--separate-channels", "--wait", *url]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split("]")[0] for line in lines] == ["[channel 1", "[channel 2"]
