@@ -90,7 +90,7 @@ class WebhookReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 receiver.deliveries.append(Delivery(body, {k.lower(): v for k, v in self.headers.items()}))
                 receiver.answered += 1

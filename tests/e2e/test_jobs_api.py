@@ -3,7 +3,6 @@ webhooks, cancel, list, audio.uri and the job metrics (issue 16, must-show 4, 5 
 
 from __future__ import annotations
 
-import base64
 import os
 import time
 from collections.abc import Iterator
@@ -324,7 +323,6 @@ def test_list_pages_through_every_operation_and_metrics_count_them(server: Serve
     assert 'oasr_webhook_deliveries_total{outcome="delivered"}' in metrics
     assert 'oasr_job_duration_seconds_count{outcome="succeeded"}' in metrics
     assert "oasr_jobs_queue_age_seconds" in metrics
-    assert base64  # imported for lro_body users
 
 
 # ---------------------------------------------------------------- the CLI

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from app.jobs.backends import open_store
-from app.jobs.model import AttemptOutcome, JobState
+from app.jobs.model import AttemptOutcome
 from tests.conftest import DATA_DIR, manifest
 from tests.e2e.conftest import start_server
 from tests.e2e.jobs_helpers import lro_body, recognize_text, transcripts, wait_done

@@ -81,7 +81,7 @@ def test_expired_lease_is_taken_over_and_the_old_attempt_can_no_longer_write(sto
 def test_release_requeues_and_expire_leases_makes_running_jobs_claimable(store: SqlJobStore) -> None:
     store.create(new("r"))
     store.create(new("s"))
-    [r, s] = store.claim("a", 2, LEASE_S)
+    [r, _s] = store.claim("a", 2, LEASE_S)
     assert store.release("r", "a", r.attempts)
     assert store.get("r").state is JobState.QUEUED
     assert store.expire_leases() == 1  # "s" was running
