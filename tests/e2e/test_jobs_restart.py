@@ -69,3 +69,26 @@ def test_sigkill_loses_no_job_and_none_completes_twice(tmp_path: Path) -> None:
                 assert len(attempts) == 1
     finally:
         store.close()
+
+
+def test_sigterm_gives_a_running_job_back_to_the_queue(tmp_path: Path) -> None:
+    if not (DATA_DIR / "manifest.jsonl").exists():
+        pytest.skip("speech data not found")
+    data = tmp_path / "data"
+    server = start_server(tmp_path, {"OASR_DATA_DIR": str(data), "OASR_JOBS_POLL_INTERVAL_SECS": "0.1"})
+    try:
+        audio = wav_bytes(np.concatenate([load_clip("jfk_inaugural")] * 4), fmt="FLAC")  # 44 s
+        name = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize", json=lro_body(audio),
+                          timeout=60).json()["name"]
+        deadline = time.monotonic() + 120
+        while httpx.get(f"{server.base_url}/v1/operations/{name}").json()["metadata"]["state"] != "RUNNING":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        assert server.terminate() == 0  # drained
+    store = open_store(None, data)
+    try:
+        assert store.get(name).state is JobState.QUEUED
+        assert [a.outcome for a in store.attempts(name)] == [AttemptOutcome.RELEASED]
+    finally:
+        store.close()
