@@ -136,7 +136,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.drain_hooks = []
     app.state.grpc = None
     if settings.grpc_port:
-        from app.grpc_service import start_grpc_server
+        from app.grpc.service import start_grpc_server
 
         app.state.grpc = await start_grpc_server(app, settings)
     drainer = Drainer(app)

@@ -25,6 +25,8 @@ import numpy as np
 
 from app.audio import StreamResampler
 from app.engine_service import EngineService
+from app.live.turn import Turn, elapsed_ms, samples_ms
+from app.live.vad import VadBatcher
 from app.realtime import events as ev
 from app.realtime.audio_input import decode_base64, decode_chunk
 from app.realtime.config import (
@@ -36,8 +38,6 @@ from app.realtime.config import (
 )
 from app.realtime.events import ProtocolError
 from app.realtime.sender import EventSender
-from app.realtime.turn import Turn, elapsed_ms, samples_ms
-from app.realtime.vad import VadBatcher
 from engine import DecodingOptions, RequestOutput
 from engine.errors import EngineError, EngineShutdownError, InvalidRequestError, UnknownRequestError
 from engine.vad import SAMPLE_RATE as VAD_SAMPLE_RATE

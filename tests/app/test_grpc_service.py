@@ -18,8 +18,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from app.audio import AudioEncoding, AudioTooLongError, decode_audio
 from app.errors import ApiError
-from app.grpc_audio import PcmChunker
-from app.grpc_convert import (
+from app.grpc.audio import PcmChunker
+from app.grpc.convert import (
     AudioSpec,
     RpcError,
     audio_spec,
@@ -29,7 +29,7 @@ from app.grpc_convert import (
     recognize_response,
     to_rpc_error,
 )
-from app.grpc_service import SERVICE_NAME, start_grpc_server
+from app.grpc.service import SERVICE_NAME, start_grpc_server
 from app.settings import Settings
 from engine import RequestOutput
 from engine.errors import EngineShutdownError, InvalidRequestError

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.g711 import mulaw_to_float
+from app.audio.g711 import mulaw_to_float
 from app.metrics import Metrics
 from app.realtime.audio_input import container_of, decode_base64, decode_chunk
 from app.realtime.config import (
@@ -310,8 +310,8 @@ async def test_disconnect_aborts_open_requests() -> None:
 
 
 def test_chunking_strategy_forms() -> None:
+    from app.chunking import ChunkingStrategy, parse_chunking_strategy
     from app.errors import ApiError
-    from app.realtime.chunking import ChunkingStrategy, parse_chunking_strategy
 
     defaults = ChunkingStrategy(threshold=0.4, silence_duration_ms=600, prefix_padding_ms=250)
     assert parse_chunking_strategy([("model", "x")], defaults) is None
@@ -329,7 +329,7 @@ def test_chunking_strategy_forms() -> None:
 
 
 def test_merged_segments_sit_at_their_speech_boundaries() -> None:
-    from app.realtime.chunking import merge_segments
+    from app.chunking import merge_segments
     from engine import Segment, Word
 
     outs = [
@@ -353,7 +353,7 @@ def test_merged_segments_sit_at_their_speech_boundaries() -> None:
 
 
 async def test_vad_batcher_batches_sessions_and_matches_one_by_one_detection(clips: Any) -> None:
-    from app.realtime.vad import VadBatcher
+    from app.live.vad import VadBatcher
     from engine.vad import SpeechStarted, SpeechStopped, TurnAudio, TurnSettings, load_vad_model
     from tests.conftest import load_clip
 
@@ -399,7 +399,7 @@ async def test_vad_batcher_batches_sessions_and_matches_one_by_one_detection(cli
 async def test_manual_commit_under_server_vad_closes_the_turn_in_progress(clips: Any) -> None:
     """Speech runs into the end of what the client sent; its commit ends the turn there, and
     the session's clock carries on for the next detector."""
-    from app.realtime.vad import VadBatcher
+    from app.live.vad import VadBatcher
     from engine.vad import load_vad_model
     from tests.conftest import load_clip
 

@@ -26,8 +26,8 @@ import grpc
 import numpy as np
 
 from app.engine_service import EngineService, OutputStream
-from app.grpc_audio import PcmChunker
-from app.grpc_convert import AudioSpec, RpcError, alternatives, billed, duration, invalid, result_language
+from app.grpc.audio import PcmChunker
+from app.grpc.convert import AudioSpec, RpcError, alternatives, billed, duration, invalid, result_language
 from app.settings import Settings
 from engine import DecodingOptions, RequestOutput
 from engine.errors import UnknownRequestError

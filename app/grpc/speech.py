@@ -17,8 +17,8 @@ import grpc
 
 from app.audio import AudioDecoder
 from app.engine_service import EngineService
-from app.grpc_audio import BufferedAudio
-from app.grpc_convert import (
+from app.grpc.audio import BufferedAudio
+from app.grpc.convert import (
     AudioSpec,
     RpcError,
     alternatives,
@@ -31,7 +31,7 @@ from app.grpc_convert import (
     result_language,
     to_rpc_error,
 )
-from app.grpc_live import LiveSession, VadProvider
+from app.grpc.live import LiveSession, VadProvider
 from app.metrics import Metrics
 from app.middleware import key_matches
 from app.offline import RequestTimeout, inflight_permit, run_offline

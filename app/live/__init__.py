@@ -1,0 +1,1 @@
+"""The live-session core shared by every streaming surface."""
