@@ -1,9 +1,8 @@
-"""One live StreamingRecognize call: headerless chunks -> (server VAD turns) -> engine streaming
-requests -> interim and final results.
+"""One live StreamingRecognize call: headerless chunks -> the live core's turns -> interim and
+final results.
 
-    reader task:  audio_content -> PcmChunker (frames, one resampler) -> TurnDetector? ->
-                  open a turn's engine request / feed it / end its input
-    per turn:     forwarder task: engine outputs -> interim results, one final result
+    reader task:  audio_content -> PcmChunker (frames, one resampler) -> LiveSession (app/live)
+    turn events:  voice events and turns into `items`; each turn's results into its own queue
     the RPC:      yields `items` in order: voice events and turns, each turn until its final
 
 Utterances: with `single_utterance` or `enable_voice_activity_events` the server VAD
@@ -23,14 +22,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-import numpy as np
 
-from app.engine_service import EngineService, OutputStream
+from app.engine_service import EngineService
 from app.grpc.audio import PcmChunker
 from app.grpc.convert import AudioSpec, RpcError, alternatives, billed, duration, invalid, result_language
+from app.live import (
+    LiveEvent,
+    LiveSession,
+    SpeechBegan,
+    SpeechEnded,
+    Turn,
+    TurnAborted,
+    TurnFailed,
+    TurnFinal,
+    TurnOpened,
+    TurnPartial,
+    TurnRefused,
+    VadModelCache,
+)
 from app.settings import Settings
 from engine import DecodingOptions, RequestOutput
-from engine.errors import UnknownRequestError
+from engine.vad import SAMPLE_RATE as VAD_SAMPLE_RATE
+from engine.vad import TurnSettings
 from protos.oasr.speech.v1 import speech_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -47,40 +60,15 @@ DONE = _Done()
 
 
 @dataclass(eq=False)
-class _Turn:
-    """One utterance: its engine request and the responses it produced, in order."""
+class _TurnResults:
+    """One utterance's responses, in order, until its final."""
 
-    stream: OutputStream
-    offset: float
-    """Seconds from the start of the stream to the turn's first sample."""
+    turn: Turn
     queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
-    input_ended: bool = False
-    finished: bool = False
-    forwarder: asyncio.Task[None] | None = None
+    last_text: str | None = None
 
 
-class VadProvider:
-    """Loads the server VAD model once (on first use), shared by every stream."""
-
-    def __init__(self, settings: Settings):
-        self.settings = settings
-        self._model: Any = None
-        self._lock = asyncio.Lock()
-
-    async def detector(self) -> Any:
-        from engine.vad import TurnDetector, TurnSettings, load_vad_model
-
-        async with self._lock:
-            if self._model is None:
-                self._model = await asyncio.to_thread(load_vad_model, self.settings.vad)
-                logger.info("server VAD for gRPC streams: %s", self.settings.vad)
-        s = self.settings
-        return TurnDetector(self._model, TurnSettings(threshold=s.vad_threshold,
-                                                      silence_duration_ms=s.vad_silence_duration_ms,
-                                                      prefix_padding_ms=s.vad_prefix_padding_ms))
-
-
-class LiveSession:
+class LiveCall:
     def __init__(
         self,
         service: EngineService,
@@ -89,7 +77,7 @@ class LiveSession:
         spec: AudioSpec,
         options: DecodingOptions,
         request_id: str,
-        vad: VadProvider,
+        vad_models: VadModelCache,
     ):
         if not spec.encoding.headerless:
             raise invalid(
@@ -108,9 +96,11 @@ class LiveSession:
         self.options = options
         self.request_id = request_id
         self.rate = service.engine.sample_rate
-        self._vad_provider = vad
+        self._vad_models = vad_models
         self.items: asyncio.Queue[Any] = asyncio.Queue()
-        self.turns: list[_Turn] = []
+        self.turns: list[_TurnResults] = []
+        self._results: dict[Turn, _TurnResults] = {}
+        self.live: LiveSession | None = None
         self.samples_in = 0
         self.first_audio_at: float | None = None
         self._first_partial_seen = False
@@ -121,10 +111,8 @@ class LiveSession:
     async def run(self, audio_in: AsyncIterator[bytes]) -> AsyncIterator[pb.StreamingRecognizeResponse]:
         started = time.monotonic()
         outcome = "error"
-        detector = await self._vad_provider.detector() if self.use_vad else None
-        if detector is not None and self.rate != 16000:
-            raise RpcError(grpc.StatusCode.UNIMPLEMENTED, "server VAD needs a 16 kHz model")
-        reader = asyncio.ensure_future(self._read(audio_in, detector))
+        self.live = live = await self._live_session()
+        reader = asyncio.ensure_future(self._read(audio_in, live))
         try:
             while True:
                 item = await self.items.get()
@@ -132,7 +120,7 @@ class LiveSession:
                     break
                 if isinstance(item, BaseException):
                     raise item
-                if isinstance(item, _Turn):
+                if isinstance(item, _TurnResults):
                     async for response in self._drain_turn(item):
                         yield response
                     if self.single:
@@ -142,23 +130,36 @@ class LiveSession:
             outcome = "ok"
         except (asyncio.CancelledError, GeneratorExit):
             outcome = "cancelled"
-            if any(not t.finished for t in self.turns):
+            if any(not t.turn.finished for t in self.turns):
                 self.metrics.requests_cancelled.inc()
             raise
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
-            for turn in self.turns:
-                if turn.forwarder is not None:
-                    turn.forwarder.cancel()
-                self.service.close(turn.stream.request_id)
+            live.abort_all()
             self.metrics.request_duration.labels(api=API, mode="streaming", outcome=outcome).observe(
                 time.monotonic() - started)
             logger.info("StreamingRecognize %s (live): %.2f s of audio, %d turn(s), %s", self.request_id,
                         self.samples_in / self.rate, len(self.turns), outcome)
 
-    async def _drain_turn(self, turn: _Turn) -> AsyncIterator[pb.StreamingRecognizeResponse]:
+    async def _live_session(self) -> LiveSession:
+        """The call's live session: server VAD turns for voice events / single utterance."""
+        vad = None
+        if self.use_vad:
+            vad = await self._vad_models.batcher()
+            if vad is None:
+                raise RpcError(grpc.StatusCode.INTERNAL, f"the server VAD model ({self._vad_models.kind}) failed to "
+                                                         f"load: {self._vad_models.error}")
+            if self.rate != VAD_SAMPLE_RATE:
+                raise RpcError(grpc.StatusCode.UNIMPLEMENTED, "server VAD needs a 16 kHz model")
+        s = self.settings
+        detection = TurnSettings(threshold=s.vad_threshold, silence_duration_ms=s.vad_silence_duration_ms,
+                                 prefix_padding_ms=s.vad_prefix_padding_ms) if vad is not None else None
+        return LiveSession(self.service, self._on_event, options=self.options, vad=vad, turn_detection=detection,
+                           label=f"stream {self.request_id}")
+
+    async def _drain_turn(self, turn: _TurnResults) -> AsyncIterator[pb.StreamingRecognizeResponse]:
         while True:
             item = await turn.queue.get()
             if item is DONE:
@@ -176,7 +177,7 @@ class LiveSession:
 
     # ------------------------------------------------------------------ the audio side
 
-    async def _read(self, audio_in: AsyncIterator[bytes], detector: Any) -> None:
+    async def _read(self, audio_in: AsyncIterator[bytes], live: LiveSession) -> None:
         try:
             chunker = PcmChunker(self.spec, self.rate, self.settings)
             async for data in audio_in:
@@ -184,114 +185,104 @@ class LiveSession:
                     break  # single utterance over: later audio is ignored
                 if data and self.first_audio_at is None:
                     self.first_audio_at = time.monotonic()
-                await self._route(chunker.push(data), detector, last=False)
+                samples = self._count(chunker.push(data))
+                if samples.size:  # nothing yet: a partial frame, or the resampler's latency
+                    await live.push(samples)
             if not self._stop_reading:
-                await self._route(chunker.flush(), detector, last=True)
+                tail = self._count(chunker.flush())
+                if not self.samples_in:
+                    raise invalid("the stream carried no audio_content before half-close")
+                if tail.size:
+                    await live.push(tail)
+                await live.end_turn()
             self.items.put_nowait(DONE)
         except Exception as exc:
             self._fail(exc)
 
-    def _fail(self, exc: BaseException) -> None:
-        """Deliver a reader error wherever the RPC side is waiting."""
-        for turn in self.turns:
-            if not turn.finished:
-                turn.queue.put_nowait(exc)
-        self.items.put_nowait(exc)
-
-    async def _route(self, samples: np.ndarray, detector: Any, *, last: bool) -> None:
-        start = self.samples_in
+    def _count(self, samples: Any) -> Any:
         self.samples_in += len(samples)
         if samples.size:
             self.metrics.audio_seconds.labels(api=API, mode="streaming").inc(len(samples) / self.rate)
-        if detector is None:
-            if not self.turns:
-                if not samples.size:  # nothing yet (a partial frame, resampler latency), or nothing at all
-                    if last:
-                        raise invalid("the stream carried no audio_content before half-close")
-                    return
-                self._open_turn(0.0)
-            self._feed(self.turns[0], samples, last)
+        return samples
+
+    def _fail(self, exc: BaseException) -> None:
+        """Deliver a reader error wherever the RPC side is waiting."""
+        for turn in self.turns:
+            if not turn.turn.finished:
+                turn.queue.put_nowait(exc)
+        self.items.put_nowait(exc)
+
+    # ------------------------------------------------------------------ turn events
+
+    async def _on_event(self, event: LiveEvent) -> None:
+        if isinstance(event, SpeechBegan):
+            if self.voice_events:
+                self.items.put_nowait(self._event(Event.SPEECH_ACTIVITY_BEGIN, event.speech_start_ms / 1000))
+        elif isinstance(event, TurnOpened):
+            results = _TurnResults(event.turn)
+            self.turns.append(results)
+            self._results[event.turn] = results
+            self.items.put_nowait(results)
+        elif isinstance(event, TurnRefused):
+            raise event.error  # ends the call (the reader delivers it)
+        elif isinstance(event, SpeechEnded):
+            results = self.turns[-1]
+            if self.voice_events:
+                results.queue.put_nowait(self._event(Event.SPEECH_ACTIVITY_END, event.speech_end_ms / 1000))
+            if self.single:
+                results.queue.put_nowait(self._event(Event.END_OF_SINGLE_UTTERANCE, event.speech_end_ms / 1000))
+                self._stop_reading = True
+                self._stop_turns()
+        elif isinstance(event, TurnPartial | TurnFinal | TurnFailed | TurnAborted):
+            results = self._results[event.turn]
+            try:
+                self._on_output(results, event)
+            except Exception as exc:  # keep the RPC side from waiting forever
+                results.queue.put_nowait(exc)
+
+    def _on_output(self, results: _TurnResults, event: TurnPartial | TurnFinal | TurnFailed | TurnAborted) -> None:
+        out = event.output
+        if isinstance(event, TurnPartial):
+            text = out.text.strip()
+            if not text or text == results.last_text:
+                return
+            results.last_text = text
+            self._observe_first_partial()
+            if self.interim:
+                results.queue.put_nowait(self._partial(results, out, text))
             return
-        from engine.vad import SpeechStarted, SpeechStopped, TurnAudio
+        if isinstance(event, TurnFailed):
+            self._stop_turns()  # the call ends with this turn's error: no new turns meanwhile
+        results.queue.put_nowait(self._final(results, out))
+        results.queue.put_nowait(DONE)
 
-        events = list(await asyncio.to_thread(detector.feed, samples)) if samples.size else []
-        if last:
-            events += detector.flush()
-        if last and start == 0 and not samples.size:
-            raise invalid("the stream carried no audio_content before half-close")
-        for event in events:
-            if isinstance(event, SpeechStarted):
-                if self.voice_events:
-                    self.items.put_nowait(self._event(Event.SPEECH_ACTIVITY_BEGIN, event.speech_start_ms / 1000))
-                self._open_turn(event.audio_start_ms / 1000)
-            elif isinstance(event, TurnAudio):
-                self._feed(self.turns[-1], event.audio, False)
-            elif isinstance(event, SpeechStopped):
-                turn = self.turns[-1]
-                self._feed(turn, np.zeros(0, dtype=np.float32), True)
-                if self.voice_events:
-                    turn.queue.put_nowait(self._event(Event.SPEECH_ACTIVITY_END, event.speech_end_ms / 1000))
-                if self.single:
-                    turn.queue.put_nowait(self._event(Event.END_OF_SINGLE_UTTERANCE, event.speech_end_ms / 1000))
-                    self._stop_reading = True
-                    break
-
-    def _open_turn(self, offset: float) -> None:
-        stream = self.service.open_request(None, streaming=True, decoding=self.options)
-        turn = _Turn(stream=stream, offset=offset)
-        self.turns.append(turn)
-        turn.forwarder = asyncio.ensure_future(self._forward(turn))
-        self.items.put_nowait(turn)
-
-    def _feed(self, turn: _Turn, samples: np.ndarray, last: bool) -> None:
-        if turn.input_ended or turn.finished:
-            return
-        try:
-            self.service.feed(turn.stream.request_id, samples.astype(np.float32, copy=False), is_last=last)
-        except UnknownRequestError:
-            # the engine already finished this turn (e.g. its cache ceiling): later audio has no home
-            logger.info("stream %s: turn ended by the engine; dropping %d samples", self.request_id, len(samples))
-        turn.input_ended = last
+    def _stop_turns(self) -> None:
+        if self.live is not None:
+            self.live.stop()
 
     # ------------------------------------------------------------------ engine outputs
 
-    async def _forward(self, turn: _Turn) -> None:
-        last_text = None
-        try:
-            while True:
-                out = await turn.stream.get()
-                if out.finished:
-                    turn.finished = True
-                    turn.queue.put_nowait(self._final(turn, out))
-                    turn.queue.put_nowait(DONE)
-                    return
-                text = out.text.strip()
-                if not text or text == last_text:
-                    continue
-                last_text = text
-                self._observe_first_partial()
-                if self.interim:
-                    turn.queue.put_nowait(self._partial(turn, out, text))
-        except Exception as exc:  # keep the RPC side from waiting forever
-            turn.queue.put_nowait(exc)
+    def _offset(self, results: _TurnResults) -> float:
+        """Seconds from the start of the stream to the turn's first sample."""
+        return results.turn.start / self.rate
 
     def _observe_first_partial(self) -> None:
         if not self._first_partial_seen and self.first_audio_at is not None:
             self._first_partial_seen = True
             self.metrics.time_to_first_partial.labels(api=API).observe(time.monotonic() - self.first_audio_at)
 
-    def _partial(self, turn: _Turn, out: RequestOutput, text: str) -> pb.StreamingRecognizeResponse:
+    def _partial(self, results: _TurnResults, out: RequestOutput, text: str) -> pb.StreamingRecognizeResponse:
         committed = len(out.committed.strip())
         result = pb.StreamingRecognitionResult(
             alternatives=[pb.SpeechRecognitionAlternative(transcript=text)],
             is_final=False,
             stability=min(committed / len(text), 1.0) if text else 0.0,
-            result_end_time=duration(turn.offset + out.duration),
+            result_end_time=duration(self._offset(results) + out.duration),
             language_code=result_language(out, self.config),
         )
         return self._response(results=[result])
 
-    def _final(self, turn: _Turn, out: RequestOutput) -> Any:
+    def _final(self, results: _TurnResults, out: RequestOutput) -> Any:
         if out.finish_reason == "error":
             if out.error_stage == "shutdown":
                 return RpcError(grpc.StatusCode.UNAVAILABLE, "server is shutting down; the stream was cancelled")
@@ -301,9 +292,9 @@ class LiveSession:
         if out.text.strip():
             self._observe_first_partial()
         result = pb.StreamingRecognitionResult(
-            alternatives=alternatives(out, self.config, offset=turn.offset),
+            alternatives=alternatives(out, self.config, offset=self._offset(results)),
             is_final=True,
-            result_end_time=duration(turn.offset + out.duration),
+            result_end_time=duration(self._offset(results) + out.duration),
             language_code=result_language(out, self.config),
         )
         return self._response(results=[result])

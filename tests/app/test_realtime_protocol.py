@@ -16,7 +16,6 @@ import pytest
 import soundfile as sf
 
 from app.audio.g711 import mulaw_to_float
-from app.metrics import Metrics
 from app.realtime.audio_input import container_of, decode_base64, decode_chunk
 from app.realtime.config import (
     InputFormat,
@@ -29,7 +28,7 @@ from app.realtime.config import (
 from app.realtime.events import ProtocolError, error_event, server_event
 from app.realtime.session import RealtimeSession
 from engine import RequestOutput
-from engine.errors import InvalidRequestError
+from tests.app.bridge_double import ScriptedService
 
 VAD = VadSettings(threshold=0.5, prefix_padding_ms=300, silence_duration_ms=500)
 
@@ -191,37 +190,6 @@ def test_events_have_unique_ids_and_openai_error_shape() -> None:
 
 
 # ---------------------------------------------------------------- a session over a scripted bridge
-
-
-class ScriptedService:
-    """Stands in for EngineService at the seam the session uses; the test plays the engine by
-    putting outputs into the request's real OutputStream."""
-
-    def __init__(self) -> None:
-        from app.engine_service import OutputStream
-
-        self._stream_cls = OutputStream
-        self.metrics = Metrics()
-        self.engine = type("E", (), {"sample_rate": 16000, "runner": self})()
-        self.streams: dict[str, Any] = {}
-        self.fed: dict[str, list[tuple[int, bool]]] = {}
-        self.closed: list[str] = []
-
-    def check_options(self, options: Any, streaming: bool) -> None:
-        if options.language not in (None, "en"):
-            raise InvalidRequestError(f"model is English-only: language {options.language!r} is not supported")
-
-    def open_request(self, audio: Any, *, streaming: bool, decoding: Any) -> Any:
-        rid = f"req-{len(self.streams)}"
-        self.streams[rid] = self._stream_cls(rid)
-        self.fed[rid] = []
-        return self.streams[rid]
-
-    def feed(self, rid: str, chunk: np.ndarray, is_last: bool = False) -> None:
-        self.fed[rid].append((chunk.size, is_last))
-
-    def close(self, rid: str) -> None:
-        self.closed.append(rid)
 
 
 class ListSender:
