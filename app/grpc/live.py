@@ -59,6 +59,17 @@ class _Done:
 DONE = _Done()
 
 
+async def _until_done(queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:
+    """A queue's items up to its DONE marker; an exception in it is raised where it stands."""
+    while True:
+        item = await queue.get()
+        if item is DONE:
+            return
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+
+
 @dataclass(eq=False)
 class _TurnResults:
     """One utterance's responses, in order, until its final."""
@@ -114,14 +125,9 @@ class LiveCall:
         self.live = live = await self._live_session()
         reader = asyncio.ensure_future(self._read(audio_in, live))
         try:
-            while True:
-                item = await self.items.get()
-                if item is DONE:
-                    break
-                if isinstance(item, BaseException):
-                    raise item
+            async for item in _until_done(self.items):
                 if isinstance(item, _TurnResults):
-                    async for response in self._drain_turn(item):
+                    async for response in _until_done(item.queue):
                         yield response
                     if self.single:
                         break  # END_OF_SINGLE_UTTERANCE: no more results
@@ -158,15 +164,6 @@ class LiveCall:
                                  prefix_padding_ms=s.vad_prefix_padding_ms) if vad is not None else None
         return LiveSession(self.service, self._on_event, options=self.options, vad=vad, turn_detection=detection,
                            label=f"stream {self.request_id}")
-
-    async def _drain_turn(self, turn: _TurnResults) -> AsyncIterator[pb.StreamingRecognizeResponse]:
-        while True:
-            item = await turn.queue.get()
-            if item is DONE:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
 
     def _response(self, **fields: Any) -> pb.StreamingRecognizeResponse:
         return pb.StreamingRecognizeResponse(request_id=self.request_id,
