@@ -140,7 +140,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.drain_hooks.append(_stop_claiming(app.state.jobs))
     app.state.grpc = None
     if settings.grpc_port:
-        from app.grpc_service import start_grpc_server
+        from app.grpc.service import start_grpc_server
 
         app.state.grpc = await start_grpc_server(app, settings)
     drainer = Drainer(app)

@@ -17,7 +17,7 @@ import grpc
 from google.longrunning import operations_pb2, operations_pb2_grpc
 from google.protobuf import empty_pb2
 
-from app.grpc_convert import RpcError
+from app.grpc.convert import RpcError
 from app.jobs.errors import JobError
 from app.jobs.operations import operation
 from app.jobs.system import JobSystem
@@ -54,7 +54,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
     async def _call(self, method: str, context: grpc.aio.ServicerContext, work: Callable[[], Awaitable[T]]) -> T:
         code = grpc.StatusCode.OK
         try:
-            from app.grpc_speech import presented_keys
+            from app.grpc.speech import presented_keys
 
             keys = self._state.settings.api_key
             if keys and not key_matches(presented_keys(context), keys):

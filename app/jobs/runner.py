@@ -21,7 +21,7 @@ import numpy as np
 from app.audio import AudioDecoder, AudioError
 from app.channels import channel_results, waveforms
 from app.engine_service import EngineService
-from app.grpc_convert import RpcError, audio_spec, billed, decoding_options
+from app.grpc.convert import RpcError, audio_spec, billed, decoding_options
 from app.jobs.model import Job
 from app.jobs.spool import Spool
 from app.jobs.uri import resolve_audio_uri

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from app.grpc_convert import RpcError, audio_spec, decoding_options
+from app.grpc.convert import RpcError, audio_spec, decoding_options
 from app.jobs.callbacks import check_callback_url
 from app.jobs.errors import InvalidJobError
 from app.jobs.model import NewJob

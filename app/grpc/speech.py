@@ -18,8 +18,8 @@ import grpc
 from app.audio import AudioDecoder
 from app.channels import channel_results, run_offline_channels, waveforms
 from app.engine_service import EngineService
-from app.grpc_audio import BufferedAudio
-from app.grpc_convert import (
+from app.grpc.audio import BufferedAudio
+from app.grpc.convert import (
     AudioSpec,
     RpcError,
     alternatives,
@@ -32,7 +32,8 @@ from app.grpc_convert import (
     result_language,
     to_rpc_error,
 )
-from app.grpc_live import LiveSession, VadProvider
+from app.grpc.live import LiveCall
+from app.live import VadModelCache
 from app.metrics import Metrics
 from app.middleware import key_matches
 from app.offline import RequestTimeout, inflight_permit
@@ -84,7 +85,6 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
     def __init__(self, app: Any, calls: ActiveCalls | None = None):
         self._state = app.state
         self._calls = calls or ActiveCalls()
-        self._vad = VadProvider(app.state.settings)
 
     # state is read per call: the lifespan fills it in before the listener starts
     @property
@@ -255,9 +255,9 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
                                        "events, where it is recognized per channel after half-close")
                     yield await self._buffered_channels(audio_in, spec, options, config, rid, context)
                 elif self._live(streaming_config, spec):
-                    session = LiveSession(self.service, self.settings, streaming_config, spec, options, rid,
-                                          self._vad)
-                    async for response in session.run(audio_in):
+                    call = LiveCall(self.service, self.settings, streaming_config, spec, options, rid,
+                                    VadModelCache.of(self._state))
+                    async for response in call.run(audio_in):
                         yield response
                 else:
                     yield await self._buffered(audio_in, spec, options, config, rid, context)
