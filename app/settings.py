@@ -123,6 +123,38 @@ class ServerSettings(BaseSettings):
     vad_prefix_padding_ms: int = 300
     """Audio kept before detected speech start, in ms."""
 
+    # ---- batch jobs (speech:longrunningrecognize, docs/api.md) ----
+    data_dir: str | None = None
+    """Where the server keeps its state (jobs database, audio spool); unset: the user data dir (~/.local/share/oasr on Linux)."""
+    jobs_database_url: str | None = None
+    """Jobs store: unset is SQLite in data_dir; postgresql://user:password@host/db lets several replicas share one queue."""
+    jobs_spool_dir: str | None = None
+    """Uploaded audio of jobs; unset: <data_dir>/spool. Replicas sharing a database must share this directory too."""
+    jobs_spool_max_mib: float = 10240.0
+    """All spooled job audio together, in MiB; a submission past it gets 429 / RESOURCE_EXHAUSTED."""
+    jobs_retention_hours: float = 168.0
+    """Finished jobs, their results and their audio are deleted this many hours after they finished."""
+    jobs_max_running: int = 2
+    """Jobs this replica runs at once (a per-channel job is one engine request per channel); 0 runs none here."""
+    jobs_priority: int = 10
+    """Engine priority of job requests; live and synchronous requests have 0 and lower runs sooner, so jobs yield."""
+    jobs_lease_secs: float = 60.0
+    """Lease of a running job, renewed every third of it; jobs of a replica that died are taken over after it."""
+    jobs_replica_id: str | None = None
+    """This replica's name in the jobs store (lease owner, attempt history); unset: a random id per process."""
+    jobs_poll_interval_secs: float = 1.0
+    """How often a replica looks for queued jobs and due webhooks (jobs submitted to it start at once)."""
+    audio_uri_root: str | None = None
+    """Directory that audio.uri file:// paths must lie under (symlinks resolved); unset refuses audio.uri."""
+    callback_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Hosts job callback URLs may name (comma-separated; *.example.com matches subdomains); unset refuses callbacks."""
+    webhook_max_attempts: int = 5
+    """Deliveries tried per finished job before its webhook is marked FAILED."""
+    webhook_backoff_secs: float = 5.0
+    """Wait before the second delivery attempt, in seconds; doubled before each further one."""
+    webhook_timeout_secs: float = 10.0
+    """Seconds a webhook receiver has to answer one delivery attempt."""
+
     # ---- security and extras ----
     api_key: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """API keys (comma-separated in the env var); when set every route except probes needs one (Bearer or x-api-key)."""
@@ -133,7 +165,7 @@ class ServerSettings(BaseSettings):
     log_level: str = "info"
     """Python logging level for the oasr loggers."""
 
-    @field_validator("api_key", "cors_allow_origin", "preferred_batch_sizes", mode="before")
+    @field_validator("api_key", "cors_allow_origin", "preferred_batch_sizes", "callback_allowed_hosts", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):
