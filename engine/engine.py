@@ -129,6 +129,11 @@ class ASREngine:
             self._live_ids.add(rid)
         return rid
 
+    def validate_options(self, decoding: DecodingOptions | None, streaming: bool = False) -> DecodingOptions:
+        """The options a request would be admitted with, or InvalidRequestError / UnsupportedError:
+        for a caller that holds a request's audio itself before submitting it."""
+        return self._check_options(decoding, streaming)
+
     def _check_options(self, decoding: DecodingOptions | None, streaming: bool) -> DecodingOptions:
         options = decoding or DecodingOptions()
         if not isinstance(options, DecodingOptions):
