@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from engine.config import EngineConfig
 from engine.errors import EngineShutdownError, InvalidRequestError, UnknownRequestError, UnsupportedError
 from engine.families import family_options, resolve_family
 from engine.gc_freeze import freeze_heap, thaw_heap
+from engine.metrics import EngineMetrics
 from engine.request import Request, RequestStatus
 from engine.runner import ModelInfo, ModelRunner
 from engine.scheduler import Scheduler, SchedulerOutput, WaitingRequest
@@ -78,6 +80,8 @@ class ASREngine:
         self.last_streams_stepped = 0  # live streams the runner's forward advanced together in the last step
         self.last_queue_waits: list[float] = []
         self.stats: dict[str, int] = {"steps": 0, "admitted": 0, "finished": 0, "errors": 0}
+        self.metrics = EngineMetrics()
+        """Engine-side counters and samples; the serving layer drains them after each step."""
         self._admit_hold_until: float | None = None
         """preferred_batch_size held every waiting request back until this monotonic time (or
         until a command arrives or the runner's free slots change)."""
@@ -267,7 +271,8 @@ class ASREngine:
             self._release_attached_audio()
             self.last_streams_stepped = 0
             if self.runner.has_work():
-                outputs += self.runner.execute()
+                with self.metrics.active():
+                    outputs += self.runner.execute()
                 self.last_streams_stepped = self.runner.streams_stepped
             self.stats["steps"] += 1
             return self._update(outputs)
@@ -300,6 +305,7 @@ class ASREngine:
                 req = self._requests.get(cmd.request_id)
                 if req is None or req.input_finished:
                     continue  # finished meanwhile (abort, error): late audio is dropped
+                self.metrics.count_audio(cmd.chunk.size / self.sample_rate)  # type: ignore[attr-defined]
                 if cmd.attached:
                     req.attached_audio = cmd.chunk  # type: ignore[assignment]
                     if not req.attached_audio.size:  # type: ignore[union-attr]
@@ -361,14 +367,31 @@ class ASREngine:
         self.last_batch_size = len(admitted)
         self.last_queue_waits = [now - r.arrival_time for r in admitted]
         self.stats["admitted"] += len(admitted)
+        self._observe_admission(admitted, decision, now)
         if admitted:
-            outputs += self.runner.admit(admitted)
+            with self.metrics.stage("streaming.allocate") if any(r.streaming for r in admitted) else nullcontext():
+                outputs += self.runner.admit(admitted)
         return outputs
 
+    def _observe_admission(self, admitted: list[Request], decision: SchedulerOutput, now: float) -> None:
+        for mode, group in (("offline", [r for r in admitted if not r.streaming]),
+                            ("streaming", [r for r in admitted if r.streaming])):
+            if group:
+                self.metrics.observe_batch(mode, len(group), [now - r.arrival_time for r in group])
+        offline = [r for r in admitted if not r.streaming]
+        if offline:
+            self.metrics.count_audio(sum(r.duration for r in offline))
+            self.metrics.observe_padding(decision.padded_length, decision.useful_length)
+
     def _update(self, outputs: list[RequestOutput]) -> list[RequestOutput]:
+        self.metrics.count_outputs(len(outputs))
         for out in outputs:
             if not out.finished:
                 continue
+            self.metrics.count_finished(len(out.tokens), out.search_overflow)
+            if out.search_overflow:
+                logger.warning("request %s: the decoder's search overflowed; the transcript may miss words",
+                               out.request_id)
             req = self._requests.pop(out.request_id, None)
             if req is not None:
                 req.status = RequestStatus.FINISHED

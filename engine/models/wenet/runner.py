@@ -25,6 +25,7 @@ from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError, UnsupportedError
 from engine.fbank import KaldiFbank, frames_for
+from engine.metrics import stage_timer
 from engine.models.wenet.checkpoint import WenetCheckpoint, load_checkpoint
 from engine.models.wenet.ctc import CTCState, Detokenizer
 from engine.models.wenet.decoder import rescore
@@ -247,7 +248,8 @@ class WenetRunner:
     def execute(self) -> list[RequestOutput]:
         self._step += 1
         outputs: list[RequestOutput] = []
-        self._featurize(outputs)
+        with stage_timer("streaming.features"):
+            self._featurize(outputs)
         ready = []
         for stream in list(self._streams.values()):
             n = len(stream.feats)
@@ -381,13 +383,20 @@ class WenetRunner:
         )
         cnn = torch.stack([s.cnn_cache for s, _ in batch], dim=1)  # (L, B, D, lorder)
         try:
-            log_probs, new_cnn, enc = self.model.forward_chunk_paged(
-                feats.to(dtype), paged, self.pool.k, self.pool.v, cnn
-            )
+            with stage_timer("streaming.encode"):
+                log_probs, new_cnn, enc = self.model.forward_chunk_paged(
+                    feats.to(dtype), paged, self.pool.k, self.pool.v, cnn
+                )
+                log_probs = log_probs.cpu()
         except Exception as exc:
             logger.exception("encoder forward failed for %d streams", b)
             return [self._fail(s, "encode", exc) for s, _ in batch]
-        log_probs = log_probs.cpu()
+        with stage_timer("streaming.decode"):
+            return self._advance(batch, log_probs, new_cnn, enc)
+
+    def _advance(self, batch: list[tuple[_Stream, int]], log_probs: torch.Tensor, new_cnn: torch.Tensor,
+                 enc: torch.Tensor) -> list[RequestOutput]:
+        """Commit the chunk each stream just encoded and run its CTC search over it."""
         outputs = []
         for i, (stream, c) in enumerate(batch):
             stream.table.end += c
@@ -439,6 +448,10 @@ class WenetRunner:
         ctc.beams = ranked + [h for h in ctc.beams if not h.tokens]
 
     def _finish(self, stream: _Stream, reason: FinishReason) -> RequestOutput:
+        with stage_timer("streaming.finalize"):
+            return self._final_output(stream, reason)
+
+    def _final_output(self, stream: _Stream, reason: FinishReason) -> RequestOutput:
         req = stream.request
         ctc = stream.ctc
         try:
