@@ -73,7 +73,7 @@ def regenerate() -> None:
             pins[clip], margin = _decode(runner, clip)
             if margin < MIN_MARGIN:
                 sys.exit(f"{clip}: top-2 margin {margin:.4f} < {MIN_MARGIN}; pick another seed or clip")
-            print(f"{clip}: {len(pins[clip]['tokens'])} tokens, min top-2 margin {margin:.3f}")  # noqa: T201
+            print(f"{clip}: {len(pins[clip]['tokens'])} tokens, min top-2 margin {margin:.3f}")
     PINS.parent.mkdir(parents=True, exist_ok=True)
     PINS.write_text(json.dumps(pins, indent=1) + "\n")
 
