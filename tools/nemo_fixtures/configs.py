@@ -123,8 +123,11 @@ def _model(tokenizer_dir: str, normalize: str, encoder: dict[str, Any]) -> dict[
         "preprocessor": _preprocessor(normalize),
         "spec_augment": {
             "_target_": "nemo.collections.asr.modules.SpectrogramAugmentation",
-            "freq_masks": 2, "time_masks": 2, "freq_width": 27, "time_width": 0.05,
-        },  # fmt: skip
+            "freq_masks": 2,
+            "time_masks": 2,
+            "freq_width": 27,
+            "time_width": 0.05,
+        },
         "encoder": encoder,
         "optim": {"name": "adamw", "lr": 1e-3},
     }

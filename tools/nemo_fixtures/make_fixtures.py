@@ -34,8 +34,8 @@ import soundfile as sf
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import configs  # noqa: E402
-import record  # noqa: E402
+import configs
+import record
 
 logger = logging.getLogger("nemo_fixtures")
 
@@ -56,7 +56,9 @@ def train_tokenizer(speech: Path, out_dir: str) -> str:
     from nemo.collections.common.tokenizers.sentencepiece_tokenizer import create_spt_model
 
     lines = []
-    for row in (json.loads(line) for line in (speech / "manifest.jsonl").read_text().splitlines() if line.strip()):
+    for row in (
+        json.loads(line) for line in (speech / "manifest.jsonl").read_text().splitlines() if line.strip()
+    ):
         lines += [t.lower() for t in [row.get("text"), *(row.get("channel_texts") or [])] if t]
     text_file = os.path.join(out_dir, "text.txt")
     Path(text_file).write_text("\n".join(lines) + "\n")
@@ -116,7 +118,9 @@ def head_inputs(model: Any, clips: list[np.ndarray], head: str) -> torch.Tensor:
     decoder's start state)."""
     rows = []
     for audio in clips:
-        mel, mel_len = model.preprocessor(input_signal=torch.from_numpy(audio)[None], length=torch.tensor([len(audio)]))
+        mel, mel_len = model.preprocessor(
+            input_signal=torch.from_numpy(audio)[None], length=torch.tensor([len(audio)])
+        )
         enc, enc_len = model.encoder(audio_signal=mel, length=mel_len)
         h = enc[0, :, : int(enc_len[0])].T  # (T, D)
         if head == "rnnt":
@@ -162,15 +166,21 @@ def build(name: str, tokenizer_dir: str, clips: list[np.ndarray], out_dir: Path)
     gen = torch.Generator().manual_seed(SEED + 1)
     randomize_norms(model, gen)
     biases = shape_outputs(model, clips)
-    logger.info("%s: blank bias %s, token rates %s", name, biases,
-                {h: round(token_rate(model, clips, h), 2) for h in biases})
+    logger.info(
+        "%s: blank bias %s, token rates %s",
+        name,
+        biases,
+        {h: round(token_rate(model, clips, h), 2) for h in biases},
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "model.nemo"
     model.save_to(str(path))
     return path
 
 
-def record_all(path: Path, clip_ids: tuple[str, ...], clips: list[np.ndarray]) -> tuple[dict[str, Any], dict[str, Any]]:
+def record_all(
+    path: Path, clip_ids: tuple[str, ...], clips: list[np.ndarray]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     from nemo.collections.asr.models import ASRModel
 
     model = ASRModel.restore_from(str(path), map_location="cpu").eval()
@@ -196,7 +206,9 @@ def record_all(path: Path, clip_ids: tuple[str, ...], clips: list[np.ndarray]) -
                 for cid, audio in zip(clip_ids, clips):
                     key = f"cache_aware/{look_ahead[0]}_{look_ahead[1]}/{head}/{cid}"
                     res, a = record.cache_aware(model, audio, look_ahead, head, key)
-                    ref["cache_aware"].append({"look_ahead": list(look_ahead), "head": head, "clip": cid, **res})
+                    ref["cache_aware"].append(
+                        {"look_ahead": list(look_ahead), "head": head, "clip": cid, **res}
+                    )
                     arrays.update(a)
         enc.set_default_att_context_size(default_context)
     if style == "chunked_limited_with_rc":
@@ -211,12 +223,18 @@ def record_all(path: Path, clip_ids: tuple[str, ...], clips: list[np.ndarray]) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, default=REPO / "tests" / "fixtures" / "nemo")
     parser.add_argument("--speech-data", type=Path, default=DEFAULT_SPEECH)
     parser.add_argument("--only", nargs="*", default=None, help="fixture names (default: all)")
-    parser.add_argument("--realistic", type=Path, default=None,
-                        help="write one realistic-size cache-aware checkpoint to this .nemo path and exit")
+    parser.add_argument(
+        "--realistic",
+        type=Path,
+        default=None,
+        help="write one realistic-size cache-aware checkpoint to this .nemo path and exit",
+    )
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--layers", type=int, default=16)
     args = parser.parse_args()
@@ -237,7 +255,9 @@ def main() -> None:
             logger.info("%s: %d bytes, %d arrays", name, path.stat().st_size, len(arrays))
 
 
-def write_realistic(path: Path, tokenizer_dir: str, d_model: int, layers: int, clips: list[np.ndarray]) -> None:
+def write_realistic(
+    path: Path, tokenizer_dir: str, d_model: int, layers: int, clips: list[np.ndarray]
+) -> None:
     import nemo.collections.asr.models as asr_models
     from omegaconf import OmegaConf
 

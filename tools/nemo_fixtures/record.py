@@ -110,7 +110,9 @@ def cache_aware(
     model.encoder.set_default_att_context_size(list(look_ahead))
     if hasattr(model, "cur_decoder"):
         model.change_decoding_strategy(decoder_type=head, verbose=False)
-    buffer = CacheAwareStreamingAudioBuffer(model=model, online_normalization=False, pad_and_drop_preencoded=False)
+    buffer = CacheAwareStreamingAudioBuffer(
+        model=model, online_normalization=False, pad_and_drop_preencoded=False
+    )
     buffer.append_audio(audio)
     cfg = model.encoder.streaming_cfg
     steps: list[dict[str, Any]] = []
@@ -199,7 +201,9 @@ def buffered(
         chunk_lengths = torch.where(is_last_batch, rest, torch.full_like(rest, fill_value=chunk_length))
         buffer.add_audio_batch_(signal[:, left_sample:right_sample], audio_lengths=chunk_lengths,
                                 is_last_chunk=is_last, is_last_chunk_batch=is_last_batch)  # fmt: skip
-        enc, enc_len = model(input_signal=buffer.samples, input_signal_length=buffer.context_size_batch.total())
+        enc, enc_len = model(
+            input_signal=buffer.samples, input_signal_length=buffer.context_size_batch.total()
+        )
         enc = enc.transpose(1, 2)
         enc_ctx = buffer.context_size.subsample(factor=frame_samples)
         enc_ctx_batch = buffer.context_size_batch.subsample(factor=frame_samples)
