@@ -24,7 +24,7 @@ FAMILIES: dict[str, ModelFamily] = {}
 
 # Modules that register a family on import. Listed here so that the engine core stays free
 # of family names while every family is known before detection runs.
-_FAMILY_MODULES = ("engine.models.whisper", "engine.models.wenet")
+_FAMILY_MODULES = ("engine.models.whisper", "engine.models.wenet", "engine.models.nemo")
 
 
 def register(family: ModelFamily) -> ModelFamily:

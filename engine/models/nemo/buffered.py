@@ -66,16 +66,23 @@ class BufferedSchedule:
     def right_edge(self) -> int:
         return self.chunk + self.right + self.steps * self.chunk
 
-    def next_step(self, received: int, finished: bool) -> BufferedStep | None:
-        """The step that can run with `received` samples (all of them when `finished`), if any."""
+    def runnable(self, received: int, finished: bool) -> bool:
+        """Whether a step can run with `received` samples (all of the stream's when `finished`)."""
         if self.done:
+            return False
+        if not finished:  # the step reaching the end of the audio must know it is the last
+            return received > self.right_edge()
+        return self.consumed < received
+
+    def finished_all(self, received: int) -> bool:
+        """After end of input: no step is left."""
+        return self.done or self.consumed >= received
+
+    def next_step(self, received: int, finished: bool) -> BufferedStep | None:
+        """Take the next step, if one can run."""
+        if not self.runnable(received, finished):
             return None
         edge = self.right_edge()
-        if not finished and received <= edge:
-            return None  # the step reaching the end of the audio must know it is the last
-        if finished and self.consumed >= received:
-            self.done = True
-            return None
         is_last = finished and edge >= received
         end = min(edge, received) if finished else edge
         step = self._advance(end - self.consumed, is_last)

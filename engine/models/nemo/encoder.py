@@ -132,7 +132,7 @@ class ConformerEncoder(nn.Module):
         window: the cache size L (NeMo's last_channel_cache_size); context: the look-ahead [L, R];
         conv_cache (layers, B, D, left): updated in place. Returns (B, T, D) and lengths.
         """
-        b, t, _ = x.shape
+        t = x.shape[1]
         x = self._embed(x)
         total = window + t
         pos_emb = relative_positions(total, self.cfg.d_model, x.device, x.dtype)

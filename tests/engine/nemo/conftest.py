@@ -1,0 +1,96 @@
+"""Fixtures for the NeMo family: the committed checkpoints written by NeMo itself
+(tests/fixtures/nemo, see its README), their NeMo references, and helpers that drive a runner.
+torch runs single-threaded: the tiny models are dominated by per-op overhead."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from engine.config import EngineConfig
+from engine.models.nemo.runner import NemoRunner
+from engine.request import Request
+from engine.types import DecodingOptions, RequestOutput
+from tests.conftest import load_clip
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nemo"
+NAMES = ("hybrid_cache_aware", "unified_rc", "ctc_striding_bn", "tdt")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@cache
+def reference(name: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / name / "reference.json").read_text())
+
+
+@cache
+def reference_arrays(name: str) -> dict[str, np.ndarray]:
+    with np.load(FIXTURES / name / "reference.npz") as data:
+        return {k: data[k] for k in data.files}
+
+
+def clip(name: str, clip_id: str) -> np.ndarray:
+    """The dev clip the reference was recorded on, checked sample for sample."""
+    audio = load_clip(clip_id)
+    expected = reference(name)["clips"][clip_id]
+    assert len(audio) == expected["samples"]
+    assert hashlib.sha256(np.ascontiguousarray(audio).tobytes()).hexdigest() == expected["sha256"], (
+        f"{clip_id} decodes differently here than when the reference was recorded"
+    )
+    return audio
+
+
+def make_runner(name: str, **fields: Any) -> NemoRunner:
+    extra = fields.pop("extra", {})
+    config = EngineConfig(ckpt_dir=str(FIXTURES / name), service_mode="streaming", extra=extra, **fields)
+    return NemoRunner.from_config(config)
+
+
+@pytest.fixture
+def runner_factory() -> Callable[..., NemoRunner]:
+    return make_runner
+
+
+def drive_alone(
+    runner: NemoRunner, audio: np.ndarray, piece_samples: int | None = None, request_id: str = "alone",
+    decoding: DecodingOptions | None = None,
+) -> list[RequestOutput]:  # fmt: skip
+    """Stream `audio` through `runner` as the only request, `piece_samples` per engine step
+    (None: one piece), and return every output it produced (the last one finished)."""
+    req = Request(request_id, streaming=True, decoding=decoding or DecodingOptions(), sample_rate=runner.sample_rate)
+    failed = runner.admit([req])
+    if failed:
+        return failed
+    step = piece_samples or max(1, len(audio))
+    outputs: list[RequestOutput] = []
+    for start in range(0, len(audio), step):
+        req.append_audio(np.asarray(audio[start : start + step]))
+        outputs += runner.execute()
+    req.input_finished = True
+    while not (outputs and outputs[-1].finished):
+        outputs += runner.execute()
+    return outputs
+
+
+def transcribe_offline(runner: NemoRunner, audio: np.ndarray, decoding: DecodingOptions | None = None) -> RequestOutput:
+    req = Request("offline", streaming=False, decoding=decoding or DecodingOptions(),
+                  sample_rate=runner.sample_rate, audio=np.asarray(audio))  # fmt: skip
+    assert runner.admit([req]) == []
+    outputs = runner.execute()
+    assert len(outputs) == 1 and outputs[0].finished
+    return outputs[0]
