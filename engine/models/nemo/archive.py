@@ -34,7 +34,9 @@ class NemoArchive:
     def artifact(self, reference: str, what: str) -> bytes:
         """The bytes of the file a config value names ('nemo:<name>' or a bare/absolute path whose
         base name is in the archive)."""
-        name = os.path.basename(reference[len(ARTIFACT_PREFIX) :] if reference.startswith(ARTIFACT_PREFIX) else reference)
+        name = os.path.basename(
+            reference[len(ARTIFACT_PREFIX) :] if reference.startswith(ARTIFACT_PREFIX) else reference
+        )
         if name not in self.artifacts:
             raise CheckpointError(f"{self.path}: {what} {reference!r} is not in the archive")
         return self.artifacts[name]
@@ -83,7 +85,9 @@ def read_archive(path: str) -> NemoArchive:
     try:
         state = torch.load(io.BytesIO(members.pop(WEIGHTS_NAME)), map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for a damaged zip/pickle
-        raise CheckpointError(f"{path}: {WEIGHTS_NAME} cannot be read (truncated or corrupt?): {exc}") from exc
+        raise CheckpointError(
+            f"{path}: {WEIGHTS_NAME} cannot be read (truncated or corrupt?): {exc}"
+        ) from exc
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path}: {WEIGHTS_NAME} is not a state dict of tensors")
     return NemoArchive(path=path, config=config, state_dict=state, artifacts=members)

@@ -161,6 +161,10 @@ class BufferedEncoder:
         enc, enc_len = self.ckpt.model.encoder(mel.to(dtype), mel_len, [list(s.preset) for s in streams])
         out = []
         for i, (stream, st) in enumerate(zip(streams, steps, strict=True)):
-            n = st.chunk_frames if st.chunk_frames >= 0 else int(enc_len[i]) - stream.schedule.batch_left_frames()
+            n = (
+                st.chunk_frames
+                if st.chunk_frames >= 0
+                else int(enc_len[i]) - stream.schedule.batch_left_frames()
+            )
             out.append(enc[i, st.decode_from : st.decode_from + max(n, 0)])
         return out

@@ -134,7 +134,9 @@ class CacheAwareEncoder:
         self.pool = pool
         self.slots = slots
 
-    def step(self, streams: list[CacheAwareStream], inputs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def step(
+        self, streams: list[CacheAwareStream], inputs: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """inputs: per stream (F, n) from `take_input` (already advanced). Returns the encoder
         output (B, T, D) and valid frames (B,); the streams' caches are updated."""
         enc = self.encoder
@@ -185,7 +187,9 @@ class CacheAwareEncoder:
         self.slots.scatter(CONV_CACHE, slot_idx, conv.transpose(0, 1))
         return out, lengths
 
-    def _context_slots(self, streams: list[CacheAwareStream], window: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _context_slots(
+        self, streams: list[CacheAwareStream], window: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(B,) cached frames per stream and (B, window) their pool slots, right-aligned like NeMo's
         cache (unfilled slots point at slot 0 and are masked)."""
         cache_len = torch.zeros(len(streams), dtype=torch.long)

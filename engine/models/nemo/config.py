@@ -43,7 +43,14 @@ _ENCODER_KEYS = _TRAINING_ONLY | {
     "global_tokens", "global_tokens_spacing", "global_attn_separate", "use_pytorch_sdpa",
     "use_pytorch_sdpa_backends", "sync_max_audio_length",
 }  # fmt: skip
-_DECODER_KEYS = {"_target_", "normalization_mode", "random_state_sampling", "blank_as_pad", "prednet", "vocab_size"}
+_DECODER_KEYS = {
+    "_target_",
+    "normalization_mode",
+    "random_state_sampling",
+    "blank_as_pad",
+    "prednet",
+    "vocab_size",
+}
 _PREDNET_KEYS = {"pred_hidden", "pred_rnn_layers", "t_max", "dropout", "forget_gate_bias", "weights_init_scale",
                  "hidden_hidden_bias_scale", "rnn_hidden_size"}  # fmt: skip
 _JOINT_KEYS = {"_target_", "log_softmax", "preserve_memory", "fuse_loss_wer", "fused_batch_size", "jointnet",
@@ -141,7 +148,9 @@ class ModelConfig:
 def _check_keys(section: str, cfg: dict[str, Any], known: set[str]) -> None:
     for key in cfg:
         if key not in known:
-            raise CheckpointError(f"unsupported config key {section}.{key} (not implemented by the nemo family)")
+            raise CheckpointError(
+                f"unsupported config key {section}.{key} (not implemented by the nemo family)"
+            )
 
 
 def _require(section: str, key: str, value: object, allowed: tuple[object, ...]) -> None:
@@ -163,7 +172,9 @@ def parse_config(cfg: dict[str, Any]) -> ModelConfig:
     encoder = _encoder(_section(cfg, "encoder"))
     mel = _mel(_section(cfg, "preprocessor"))
     if encoder.feat_in != mel.n_mels:
-        raise CheckpointError(f"encoder.feat_in={encoder.feat_in} differs from preprocessor.features={mel.n_mels}")
+        raise CheckpointError(
+            f"encoder.feat_in={encoder.feat_in} differs from preprocessor.features={mel.n_mels}"
+        )
     transducer = _transducer(cfg) if architecture in ("rnnt", "hybrid") else None
     ctc_classes = None
     if architecture == "ctc":
@@ -174,7 +185,9 @@ def parse_config(cfg: dict[str, Any]) -> ModelConfig:
     _require("tokenizer", "type", tokenizer.get("type"), ("bpe",))
     model_path = tokenizer.get("model_path")
     if not isinstance(model_path, str):
-        raise CheckpointError("tokenizer.model_path is missing: the checkpoint carries no SentencePiece model")
+        raise CheckpointError(
+            "tokenizer.model_path is missing: the checkpoint carries no SentencePiece model"
+        )
     return ModelConfig(architecture, mel, encoder, transducer, ctc_classes, model_path)
 
 
@@ -231,7 +244,9 @@ def _encoder(e: dict[str, Any]) -> EncoderConfig:
     if e.get("reduction") or int(e.get("reduction_factor") or 1) > 1:
         raise CheckpointError(f"unsupported config value encoder.reduction={e.get('reduction')!r}")
     if int(e.get("feat_out", -1)) not in (-1, int(e["d_model"])):
-        raise CheckpointError(f"unsupported config value encoder.feat_out={e['feat_out']!r} (an output projection)")
+        raise CheckpointError(
+            f"unsupported config value encoder.feat_out={e['feat_out']!r} (an output projection)"
+        )
     if int(e.get("global_tokens", 0)):
         raise CheckpointError("unsupported config value encoder.global_tokens (local attention)")
     style = e.get("att_context_style", "regular")
@@ -253,10 +268,14 @@ def _encoder(e: dict[str, Any]) -> EncoderConfig:
     chunk_ctx = e.get("att_chunk_context_size")
     if style == "chunked_limited_with_rc":
         sizes = [[-1, -1, -1]]
-        if chunk_ctx is not None and (len(chunk_ctx) != 3 or not all(isinstance(c, list) and c for c in chunk_ctx)):
+        if chunk_ctx is not None and (
+            len(chunk_ctx) != 3 or not all(isinstance(c, list) and c for c in chunk_ctx)
+        ):
             raise CheckpointError(f"unsupported config value encoder.att_chunk_context_size={chunk_ctx!r}")
     elif chunk_ctx is not None:
-        raise CheckpointError("unsupported config key encoder.att_chunk_context_size (only with chunked_limited_with_rc)")
+        raise CheckpointError(
+            "unsupported config key encoder.att_chunk_context_size (only with chunked_limited_with_rc)"
+        )
     if style == "chunked_limited":
         for left, right in sizes:
             if right < 0 or (left > 0 and left % (right + 1)):

@@ -33,7 +33,9 @@ class MelFrontend:
 
     def num_frames(self, num_samples: torch.Tensor) -> torch.Tensor:
         """Valid frames of `num_samples` (NeMo's get_seq_len)."""
-        return torch.div(num_samples + 2 * self.pad - self.cfg.n_fft, self.cfg.hop_length, rounding_mode="floor")
+        return torch.div(
+            num_samples + 2 * self.pad - self.cfg.n_fft, self.cfg.hop_length, rounding_mode="floor"
+        )
 
     def preemphasis(self, x: torch.Tensor, previous: torch.Tensor | None = None) -> torch.Tensor:
         """(B, N) -> (B, N); `previous` (B,) is the raw sample before x[:, 0] (None at a stream's start)."""

@@ -45,7 +45,8 @@ def describe(runner: NemoRunner) -> dict[str, Any]:
         )  # fmt: skip
     return {
         "family": "nemo",
-        "architecture": f"fastconformer-{cfg.architecture}" + ("-tdt" if cfg.transducer and cfg.transducer.durations else ""),
+        "architecture": f"fastconformer-{cfg.architecture}"
+        + ("-tdt" if cfg.transducer and cfg.transducer.durations else ""),
         "checkpoint": ckpt.name,
         "checkpoint_format": "nemo",
         "parameters": sum(p.numel() for p in ckpt.model.parameters()),

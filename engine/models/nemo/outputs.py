@@ -60,8 +60,14 @@ class OutputBuilder:
             tokens=list(tokens),
             finished=True,
             finish_reason=reason,
-            words=self.tokenizer.words(tokens, frames, logprobs, self.frame_seconds) if opts.word_timestamps else None,
-            segments=[Segment(id=0, start=0.0, end=req.duration, text=text, tokens=list(tokens), avg_logprob=mean_lp)],
+            words=self.tokenizer.words(tokens, frames, logprobs, self.frame_seconds)
+            if opts.word_timestamps
+            else None,
+            segments=[
+                Segment(
+                    id=0, start=0.0, end=req.duration, text=text, tokens=list(tokens), avg_logprob=mean_lp
+                )
+            ],
             nbest=nbest,
             duration=req.duration,
             committed=text,

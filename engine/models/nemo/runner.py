@@ -62,7 +62,9 @@ class _Job:
 
 
 class NemoRunner:
-    def __init__(self, ckpt: NemoCheckpoint, config: EngineConfig, options: NemoOptions, device: torch.device) -> None:
+    def __init__(
+        self, ckpt: NemoCheckpoint, config: EngineConfig, options: NemoOptions, device: torch.device
+    ) -> None:
         self.ckpt, self.config, self.options, self.device = ckpt, config, options, device
         cfg = ckpt.config
         enc = cfg.encoder
@@ -126,7 +128,9 @@ class NemoRunner:
         methods = [m for m, present in (("rnnt", cfg.transducer), ("ctc", cfg.ctc_classes)) if present]
         method = requested or methods[0]
         if method not in methods:
-            raise InvalidRequestError(f"decode_method={method!r} is not available; this checkpoint decodes {methods}")
+            raise InvalidRequestError(
+                f"decode_method={method!r} is not available; this checkpoint decodes {methods}"
+            )
         return method
 
     # ---- ModelRunner protocol ----
@@ -136,7 +140,9 @@ class NemoRunner:
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
         if options.beam_size > 1 and self.method != "ctc":
-            raise UnsupportedError("the transducer decodes greedily (beam_size 1); CTC heads take beam_size <= 10")
+            raise UnsupportedError(
+                "the transducer decodes greedily (beam_size 1); CTC heads take beam_size <= 10"
+            )
         if options.beam_size > MAX_CTC_BEAM:
             raise UnsupportedError(f"CTC prefix beam search supports beam_size <= {MAX_CTC_BEAM}")
         if options.temperature > 0:
@@ -177,12 +183,23 @@ class NemoRunner:
         return failed
 
     def _buffered_stream(self, options: DecodingOptions) -> BufferedStream:
-        ctx = request_context(self.ckpt.config.encoder, self.default_context, options.stream_context, options.delay)
+        ctx = request_context(
+            self.ckpt.config.encoder, self.default_context, options.stream_context, options.delay
+        )
         frame = round(self.frame_seconds * self.sample_rate)
         return BufferedStream(BufferedSchedule(ctx[0] * frame, ctx[1] * frame, ctx[2] * frame, frame), ctx)
 
     def has_work(self) -> bool:
-        return any(self._ready(job) or job.request.pending_samples for job in self._jobs.values())
+        return any(self._needs_ingest(j) or self._ready(j) or self._exhausted(j) for j in self._jobs.values())
+
+    def _needs_ingest(self, job: _Job) -> bool:
+        """Audio waiting, or a cache-aware stream whose end of input has not been turned into frames."""
+        req = job.request
+        if job.mode == "offline":
+            return False
+        return bool(req.pending_samples) or (
+            req.input_finished and job.ca is not None and not job.ca.finished
+        )
 
     def release(self, request: Request) -> None:
         job = self._jobs.pop(request.request_id, None)
@@ -240,7 +257,7 @@ class NemoRunner:
         return job.buf.schedule.runnable(job.buf.received, finished)
 
     def _exhausted(self, job: _Job) -> bool:
-        if job.request.pending_samples or not job.request.input_finished:
+        if job.mode == "offline" or job.request.pending_samples or not job.request.input_finished:
             return False
         if job.ca is not None:
             assert self.geometry is not None
@@ -251,7 +268,7 @@ class NemoRunner:
     def _ingest(self, outputs: list[RequestOutput]) -> None:
         for job in list(self._jobs.values()):
             req = job.request
-            if job.mode == "offline" or not (req.pending_samples or (req.input_finished and job.ca and not job.ca.finished)):
+            if not self._needs_ingest(job):
                 continue
             try:
                 audio = torch.from_numpy(np.array(req.take_pending_audio(), dtype=np.float32))
@@ -295,10 +312,14 @@ class NemoRunner:
                 with torch.inference_mode():
                     enc, lengths = self.ca_encoder.step(streams, inputs)  # type: ignore[arg-type]
             else:
-                steps = [j.buf.take_step(j.request.input_finished and not j.request.pending_samples) for j in batch]  # type: ignore[union-attr]
+                steps = [
+                    j.buf.take_step(j.request.input_finished and not j.request.pending_samples) for j in batch
+                ]  # type: ignore[union-attr]
                 slices = self.buffered_encoder.step([j.buf for j in batch], steps)  # type: ignore[misc, arg-type]
                 lengths = torch.tensor([s.shape[0] for s in slices])
-                enc = torch.zeros(len(batch), max(int(lengths.max()), 1), slices[0].shape[1], dtype=slices[0].dtype)
+                enc = torch.zeros(
+                    len(batch), max(int(lengths.max()), 1), slices[0].shape[1], dtype=slices[0].dtype
+                )
                 for i, s in enumerate(slices):
                     enc[i, : s.shape[0]] = s
             self.decoder.decode([j.decode for j in batch], enc, lengths)

@@ -18,7 +18,9 @@ STRIDE = 2
 
 
 class ConvSubsampling(nn.Module):
-    def __init__(self, kind: str, factor: int, feat_in: int, d_model: int, channels: int, causal: bool) -> None:
+    def __init__(
+        self, kind: str, factor: int, feat_in: int, d_model: int, channels: int, causal: bool
+    ) -> None:
         super().__init__()
         self.causal = causal
         self.stages = int(math.log2(factor))

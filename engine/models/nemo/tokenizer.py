@@ -29,7 +29,9 @@ class Tokenizer:
     def text(self, tokens: list[int]) -> str:
         return str(self.sp.decode_ids(tokens)) if tokens else ""
 
-    def words(self, tokens: list[int], frames: list[int], logprobs: list[float], frame_seconds: float) -> list[Word]:
+    def words(
+        self, tokens: list[int], frames: list[int], logprobs: list[float], frame_seconds: float
+    ) -> list[Word]:
         """Group pieces into words (a '▁' piece opens one): start at the first token's frame, end
         one frame after the last token's, confidence the mean token probability."""
         groups: list[list[int]] = []

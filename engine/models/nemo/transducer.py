@@ -93,7 +93,9 @@ class Transducer(nn.Module):
         self.cfg = cfg
         self.decoder = PredictionNetwork(cfg)
         self.joint = Joint(cfg, enc_hidden)
-        self.register_buffer("durations", torch.tensor(cfg.durations or [0], dtype=torch.long), persistent=False)
+        self.register_buffer(
+            "durations", torch.tensor(cfg.durations or [0], dtype=torch.long), persistent=False
+        )
 
     @property
     def blank(self) -> int:

@@ -56,9 +56,9 @@ def clip(name: str, clip_id: str) -> np.ndarray:
 
 
 def make_runner(name: str, **fields: Any) -> NemoRunner:
-    extra = fields.pop("extra", {})
-    config = EngineConfig(ckpt_dir=str(FIXTURES / name), service_mode="streaming", extra=extra, **fields)
-    return NemoRunner.from_config(config)
+    fields.setdefault("service_mode", "streaming")
+    fields.setdefault("ckpt_dir", str(FIXTURES / name))
+    return NemoRunner.from_config(EngineConfig(**fields))
 
 
 @pytest.fixture
@@ -72,7 +72,9 @@ def drive_alone(
 ) -> list[RequestOutput]:  # fmt: skip
     """Stream `audio` through `runner` as the only request, `piece_samples` per engine step
     (None: one piece), and return every output it produced (the last one finished)."""
-    req = Request(request_id, streaming=True, decoding=decoding or DecodingOptions(), sample_rate=runner.sample_rate)
+    req = Request(
+        request_id, streaming=True, decoding=decoding or DecodingOptions(), sample_rate=runner.sample_rate
+    )
     failed = runner.admit([req])
     if failed:
         return failed
@@ -87,7 +89,9 @@ def drive_alone(
     return outputs
 
 
-def transcribe_offline(runner: NemoRunner, audio: np.ndarray, decoding: DecodingOptions | None = None) -> RequestOutput:
+def transcribe_offline(
+    runner: NemoRunner, audio: np.ndarray, decoding: DecodingOptions | None = None
+) -> RequestOutput:
     req = Request("offline", streaming=False, decoding=decoding or DecodingOptions(),
                   sample_rate=runner.sample_rate, audio=np.asarray(audio))  # fmt: skip
     assert runner.admit([req]) == []

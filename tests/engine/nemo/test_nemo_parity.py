@@ -8,12 +8,22 @@ chunk schedule depends on frame counts only, so slicing must not change a token.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
 
 from engine.models.nemo.greedy import greedy_label_looping
-from tests.engine.nemo.conftest import NAMES, clip, drive_alone, make_runner, reference, reference_arrays, transcribe_offline
+from tests.engine.nemo.conftest import (
+    NAMES,
+    clip,
+    drive_alone,
+    make_runner,
+    reference,
+    reference_arrays,
+    transcribe_offline,
+)
 
 # Encoder outputs are O(1) (post layer norm); float32 rounding of a 2-layer, d_model 64-96 model
 # stays orders of magnitude below this bound on any x86 SIMD width.
@@ -79,7 +89,9 @@ def test_cache_aware_streaming_tokens_equal_nemo(index: int, head: str) -> None:
     assert outs[-1].finish_reason == "stop"
     assert outs[-1].tokens == case["tokens"]
     # NeMo's schedule: input frames and encoder frames of every step
-    assert [(n, len(e)) for n, e in steps] == [(s["input_frames"], s["encoded_frames"]) for s in case["steps"]]
+    assert [(n, len(e)) for n, e in steps] == [
+        (s["input_frames"], s["encoded_frames"]) for s in case["steps"]
+    ]
     arrays = reference_arrays("hybrid_cache_aware")
     for i in range(3):
         ref = arrays[f"cache_aware/{left}_{right}/{head}/{case['clip']}/step{i}"]
@@ -109,7 +121,7 @@ def test_buffered_streaming_tokens_equal_nemo(index: int) -> None:
         ref = arrays[f"buffered/{'_'.join(map(str, preset))}/{case['clip']}/step{i}"]
         assert (slices[i] - torch.from_numpy(ref)).abs().max() <= ENCODER_TOL
     committed = [o.committed for o in outs]
-    assert all(b.startswith(a) for a, b in zip(committed, committed[1:]))  # committed text never changes
+    assert all(b.startswith(a) for a, b in itertools.pairwise(committed))  # committed text never changes
 
 
 @pytest.mark.parametrize("pieces", [160, 1280, 4000, 48000])
