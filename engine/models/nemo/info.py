@@ -45,6 +45,7 @@ def describe(runner: NemoRunner) -> dict[str, Any]:
         )  # fmt: skip
     return {
         "family": "nemo",
+        "model": ckpt.name,
         "architecture": f"fastconformer-{cfg.architecture}"
         + ("-tdt" if cfg.transducer and cfg.transducer.durations else ""),
         "checkpoint": ckpt.name,
