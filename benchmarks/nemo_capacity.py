@@ -165,7 +165,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument("--clip", default="libri_2412-153948-0000")
     parser.add_argument("--stagger-s", type=float, default=0.1)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads; 1 on a busy machine, where OpenMP workers spinning for a descheduled "
+                             "sibling cost 10-20x the work (2.7 s against 0.1 s of CPU for one step, measured)")
     parser.add_argument("--step-cost", action="store_true", help="measure CPU time per batched step instead")
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32], help="--step-cost batch sizes")
     args = parser.parse_args()

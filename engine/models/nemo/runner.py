@@ -151,6 +151,8 @@ class NemoRunner:
             raise UnsupportedError("this model only transcribes (task='translate' unsupported)")
         if options.prompt:
             raise UnsupportedError("this model takes no prompt")
+        if options.keywords:
+            raise UnsupportedError("keyword biasing is not implemented for NeMo checkpoints yet")
         if options.stream_context is not None:
             if self.streaming_kind != "buffered":
                 raise refuse_stream_context(self.look_ahead)

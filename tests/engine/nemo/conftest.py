@@ -17,6 +17,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.models.nemo.runner import NemoRunner
+from engine.models.wenet.testing import drive_alone as _drive_alone
 from engine.request import Request
 from engine.types import DecodingOptions, RequestOutput
 from tests.conftest import load_clip
@@ -70,23 +71,9 @@ def drive_alone(
     runner: NemoRunner, audio: np.ndarray, piece_samples: int | None = None, request_id: str = "alone",
     decoding: DecodingOptions | None = None,
 ) -> list[RequestOutput]:  # fmt: skip
-    """Stream `audio` through `runner` as the only request, `piece_samples` per engine step
-    (None: one piece), and return every output it produced (the last one finished)."""
-    req = Request(
-        request_id, streaming=True, decoding=decoding or DecodingOptions(), sample_rate=runner.sample_rate
-    )
-    failed = runner.admit([req])
-    if failed:
-        return failed
-    step = piece_samples or max(1, len(audio))
-    outputs: list[RequestOutput] = []
-    for start in range(0, len(audio), step):
-        req.append_audio(np.asarray(audio[start : start + step]))
-        outputs += runner.execute()
-    req.input_finished = True
-    while not (outputs and outputs[-1].finished):
-        outputs += runner.execute()
-    return outputs
+    """Stream `audio` as the only request, `piece_samples` per step: the runner-agnostic driver
+    the WeNet family's tests use (it only calls admit/execute)."""
+    return _drive_alone(runner, np.asarray(audio), piece_samples, request_id, decoding)  # type: ignore[arg-type]
 
 
 def transcribe_offline(
