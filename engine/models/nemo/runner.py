@@ -129,8 +129,8 @@ class NemoRunner:
         methods = [m for m, present in (("rnnt", cfg.transducer), ("ctc", cfg.ctc_classes)) if present]
         method = requested or methods[0]
         if method not in methods:
-            raise InvalidRequestError(
-                f"decode_method={method!r} is not available; this checkpoint decodes {methods}"
+            raise InvalidRequestError(  # worded as the engine's own check (it cannot run before the runner exists)
+                f"decode_method {method!r} is not offered by this nemo model (it offers: {', '.join(methods)})"
             )
         return method
 

@@ -33,7 +33,7 @@ def test_family_is_detected_and_described(streaming_engine: ASREngine) -> None:
 
 def test_offline_transcription_fields(streaming_engine: ASREngine) -> None:
     audio = clip("hybrid_cache_aware", "mfa_thoughts")
-    out = streaming_engine.transcribe_offline(audio, DecodingOptions(word_timestamps=True, logprobs=True))[0]
+    out = streaming_engine.transcribe_outputs(audio, decoding=DecodingOptions(word_timestamps=True, logprobs=True))[0]
     ref = reference("hybrid_cache_aware")["offline"]["mfa_thoughts"]["rnnt"]
     assert out.tokens == ref["tokens"]
     assert out.timestamps == [round(f * 0.08, 3) for f in ref["frames"]]
@@ -82,9 +82,9 @@ def test_ctc_prefix_beam_search_gives_nbest() -> None:
                                     decode_method="ctc", num_threads=1))  # fmt: skip
     try:
         audio = clip("hybrid_cache_aware", "ps_goforward")
-        greedy = engine.transcribe_offline(audio)[0]
+        greedy = engine.transcribe_outputs(audio)[0]
         assert greedy.tokens == reference("hybrid_cache_aware")["offline"]["ps_goforward"]["ctc"]["tokens"]
-        beam = engine.transcribe_offline(audio, DecodingOptions(beam_size=4, n_best=3))[0]
+        beam = engine.transcribe_outputs(audio, decoding=DecodingOptions(beam_size=4, n_best=3))[0]
         assert 1 <= len(beam.nbest) <= 3 and beam.nbest[0].text == beam.text
         assert all(0 <= a.confidence <= 1 for a in beam.nbest)
     finally:

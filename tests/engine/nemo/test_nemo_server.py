@@ -57,7 +57,7 @@ def in_process() -> tuple[RequestOutput, RequestOutput]:
         outs: list[RequestOutput] = []
         while not (outs and outs[-1].finished):
             outs += [o for o in eng.step() if o.request_id == rid]
-        offline = eng.transcribe_offline(audio)[0]
+        offline = eng.transcribe_outputs(audio)[0]
     finally:
         eng.shutdown()
     assert outs[-1].finish_reason == "stop" and outs[-1].text and offline.text
