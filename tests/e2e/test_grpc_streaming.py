@@ -128,7 +128,7 @@ def wenet_stub(wenet_server: ServerProcess) -> Iterator[speech_pb2_grpc.SpeechSt
 
 def test_interim_results_then_one_final(wenet_stub: speech_pb2_grpc.SpeechStub, wenet_server: ServerProcess) -> None:
     audio = clip_samples(FIRST, RATE)
-    first_partial = metric_value(wenet_server, "oasr_time_to_first_partial_seconds_count", api="grpc")
+    first_partial = metric_value(wenet_server, "oasr_time_to_first_partial_seconds_count", api="grpc_streaming")
     client = Client(pcm16(audio), streaming_config("live-1", interim_results=True))
     responses = client.run(wenet_stub)
     res = results(responses)
@@ -143,8 +143,8 @@ def test_interim_results_then_one_final(wenet_stub: speech_pb2_grpc.SpeechStub, 
     assert_committed_never_changes(partials, finals[0].alternatives[0].transcript)
     assert {r.request_id for _, r in responses} == {"live-1"}
     assert all(r.speech_event_type == Event.SPEECH_EVENT_UNSPECIFIED for _, r in responses)
-    assert metric_value(wenet_server, "oasr_time_to_first_partial_seconds_count", api="grpc") == first_partial + 1
-    assert metric_value(wenet_server, "oasr_stream_sessions_active", api="grpc") == 0
+    assert metric_value(wenet_server, "oasr_time_to_first_partial_seconds_count", api="grpc_streaming") == first_partial + 1
+    assert metric_value(wenet_server, "oasr_stream_sessions_active", api="grpc_streaming") == 0
 
 
 def test_without_interim_results_only_finals(wenet_stub: speech_pb2_grpc.SpeechStub) -> None:
@@ -235,7 +235,7 @@ def test_cancelled_stream_aborts_its_engine_request(wenet_stub: speech_pb2_grpc.
                        code="CANCELLED") == cancelled:
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    assert metric_value(wenet_server, "oasr_stream_sessions_active", api="grpc") == 0
+    assert metric_value(wenet_server, "oasr_stream_sessions_active", api="grpc_streaming") == 0
 
 
 # ----------------------------------------------------------------------------- Whisper streaming
