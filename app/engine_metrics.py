@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 ENGINE_NAME = "0"
 """The `engine` label of this process's engine: one engine per process (seed 001)."""
 GPU_SAMPLE_INTERVAL_S = 1.0
+FAILURE_STAGES = ("admission", "features", "encode", "decode", "postprocess", "engine")
+"""Where a request can fail (`RequestOutput.error_stage`; 'engine' is a failed step's fail_all):
+resolved at 0 up front, so a failure rate by stage reads 0 before the first failure."""
 
 
 class EngineSeries:
@@ -66,6 +69,8 @@ class EngineSeries:
         self._seen = MetricsSnapshot()
         """The collector's totals already exported."""
         self._kv_exhausted_seen = 0
+        for stage in FAILURE_STAGES:
+            m.requests_failed.labels(**labels, stage=stage)
         self.gpu = GpuSampler(metrics, labels, device) if device is not None and device.type == "cuda" else None
 
     def failed(self, stage: str) -> None:
@@ -158,4 +163,4 @@ def _observe_all(histogram: Any, values: list[float] | list[int]) -> None:
         histogram.observe(value)
 
 
-__all__ = ["ENGINE_NAME", "EngineSeries", "GpuSampler"]
+__all__ = ["ENGINE_NAME", "FAILURE_STAGES", "EngineSeries", "GpuSampler"]

@@ -15,7 +15,6 @@ real grpcio stubs against a real server:
 from __future__ import annotations
 
 import itertools
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ import pytest
 
 from protos.oasr.speech.v1 import speech_pb2 as pb
 from protos.oasr.speech.v1 import speech_pb2_grpc
-from tests.e2e.conftest import ServerProcess, start_server
+from tests.e2e.conftest import ServerProcess, start_server, start_wenet_streaming_server
 from tests.e2e.test_grpc import clip_bytes, clip_row, clip_samples, metric_value, wer
 
 Enc = pb.RecognitionConfig.AudioEncoding
@@ -106,14 +105,7 @@ def seconds(d: Any) -> float:
 
 @pytest.fixture(scope="module")
 def wenet_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    from engine.models.wenet.testing import write_checkpoint
-
-    tmp = tmp_path_factory.mktemp("wenet")
-    ckpt = write_checkpoint(str(tmp / "ckpt"))
-    # WeNet experiment dirs hold final.pt and avg.pt; with two .pt files the Whisper loader
-    # (which claims a dir with a single .pt) does not mistake the dir for an OpenAI checkpoint.
-    shutil.copy(f"{ckpt}/final.pt", f"{ckpt}/avg.pt")
-    srv = start_server(tmp, env={"OASR_CKPT_DIR": ckpt, "OASR_SERVICE_MODE": "streaming"})
+    srv = start_wenet_streaming_server(tmp_path_factory.mktemp("wenet"))
     info = httpx.get(f"{srv.base_url}/v1/models", timeout=10).json()["data"][0]["info"]
     assert info["streaming_enabled"], info
     yield srv
