@@ -26,7 +26,13 @@ from app.engine_metrics import EngineSeries
 from app.metrics import Metrics
 from engine import ASREngine, DecodingOptions, RequestOutput
 from engine.device import resolve_device
-from engine.errors import EngineError, EngineShutdownError, InvalidRequestError, UnknownRequestError, UnsupportedError
+from engine.errors import (
+    EngineError,
+    EngineShutdownError,
+    InvalidRequestError,
+    UnknownRequestError,
+    UnsupportedError,
+)
 
 logger = logging.getLogger(__name__)
 

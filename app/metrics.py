@@ -55,8 +55,8 @@ __all__ = [
     "SECTIONS",
     "STAGE_BUCKETS",
     "UNMATCHED_ROUTE",
-    "Metrics",
     "MetricSpec",
+    "Metrics",
 ]
 
 # Bucket bounds, each in the unit of its metric.

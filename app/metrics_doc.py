@@ -50,7 +50,8 @@ SECTION_NOTES = {
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A HELP text as one Markdown table cell (`<unmatched>` must not read as an HTML tag)."""
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
 
 
 def render_block() -> str:

@@ -50,13 +50,14 @@ async def run_offline(
     disconnect or a cancellation aborts the engine request. Errors map to ApiError."""
     metrics = service.metrics
     started = time.monotonic()
+    # counted before the submit: audio the engine refuses still reaches the throughput denominator
+    metrics.count_offline_audio(api, len(audio) / service.engine.sample_rate)
     try:
         stream = service.open_request(audio, decoding=options)
     except BaseException:
         if inspect.iscoroutine(disconnected):
             disconnected.close()  # never awaited now; closing it avoids a "never awaited" warning
         raise
-    metrics.count_offline_audio(api, len(audio) / service.engine.sample_rate)
     outcome = "error"  # a timeout and a draining server's 503 too: the server's problem to see
     try:
         out = await _await_final(stream, timeout, disconnected)

@@ -147,6 +147,8 @@ async def _stream_transcription(
     try:
         data = await file.read()
         audio = await decoder.decode(data, max_seconds=settings.max_audio_seconds)
+        # counted before the submit, as run_offline does
+        service.metrics.count_offline_audio("openai", len(audio.samples) / service.engine.sample_rate)
         stream = service.open_request(audio.samples, decoding=options)
     except BaseException as exc:
         done()
@@ -154,8 +156,7 @@ async def _stream_transcription(
             raise to_api_error(exc) from exc
         raise
     request_id = stream.request_id
-    seconds = len(audio.samples) / service.engine.sample_rate  # counted as run_offline does
-    service.metrics.count_offline_audio("openai", seconds)
+
     async def done_on_loop() -> None:  # async: a sync background task would run in a worker thread
         done()
 

@@ -285,7 +285,7 @@ def test_gpu_memory_is_sampled_on_cuda() -> None:
     m = Metrics()
     s = EngineSeries(m, model="tiny", decode_method="greedy", device=torch.device("cuda"))
     s.beat()
-    free, total = torch.cuda.mem_get_info()
+    _free, total = torch.cuda.mem_get_info()
     assert _value(m, "oasr_gpu_memory_total_bytes") == total
     used = _value(m, "oasr_gpu_memory_used_bytes")
     assert used is not None and 0 < used <= total

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from app.metrics import Metrics
 from tests.deploy import promql
 from tests.deploy.manifests import MONITORING, ROOT
