@@ -192,21 +192,20 @@ class EngineService:
             # A handler that held a permit through the drain grace (still decoding its upload)
             # must not start engine work after the rest was cancelled: shutdown would wait on it.
             raise EngineShutdownError("server is shutting down; the request was not started")
-        started = time.perf_counter()
         try:
-            if streaming and not self.engine.streaming_enabled:
-                options = self.engine.validate_options(decoding)
-                rid = request_id or f"held-{uuid.uuid4().hex[:12]}"
-                self._held[rid] = _HeldStream(options, priority)
-            elif streaming:
-                rid = self.engine.add_streaming_request(priority=priority, decoding=decoding, request_id=request_id)
-            else:
-                rid = self.engine.add_request(audio, priority=priority, decoding=decoding, request_id=request_id)
+            with self.series.admit.time():  # each command's check and post is timed (open, feed, abort)
+                if streaming and not self.engine.streaming_enabled:
+                    options = self.engine.validate_options(decoding)
+                    rid = request_id or f"held-{uuid.uuid4().hex[:12]}"
+                    self._held[rid] = _HeldStream(options, priority)
+                elif streaming:
+                    rid = self.engine.add_streaming_request(priority=priority, decoding=decoding,
+                                                            request_id=request_id)
+                else:
+                    rid = self.engine.add_request(audio, priority=priority, decoding=decoding, request_id=request_id)
         except (InvalidRequestError, UnsupportedError):
             self.series.requests_rejected.inc()
             raise
-        finally:
-            self.series.admit.observe(time.perf_counter() - started)
         # outputs are dispatched on this loop after this callback returns, so registering now is in time
         stream = OutputStream(rid, self.series)
         self._streams[rid] = stream
@@ -216,11 +215,8 @@ class EngineService:
     def feed(self, request_id: str, chunk: np.ndarray, is_last: bool = False) -> None:
         held = self._held.get(request_id)
         if held is None:
-            started = time.perf_counter()
-            try:
+            with self.series.admit.time():
                 self.engine.feed_chunk(request_id, chunk, is_last=is_last)
-            finally:
-                self.series.admit.observe(time.perf_counter() - started)
             return
         if chunk.size:
             held.chunks.append(chunk)
@@ -261,10 +257,8 @@ class EngineService:
         if request_id in self._held:
             self._end_held(request_id, RequestOutput(request_id, finished=True, finish_reason="abort"))
             return
-        started = time.perf_counter()
-        with contextlib.suppress(UnknownRequestError):
+        with self.series.admit.time(), contextlib.suppress(UnknownRequestError):
             self.engine.abort_request(request_id)
-        self.series.admit.observe(time.perf_counter() - started)
 
     def close(self, request_id: str) -> None:
         """Forget a request's stream (its handler is done with it); aborts it if still running."""
