@@ -116,7 +116,10 @@ class EngineConfig:
     max_stream_blocks: int | None = None
     """Per-stream ceiling of KV blocks; None allows a stream the whole pool."""
     recycle_streaming_history: bool = False
-    """At the per-stream ceiling: True drops the stream's oldest block, False finishes it with 'length'."""
+    """At the per-stream ceiling: True drops the stream's oldest block (the stream goes on with
+    less left context), False finishes it with finish_reason='length'. Off by default because
+    recycling silently changes what the encoder attends to, and so the transcript, while
+    'length' tells the client its stream was cut."""
 
     gc_freeze: bool = True
     """Freeze the Python heap after construction so full garbage collections skip the loaded
