@@ -100,8 +100,8 @@ def run(ckpt_dir: str, n: int, audio: np.ndarray, look_ahead: list[int], max_bat
         if not engine.wait_for_work(timeout=0.5):
             continue
         outs = engine.step()
-        if engine.last_streams_stepped:
-            stepped.append(engine.last_streams_stepped)
+        if engine.runner.streams_stepped:
+            stepped.append(engine.runner.streams_stepped)
         now = time.monotonic()
         for o in outs:
             s = streams.get(o.request_id)
