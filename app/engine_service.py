@@ -16,13 +16,23 @@ import contextlib
 import logging
 import threading
 import time
+import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from app.engine_metrics import EngineSeries
 from app.metrics import Metrics
 from engine import ASREngine, DecodingOptions, RequestOutput
-from engine.errors import EngineShutdownError, UnknownRequestError
+from engine.device import resolve_device
+from engine.errors import (
+    EngineError,
+    EngineShutdownError,
+    InvalidRequestError,
+    UnknownRequestError,
+    UnsupportedError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -34,13 +44,15 @@ MAX_CONSECUTIVE_STEP_FAILURES = 3  # then the heartbeat stops and readiness fail
 
 class OutputStream:
     """One request's outputs on the event loop. When the consumer lags, a newer partial
-    replaces the older queued one (partials are cumulative), so memory stays bounded."""
+    replaces the older queued one (partials are cumulative), so memory stays bounded: counted as
+    a dropped event. The terminal output is never folded: queued behind the others it is a
+    deferred event."""
 
-    def __init__(self, request_id: str, metrics: Metrics | None = None):
+    def __init__(self, request_id: str, series: EngineSeries | None = None):
         self.request_id = request_id
         self._items: collections.deque[RequestOutput] = collections.deque()
         self._event = asyncio.Event()
-        self._metrics = metrics
+        self._series = series
         self.finished = False
         self.created = time.monotonic()
         self.first_output_time: float | None = None
@@ -52,9 +64,11 @@ class OutputStream:
             self.first_output_time = time.monotonic()
         if self._items and not self._items[-1].finished and not out.finished:
             self._items[-1] = out
-            if self._metrics is not None:
-                self._metrics.deferred_events.inc()
+            if self._series is not None:
+                self._series.events_dropped.inc()
         else:
+            if self._items and self._series is not None:  # the terminal waits behind what is queued
+                self._series.events_deferred.inc()
             self._items.append(out)
         if out.finished:
             self.finished = True
@@ -73,11 +87,30 @@ class OutputStream:
                 return out
 
 
+@dataclass
+class _HeldStream:
+    """A live stream on an engine that serves offline requests only: the bridge holds its audio
+    and submits one offline request when the input ends (seed 001, "Streaming text out of an
+    offline engine")."""
+
+    decoding: DecodingOptions
+    priority: int
+    chunks: list[np.ndarray] = field(default_factory=list)
+    samples: int = 0
+
+
 class EngineService:
-    def __init__(self, engine: ASREngine, metrics: Metrics, max_inflight: int = 64):
+    def __init__(self, engine: ASREngine, metrics: Metrics, max_inflight: int = 64,
+                 max_held_seconds: float = 3600.0):
         self.engine = engine
         self.metrics = metrics
+        info = engine.model_info
+        self.series = EngineSeries(metrics, info.model, info.decode_method, resolve_device(engine.config))
+        """This engine's dispatcher and engine-scope metrics."""
         self.max_inflight = max_inflight
+        self.max_held_seconds = max_held_seconds
+        """Most audio (s) held for one live stream on an offline engine (the server's max_audio_seconds)."""
+        self._held: dict[str, _HeldStream] = {}
         self.inflight = 0
         self.draining = False
         self._closed = False  # set by cancel_all: from then on no request may enter the engine
@@ -89,7 +122,6 @@ class EngineService:
         self._steps_done = 0
         self._consecutive_failures = 0
         self._step_started: float | None = None
-        self._kv_exhausted_seen = 0  # runner's cumulative count already exported
         self._started = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
@@ -133,7 +165,7 @@ class EngineService:
     def try_acquire(self) -> bool:
         """Take an inflight permit (event-loop only, so no lock)."""
         if self.draining or self.inflight >= self.max_inflight:
-            self.metrics.requests_busy.inc()
+            self.series.requests_busy.inc()
             return False
         self.inflight += 1
         return True
@@ -151,30 +183,81 @@ class EngineService:
         request_id: str | None = None,
     ) -> OutputStream:
         """Register a stream for a new request and post it. Raises the engine's validation
-        errors (InvalidRequestError, UnsupportedError, EngineShutdownError) synchronously."""
+        errors (InvalidRequestError, UnsupportedError, EngineShutdownError) synchronously.
+
+        A streaming request on an engine that serves offline requests only is held here: its
+        audio is kept until the input ends and then submitted as one offline request under the
+        same id, so every surface streams the same way on either kind of engine."""
         if self._closed:
             # A handler that held a permit through the drain grace (still decoding its upload)
             # must not start engine work after the rest was cancelled: shutdown would wait on it.
             raise EngineShutdownError("server is shutting down; the request was not started")
-        if streaming:
-            rid = self.engine.add_streaming_request(priority=priority, decoding=decoding, request_id=request_id)
-        else:
-            rid = self.engine.add_request(audio, priority=priority, decoding=decoding, request_id=request_id)
+        try:
+            with self.series.admit.time():  # each command's check and post is timed (open, feed, abort)
+                if streaming and not self.engine.streaming_enabled:
+                    options = self.engine.validate_options(decoding)
+                    rid = request_id or f"held-{uuid.uuid4().hex[:12]}"
+                    self._held[rid] = _HeldStream(options, priority)
+                elif streaming:
+                    rid = self.engine.add_streaming_request(priority=priority, decoding=decoding,
+                                                            request_id=request_id)
+                else:
+                    rid = self.engine.add_request(audio, priority=priority, decoding=decoding, request_id=request_id)
+        except (InvalidRequestError, UnsupportedError):
+            self.series.requests_rejected.inc()
+            raise
         # outputs are dispatched on this loop after this callback returns, so registering now is in time
-        stream = OutputStream(rid, self.metrics)
+        stream = OutputStream(rid, self.series)
         self._streams[rid] = stream
-        self.metrics.requests_admitted.inc()
+        self.series.requests_admitted.inc()
         return stream
 
     def feed(self, request_id: str, chunk: np.ndarray, is_last: bool = False) -> None:
-        self.engine.feed_chunk(request_id, chunk, is_last=is_last)
+        held = self._held.get(request_id)
+        if held is None:
+            with self.series.admit.time():
+                self.engine.feed_chunk(request_id, chunk, is_last=is_last)
+            return
+        if chunk.size:
+            held.chunks.append(chunk)
+            held.samples += int(chunk.size)
+        if held.samples > self.max_held_seconds * self.engine.sample_rate:
+            self._end_held(request_id, RequestOutput(
+                request_id, finished=True, finish_reason="error", error_stage="admission",
+                error=f"live audio over {self.max_held_seconds:g} s cannot be held for an offline engine"))
+        elif is_last:
+            self._submit_held(request_id, held)
+
+    def _submit_held(self, request_id: str, held: _HeldStream) -> None:
+        del self._held[request_id]
+        if not held.samples:  # nothing was said: nothing to transcribe
+            self._put(RequestOutput(request_id, finished=True, finish_reason="stop"))
+            return
+        audio = np.concatenate(held.chunks)
+        try:
+            self.engine.add_request(audio, priority=held.priority, decoding=held.decoding, request_id=request_id)
+        except EngineError as exc:  # e.g. shut down meanwhile: the stream ends with the reason
+            self._put(RequestOutput(request_id, finished=True, finish_reason="error", error=str(exc),
+                                    error_stage="admission"))
+
+    def _end_held(self, request_id: str, out: RequestOutput) -> None:
+        self._held.pop(request_id, None)
+        self._put(out)
+
+    def _put(self, out: RequestOutput) -> None:
+        stream = self._streams.get(out.request_id)
+        if stream is not None:
+            stream.put(out)
 
     def abort(self, request_id: str) -> None:
         """Cancel a request if it is still running (idempotent)."""
         stream = self._streams.get(request_id)
         if stream is None or stream.finished:
             return
-        with contextlib.suppress(UnknownRequestError):
+        if request_id in self._held:
+            self._end_held(request_id, RequestOutput(request_id, finished=True, finish_reason="abort"))
+            return
+        with self.series.admit.time(), contextlib.suppress(UnknownRequestError):
             self.engine.abort_request(request_id)
 
     def close(self, request_id: str) -> None:
@@ -188,6 +271,7 @@ class EngineService:
         self._closed = True
         for rid, stream in list(self._streams.items()):
             if not stream.finished:
+                self._held.pop(rid, None)
                 self.abort(rid)
                 stream.put(RequestOutput(request_id=rid, finished=True, finish_reason="error", error=reason,
                                          error_stage="shutdown"))
@@ -195,9 +279,10 @@ class EngineService:
     # ------------------------------------------------------------------ engine thread
 
     def _beat(self) -> None:
-        if self._consecutive_failures < MAX_CONSECUTIVE_STEP_FAILURES:
+        alive = self._consecutive_failures < MAX_CONSECUTIVE_STEP_FAILURES
+        if alive:
             self._heartbeat = time.monotonic()
-            self.metrics.engine_heartbeat.set(time.time())
+        self.series.beat(heartbeat=alive)
 
     def _run(self) -> None:
         engine = self.engine
@@ -213,53 +298,45 @@ class EngineService:
                 self._beat()
                 if not engine.has_work():
                     continue
-            t0 = time.perf_counter()
+            # one tick: the step (it applies the queued commands), then the extract
+            tick_started = time.perf_counter()
             self._step_started = time.monotonic()
             try:
                 outputs = engine.step()
                 self._consecutive_failures = 0
             except Exception as exc:
                 self._consecutive_failures += 1
-                self.metrics.engine_step_failures.inc()
+                self.series.step_failures.inc()
                 logger.exception("engine step failed (%d in a row)", self._consecutive_failures)
                 outputs = engine.fail_all(f"engine step failed: {exc}")
-            elapsed = time.perf_counter() - t0
+            stepped = time.perf_counter()
             self._step_started = None
             self._steps_done += 1
             try:
-                self._observe_step(elapsed)
+                self._observe_step(stepped - tick_started)
             except Exception:  # metrics are best effort: the step's outputs must still reach their clients
                 logger.exception("recording the metrics of an engine step failed")
+            posted = self._post(outputs)
+            done = time.perf_counter()
+            self.series.extract.observe(done - stepped)
+            self.series.tick.observe(done - tick_started)
             self._beat()
-            if outputs and self._loop is not None:
-                try:
-                    self._loop.call_soon_threadsafe(self._dispatch, outputs, time.perf_counter())
-                except RuntimeError:  # loop closed during shutdown
-                    break
+            if not posted:
+                break
 
-    def _observe_step(self, elapsed: float) -> None:
-        m, e = self.metrics, self.engine
-        m.engine_step.observe(elapsed)
-        m.engine_running.set(e.num_running)
-        m.engine_waiting.set(e.num_waiting)
-        if e.last_batch_size:
-            m.engine_batch_size.observe(e.last_batch_size)
-            for wait in e.last_queue_waits:
-                m.engine_queue_wait.observe(wait)
-            e.last_batch_size = 0
-        if e.last_streams_stepped:
-            m.engine_stream_batch_size.observe(e.last_streams_stepped)
-        stats = getattr(e.runner, "stats", None)
-        if callable(stats):
-            s = stats()
-            if "kv_pool_usage" in s:
-                m.engine_kv_pool_usage.set(s["kv_pool_usage"])
-            exhausted = s.get("kv_exhausted_total")
-            if exhausted is not None:
-                delta = exhausted - self._kv_exhausted_seen
-                if delta > 0:
-                    m.engine_kv_exhausted.inc(delta)
-                self._kv_exhausted_seen = exhausted
+    def _observe_step(self, seconds: float) -> None:
+        e = self.engine
+        self.series.step.observe(seconds)
+        self.series.export(e.metrics.drain(), e.runner.stats(), e.num_running, e.num_waiting)
+
+    def _post(self, outputs: list[RequestOutput]) -> bool:
+        """Hand a step's outputs to the event loop; False once the loop is closed (shutdown)."""
+        if outputs and self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._dispatch, outputs, time.perf_counter())
+            except RuntimeError:  # loop closed during shutdown
+                return False
+        return True
 
     def _dispatch(self, outputs: list[RequestOutput], sent_at: float) -> None:
         for out in outputs:
@@ -268,5 +345,5 @@ class EngineService:
                 continue  # its handler already left (disconnect); the engine was told to abort
             stream.put(out)
             if out.finished and out.finish_reason == "error":
-                self.metrics.requests_failed.labels(stage=out.error_stage or "unknown").inc()
-        self.metrics.dispatch_tick.observe(time.perf_counter() - sent_at)
+                self.series.failed(out.error_stage or "unknown")
+        self.series.route.observe(time.perf_counter() - sent_at)

@@ -145,7 +145,8 @@ def engine_system(name: str, baseline: str, beam: int = 1, **config: object) -> 
 
     engine = ASREngine(EngineConfig(**config))  # type: ignore[arg-type]
     options = DecodingOptions(beam_size=beam)
-    return System(name, baseline, lambda cs: [o.text for o in engine.transcribe_outputs([c.audio for c in cs], options)],
+    return System(name, baseline,
+                  lambda cs: [o.text for o in engine.transcribe_outputs([c.audio for c in cs], decoding=options)],
                   engine.shutdown)
 
 
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         systems += [
             engine_system("oasr engine float32", fw_int8, quantization="none"),
             engine_system("oasr engine float32, 30 s encoder context", fw_int8, quantization="none",
-                          extra={"whisper": WhisperOptions(offline_encoder_context="full")}),
+                          family_options={"whisper": WhisperOptions(offline_encoder_context="full")}),
         ]
     systems += [faster_whisper_system("int8"), faster_whisper_system("float32")]
     if args.beam:

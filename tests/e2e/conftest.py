@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -62,7 +63,9 @@ class ServerProcess:
 def start_server(tmp_dir: Path, env: dict[str, str] | None = None, ready_timeout: float = 120.0) -> ServerProcess:
     """Start `uvicorn app.main:app` with OASR_* settings from `env`; wait until /readyz is 200."""
     port, grpc_port = free_port(), free_port()
-    full_env = {**os.environ, "OASR_GRPC_PORT": str(grpc_port), "OASR_LOG_LEVEL": "info", **(env or {})}
+    full_env = {**os.environ, "OASR_GRPC_PORT": str(grpc_port), "OASR_LOG_LEVEL": "info",
+                "OASR_DATA_DIR": str(tmp_dir / f"data-{port}"),  # jobs store: never the user's data dir
+                **(env or {})}
     log_path = tmp_dir / f"server-{port}.log"
     log = open(log_path, "wb")  # noqa: SIM115 - handed to the child for its lifetime
     proc = subprocess.Popen(
@@ -80,6 +83,20 @@ def start_server(tmp_dir: Path, env: dict[str, str] | None = None, ready_timeout
         time.sleep(0.3)
     server.terminate()
     raise RuntimeError(f"server not ready after {ready_timeout}s:\n{server.log()[-3000:]}")
+
+
+def start_wenet_streaming_server(tmp_dir: Path) -> ServerProcess:
+    """A streaming server on a cache-aware WeNet Conformer-CTC checkpoint: the random-init one
+    `engine.models.wenet.testing` writes in the real on-disk format (no real WeNet weights can be
+    fetched here), so the engine, its paged KV pool and the server are real and the transcripts
+    meaningless."""
+    from engine.models.wenet.testing import write_checkpoint
+
+    ckpt = write_checkpoint(str(tmp_dir / "ckpt"))
+    # WeNet experiment dirs hold final.pt and avg.pt; with two .pt files the Whisper loader
+    # (which claims a dir with a single .pt) does not mistake the dir for an OpenAI checkpoint.
+    shutil.copy(f"{ckpt}/final.pt", f"{ckpt}/avg.pt")
+    return start_server(tmp_dir, env={"OASR_CKPT_DIR": ckpt, "OASR_SERVICE_MODE": "streaming"})
 
 
 @pytest.fixture(scope="module")

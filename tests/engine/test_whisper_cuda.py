@@ -53,8 +53,8 @@ def test_beam_search_and_word_timestamps_on_cuda(cuda_engine: Any, clips: list[C
     from engine import DecodingOptions
 
     clip = next(c for c in clips if c.id == "jfk_inaugural")
-    beam = cuda_engine.transcribe_outputs(clip.audio, DecodingOptions(beam_size=5, n_best=3))[0]
-    words = cuda_engine.transcribe_outputs(clip.audio, DecodingOptions(word_timestamps=True))[0]
+    beam = cuda_engine.transcribe_outputs(clip.audio, decoding=DecodingOptions(beam_size=5, n_best=3))[0]
+    words = cuda_engine.transcribe_outputs(clip.audio, decoding=DecodingOptions(word_timestamps=True))[0]
     assert beam.finish_reason == "stop" and len(beam.nbest) >= 1 and "country" in beam.text.lower()
     assert words.words and all(0.0 <= w.start <= w.end <= clip.duration + 0.5 for w in words.words)
 
