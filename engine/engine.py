@@ -23,6 +23,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import EngineShutdownError, InvalidRequestError, UnknownRequestError
+from engine.ops.extension import extension_status
 from engine.registry import resolve_family
 from engine.request import Request, RequestStatus
 from engine.runner import ModelRunner
@@ -37,6 +38,7 @@ class ASREngine:
     def __init__(self, config: EngineConfig | None = None, runner: ModelRunner | None = None):
         self.config = config or EngineConfig()
         self.config.validate()
+        self.kernels = extension_status()  # logs once which path the operators take
         if self.config.num_threads:
             import torch
 
@@ -75,7 +77,7 @@ class ASREngine:
 
     def info(self) -> dict[str, Any]:
         return {**self.runner.info(), "service_mode": self.config.service_mode,
-                "streaming_enabled": self.streaming_enabled}
+                "streaming_enabled": self.streaming_enabled, "kernels": self.kernels.as_info()}
 
     @property
     def num_running(self) -> int:

@@ -1,0 +1,31 @@
+// The `oasr` operator library: every schema in one place, and the Python module `engine._C`
+// whose import loads this shared object (kernels register from their own files with
+// TORCH_LIBRARY_IMPL). No pybind11: the operators are reached through torch.ops.oasr.*.
+#include <Python.h>
+#include <torch/library.h>
+
+TORCH_LIBRARY(oasr, m) {
+  // CTC prefix beam search over a batch of rows, resumable chunk by chunk: the hypotheses of the
+  // previous call come in, the new ones go out (see engine/ops/ctc_beam.py for the layout).
+  m.def(
+      "ctc_prefix_beam_search(Tensor log_probs, Tensor lengths, Tensor frame_offset, Tensor num_hyps, "
+      "Tensor hyp_tokens, Tensor hyp_frames, Tensor hyp_token_logprobs, Tensor hyp_lengths, "
+      "Tensor hyp_scores, Tensor hyp_context, int beam, int blank, Tensor? trie_nodes=None, "
+      "Tensor? trie_edges=None, Tensor? trie_scores=None, Tensor? trie_roots=None) -> "
+      "(Tensor num_hyps, Tensor hyp_tokens, Tensor hyp_frames, Tensor hyp_token_logprobs, "
+      "Tensor hyp_lengths, Tensor hyp_scores, Tensor hyp_context)");
+}
+
+namespace {
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", "OASR custom operators (torch.ops.oasr)", -1,
+                          nullptr};
+}
+
+PyMODINIT_FUNC PyInit__C(void) {
+  PyObject* module = PyModule_Create(&module_def);
+  if (module != nullptr && PyModule_AddIntConstant(module, "WITH_CUDA", OASR_WITH_CUDA) != 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
+}

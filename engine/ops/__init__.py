@@ -1,0 +1,29 @@
+"""The engine's hot loops as operators: compiled kernels (`engine._C`, torch.ops.oasr.*) with
+their Python references.
+
+| entry point | reference | used by |
+|---|---|---|
+| `ctc_prefix_beam_search` (+ `ContextTrie` keyword biasing) | `ctc_prefix_beam_search_reference` | WeNet CTC beam, CTC heads |
+
+Each entry point runs the compiled kernel when `engine._C` is loaded (`extension_status()`),
+the reference otherwise; `use_extension=` forces one. The references are what the kernels are
+tested against (tests/engine/ops).
+"""
+
+from engine.ops.context_biasing import DEFAULT_BOOST, ContextTrie
+from engine.ops.ctc_beam import BeamState, ctc_prefix_beam_search, ctc_prefix_beam_search_reference
+from engine.ops.ctc_reference import Hypothesis
+from engine.ops.extension import DISABLE_ENV, ExtensionStatus, extension_loaded, extension_status
+
+__all__ = [
+    "DEFAULT_BOOST",
+    "DISABLE_ENV",
+    "BeamState",
+    "ContextTrie",
+    "ExtensionStatus",
+    "Hypothesis",
+    "ctc_prefix_beam_search",
+    "ctc_prefix_beam_search_reference",
+    "extension_loaded",
+    "extension_status",
+]

@@ -1,0 +1,31 @@
+"""Shape-only (fake) implementations of the compiled operators, so `torch.compile` and
+FakeTensor tracing can see through them. Registered by the loader once `engine._C` is loaded."""
+
+from __future__ import annotations
+
+import torch
+
+_registered = False
+
+
+def register() -> None:
+    global _registered
+    if _registered:
+        return
+    _registered = True
+
+    @torch.library.register_fake("oasr::ctc_prefix_beam_search")
+    def _ctc_prefix_beam_search(
+        log_probs: torch.Tensor, lengths: torch.Tensor, frame_offset: torch.Tensor, num_hyps: torch.Tensor,
+        hyp_tokens: torch.Tensor, hyp_frames: torch.Tensor, hyp_token_logprobs: torch.Tensor,
+        hyp_lengths: torch.Tensor, hyp_scores: torch.Tensor, hyp_context: torch.Tensor, beam: int, blank: int,
+        trie_nodes: torch.Tensor | None = None, trie_edges: torch.Tensor | None = None,
+        trie_scores: torch.Tensor | None = None, trie_roots: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, ...]:  # fmt: skip
+        b, t = log_probs.shape[0], log_probs.shape[1]
+        cap = hyp_tokens.shape[2] + t
+        return (
+            num_hyps.new_empty(b), hyp_tokens.new_empty(b, beam, cap), hyp_frames.new_empty(b, beam, cap),
+            hyp_token_logprobs.new_empty(b, beam, cap), hyp_lengths.new_empty(b, beam),
+            hyp_scores.new_empty(b, beam, 3), hyp_context.new_empty(b, beam),
+        )  # fmt: skip
