@@ -6,7 +6,8 @@ Per engine step (`execute`):
    of input), least recently advanced first, up to `max_batch_size`; reserve their KV blocks
    (recycling the oldest or finishing with 'length' at the ceiling);
 3. forward: one batched paged-attention chunk forward; K/V land in the streams' blocks;
-4. decode: CTC greedy / prefix beam search per stream, partial or final outputs.
+4. decode: CTC greedy per stream, prefix beam search of every beam-searching stream in one
+   operator call (engine.ops), partial or final outputs.
 Offline requests take the same path with all their audio queued at once.
 """
 
@@ -26,8 +27,9 @@ from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError, UnsupportedError
 from engine.fbank import KaldiFbank, frames_for
 from engine.models.wenet.checkpoint import WenetCheckpoint, load_checkpoint
-from engine.models.wenet.ctc import CTCState, Detokenizer
+from engine.models.wenet.ctc import CTCState, Detokenizer, advance_batch
 from engine.models.wenet.decoder import rescore
+from engine.models.wenet.keywords import KeywordSpeller
 from engine.models.wenet.model import (
     RIGHT_CONTEXT,
     SUBSAMPLING,
@@ -36,6 +38,7 @@ from engine.models.wenet.model import (
     subsampled_length,
     window_frames,
 )
+from engine.ops import DEFAULT_BOOST
 from engine.request import Request
 from engine.types import DecodingOptions, FinishReason, RequestOutput, Segment
 
@@ -47,6 +50,8 @@ MAX_CTC_BEAM = 10
 DEFAULT_CTC_WEIGHT = 0.5
 """Attention rescoring: weight of the CTC score next to the decoder's (WeNet runtime default);
 override with EngineConfig.extra['wenet_ctc_weight']."""
+KEYWORD_BEAM = 4
+"""Beam of a greedy (beam_size 1) request that names keywords: biasing needs alternatives to promote."""
 OFFLINE_PIECE_SAMPLES = 30 * 16000
 """Most offline audio featurized per step (30 s at 16 kHz); a step consumes one chunk anyway."""
 MIN_WINDOW = RIGHT_CONTEXT + 1
@@ -125,6 +130,8 @@ class WenetRunner:
         """Streams that hit the KV ceiling (finished 'length' or had history recycled)."""
         self.kv_recycled_blocks_total = 0
         self.ctc_weight = float(config.extra.get("wenet_ctc_weight", DEFAULT_CTC_WEIGHT))  # type: ignore[arg-type]
+        self.keyword_boost = float(config.extra.get("wenet_keyword_boost", DEFAULT_BOOST))  # type: ignore[arg-type]
+        self.speller = KeywordSpeller(ckpt.units)
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> WenetRunner:
@@ -158,6 +165,7 @@ class WenetRunner:
                 "word_timestamps": True,
                 "max_beam_size": MAX_CTC_BEAM,
                 "attention_rescoring": self.ckpt.has_decoder,
+                "keywords": True,
             },
         }
 
@@ -170,6 +178,8 @@ class WenetRunner:
             raise UnsupportedError("this CTC model only transcribes (task='translate' unsupported)")
         if options.prompt:
             raise UnsupportedError("CTC decoding takes no prompt")
+        for keyword in options.keywords:
+            self.speller.spell(keyword)
 
     def free_slots(self) -> int:
         return self.pool.num_free // self.blocks_per_chunk
@@ -178,6 +188,13 @@ class WenetRunner:
         failed = []
         cfg = self.ckpt.config
         for req in requests:
+            opts = req.decoding
+            beam = KEYWORD_BEAM if opts.keywords and opts.beam_size == 1 else opts.beam_size
+            try:
+                trie = self.speller.trie(opts.keywords, self.keyword_boost)
+            except InvalidRequestError as exc:
+                failed.append(_error(req, "admission", str(exc)))
+                continue
             table = BlockTable(self.pool.block_size)
             if not self._grow(table, self.chunk_size):
                 table.release(self.pool)
@@ -193,13 +210,13 @@ class WenetRunner:
                     device=self.device,
                     dtype=self.pool.spec.dtype,
                 ),
-                ctc=CTCState(beam_size=req.decoding.beam_size),
+                ctc=CTCState(beam_size=beam, trie=trie),
                 wave_tail=torch.zeros(0),
                 feats=torch.zeros(0, cfg.input_dim, device=self.device),
                 offline_audio=None
                 if req.streaming
                 else (req.audio if req.audio is not None else np.zeros(0)),
-                encoder_out=[] if self.ckpt.has_decoder and req.decoding.beam_size > 1 else None,
+                encoder_out=[] if self.ckpt.has_decoder and beam > 1 else None,
             )
             req.runner_state = stream
             self._streams[req.request_id] = stream
@@ -377,7 +394,6 @@ class WenetRunner:
             logger.exception("encoder forward failed for %d streams", b)
             return [self._fail(s, "encode", exc) for s, _ in batch]
         log_probs = log_probs.cpu()
-        outputs = []
         for i, (stream, c) in enumerate(batch):
             stream.table.end += c
             stream.feats = stream.feats[SUBSAMPLING * c :]
@@ -385,17 +401,36 @@ class WenetRunner:
             if stream.encoder_out is not None:
                 stream.encoder_out.append(enc[i, :c])
             stream.last_advanced = self._step
-            try:
-                stream.ctc.advance(log_probs[i, :c])
-            except Exception as exc:
-                logger.exception("CTC decoding failed for request %s", stream.request.request_id)
-                outputs.append(self._fail(stream, "decode", exc))
-                continue
-            if stream.input_done and len(stream.feats) < MIN_WINDOW:
+        failed = self._advance_ctc([s for s, _ in batch], log_probs, [c for _, c in batch])
+        outputs = []
+        for stream, _c in batch:
+            if stream in failed:
+                outputs.append(self._fail(stream, "decode", failed[stream]))
+            elif stream.input_done and len(stream.feats) < MIN_WINDOW:
                 outputs.append(self._finish(stream, "stop"))
             else:
                 outputs.append(self._partial(stream))
         return outputs
+
+    def _advance_ctc(
+        self, streams: list[_Stream], log_probs: torch.Tensor, lengths: list[int]
+    ) -> dict[_Stream, Exception]:
+        """CTC-decode every stream's chunk: log_probs (B, C, V), row i valid for lengths[i]
+        frames; all beam searches of a step in one operator call. If that fails, each stream is
+        retried alone so that one bad stream fails only itself. Returns the failed streams."""
+        try:
+            advance_batch([s.ctc for s in streams], log_probs, lengths)
+            return {}
+        except Exception:
+            logger.exception("batched CTC decoding failed for %d streams; retrying one by one", len(streams))
+        failed: dict[_Stream, Exception] = {}
+        for i, stream in enumerate(streams):
+            try:
+                advance_batch([stream.ctc], log_probs[i : i + 1], lengths[i : i + 1])
+            except Exception as exc:
+                logger.exception("CTC decoding failed for request %s", stream.request.request_id)
+                failed[stream] = exc
+        return failed
 
     # ---- outputs ----
 
@@ -420,8 +455,9 @@ class WenetRunner:
         hyps = [h for h in ctc.beams if h.tokens]
         if not stream.encoder_out or len(hyps) < 2 or self.ckpt.decoder is None:
             return
-        scores = rescore(
-            self.ckpt.decoder, torch.cat(stream.encoder_out), [h.tokens for h in hyps], [h.score for h in hyps],
+        scores = rescore(  # the CTC side includes the bonus of completed keywords (WeNet's total score)
+            self.ckpt.decoder, torch.cat(stream.encoder_out), [h.tokens for h in hyps],
+            [h.score + h.context_score for h in hyps],
             sos_eos=len(self.ckpt.units) - 1, ctc_weight=self.ctc_weight, reverse_weight=self.ckpt.reverse_weight,
         )  # fmt: skip
         ranked = [h for _, h in sorted(zip(scores, hyps, strict=True), key=lambda sh: -sh[0])]
@@ -431,6 +467,7 @@ class WenetRunner:
         req = stream.request
         ctc = stream.ctc
         try:
+            ctc.finalize()
             self._rescore(stream)
         except Exception as exc:
             logger.exception("attention rescoring failed for request %s", req.request_id)

@@ -38,5 +38,26 @@ def _two_threads() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
-def needs_cuda() -> pytest.MarkDecorator:
-    return pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.fixture(scope="session")
+def wenet_log_probs(tmp_path_factory: pytest.TempPathFactory) -> torch.Tensor:
+    """(T, V) CTC log-probs of the tiny generated WeNet model on a real 4.9 s clip."""
+    from engine.config import EngineConfig
+    from engine.models.wenet.runner import AUDIO_SCALE, WenetRunner
+    from engine.models.wenet.testing import CheckpointSpec, write_checkpoint
+    from tests.conftest import load_clip
+
+    ckpt = write_checkpoint(str(tmp_path_factory.mktemp("wenet") / "tiny"), CheckpointSpec())
+    runner = WenetRunner.from_config(EngineConfig(ckpt_dir=ckpt, service_mode="streaming", max_num_blocks=64))
+    feats = runner.fbank([torch.tensor(load_clip("libri_61-70968-0000")) * AUDIO_SCALE])[0]
+    log_probs, _ = runner.model.forward_full(feats[None], torch.tensor([len(feats)]), 16, -1)
+    return log_probs[0].float()
+
+
+@pytest.fixture
+def cuda_ext() -> None:
+    """A GPU and the CUDA kernels; skips cleanly without either."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    require_extension()
+    if not extension_status().cuda:
+        pytest.skip(f"engine._C was built without CUDA kernels ({extension_status().detail})")
