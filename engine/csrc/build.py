@@ -130,7 +130,7 @@ def _cuda_check_command(nvcc: str, source: Path, obj: Path) -> list[str]:
 
 
 def cuda_check(if_nvcc: bool) -> int:
-    """Compile each .cu file to an object file; an object newer than every source is kept."""
+    """Compile each .cu file to an object file; an object newer than its source and every header is kept."""
     nvcc = _nvcc()
     if nvcc is None:
         if if_nvcc:
@@ -139,12 +139,13 @@ def cuda_check(if_nvcc: bool) -> int:
         logger.error("cuda-check: nvcc not found (set CUDA_HOME or put nvcc on PATH)")
         return 1
     CUDA_CHECK_DIR.mkdir(parents=True, exist_ok=True)
-    newest = max(p.stat().st_mtime for p in [*CSRC.iterdir(), Path(__file__)] if p.is_file())
+    headers = [p for p in CSRC.iterdir() if p.suffix in (".h", ".cuh")] + [Path(__file__)]
+    newest_header = max(p.stat().st_mtime for p in headers)
     todo = []
     for name in _sources(".cu"):
         source = ROOT / name
         obj = CUDA_CHECK_DIR / (source.stem + ".o")
-        if obj.exists() and obj.stat().st_mtime > newest:
+        if obj.exists() and obj.stat().st_mtime > max(newest_header, source.stat().st_mtime):
             logger.info("cuda-check: %s is up to date", name)
             continue
         todo.append((source, obj))

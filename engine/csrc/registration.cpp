@@ -14,6 +14,12 @@ TORCH_LIBRARY(oasr, m) {
       "Tensor? trie_edges=None, Tensor? trie_scores=None, Tensor? trie_roots=None) -> "
       "(Tensor num_hyps, Tensor hyp_tokens, Tensor hyp_frames, Tensor hyp_token_logprobs, "
       "Tensor hyp_lengths, Tensor hyp_scores, Tensor hyp_context)");
+  // Attention of a batch of stream chunks over K/V held in the block pool through block tables
+  // (engine/ops/paged_attention.py).
+  m.def(
+      "paged_attention(Tensor query, Tensor key, Tensor value, Tensor key_pool, Tensor value_pool, "
+      "Tensor block_table, Tensor context_start, Tensor context_lens, Tensor chunk_lens, "
+      "Tensor? score_bias, float scale, int block_size) -> Tensor");
 }
 
 namespace {

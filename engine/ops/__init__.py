@@ -4,6 +4,7 @@ their Python references.
 | entry point | reference | used by |
 |---|---|---|
 | `ctc_prefix_beam_search` (+ `ContextTrie` keyword biasing) | `ctc_prefix_beam_search_reference` | WeNet CTC beam, CTC heads |
+| `paged_attention` | `paged_attention_reference` | WeNet streaming attention over the block pool |
 
 Each entry point runs the compiled kernel when `engine._C` is loaded (`extension_status()`),
 the reference otherwise; `use_extension=` forces one. The references are what the kernels are
@@ -14,6 +15,7 @@ from engine.ops.context_biasing import DEFAULT_BOOST, ContextTrie
 from engine.ops.ctc_beam import BeamState, ctc_prefix_beam_search, ctc_prefix_beam_search_reference
 from engine.ops.ctc_reference import Hypothesis
 from engine.ops.extension import DISABLE_ENV, ExtensionStatus, extension_loaded, extension_status
+from engine.ops.paged_attention import paged_attention, paged_attention_reference
 
 __all__ = [
     "DEFAULT_BOOST",
@@ -26,4 +28,6 @@ __all__ = [
     "ctc_prefix_beam_search_reference",
     "extension_loaded",
     "extension_status",
+    "paged_attention",
+    "paged_attention_reference",
 ]

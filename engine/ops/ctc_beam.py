@@ -21,6 +21,7 @@ import torch
 
 from engine.ops.context_biasing import ContextTrie
 from engine.ops.ctc_reference import NEG_INF, Hypothesis, prefix_beam_step
+from engine.ops.extension import kernel_for
 from engine.ops.extension import use_extension as resolve_use_extension
 
 
@@ -183,6 +184,8 @@ def ctc_prefix_beam_search(
         frame_offset = torch.zeros_like(lengths)
     trie, roots = ContextTrie.concat(tries) if tries is not None else (None, None)
     trie_args = (None, None, None, None) if trie is None else (trie.nodes, trie.edges, trie.scores, roots)
+    if use_extension is None:
+        use_extension = kernel_for(log_probs.device)
     if resolve_use_extension(use_extension):
         device = log_probs.device
         trie_args = tuple(None if t is None else t.to(device) for t in trie_args)  # type: ignore[assignment]

@@ -11,6 +11,10 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +61,12 @@ def extension_status() -> ExtensionStatus:
 
 def extension_loaded() -> bool:
     return extension_status().loaded
+
+
+def kernel_for(device: torch.device) -> bool:
+    """Whether the loaded library has kernels for tensors on `device` (CPU, or CUDA when built with it)."""
+    status = extension_status()
+    return status.loaded and (device.type == "cpu" or (device.type == "cuda" and status.cuda))
 
 
 def use_extension(requested: bool | None) -> bool:

@@ -358,7 +358,7 @@ class WenetRunner:
         b, c_max = len(batch), max(c for _, c in batch)
         ctx_lens = [s.table.end - s.table.start for s, _ in batch]
         t_ctx = max(ctx_lens)
-        ctx_slots = torch.zeros(b, t_ctx, dtype=torch.long)
+        block_table = torch.zeros(b, max(len(s.table.blocks) for s, _ in batch), dtype=torch.long)
         positions = torch.zeros(b, t_ctx + c_max, dtype=torch.long)
         key_mask = torch.zeros(b, 1, t_ctx + c_max, dtype=torch.bool)
         chunk_lens = torch.tensor([c for _, c in batch])
@@ -366,8 +366,8 @@ class WenetRunner:
         feats = torch.zeros(b, window_frames(c_max), self.ckpt.config.input_dim, device=dev)
         for i, ((stream, c), n_ctx) in enumerate(zip(batch, ctx_lens, strict=True)):
             table = stream.table
+            block_table[i, : len(table.blocks)] = torch.tensor(table.blocks, dtype=torch.long)
             if n_ctx:
-                ctx_slots[i, :n_ctx] = table.slots(table.start, table.end)
                 positions[i, :n_ctx] = torch.arange(table.start, table.end)
                 key_mask[i, 0, :n_ctx] = True
             positions[i, t_ctx : t_ctx + c] = torch.arange(table.end, table.end + c)
@@ -377,7 +377,10 @@ class WenetRunner:
             w = window_frames(c)
             feats[i, :w] = stream.feats[:w]
         paged = PagedBatch(
-            ctx_slots=ctx_slots.to(dev),
+            block_table=block_table.to(dev),
+            context_start=torch.tensor([s.table.start - s.table.base for s, _ in batch], device=dev),
+            context_lens=torch.tensor(ctx_lens, device=dev),
+            block_size=self.pool.block_size,
             key_mask=key_mask.to(dev),
             pos_emb=sinusoid(positions.to(dev), self.ckpt.config.output_size).to(dtype),
             chunk_valid=(torch.arange(c_max).unsqueeze(0) < chunk_lens.unsqueeze(1)).to(dev),
