@@ -44,7 +44,7 @@ TORCH_CUDA_ARCH_LIST like any torch extension."""
 
 
 def _sources(suffix: str) -> list[str]:
-    return sorted(str(p.relative_to(ROOT)) for p in CSRC.glob(f"*{suffix}"))
+    return sorted(str(p) for p in CSRC.glob(f"*{suffix}"))
 
 
 def _nvcc() -> str | None:
@@ -95,14 +95,21 @@ def build(strict: bool) -> int:
     )
     start = time.monotonic()
     cwd = os.getcwd()
+    lib_dir = BUILD_TEMP / "lib"
     try:
-        os.chdir(ROOT)  # --inplace writes next to the package sources
+        # Outside the project root: setuptools would otherwise read (and validate) pyproject.toml.
+        BUILD_TEMP.mkdir(parents=True, exist_ok=True)
+        os.chdir(BUILD_TEMP)
         setuptools.setup(
             name="oasr-extension",
             ext_modules=[ext],
             cmdclass={"build_ext": BuildExtension},
-            script_args=["-q", "build_ext", "--inplace", "--build-temp", str(BUILD_TEMP)],
+            script_args=["-q", "build_ext", "--build-lib", str(lib_dir), "--build-temp", str(BUILD_TEMP / "obj")],
         )
+        built = next((lib_dir / "engine").glob("_C*.so"))
+        for stale in (ROOT / "engine").glob("_C*.so"):
+            stale.unlink()
+        shutil.copy2(built, ROOT / "engine" / built.name)
     except (Exception, SystemExit) as exc:  # setuptools reports compiler errors as SystemExit
         logger.error("building %s failed after %.0f s: %s; the engine will use the Python reference "
                      "(engine.ops). Rerun `python -m engine.csrc.build` to see the compiler output.",
@@ -143,7 +150,7 @@ def cuda_check(if_nvcc: bool) -> int:
     newest_header = max(p.stat().st_mtime for p in headers)
     todo = []
     for name in _sources(".cu"):
-        source = ROOT / name
+        source = Path(name)
         obj = CUDA_CHECK_DIR / (source.stem + ".o")
         if obj.exists() and obj.stat().st_mtime > max(newest_header, source.stat().st_mtime):
             logger.info("cuda-check: %s is up to date", name)
@@ -172,7 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cuda-check", action="store_true", help="compile every .cu file with nvcc")
     parser.add_argument("--if-nvcc", action="store_true", help="--cuda-check: succeed quietly without nvcc")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    # Our own handler: setuptools reconfigures the root logger while it builds.
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
     return cuda_check(args.if_nvcc) if args.cuda_check else build(args.strict)
 
 

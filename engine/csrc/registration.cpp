@@ -20,6 +20,10 @@ TORCH_LIBRARY(oasr, m) {
       "paged_attention(Tensor query, Tensor key, Tensor value, Tensor key_pool, Tensor value_pool, "
       "Tensor block_table, Tensor context_start, Tensor context_lens, Tensor chunk_lens, "
       "Tensor? score_bias, float scale, int block_size) -> Tensor");
+  // Kaldi log-mel filterbank of frames cut from one concatenated waveform (engine/ops/fbank.py).
+  m.def(
+      "kaldi_fbank(Tensor waveform, Tensor frame_starts, Tensor window, Tensor mel_banks, Tensor twiddle, "
+      "float preemph) -> Tensor");
 }
 
 namespace {

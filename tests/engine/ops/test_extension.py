@@ -62,3 +62,12 @@ def test_engine_info_names_the_kernel_path(engine: Any) -> None:
     status = extension.extension_status()
     assert info == status.as_info()
     assert info["backend"] in ("engine._C", "python")
+
+
+def test_operators_show_up_in_profiles_by_name(ext: None) -> None:
+    from engine.ops import BeamState, ctc_prefix_beam_search
+
+    lp = torch.log_softmax(torch.randn(2, 4, 5), dim=-1)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        ctc_prefix_beam_search(lp, torch.full((2,), 4), BeamState.initial(2), beam=3, blank=0)
+    assert any(e.name == "oasr::ctc_prefix_beam_search" for e in prof.events())
