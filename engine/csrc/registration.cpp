@@ -24,6 +24,14 @@ TORCH_LIBRARY(oasr, m) {
   m.def(
       "kaldi_fbank(Tensor waveform, Tensor frame_starts, Tensor window, Tensor mel_banks, Tensor twiddle, "
       "float preemph) -> Tensor");
+  // Batched greedy RNN-T / TDT decoding by label looping (engine/ops/rnnt.py): projected encoder
+  // frames and the decoding state in; emitted tokens (padded) and the next state out.
+  m.def(
+      "rnnt_greedy_label_loop(Tensor f, Tensor lengths, Tensor h, Tensor c, Tensor pred, Tensor time_jump, "
+      "Tensor frames_decoded, Tensor embed, Tensor[] lstm, Tensor pred_weight, Tensor pred_bias, "
+      "Tensor out_weight, Tensor out_bias, Tensor durations, str activation, int max_symbols) -> "
+      "(Tensor tokens, Tensor frames, Tensor logprobs, Tensor counts, Tensor h, Tensor c, Tensor pred, "
+      "Tensor time_jump, Tensor frames_decoded)");
 }
 
 namespace {

@@ -45,3 +45,18 @@ def register() -> None:
         twiddle: torch.Tensor, preemph: float,
     ) -> torch.Tensor:  # fmt: skip
         return waveform.new_empty(frame_starts.shape[0], mel_banks.shape[1])
+
+    @torch.library.register_fake("oasr::rnnt_greedy_label_loop")
+    def _rnnt_greedy_label_loop(
+        f: torch.Tensor, lengths: torch.Tensor, h: torch.Tensor, c: torch.Tensor, pred: torch.Tensor,
+        time_jump: torch.Tensor, frames_decoded: torch.Tensor, embed: torch.Tensor, lstm: list[torch.Tensor],
+        pred_weight: torch.Tensor, pred_bias: torch.Tensor, out_weight: torch.Tensor, out_bias: torch.Tensor,
+        durations: torch.Tensor, activation: str, max_symbols: int,
+    ) -> tuple[torch.Tensor, ...]:  # fmt: skip
+        b = f.shape[0]
+        emitted = torch.library.get_ctx().new_dynamic_size()  # the longest row's label count
+        return (
+            lengths.new_empty(b, emitted), lengths.new_empty(b, emitted),
+            f.new_empty(b, emitted, dtype=torch.float32), lengths.new_empty(b), h.new_empty(h.shape),
+            c.new_empty(c.shape), pred.new_empty(pred.shape), lengths.new_empty(b), lengths.new_empty(b),
+        )  # fmt: skip

@@ -29,13 +29,24 @@ def ext() -> None:
     require_extension()
 
 
-@pytest.fixture(autouse=True)
-def _two_threads() -> Iterator[None]:
-    """Two OpenMP threads even on one core: the kernels' batch loops run split across threads."""
+def _threads(n: int) -> Iterator[None]:
     before = torch.get_num_threads()
-    torch.set_num_threads(2)
+    torch.set_num_threads(n)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """One thread by default: the small ops of these tiny inputs only pay for waking a pool (on a
+    loaded shared machine, milliseconds per op)."""
+    yield from _threads(1)
+
+
+@pytest.fixture
+def two_threads(_one_thread: None) -> Iterator[None]:
+    """Two OpenMP threads: a kernel's batch loop really runs split across threads."""
+    yield from _threads(2)
 
 
 @pytest.fixture(scope="session")

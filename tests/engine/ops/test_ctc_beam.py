@@ -47,8 +47,8 @@ def assert_same(ext: BeamState, ref: BeamState) -> None:
     ("batch", "frames", "vocab", "beam"),
     [(1, 30, 6, 4), (7, 50, 40, 10), (64, 12, 30, 3), (5, 20, 3, 10), (3, 25, 200, 1)],
 )
-def test_kernel_equals_reference_on_random_ragged_batches(ext: None, batch: int, frames: int, vocab: int,
-                                                          beam: int) -> None:  # fmt: skip
+def test_kernel_equals_reference_on_random_ragged_batches(ext: None, two_threads: None, batch: int, frames: int,
+                                                          vocab: int, beam: int) -> None:  # fmt: skip
     lp = random_log_probs(batch, frames, vocab, seed=batch + vocab)
     lengths = torch.randint(0, frames + 1, (batch,), generator=torch.Generator().manual_seed(batch))
     lengths[0] = frames  # one full row, and (for batch > 1) some short or empty ones

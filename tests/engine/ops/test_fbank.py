@@ -26,7 +26,7 @@ def streams(count: int, seed: int) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("count", [1, 9, 64])
-def test_kernel_equals_torch_fbank(ext: None, count: int) -> None:
+def test_kernel_equals_torch_fbank(ext: None, two_threads: None, count: int) -> None:
     fb = KaldiFbank()
     waves = streams(count, seed=count)
     got = kaldi_fbank_batched(waves, fb._window, fb._banks, fb.opts, use_extension=True)

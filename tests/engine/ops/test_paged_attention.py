@@ -54,8 +54,8 @@ def make_case(
         (3, 1, 3, 24, 4, 0, True),  # no history at all
     ],
 )
-def test_kernel_equals_reference(ext: None, batch: int, chunk: int, heads: int, dim: int, block_size: int,
-                                 max_ctx: int, bias: bool) -> None:  # fmt: skip
+def test_kernel_equals_reference(ext: None, two_threads: None, batch: int, chunk: int, heads: int, dim: int,
+                                 block_size: int, max_ctx: int, bias: bool) -> None:  # fmt: skip
     case = make_case(batch, chunk, heads, dim, block_size, max_ctx, seed=batch, bias=bias)
     got = paged_attention(**case, use_extension=True)  # type: ignore[arg-type]
     want = paged_attention_reference(**case)  # type: ignore[arg-type]
