@@ -1,4 +1,5 @@
-// CTC prefix beam search, CPU kernel: rows in parallel on torch's OpenMP pool, frames in order.
+// CTC prefix beam search: the operator (checks, state buffers, dispatch to the device's kernel)
+// and the CPU kernel: rows in parallel on torch's OpenMP pool, frames in order.
 #include "ctc_prefix_beam.h"
 
 #include <ATen/Parallel.h>
@@ -105,10 +106,6 @@ Buffers allocate_state(const Args& a) {
   return s;
 }
 
-Result as_result(const Buffers& b) {
-  return {b.num_hyps, b.tokens, b.frames, b.logprobs, b.lengths, b.scores, b.context};
-}
-
 namespace {
 
 Beams row_view(const Buffers& s, int64_t b) {
@@ -155,38 +152,14 @@ void copy_row(const Beams& from, const Beams& to, int64_t count) {
   }
 }
 
-Result ctc_prefix_beam_search_cpu(const at::Tensor& log_probs, const at::Tensor& lengths,
-                                  const at::Tensor& frame_offset, const at::Tensor& num_hyps,
-                                  const at::Tensor& hyp_tokens, const at::Tensor& hyp_frames,
-                                  const at::Tensor& hyp_token_logprobs, const at::Tensor& hyp_lengths,
-                                  const at::Tensor& hyp_scores, const at::Tensor& hyp_context, int64_t beam,
-                                  int64_t blank, const c10::optional<at::Tensor>& trie_nodes,
-                                  const c10::optional<at::Tensor>& trie_edges,
-                                  const c10::optional<at::Tensor>& trie_scores,
-                                  const c10::optional<at::Tensor>& trie_roots) {
-  Args a{log_probs,  lengths,    frame_offset, num_hyps,   hyp_tokens, hyp_frames, hyp_token_logprobs,
-         hyp_lengths, hyp_scores, hyp_context,  trie_nodes, trie_edges, trie_scores, trie_roots,
-         beam,        blank};
-  check_args(a);
-  Buffers out = allocate_state(a);
-  Buffers spare = allocate_state(a);  // every hypothesis is rewritten each frame: ping-pong
-  const int64_t B = log_probs.size(0), T = log_probs.size(1), V = log_probs.size(2);
-  const int64_t k = std::min(beam, V);
-  const at::Tensor lp = log_probs.contiguous();
-  const at::Tensor len = lengths.contiguous(), offset = frame_offset.contiguous();
-  at::Tensor nodes, edges, tscores, roots;
-  Trie trie;
-  if (trie_nodes.has_value()) {
-    nodes = trie_nodes->contiguous();
-    edges = trie_edges->contiguous();
-    tscores = trie_scores->contiguous();
-    roots = trie_roots->contiguous();
-    trie = Trie{nodes.data_ptr<int64_t>(), edges.data_ptr<int64_t>(), tscores.data_ptr<double>()};
-  }
-  const float* lp_data = lp.data_ptr<float>();
-  const int64_t* len_data = len.data_ptr<int64_t>();
-  const int64_t* off_data = offset.data_ptr<int64_t>();
-  const int64_t* root_data = roots.defined() ? roots.data_ptr<int64_t>() : nullptr;
+void run_cpu(const Launch& l, const Buffers& out, const Buffers& spare) {
+  const int64_t B = l.log_probs.size(0), T = l.log_probs.size(1), V = l.log_probs.size(2);
+  const int64_t beam = l.beam, blank = l.blank, k = l.k;
+  const Trie trie = l.trie;
+  const float* lp_data = l.log_probs.data_ptr<float>();
+  const int64_t* len_data = l.lengths.data_ptr<int64_t>();
+  const int64_t* off_data = l.frame_offset.data_ptr<int64_t>();
+  const int64_t* root_data = l.roots.defined() ? l.roots.data_ptr<int64_t>() : nullptr;
   int64_t* counts = out.num_hyps.data_ptr<int64_t>();
   at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
     std::vector<char> scratch(work_bytes(beam, k, beam));
@@ -216,11 +189,46 @@ Result ctc_prefix_beam_search_cpu(const at::Tensor& log_probs, const at::Tensor&
       counts[b] = count;
     }
   });
-  return as_result(out);
+}
+
+Result ctc_prefix_beam_search(const at::Tensor& log_probs, const at::Tensor& lengths,
+                              const at::Tensor& frame_offset, const at::Tensor& num_hyps,
+                              const at::Tensor& hyp_tokens, const at::Tensor& hyp_frames,
+                              const at::Tensor& hyp_token_logprobs, const at::Tensor& hyp_lengths,
+                              const at::Tensor& hyp_scores, const at::Tensor& hyp_context, int64_t beam, int64_t blank,
+                              const c10::optional<at::Tensor>& trie_nodes, const c10::optional<at::Tensor>& trie_edges,
+                              const c10::optional<at::Tensor>& trie_scores,
+                              const c10::optional<at::Tensor>& trie_roots) {
+  const Args a{log_probs,  lengths,    frame_offset, num_hyps,   hyp_tokens, hyp_frames, hyp_token_logprobs,
+               hyp_lengths, hyp_scores, hyp_context,  trie_nodes, trie_edges, trie_scores, trie_roots,
+               beam,        blank};
+  check_args(a);
+  const Buffers out = allocate_state(a);
+  const Buffers spare = allocate_state(a);  // every hypothesis is rewritten each frame: ping-pong
+  Launch l{log_probs.contiguous(), lengths.contiguous(), frame_offset.contiguous(), {}, {}, {}, {}, {}, beam, blank,
+           std::min(beam, log_probs.size(2))};
+  if (trie_nodes.has_value()) {
+    l.nodes = trie_nodes->contiguous();
+    l.edges = trie_edges->contiguous();
+    l.trie_scores = trie_scores->contiguous();
+    l.roots = trie_roots->contiguous();
+    l.trie = Trie{l.nodes.data_ptr<int64_t>(), l.edges.data_ptr<int64_t>(), l.trie_scores.data_ptr<double>()};
+  }
+  if (log_probs.is_cuda()) {
+#if OASR_WITH_CUDA
+    if (log_probs.size(0) > 0) launch_cuda(l, out, spare);
+#endif
+  } else {
+    run_cpu(l, out, spare);
+  }
+  return {out.num_hyps, out.tokens, out.frames, out.logprobs, out.lengths, out.scores, out.context};
 }
 
 }  // namespace
 
 }  // namespace oasr::ctc
 
-TORCH_LIBRARY_IMPL(oasr, CPU, m) { m.impl("ctc_prefix_beam_search", &oasr::ctc::ctc_prefix_beam_search_cpu); }
+TORCH_LIBRARY_IMPL(oasr, CPU, m) { m.impl("ctc_prefix_beam_search", &oasr::ctc::ctc_prefix_beam_search); }
+#if OASR_WITH_CUDA
+TORCH_LIBRARY_IMPL(oasr, CUDA, m) { m.impl("ctc_prefix_beam_search", &oasr::ctc::ctc_prefix_beam_search); }
+#endif

@@ -9,7 +9,6 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
 
 namespace oasr::ctc {
 namespace {
@@ -132,47 +131,19 @@ __global__ void ctc_prefix_beam_kernel(const float* __restrict__ log_probs, int6
   }
 }
 
-Result ctc_prefix_beam_search_cuda(const at::Tensor& log_probs, const at::Tensor& lengths,
-                                   const at::Tensor& frame_offset, const at::Tensor& num_hyps,
-                                   const at::Tensor& hyp_tokens, const at::Tensor& hyp_frames,
-                                   const at::Tensor& hyp_token_logprobs, const at::Tensor& hyp_lengths,
-                                   const at::Tensor& hyp_scores, const at::Tensor& hyp_context, int64_t beam,
-                                   int64_t blank, const c10::optional<at::Tensor>& trie_nodes,
-                                   const c10::optional<at::Tensor>& trie_edges,
-                                   const c10::optional<at::Tensor>& trie_scores,
-                                   const c10::optional<at::Tensor>& trie_roots) {
-  Args a{log_probs,  lengths,    frame_offset, num_hyps,   hyp_tokens, hyp_frames, hyp_token_logprobs,
-         hyp_lengths, hyp_scores, hyp_context,  trie_nodes, trie_edges, trie_scores, trie_roots,
-         beam,        blank};
-  check_args(a);
-  const c10::cuda::CUDAGuard guard(log_probs.device());
-  Buffers out = allocate_state(a);
-  Buffers spare = allocate_state(a);
-  const int64_t B = log_probs.size(0), T = log_probs.size(1), V = log_probs.size(2);
-  const int64_t k = std::min(beam, V);
-  if (B == 0) return as_result(out);
-  const int64_t stride = (work_bytes(beam, k, beam) + 15) / 16 * 16;
-  const at::Tensor work = at::empty({B * stride}, log_probs.options().dtype(at::kByte));
-  const at::Tensor lp = log_probs.contiguous(), len = lengths.contiguous(), off = frame_offset.contiguous();
-  at::Tensor nodes, edges, tscores, roots;
-  Trie trie;
-  if (trie_nodes.has_value()) {
-    nodes = trie_nodes->contiguous();
-    edges = trie_edges->contiguous();
-    tscores = trie_scores->contiguous();
-    roots = trie_roots->contiguous();
-    trie = Trie{nodes.data_ptr<int64_t>(), edges.data_ptr<int64_t>(), tscores.data_ptr<double>()};
-  }
-  const size_t shared = static_cast<size_t>(k + kThreads) * (sizeof(int64_t) + sizeof(float));
+}  // namespace
+
+void launch_cuda(const Launch& l, const Buffers& out, const Buffers& spare) {
+  const c10::cuda::CUDAGuard guard(l.log_probs.device());
+  const int64_t B = l.log_probs.size(0), T = l.log_probs.size(1), V = l.log_probs.size(2);
+  const int64_t stride = (work_bytes(l.beam, l.k, l.beam) + 15) / 16 * 16;
+  const at::Tensor work = at::empty({B * stride}, l.log_probs.options().dtype(at::kByte));
+  const size_t shared = static_cast<size_t>(l.k + kThreads) * (sizeof(int64_t) + sizeof(float));
   ctc_prefix_beam_kernel<<<static_cast<unsigned>(B), kThreads, shared, c10::cuda::getCurrentCUDAStream()>>>(
-      lp.data_ptr<float>(), T, V, len.data_ptr<int64_t>(), off.data_ptr<int64_t>(),
-      out.num_hyps.data_ptr<int64_t>(), pointers(out), pointers(spare), static_cast<char*>(work.data_ptr()),
-      stride, beam, k, blank, trie, roots.defined() ? roots.data_ptr<int64_t>() : nullptr);
+      l.log_probs.data_ptr<float>(), T, V, l.lengths.data_ptr<int64_t>(), l.frame_offset.data_ptr<int64_t>(),
+      out.num_hyps.data_ptr<int64_t>(), pointers(out), pointers(spare), static_cast<char*>(work.data_ptr()), stride,
+      l.beam, l.k, l.blank, l.trie, l.roots.defined() ? l.roots.data_ptr<int64_t>() : nullptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return as_result(out);
 }
 
-}  // namespace
 }  // namespace oasr::ctc
-
-TORCH_LIBRARY_IMPL(oasr, CUDA, m) { m.impl("ctc_prefix_beam_search", &oasr::ctc::ctc_prefix_beam_search_cuda); }

@@ -283,6 +283,17 @@ struct Buffers {
   at::Tensor num_hyps, tokens, frames, logprobs, lengths, scores, context;
 };
 Buffers allocate_state(const Args& a);
-Result as_result(const Buffers& b);
+
+// A checked call's inputs as the kernels read them (contiguous, with raw trie pointers).
+struct Launch {
+  at::Tensor log_probs, lengths, frame_offset, nodes, edges, trie_scores, roots;
+  Trie trie;
+  int64_t beam, blank, k;
+};
+
+#if OASR_WITH_CUDA
+// ctc_prefix_beam.cu: one thread block per row; `out` holds the incoming state and receives the result.
+void launch_cuda(const Launch& l, const Buffers& out, const Buffers& spare);
+#endif
 
 }  // namespace oasr::ctc

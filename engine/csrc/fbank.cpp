@@ -1,6 +1,7 @@
-// Kaldi fbank, CPU kernel: frames in parallel, each through the per-frame steps of fbank.h with
-// one lane. The engine keeps torch's batched fbank on CPU (pocketfft + GEMM measure faster,
-// benchmarks/kernels.py); this kernel is what the CUDA kernel's arithmetic is tested through.
+// Kaldi fbank: the operator (checks, dispatch to the device's kernel) and the CPU kernel: frames
+// in parallel, each through the per-frame steps of fbank.h with one lane. The engine keeps
+// torch's batched fbank on CPU (pocketfft + GEMM measure ~8x faster, benchmarks/kernels.py);
+// this kernel is what the CUDA kernel's arithmetic is tested through.
 #include "fbank.h"
 
 #include <ATen/Parallel.h>
@@ -40,19 +41,12 @@ Params check_args(const Args& a) {
 
 namespace {
 
-at::Tensor kaldi_fbank_cpu(const at::Tensor& waveform, const at::Tensor& frame_starts, const at::Tensor& window,
-                           const at::Tensor& mel_banks, const at::Tensor& twiddle, double preemph) {
-  Params p = check_args(Args{waveform, frame_starts, window, mel_banks, twiddle, preemph});
-  const at::Tensor wave = waveform.contiguous(), starts = frame_starts.contiguous();
-  const at::Tensor win = window.contiguous(), banks = mel_banks.contiguous(), tw = twiddle.contiguous();
-  p.window = win.data_ptr<float>();
-  p.banks = banks.data_ptr<float>();
-  p.twiddle = tw.data_ptr<float>();
-  const int64_t F = starts.numel();
-  at::Tensor out = at::empty({F, p.num_mel}, waveform.options());
-  const float* samples = wave.data_ptr<float>();
-  const int64_t* st = starts.data_ptr<int64_t>();
-  float* o = out.data_ptr<float>();
+void run_cpu(const Launch& l) {
+  const Params& p = l.p;
+  const int64_t F = l.frame_starts.numel();
+  const float* samples = l.waveform.data_ptr<float>();
+  const int64_t* st = l.frame_starts.data_ptr<int64_t>();
+  float* o = l.out.data_ptr<float>();
   at::parallel_for(0, F, 16, [&](int64_t begin, int64_t end) {
     std::vector<float> re(p.fft_size), im(p.fft_size);
     for (int64_t f = begin; f < end; ++f) {
@@ -65,10 +59,30 @@ at::Tensor kaldi_fbank_cpu(const at::Tensor& waveform, const at::Tensor& frame_s
       log_mel(re.data(), p, o + f * p.num_mel, 0, 1);
     }
   });
-  return out;
+}
+
+at::Tensor kaldi_fbank(const at::Tensor& waveform, const at::Tensor& frame_starts, const at::Tensor& window,
+                       const at::Tensor& mel_banks, const at::Tensor& twiddle, double preemph) {
+  const Params sizes = check_args(Args{waveform, frame_starts, window, mel_banks, twiddle, preemph});
+  Launch l{waveform.contiguous(), frame_starts.contiguous(), window.contiguous(), mel_banks.contiguous(),
+           twiddle.contiguous(), at::empty({frame_starts.numel(), sizes.num_mel}, waveform.options()), sizes};
+  l.p.window = l.window.data_ptr<float>();
+  l.p.banks = l.mel_banks.data_ptr<float>();
+  l.p.twiddle = l.twiddle.data_ptr<float>();
+  if (waveform.is_cuda()) {
+#if OASR_WITH_CUDA
+    if (l.out.size(0) > 0) launch_cuda(l);
+#endif
+  } else {
+    run_cpu(l);
+  }
+  return l.out;
 }
 
 }  // namespace
 }  // namespace oasr::fbank
 
-TORCH_LIBRARY_IMPL(oasr, CPU, m) { m.impl("kaldi_fbank", &oasr::fbank::kaldi_fbank_cpu); }
+TORCH_LIBRARY_IMPL(oasr, CPU, m) { m.impl("kaldi_fbank", &oasr::fbank::kaldi_fbank); }
+#if OASR_WITH_CUDA
+TORCH_LIBRARY_IMPL(oasr, CUDA, m) { m.impl("kaldi_fbank", &oasr::fbank::kaldi_fbank); }
+#endif

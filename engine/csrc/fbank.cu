@@ -8,7 +8,6 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
 
 namespace oasr::fbank {
 namespace {
@@ -42,29 +41,18 @@ __global__ void kaldi_fbank_kernel(const float* __restrict__ samples, const int6
   log_mel(re, p, out + static_cast<int64_t>(blockIdx.x) * p.num_mel, threadIdx.x, blockDim.x);
 }
 
-at::Tensor kaldi_fbank_cuda(const at::Tensor& waveform, const at::Tensor& frame_starts, const at::Tensor& window,
-                            const at::Tensor& mel_banks, const at::Tensor& twiddle, double preemph) {
-  Params p = check_args(Args{waveform, frame_starts, window, mel_banks, twiddle, preemph});
-  const c10::cuda::CUDAGuard guard(waveform.device());
-  const at::Tensor wave = waveform.contiguous(), starts = frame_starts.contiguous();
-  const at::Tensor win = window.contiguous(), banks = mel_banks.contiguous(), tw = twiddle.contiguous();
-  p.window = win.data_ptr<float>();
-  p.banks = banks.data_ptr<float>();
-  p.twiddle = tw.data_ptr<float>();
-  const int64_t F = starts.numel();
-  at::Tensor out = at::empty({F, p.num_mel}, waveform.options());
-  if (F == 0) return out;
+}  // namespace
+
+void launch_cuda(const Launch& l) {
+  const c10::cuda::CUDAGuard guard(l.waveform.device());
+  const int64_t F = l.out.size(0);
   TORCH_CHECK(F <= 0x7fffffff, "oasr::kaldi_fbank: too many frames for one launch (", F, ")");
-  const size_t shared = sizeof(float) * (2 * p.fft_size + kThreads);
-  TORCH_CHECK(shared <= 48 * 1024, "oasr::kaldi_fbank: an FFT of ", p.fft_size, " points needs ", shared,
+  const size_t shared = sizeof(float) * (2 * l.p.fft_size + kThreads);
+  TORCH_CHECK(shared <= 48 * 1024, "oasr::kaldi_fbank: an FFT of ", l.p.fft_size, " points needs ", shared,
               " bytes of shared memory; the CUDA kernel supports up to 48 KiB (P <= 4096)");
   kaldi_fbank_kernel<<<static_cast<unsigned>(F), kThreads, shared, c10::cuda::getCurrentCUDAStream()>>>(
-      wave.data_ptr<float>(), starts.data_ptr<int64_t>(), p, out.data_ptr<float>());
+      l.waveform.data_ptr<float>(), l.frame_starts.data_ptr<int64_t>(), l.p, l.out.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out;
 }
 
-}  // namespace
 }  // namespace oasr::fbank
-
-TORCH_LIBRARY_IMPL(oasr, CUDA, m) { m.impl("kaldi_fbank", &oasr::fbank::kaldi_fbank_cuda); }

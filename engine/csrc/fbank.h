@@ -86,4 +86,15 @@ struct Args {
 // sizes (pointers are filled by the kernels).
 Params check_args(const Args& a);
 
+// A checked call's inputs, contiguous, the Params pointing into them, and the output (F, M).
+struct Launch {
+  at::Tensor waveform, frame_starts, window, mel_banks, twiddle, out;
+  Params p;
+};
+
+#if OASR_WITH_CUDA
+// fbank.cu: one thread block per frame.
+void launch_cuda(const Launch& l);
+#endif
+
 }  // namespace oasr::fbank

@@ -1,4 +1,5 @@
-// Paged attention, CPU kernel: (row, head) pairs in parallel on torch's OpenMP pool. The inner
+// Paged attention: the operator (checks, dispatch to the device's kernel) and the CPU kernel:
+// (row, head) pairs in parallel on torch's OpenMP pool. The inner
 // loops work on 16 queries or 16 head dims at once (vector extension types, no horizontal
 // reductions); target_clones builds AVX2/FMA and AVX-512 variants picked at load time.
 #include "paged_attention.h"
@@ -188,23 +189,11 @@ OASR_CLONES void attend_head(const HeadTask& t, float* work) {
   }
 }
 
-at::Tensor paged_attention_cpu(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-                               const at::Tensor& key_pool, const at::Tensor& value_pool,
-                               const at::Tensor& block_table, const at::Tensor& context_start,
-                               const at::Tensor& context_lens, const at::Tensor& chunk_lens,
-                               const c10::optional<at::Tensor>& score_bias, double scale, int64_t block_size) {
-  Args a{query, key, value, key_pool, value_pool, block_table, context_start, context_lens, chunk_lens,
-         score_bias, scale, block_size};
-  check_args(a);
-  TORCH_CHECK(query.scalar_type() == at::kFloat, kOp, ": the CPU kernel takes float32, got ", query.scalar_type());
-  const int64_t B = query.size(0), C = query.size(1), H = query.size(2), D = query.size(3);
-  const at::Tensor q = query.contiguous(), k = key.contiguous(), v = value.contiguous();
-  const at::Tensor kp = key_pool.contiguous(), vp = value_pool.contiguous();
-  const at::Tensor bt = block_table.contiguous(), st = context_start.contiguous();
-  const at::Tensor cl = context_lens.contiguous(), nl = chunk_lens.contiguous();
-  at::Tensor bias;
-  if (score_bias.has_value()) bias = score_bias->contiguous();
-  at::Tensor out = at::empty({B, C, H, D}, query.options());
+void run_cpu(const Launch& l) {
+  const int64_t B = l.q.size(0), C = l.q.size(1), H = l.q.size(2), D = l.q.size(3);
+  const int64_t block_size = l.block_size;
+  const at::Tensor &q = l.q, &k = l.k, &v = l.v, &kp = l.key_pool, &vp = l.value_pool, &bias = l.bias, &out = l.out;
+  const at::Tensor &bt = l.block_table, &st = l.context_start, &cl = l.context_lens, &nl = l.chunk_lens;
   const int64_t M = bt.size(1);
   const int64_t* btp = bt.data_ptr<int64_t>();
   const int64_t* stp = st.data_ptr<int64_t>();
@@ -243,14 +232,47 @@ at::Tensor paged_attention_cpu(const at::Tensor& query, const at::Tensor& key, c
       t.bias_i = Tb;
       t.bias_j = 1;
       t.bias_ctx = Tb - C;
-      t.scale = static_cast<float>(scale);
+      t.scale = static_cast<float>(l.scale);
       attend_head(t, work.data());
     }
   });
-  return out;
+}
+
+at::Tensor paged_attention(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                           const at::Tensor& key_pool, const at::Tensor& value_pool, const at::Tensor& block_table,
+                           const at::Tensor& context_start, const at::Tensor& context_lens,
+                           const at::Tensor& chunk_lens, const c10::optional<at::Tensor>& score_bias, double scale,
+                           int64_t block_size) {
+  check_args(Args{query, key, value, key_pool, value_pool, block_table, context_start, context_lens, chunk_lens,
+                  score_bias, scale, block_size});
+  const Launch l{query.contiguous(),
+                 key.contiguous(),
+                 value.contiguous(),
+                 key_pool.contiguous(),
+                 value_pool.contiguous(),
+                 block_table.contiguous(),
+                 context_start.contiguous(),
+                 context_lens.contiguous(),
+                 chunk_lens.contiguous(),
+                 score_bias.has_value() ? score_bias->contiguous() : at::Tensor(),
+                 at::empty(query.sizes(), query.options()),
+                 scale,
+                 block_size};
+  if (query.is_cuda()) {
+#if OASR_WITH_CUDA
+    if (query.numel() > 0) launch_cuda(l);
+#endif
+  } else {
+    TORCH_CHECK(query.scalar_type() == at::kFloat, kOp, ": the CPU kernel takes float32, got ", query.scalar_type());
+    run_cpu(l);
+  }
+  return l.out;
 }
 
 }  // namespace
 }  // namespace oasr::paged
 
-TORCH_LIBRARY_IMPL(oasr, CPU, m) { m.impl("paged_attention", &oasr::paged::paged_attention_cpu); }
+TORCH_LIBRARY_IMPL(oasr, CPU, m) { m.impl("paged_attention", &oasr::paged::paged_attention); }
+#if OASR_WITH_CUDA
+TORCH_LIBRARY_IMPL(oasr, CUDA, m) { m.impl("paged_attention", &oasr::paged::paged_attention); }
+#endif

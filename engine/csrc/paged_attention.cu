@@ -10,7 +10,6 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
 
 namespace oasr::paged {
 namespace {
@@ -114,41 +113,25 @@ __global__ void paged_attention_kernel(const scalar_t* __restrict__ query, const
   }
 }
 
-at::Tensor paged_attention_cuda(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-                                const at::Tensor& key_pool, const at::Tensor& value_pool,
-                                const at::Tensor& block_table, const at::Tensor& context_start,
-                                const at::Tensor& context_lens, const at::Tensor& chunk_lens,
-                                const c10::optional<at::Tensor>& score_bias, double scale, int64_t block_size) {
-  Args a{query, key, value, key_pool, value_pool, block_table, context_start, context_lens, chunk_lens,
-         score_bias, scale, block_size};
-  check_args(a);
-  const c10::cuda::CUDAGuard guard(query.device());
-  const int64_t B = query.size(0), C = query.size(1), H = query.size(2), D = query.size(3);
-  at::Tensor out = at::empty({B, C, H, D}, query.options());
-  if (B == 0 || C == 0 || H == 0 || D == 0) return out;
-  const at::Tensor q = query.contiguous(), k = key.contiguous(), v = value.contiguous();
-  const at::Tensor kp = key_pool.contiguous(), vp = value_pool.contiguous();
-  const at::Tensor bt = block_table.contiguous(), st = context_start.contiguous();
-  const at::Tensor cl = context_lens.contiguous(), nl = chunk_lens.contiguous();
-  at::Tensor bias;
-  if (score_bias.has_value()) bias = score_bias->contiguous();
-  const int64_t Tb = bias.defined() ? bias.size(3) : 0;
+}  // namespace
+
+void launch_cuda(const Launch& l) {
+  const c10::cuda::CUDAGuard guard(l.q.device());
+  const int64_t B = l.q.size(0), C = l.q.size(1), H = l.q.size(2), D = l.q.size(3);
+  const int64_t Tb = l.bias.defined() ? l.bias.size(3) : 0;
   const size_t shared = sizeof(float) * (2 * kQueries * D + kQueries * kKeys + 2 * kQueries) + sizeof(int64_t) * kKeys;
   TORCH_CHECK(shared <= 48 * 1024, "oasr::paged_attention: head_dim ", D, " needs ", shared,
               " bytes of shared memory per block; the CUDA kernel supports up to 48 KiB (head_dim <= 320)");
   const dim3 grid(static_cast<unsigned>(B), static_cast<unsigned>(H), static_cast<unsigned>((C + kQueries - 1) / kQueries));
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, query.scalar_type(), "oasr_paged_attention", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, l.q.scalar_type(), "oasr_paged_attention", [&] {
     paged_attention_kernel<scalar_t><<<grid, kThreads, shared, c10::cuda::getCurrentCUDAStream()>>>(
-        q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(), kp.data_ptr<scalar_t>(),
-        vp.data_ptr<scalar_t>(), bt.data_ptr<int64_t>(), st.data_ptr<int64_t>(), cl.data_ptr<int64_t>(),
-        nl.data_ptr<int64_t>(), bias.defined() ? bias.data_ptr<scalar_t>() : nullptr, out.data_ptr<scalar_t>(), C, H,
-        D, bt.size(1), Tb, static_cast<float>(scale), block_size);
+        l.q.data_ptr<scalar_t>(), l.k.data_ptr<scalar_t>(), l.v.data_ptr<scalar_t>(), l.key_pool.data_ptr<scalar_t>(),
+        l.value_pool.data_ptr<scalar_t>(), l.block_table.data_ptr<int64_t>(), l.context_start.data_ptr<int64_t>(),
+        l.context_lens.data_ptr<int64_t>(), l.chunk_lens.data_ptr<int64_t>(),
+        l.bias.defined() ? l.bias.data_ptr<scalar_t>() : nullptr, l.out.data_ptr<scalar_t>(), C, H, D,
+        l.block_table.size(1), Tb, static_cast<float>(l.scale), l.block_size);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out;
 }
 
-}  // namespace
 }  // namespace oasr::paged
-
-TORCH_LIBRARY_IMPL(oasr, CUDA, m) { m.impl("paged_attention", &oasr::paged::paged_attention_cuda); }

@@ -26,4 +26,16 @@ struct Args {
 // read on the host). Throws RuntimeError naming the argument.
 void check_args(const Args& a);
 
+// A checked call's inputs, contiguous, and its output.
+struct Launch {
+  at::Tensor q, k, v, key_pool, value_pool, block_table, context_start, context_lens, chunk_lens, bias, out;
+  double scale;
+  int64_t block_size;
+};
+
+#if OASR_WITH_CUDA
+// paged_attention.cu: one thread block per (row, head, tile of queries).
+void launch_cuda(const Launch& l);
+#endif
+
 }  // namespace oasr::paged

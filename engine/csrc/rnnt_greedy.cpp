@@ -1,5 +1,6 @@
-// RNN-T / TDT greedy label loop, CPU: the loop of rnnt_greedy.h with the per-row bookkeeping as
-// plain loops over the rows (one pass where the reference runs a dozen torch.where ops).
+// RNN-T / TDT greedy label loop: the operator (checks, dispatch by device) and the CPU version:
+// the loop of rnnt_greedy.h with the per-row bookkeeping as plain loops over the rows (one pass
+// where the reference runs a dozen torch.where ops).
 #include "rnnt_greedy.h"
 
 #include <torch/library.h>
@@ -72,26 +73,15 @@ struct CpuBookkeeper {
   at::Tensor labels() const { return s.labels; }
   at::Tensor found() const { return s.found; }
 
-  bool first(const at::Tensor& labels, const at::Tensor& scores, const at::Tensor& duration, bool tdt, int64_t blank) {
+  bool joint(bool first, const at::Tensor& labels, const at::Tensor& scores, const at::Tensor& duration, bool tdt,
+             int64_t blank) {
     const at::Tensor sc = scores.to(at::kFloat);
     const int64_t* lb = labels.data_ptr<int64_t>();
     const float* sp = sc.data_ptr<float>();
     const int64_t* du = duration.data_ptr<int64_t>();
     bool any = false;
     for (int64_t i = 0; i < B; ++i) {
-      first_joint(r, i, lb[i], sp[i], du[i], tdt, blank);
-      any |= r.advance[i];
-    }
-    return any;
-  }
-  bool more(const at::Tensor& labels, const at::Tensor& scores, const at::Tensor& duration, bool tdt, int64_t blank) {
-    const at::Tensor sc = scores.to(at::kFloat);
-    const int64_t* lb = labels.data_ptr<int64_t>();
-    const float* sp = sc.data_ptr<float>();
-    const int64_t* du = duration.data_ptr<int64_t>();
-    bool any = false;
-    for (int64_t i = 0; i < B; ++i) {
-      more_joint(r, i, lb[i], sp[i], du[i], tdt, blank);
+      after_joint(r, i, first, lb[i], sp[i], du[i], tdt, blank);
       any |= r.advance[i];
     }
     return any;
@@ -110,14 +100,18 @@ struct CpuBookkeeper {
   }
 };
 
-Result rnnt_greedy_cpu(const at::Tensor& f, const at::Tensor& lengths, const at::Tensor& h, const at::Tensor& c,
-                       const at::Tensor& pred, const at::Tensor& time_jump, const at::Tensor& frames_decoded,
-                       const at::Tensor& embed, at::TensorList lstm, const at::Tensor& pred_weight,
-                       const at::Tensor& pred_bias, const at::Tensor& out_weight, const at::Tensor& out_bias,
-                       const at::Tensor& durations, c10::string_view activation, int64_t max_symbols) {
-  Args a{f,           lengths,   h,        c,          pred,      time_jump, frames_decoded, embed, lstm.vec(),
-         pred_weight, pred_bias, out_weight, out_bias, durations, std::string(activation), max_symbols};
+Result rnnt_greedy_label_loop(const at::Tensor& f, const at::Tensor& lengths, const at::Tensor& h,
+                              const at::Tensor& c, const at::Tensor& pred, const at::Tensor& time_jump,
+                              const at::Tensor& frames_decoded, const at::Tensor& embed, at::TensorList lstm,
+                              const at::Tensor& pred_weight, const at::Tensor& pred_bias,
+                              const at::Tensor& out_weight, const at::Tensor& out_bias, const at::Tensor& durations,
+                              c10::string_view activation, int64_t max_symbols) {
+  const Args a{f,           lengths,   h,        c,          pred,      time_jump, frames_decoded, embed, lstm.vec(),
+               pred_weight, pred_bias, out_weight, out_bias, durations, std::string(activation), max_symbols};
   check_args(a);
+#if OASR_WITH_CUDA
+  if (f.is_cuda()) return run_cuda(a);
+#endif
   CpuBookkeeper book(a);
   return greedy_label_loop(a, book);
 }
@@ -125,4 +119,7 @@ Result rnnt_greedy_cpu(const at::Tensor& f, const at::Tensor& lengths, const at:
 }  // namespace
 }  // namespace oasr::rnnt
 
-TORCH_LIBRARY_IMPL(oasr, CPU, m) { m.impl("rnnt_greedy_label_loop", &oasr::rnnt::rnnt_greedy_cpu); }
+TORCH_LIBRARY_IMPL(oasr, CPU, m) { m.impl("rnnt_greedy_label_loop", &oasr::rnnt::rnnt_greedy_label_loop); }
+#if OASR_WITH_CUDA
+TORCH_LIBRARY_IMPL(oasr, CUDA, m) { m.impl("rnnt_greedy_label_loop", &oasr::rnnt::rnnt_greedy_label_loop); }
+#endif

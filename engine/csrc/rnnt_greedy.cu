@@ -10,7 +10,6 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
 
 namespace oasr::rnnt {
 namespace {
@@ -24,19 +23,11 @@ __global__ void start_kernel(Rows r, int64_t B, int* any) {
   if (r.active[i]) *any = 1;
 }
 
-__global__ void first_kernel(Rows r, int64_t B, const int64_t* labels, const float* scores, const int64_t* duration,
-                             bool tdt, int64_t blank, int* any) {
+__global__ void joint_kernel(Rows r, int64_t B, bool first, const int64_t* labels, const float* scores,
+                             const int64_t* duration, bool tdt, int64_t blank, int* any) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= B) return;
-  first_joint(r, i, labels[i], scores[i], duration[i], tdt, blank);
-  if (r.advance[i]) *any = 1;
-}
-
-__global__ void more_kernel(Rows r, int64_t B, const int64_t* labels, const float* scores, const int64_t* duration,
-                            bool tdt, int64_t blank, int* any) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= B) return;
-  more_joint(r, i, labels[i], scores[i], duration[i], tdt, blank);
+  after_joint(r, i, first, labels[i], scores[i], duration[i], tdt, blank);
   if (r.advance[i]) *any = 1;
 }
 
@@ -75,17 +66,11 @@ struct CudaBookkeeper {
   at::Tensor labels() const { return s.labels; }
   at::Tensor found() const { return s.found; }
 
-  bool first(const at::Tensor& labels, const at::Tensor& scores, const at::Tensor& duration, bool tdt, int64_t blank) {
+  bool joint(bool first, const at::Tensor& labels, const at::Tensor& scores, const at::Tensor& duration, bool tdt,
+             int64_t blank) {
     const at::Tensor sc = scores.to(at::kFloat).contiguous();
-    first_kernel<<<blocks, kThreads, 0, stream()>>>(r, B, labels.data_ptr<int64_t>(), sc.data_ptr<float>(),
+    joint_kernel<<<blocks, kThreads, 0, stream()>>>(r, B, first, labels.data_ptr<int64_t>(), sc.data_ptr<float>(),
                                                     duration.data_ptr<int64_t>(), tdt, blank, reset());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return read();
-  }
-  bool more(const at::Tensor& labels, const at::Tensor& scores, const at::Tensor& duration, bool tdt, int64_t blank) {
-    const at::Tensor sc = scores.to(at::kFloat).contiguous();
-    more_kernel<<<blocks, kThreads, 0, stream()>>>(r, B, labels.data_ptr<int64_t>(), sc.data_ptr<float>(),
-                                                   duration.data_ptr<int64_t>(), tdt, blank, reset());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return read();
   }
@@ -99,20 +84,12 @@ struct CudaBookkeeper {
   }
 };
 
-Result rnnt_greedy_cuda(const at::Tensor& f, const at::Tensor& lengths, const at::Tensor& h, const at::Tensor& c,
-                        const at::Tensor& pred, const at::Tensor& time_jump, const at::Tensor& frames_decoded,
-                        const at::Tensor& embed, at::TensorList lstm, const at::Tensor& pred_weight,
-                        const at::Tensor& pred_bias, const at::Tensor& out_weight, const at::Tensor& out_bias,
-                        const at::Tensor& durations, c10::string_view activation, int64_t max_symbols) {
-  Args a{f,           lengths,   h,        c,          pred,      time_jump, frames_decoded, embed, lstm.vec(),
-         pred_weight, pred_bias, out_weight, out_bias, durations, std::string(activation), max_symbols};
-  check_args(a);
-  const c10::cuda::CUDAGuard guard(f.device());
+}  // namespace
+
+Result run_cuda(const Args& a) {
+  const c10::cuda::CUDAGuard guard(a.f.device());
   CudaBookkeeper book(a);
   return greedy_label_loop(a, book);
 }
 
-}  // namespace
 }  // namespace oasr::rnnt
-
-TORCH_LIBRARY_IMPL(oasr, CUDA, m) { m.impl("rnnt_greedy_label_loop", &oasr::rnnt::rnnt_greedy_cuda); }

@@ -63,7 +63,7 @@ struct Rows {
 // A TDT jump: the predicted duration, at least one frame after a blank.
 OASR_HD inline int64_t jump_of(bool is_blank, int64_t duration) { return is_blank && duration == 0 ? 1 : duration; }
 
-// After the first joint of an outer iteration (labels/scores/durations of every row).
+// After a joint evaluation: the first of an outer iteration, or a further one for the rows that met a blank.
 OASR_HD inline void first_joint(const Rows& r, int64_t i, int64_t label, float score, int64_t duration, bool tdt,
                                 int64_t blank) {
   r.active_before[i] = r.active[i];
@@ -81,7 +81,6 @@ OASR_HD inline void first_joint(const Rows& r, int64_t i, int64_t label, float s
   r.advance[i] = r.active[i] && is_blank;
 }
 
-// After a further joint for the rows that met a blank.
 OASR_HD inline void more_joint(const Rows& r, int64_t i, int64_t label, float score, int64_t duration, bool tdt,
                                int64_t blank) {
   const bool advance = r.advance[i];
@@ -99,6 +98,15 @@ OASR_HD inline void more_joint(const Rows& r, int64_t i, int64_t label, float sc
   }
   r.active[i] = r.time[i] < r.lengths[i];
   r.advance[i] = r.active[i] && is_blank;
+}
+
+OASR_HD inline void after_joint(const Rows& r, int64_t i, bool first, int64_t label, float score, int64_t duration,
+                                bool tdt, int64_t blank) {
+  if (first) {
+    first_joint(r, i, label, score, duration, tdt, blank);
+  } else {
+    more_joint(r, i, label, score, duration, tdt, blank);
+  }
 }
 
 // Emit a found label, count labels per frame, force the row on after max_symbols.
@@ -131,6 +139,11 @@ using Result = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Te
 
 void check_args(const Args& a);
 
+#if OASR_WITH_CUDA
+// rnnt_greedy.cu: the loop with one bookkeeping kernel launch per step.
+Result run_cuda(const Args& a);
+#endif
+
 inline at::Tensor activate(const at::Tensor& x, const std::string& name) {
   if (name == "relu") return at::relu(x);
   if (name == "tanh") return at::tanh(x);
@@ -138,7 +151,7 @@ inline at::Tensor activate(const at::Tensor& x, const std::string& name) {
 }
 
 // The label loop. `Bookkeeper` runs the per-row functions over all rows and answers whether any
-// row is still advancing / active: `first`, `more`, `emit` (see rnnt_greedy.cpp / .cu).
+// row is still advancing / active: `joint` (after_joint), `emit` (see rnnt_greedy.cpp / .cu).
 template <class Bookkeeper>
 Result greedy_label_loop(const Args& a, Bookkeeper& book) {
   const at::NoGradGuard no_grad;
@@ -163,11 +176,11 @@ Result greedy_label_loop(const Args& a, Bookkeeper& book) {
   };
   bool any_active = book.start(tdt);
   while (any_active) {
-    auto [labels, scores, duration] = joint(book.time());
-    bool advancing = book.first(labels, scores, duration, tdt, blank);
-    while (advancing) {
-      auto [more, more_scores, more_duration] = joint(book.time());
-      advancing = book.more(more, more_scores, more_duration, tdt, blank);
+    bool first = true, advancing = true;
+    while (advancing) {  // the first joint of the step, then again for rows that met a blank
+      auto [labels, scores, duration] = joint(book.time());
+      advancing = book.joint(first, labels, scores, duration, tdt, blank);
+      first = false;
     }
     any_active = book.emit(tdt, a.max_symbols);
     // The prediction network on every row's label (as the reference: same shapes, same results),

@@ -6,6 +6,8 @@ state dict and units.txt).
 Family knobs in `EngineConfig.extra`:
 - `wenet_ctc_weight` (float, default 0.5): weight of the CTC score in attention rescoring, which
   reorders the final n-best of beam-search requests when the checkpoint has a decoder.
+- `wenet_keyword_boost` (float, default 3.0): bonus per matched token of a request's keywords
+  in the CTC beam search (engine/ops/context_biasing.py; docs/kernels.md).
 
 Runner counters for metrics: `WenetRunner.stats()` -> kv_exhausted_total, kv_recycled_blocks_total,
 kv_blocks_total, kv_blocks_free, kv_pool_usage, streams.
