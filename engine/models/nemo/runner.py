@@ -153,8 +153,11 @@ class NemoRunner:
             raise UnsupportedError("this model only transcribes (task='translate' unsupported)")
         if options.prompt:
             raise UnsupportedError("this model takes no prompt")
-        if options.keywords:
-            raise UnsupportedError("keyword biasing is not implemented for NeMo checkpoints yet")
+        if options.keywords and self.method != "ctc":
+            raise UnsupportedError(
+                "keywords bias the CTC head's beam search; this model decodes with its transducer "
+                "(greedy, no biasing): serve it with decode_method='ctc' for keywords"
+            )
         if options.stream_context is not None:
             if self.streaming_kind != "buffered":
                 raise refuse_stream_context(self.look_ahead)
@@ -167,7 +170,10 @@ class NemoRunner:
         failed = []
         for req in requests:
             mode: Mode = self.streaming_kind if (req.streaming and self.streaming_kind) else "offline"
-            ctc = CtcDecoder(req.decoding.beam_size) if self.method == "ctc" else None
+            ctc = None
+            if self.method == "ctc":
+                keywords = [self.ckpt.tokenizer.encode(k) for k in req.decoding.keywords]
+                ctc = CtcDecoder(req.decoding.beam_size, [k for k in keywords if k], self.options.keyword_boost)
             state = DecodeState(hyp=None if ctc else Hypothesis(), ctc=ctc)
             job = _Job(req, mode, state)
             if mode != "offline":

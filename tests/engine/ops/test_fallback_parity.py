@@ -1,6 +1,7 @@
 """Must-show 4: the engine's parity tests pass with the compiled operators (this run) and with
-them forced off (OASR_DISABLE_EXTENSIONS=1, rerun here in a child pytest). The WeNet modules are
-the ones that run operators (CTC prefix beam search, paged attention); the extension test's
+them forced off (OASR_DISABLE_EXTENSIONS=1, rerun here in a child pytest). The WeNet and NeMo
+modules are the ones that run operators (CTC prefix beam search, paged attention, the RNN-T label
+loop: NeMo's parity against NeMo's own outputs runs on both paths); the extension test's
 engine check builds a Whisper engine with the switch on and sees the Python path reported.
 Whisper decoding itself calls no operator, so its batch-invariance test runs the same code
 either way and is not repeated."""
@@ -22,6 +23,7 @@ PARITY_MODULES = (
     "tests/engine/wenet/test_wenet_batching.py",
     "tests/engine/wenet/test_wenet_ctc.py",
     "tests/engine/wenet/test_wenet_keywords.py",
+    "tests/engine/nemo/test_nemo_parity.py",
     "tests/engine/ops/test_extension.py",
 )
 
