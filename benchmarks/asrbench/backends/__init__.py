@@ -13,6 +13,8 @@ _REGISTRY = {
     "oasr_engine": ("benchmarks.asrbench.backends.oasr_engine", "OasrEngineBackend"),
     "oasr_server": ("benchmarks.asrbench.backends.oasr_server", "OasrServerBackend"),
     "openai_http": ("benchmarks.asrbench.backends.openai_http", "OpenAIHttpBackend"),
+    "transformers": ("benchmarks.asrbench.backends.transformers_asr", "TransformersBackend"),
+    "whisper_cpp": ("benchmarks.asrbench.backends.whisper_cpp", "WhisperCppBackend"),
 }
 PEER = "faster_whisper"
 """The backend reports compute ratios against."""

@@ -64,6 +64,8 @@ class OpenAIHttpBackend(Backend):
         "concurrency": Option(8, "requests the throughput kind keeps in flight"),
     }
 
+    ALIASES: ClassVar[dict[str, str]] = {"url": "base_url"}
+
     def __init__(self, options: dict[str, Any]) -> None:
         super().__init__(options)
         self._client: OpenAIHttpClient | None = None
@@ -92,6 +94,9 @@ class OpenAIHttpBackend(Backend):
         if self._client is not None:
             self._client.close()
             self._client = None
+
+    def prepare(self, utt: Utterance) -> None:
+        utt.wav_bytes()
 
     def transcribe(self, utt: Utterance) -> str:
         if self._client is None:

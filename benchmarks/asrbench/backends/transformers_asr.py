@@ -1,0 +1,115 @@
+"""Hugging Face Transformers: `pipeline("automatic-speech-recognition")` in process on CPU;
+the reference implementation for drift checks (`validate --reference`).
+
+The model is `-o model=DIR`, else `$WHISPER_CKPT` when it names a Transformers directory,
+else our embedded tiny.en written in Transformers format (peers/hf_whisper.py; cached, no
+download). `-o model=` also takes a CTranslate2 or OpenAI directory, converted the same way.
+Native batching is the pipeline's own (a list of inputs with `batch_size`); the pipeline
+serves one call at a time, so concurrent kinds are unsupported. `chunk_length_s` enables
+chunked long-form; without it input is bounded to Whisper's 30 s window.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from importlib import metadata
+from typing import Any, ClassVar
+
+from benchmarks.asrbench.backends.base import (
+    Backend,
+    BackendError,
+    Capability,
+    Option,
+    Utterance,
+    supported,
+    unsupported,
+)
+
+ONE_CALL = "the pipeline serves one call at a time (no concurrent requests); concurrency would be emulated"
+
+
+class TransformersBackend(Backend):
+    name = "transformers"
+    summary = "Hugging Face Transformers ASR pipeline in process (the drift reference)"
+    OPTIONS: ClassVar[dict[str, Option]] = {
+        "model": Option("", "model dir; default $WHISPER_CKPT, else the embedded tiny.en in Transformers format"),
+        "dtype": Option("float32", "torch dtype of the model", ("float32", "bfloat16", "float16")),
+        "batch_size": Option(16, "rows per forward in native batch calls"),
+        "chunk_length_s": Option(0.0, "chunked long-form window (s); 0 = bounded to one 30 s window"),
+        "generate_kwargs": Option({}, "passed to generate, e.g. {language: en, task: transcribe}"),
+        "num_threads": Option(0, "torch intra-op threads; 0 = torch default"),
+    }
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        super().__init__(options)
+        self._pipe: Any = None
+        self._lock = threading.Lock()
+        self._model_dir = ""
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        try:
+            metadata.version("transformers")
+        except metadata.PackageNotFoundError:
+            return "transformers is not installed (pip install transformers)"
+        return None
+
+    def capabilities(self) -> dict[str, Capability]:
+        chunk = float(self.options["chunk_length_s"])
+        return {
+            "cold_start": supported(),
+            "single": supported(),
+            "batch": supported(f"pipeline batch_size={self.options['batch_size']}"),
+            "throughput": unsupported(ONE_CALL),
+            "load": unsupported(ONE_CALL),
+            "longform": supported(f"chunked, chunk_length_s={chunk:g}") if chunk > 0 else unsupported(
+                "input bounded to Whisper's 30 s window; -o chunk_length_s=30 enables chunked long-form"),
+            "streaming": unsupported("the Transformers pipeline has no incremental streaming API"),
+        }
+
+    def start(self) -> None:
+        gap = self.unavailable()
+        if gap:
+            raise BackendError(gap)
+        import torch
+        from transformers import pipeline
+
+        from benchmarks.asrbench.peers.hf_whisper import transformers_model_dir
+
+        if int(self.options["num_threads"]):
+            torch.set_num_threads(int(self.options["num_threads"]))
+        source = self.options["model"] or os.environ.get("WHISPER_CKPT", "").strip() or None
+        self._model_dir = str(transformers_model_dir(source))
+        kwargs: dict[str, Any] = {"model": self._model_dir, "device": "cpu",
+                                  "dtype": getattr(torch, self.options["dtype"])}
+        if float(self.options["chunk_length_s"]) > 0:
+            kwargs["chunk_length_s"] = float(self.options["chunk_length_s"])
+        self._pipe = pipeline("automatic-speech-recognition", **kwargs)
+
+    def stop(self) -> None:
+        self._pipe = None
+
+    def _call(self, utts: list[Utterance]) -> list[str]:
+        if self._pipe is None:
+            raise BackendError("backend not started")
+        inputs = [{"raw": u.audio, "sampling_rate": 16_000} for u in utts]
+        with self._lock:
+            out = self._pipe(inputs, batch_size=int(self.options["batch_size"]),
+                             generate_kwargs=dict(self.options["generate_kwargs"]))
+        return [str(o["text"]).strip() for o in out]
+
+    def transcribe(self, utt: Utterance) -> str:
+        return self._call([utt])[0]
+
+    def transcribe_batch(self, utts: list[Utterance]) -> list[str]:
+        return self._call(utts)
+
+    def info(self) -> dict[str, Any]:
+        from pathlib import Path
+
+        from benchmarks.asrbench.peers.hf_whisper import describe
+
+        return {"model_dir": self._model_dir, "transformers": metadata.version("transformers"),
+                "torch": metadata.version("torch"), **({"converted_from": describe(Path(self._model_dir))}
+                                                       if self._model_dir else {})}
