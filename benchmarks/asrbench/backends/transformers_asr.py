@@ -5,8 +5,13 @@ The model is `-o model=DIR`, else `$WHISPER_CKPT` when it names a Transformers d
 else our embedded tiny.en written in Transformers format (peers/hf_whisper.py; cached, no
 download). `-o model=` also takes a CTranslate2 or OpenAI directory, converted the same way.
 Native batching is the pipeline's own (a list of inputs with `batch_size`); the pipeline
-serves one call at a time, so concurrent kinds are unsupported. `chunk_length_s` enables
-chunked long-form; without it input is bounded to Whisper's 30 s window.
+serves one call at a time, so concurrent kinds are unsupported.
+
+Decoding defaults follow openai/whisper's `transcribe`, which our engine implements:
+timestamp tokens on (`return_timestamps=True`; decoding without them changes the text of
+some clips), greedy, English. Inputs over Whisper's 30 s window: with `chunk_length_s` the
+pipeline transcribes overlapping chunks; without it (the default) Transformers' sequential
+long-form generation runs (it requires timestamps). Such inputs go one per call.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from benchmarks.asrbench.backends.base import (
     unsupported,
 )
 
+WINDOW_S = 30.0
+"""Whisper's input window; longer inputs need long-form generation."""
 ONE_CALL = "the pipeline serves one call at a time (no concurrent requests); concurrency would be emulated"
 
 
@@ -37,6 +44,8 @@ class TransformersBackend(Backend):
         "dtype": Option("float32", "torch dtype of the model", ("float32", "bfloat16", "float16")),
         "batch_size": Option(16, "rows per forward in native batch calls"),
         "chunk_length_s": Option(0.0, "chunked long-form window (s); 0 = bounded to one 30 s window"),
+        "return_timestamps": Option(True, "decode with timestamp tokens, as openai/whisper's transcribe and our "
+                                    "engine do (inputs over 30 s always need them)"),
         "generate_kwargs": Option({}, "passed to generate, e.g. {language: en, task: transcribe}"),
         "num_threads": Option(0, "torch intra-op threads; 0 = torch default"),
     }
@@ -63,8 +72,8 @@ class TransformersBackend(Backend):
             "batch": supported(f"pipeline batch_size={self.options['batch_size']}"),
             "throughput": unsupported(ONE_CALL),
             "load": unsupported(ONE_CALL),
-            "longform": supported(f"chunked, chunk_length_s={chunk:g}") if chunk > 0 else unsupported(
-                "input bounded to Whisper's 30 s window; -o chunk_length_s=30 enables chunked long-form"),
+            "longform": supported(f"chunked, chunk_length_s={chunk:g}") if chunk > 0 else supported(
+                "sequential long-form generation (return_timestamps=True)"),
             "streaming": unsupported("the Transformers pipeline has no incremental streaming API"),
         }
 
@@ -93,11 +102,21 @@ class TransformersBackend(Backend):
     def _call(self, utts: list[Utterance]) -> list[str]:
         if self._pipe is None:
             raise BackendError("backend not started")
-        inputs = [{"raw": u.audio, "sampling_rate": 16_000} for u in utts]
+        sequential = float(self.options["chunk_length_s"]) <= 0
+        long = [k for k, u in enumerate(utts) if sequential and u.duration_s > WINDOW_S]
+        short = [k for k in range(len(utts)) if k not in long]
+        texts: dict[int, str] = {}
+        kwargs: dict[str, Any] = {"generate_kwargs": dict(self.options["generate_kwargs"])}
         with self._lock:
-            out = self._pipe(inputs, batch_size=int(self.options["batch_size"]),
-                             generate_kwargs=dict(self.options["generate_kwargs"]))
-        return [str(o["text"]).strip() for o in out]
+            if short:
+                out = self._pipe([{"raw": utts[k].audio, "sampling_rate": 16_000} for k in short],
+                                 batch_size=int(self.options["batch_size"]),
+                                 return_timestamps=bool(self.options["return_timestamps"]), **kwargs)
+                texts.update({k: str(o["text"]).strip() for k, o in zip(short, out, strict=True)})
+            for k in long:
+                out = self._pipe({"raw": utts[k].audio, "sampling_rate": 16_000}, return_timestamps=True, **kwargs)
+                texts[k] = str(out["text"]).strip()
+        return [texts[k] for k in range(len(utts))]
 
     def transcribe(self, utt: Utterance) -> str:
         return self._call([utt])[0]
