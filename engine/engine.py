@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import queue
 import threading
 import time
@@ -31,10 +30,6 @@ from engine.scheduler import Scheduler, WaitingRequest
 from engine.types import AbortRequest, AddRequest, Command, DecodingOptions, FeedAudio, RequestOutput
 
 logger = logging.getLogger(__name__)
-
-# Test-only fault injection for benchmark gates: milliseconds slept per step.
-_STEP_DELAY_ENV = "OASR_TEST_STEP_DELAY_MS"
-
 
 class ASREngine:
     """Thread-safe front of one model runner. See the module docstring for the step loop."""
@@ -67,7 +62,6 @@ class ASREngine:
         self._stop = threading.Event()
         self._shutdown = False
         self._counter = itertools.count()
-        self._step_delay = float(os.environ.get(_STEP_DELAY_ENV, "0") or 0) / 1000.0
         self.last_batch_size = 0
         self.last_streams_stepped = 0  # live streams the runner's forward advanced together in the last step
         self.last_queue_waits: list[float] = []
@@ -214,8 +208,6 @@ class ASREngine:
             if self.runner.has_work():
                 outputs += self.runner.execute()
                 self.last_streams_stepped = self.runner.streams_stepped
-            if self._step_delay:
-                time.sleep(self._step_delay)
             self.stats["steps"] += 1
             return self._update(outputs)
 

@@ -16,7 +16,8 @@ from benchmarks.asrbench import cli, datasets, records
 from benchmarks.asrbench.datasets import librispeech
 from tests.bench import corpora
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("dev_data")]
+# CPU time is about a minute per test on 2 cores; the timeout is wall time on a shared machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.usefixtures("dev_data")]
 
 QUICK_START = """
 python -m benchmarks.asrbench prepare librispeech --download

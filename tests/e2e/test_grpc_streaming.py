@@ -8,8 +8,8 @@ real grpcio stubs against a real server:
   random-init checkpoint `engine.models.wenet.testing` writes in the real on-disk format:
   the engine, runtime and server are real, the transcripts are meaningless, so these tests
   check timing, ordering and shape, never words;
-- transcripts from Whisper's streaming runtime on the embedded tiny.en, skipped while the
-  engine reports streaming unsupported for it.
+- transcripts from Whisper's streaming runtime on the embedded tiny.en; a server that reports
+  streaming disabled for it fails these tests (that is the regression they guard).
 """
 
 from __future__ import annotations
@@ -241,23 +241,15 @@ def test_cancelled_stream_aborts_its_engine_request(wenet_stub: speech_pb2_grpc.
 # ----------------------------------------------------------------------------- Whisper streaming
 
 
-def _whisper_streams() -> bool:
-    from engine.models.whisper.runner import WhisperRunner
-
-    return bool(getattr(WhisperRunner, "supports_streaming", False))
-
-
 @pytest.fixture(scope="module")
 def whisper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    if not _whisper_streams():  # avoid starting a server only to read the same flag back
-        pytest.skip("the Whisper family reports supports_streaming=False: no Whisper streaming runtime yet")
     srv = start_server(tmp_path_factory.mktemp("whisper-live"), env={"OASR_SERVICE_MODE": "streaming"})
-    info = httpx.get(f"{srv.base_url}/v1/models", timeout=10).json()["data"][0]["info"]
-    if not info.get("streaming_enabled"):
+    try:
+        info = httpx.get(f"{srv.base_url}/v1/models", timeout=10).json()["data"][0]["info"]
+        assert info.get("streaming_enabled") is True, f"streaming is disabled for {info.get('model')}: {info}"
+        yield srv
+    finally:
         srv.terminate()
-        pytest.skip(f"the engine reports streaming unsupported for {info.get('model')}")
-    yield srv
-    srv.terminate()
 
 
 def test_whisper_interim_then_final_transcript(whisper_server: ServerProcess) -> None:

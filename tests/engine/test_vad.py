@@ -47,10 +47,10 @@ TOLERANCE_MS = 200
 GAP_S = 1.5
 MS = SAMPLE_RATE // 1000
 
-pytestmark = pytest.mark.skipif(not (DATA / "manifest.jsonl").is_file(), reason="speech clips not available")
-
-
 def _load_clip(name: str) -> np.ndarray:
+    """A dev clip; only the tests that read real speech skip without the data (the synthetic ones run)."""
+    if not (DATA / "manifest.jsonl").is_file():
+        pytest.skip(f"speech clips not available at {DATA}")
     entries = {e["audio"]: e for e in map(json.loads, (DATA / "manifest.jsonl").read_text().splitlines())}
     assert entries[name]["sample_rate"] == SAMPLE_RATE
     audio, rate = sf.read(DATA / name, dtype="float32")

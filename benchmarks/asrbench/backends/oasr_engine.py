@@ -6,15 +6,16 @@ request id (offline -> a Future, streaming -> its session's partials/final). Bat
 through the same path, submitted under a gate the driver takes before stepping, so a
 batch is admitted together (the engine's native batching, not concurrency emulation).
 
-The engine honours `OASR_TEST_STEP_DELAY_MS` (a per-step sleep) for the suite's slowed-
-candidate gate; the value in effect is recorded in run.json.
+`-o step_delay_ms=N` wraps the engine's model runner so every `execute()` sleeps N ms: the
+slowed candidate of the suite's regression-gate test. The engine itself has no such hook; the
+value in effect is recorded in run.json.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
+import time
 import uuid
 from concurrent.futures import Future
 from typing import Any, ClassVar
@@ -53,6 +54,7 @@ class OasrEngineBackend(Backend):
         "num_threads": Option(0, "torch intra-op threads; 0 = torch default"),
         "beam_size": Option(1, "beams per window (1 = greedy)"),
         "concurrency": Option(0, "requests the throughput kind keeps in flight; 0 = max_batch_size"),
+        "step_delay_ms": Option(0, "ms slept after every runner execute() (a deliberately slowed engine, for gate tests)"),
     }
 
     def __init__(self, options: dict[str, Any]) -> None:
@@ -97,6 +99,9 @@ class OasrEngineBackend(Backend):
             **self.options["engine"],
         )
         self._engine = ASREngine(config)
+        delay_ms = float(self.options["step_delay_ms"])
+        if delay_ms > 0:
+            self._engine.runner = _SlowedRunner(self._engine.runner, delay_ms / 1000.0)
         self._driver = threading.Thread(target=self._drive, name="asrbench-engine", daemon=True)
         self._driver.start()
 
@@ -184,8 +189,24 @@ class OasrEngineBackend(Backend):
 
     def info(self) -> dict[str, Any]:
         info = dict(self._engine.info()) if self._engine is not None else {}
-        info["test_step_delay_ms"] = float(os.environ.get("OASR_TEST_STEP_DELAY_MS", "0") or 0)
+        info["step_delay_ms"] = float(self.options["step_delay_ms"])
         return info
+
+
+class _SlowedRunner:
+    """A model runner whose every `execute()` takes `delay_s` longer; all else is the wrapped runner's."""
+
+    def __init__(self, runner: Any, delay_s: float) -> None:
+        self._runner = runner
+        self._delay_s = delay_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runner, name)
+
+    def execute(self) -> Any:
+        outputs = self._runner.execute()
+        time.sleep(self._delay_s)
+        return outputs
 
 
 class _EngineStream(StreamSession):

@@ -7,7 +7,6 @@ transport=grpc  Speech.Recognize; streaming over Speech.StreamingRecognize
 
 from __future__ import annotations
 
-import os
 from typing import Any, ClassVar
 
 from benchmarks.asrbench.backends.base import (
@@ -94,8 +93,6 @@ class OasrServerBackend(Backend):
                 env["OASR_DTYPE"] = self.options["dtype"]
             if int(self.options["max_batch_size"]):
                 env["OASR_MAX_BATCH_SIZE"] = str(self.options["max_batch_size"])
-            if "OASR_TEST_STEP_DELAY_MS" in os.environ:
-                env["OASR_TEST_STEP_DELAY_MS"] = os.environ["OASR_TEST_STEP_DELAY_MS"]
             self._server = ServerProcess(env, float(self.options["startup_timeout_s"]))
             self._base_url, grpc_target = self._server.base_url, self._server.grpc_target
         if self.options["transport"] == "http":
@@ -145,8 +142,7 @@ class OasrServerBackend(Backend):
         return {"server": self._server.proc.pid} if self._server is not None else {}
 
     def info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"base_url": self._base_url, "managed": self._server is not None,
-                                "test_step_delay_ms": float(os.environ.get("OASR_TEST_STEP_DELAY_MS", "0") or 0)}
+        info: dict[str, Any] = {"base_url": self._base_url, "managed": self._server is not None}
         if self._server is not None:
             info.update(http_port=self._server.http_port, grpc_port=self._server.grpc_port,
                         ready_path=self._server.ready_path)

@@ -1,8 +1,17 @@
-"""engine.fbank against kaldi-native-fbank on the real 16 kHz clips of the dev set."""
+"""engine.fbank against kaldi-native-fbank on the real 16 kHz clips of the dev set.
+
+Features are log energies, so two correct float32 implementations differ by the FFT's rounding
+*relative to the frame's energy*, not to each bin's: a bin 17 nepers below the frame's loudest
+differs by ~1e-3 in the log while the loud bins agree to 1e-6, and how much depends on the CPU's
+FFT/GEMM kernels (AVX2 vs AVX-512, Intel vs AMD). `assert_fbank_close` therefore compares energies
+with a tolerance derived from float32 rounding: `FFT_ROUNDING` eps of the frame's total energy
+plus the rounding of the log itself.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 
 import kaldi_native_fbank as knf
 import numpy as np
@@ -14,6 +23,27 @@ from engine.fbank import FbankOptions, KaldiFbank, frames_for
 from tests.conftest import DATA_DIR, MANIFEST
 
 AUDIO_SCALE = 32768.0
+FLT_EPSILON = float(np.finfo(np.float32).eps)
+FFT_SIZE = 512  # the padded 25 ms window at 16 kHz
+FFT_ROUNDING = 16 * math.log2(FFT_SIZE)
+"""Rounding of a float32 radix-2 FFT's power spectrum, in eps of the frame's energy: one rounding
+per stage (log2 N), doubled by squaring, x8 for two independent implementations and the
+pre-emphasis/window/mel chain. 144; measured worst case on the dev clips: 27 (AMD, AVX-512)."""
+
+
+def assert_fbank_close(got: np.ndarray | torch.Tensor, ref: np.ndarray | torch.Tensor) -> None:
+    """log-mel frames (T, M) agree within float32 rounding of each frame's energy (see module doc)."""
+    got64, ref64 = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    assert got64.shape == ref64.shape
+    energy_got, energy_ref = np.exp(got64), np.exp(ref64)
+    frame_energy = energy_ref.sum(axis=1, keepdims=True)
+    tolerance = FFT_ROUNDING * FLT_EPSILON * frame_energy + 8 * FLT_EPSILON * energy_ref
+    excess = np.abs(energy_got - energy_ref) / tolerance
+    worst = np.unravel_index(int(excess.argmax()), excess.shape) if excess.size else None
+    assert excess.size == 0 or excess.max() <= 1.0, (
+        f"frame {worst}: log energy {got64[worst]:.6f} vs {ref64[worst]:.6f}, "
+        f"{excess.max():.1f}x the float32 tolerance"
+    )
 
 
 def native_16k_clips() -> list[str]:
@@ -41,7 +71,7 @@ def test_matches_kaldi_native_fbank(name: str) -> None:
     ref = knf_fbank(wave)
     got = KaldiFbank()([torch.from_numpy(wave)])[0].numpy()
     assert got.shape == ref.shape == (frames_for(len(wave), FbankOptions()), 80)
-    assert np.abs(got - ref).max() <= 1e-3
+    assert_fbank_close(got, ref)
 
 
 def test_batch_of_mixed_lengths_equals_one_by_one() -> None:
@@ -55,7 +85,7 @@ def test_batch_of_mixed_lengths_equals_one_by_one() -> None:
     for wave, feats in zip(waves, batched, strict=True):
         assert feats.shape == (frames_for(len(wave), fb.opts), 80)
         if len(feats):
-            torch.testing.assert_close(feats, fb([wave])[0], rtol=0, atol=1e-4)  # matmul blocking differs
+            assert_fbank_close(feats, fb([wave])[0])  # matmul blocking differs with the batch
 
 
 def test_frames_are_independent_of_how_audio_is_split() -> None:
@@ -67,4 +97,4 @@ def test_frames_are_independent_of_how_audio_is_split() -> None:
     head = wave[:3001]
     used = frames_for(len(head), fb.opts) * fb.opts.window_shift
     parts = torch.cat([fb([head])[0], fb([wave[used:]])[0]])
-    torch.testing.assert_close(parts, whole, rtol=0, atol=1e-4)
+    assert_fbank_close(parts, whole)
