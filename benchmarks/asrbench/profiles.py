@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ import yaml
 from benchmarks.asrbench import datasets
 from benchmarks.asrbench.kinds import KINDS
 from benchmarks.asrbench.workloads import WorkloadError, check_spec
+
+logger = logging.getLogger(__name__)
 
 
 class ProfileError(ValueError):
@@ -77,9 +80,44 @@ def names() -> list[str]:
     return list(PROFILES)
 
 
+LEGACY_DATASETS = {"speech": datasets.DEV_SET, "synthetic": "synthetic/default"}
+LEGACY_PARAMS = {"repeats": "repetitions", "sizes": "batch_sizes", "closed": "concurrency", "open_rates": "rates",
+                 "open_fractions": "rate_fractions", "count": "rounds"}
+
+
+def from_legacy(raw: dict[str, Any], name: str) -> dict[str, Any]:
+    """A pre-2.0 profile (`dataset`, `max_clip_s`, `seed`, `kinds: {kind: settings}`) in the
+    five-key form: one workload per kind, `requests: N` becoming the first N clips."""
+    logger.warning("deprecated: profile %s uses the pre-2.0 form (dataset/kinds); use name, description, "
+                   "defaults, workloads, benchmarks", name)
+    primary = LEGACY_DATASETS.get(raw["dataset"], raw["dataset"])
+    workloads, benchmarks = {}, []
+    for kind, settings in raw["kinds"].items():
+        spec: dict[str, Any] = {"dataset": "${primary}", "sampling": "all", "require_text": True}
+        if raw.get("max_clip_s"):
+            spec["duration_range"] = [0, float(raw["max_clip_s"]) + 1e-6]
+        if kind == "longform":
+            spec = {"dataset": "longform/${primary_slug}", "sampling": "all", "require_text": True}
+        bench: dict[str, Any] = {"name": kind, "kind": kind, "workload": kind}
+        for key, value in settings.items():
+            if key == "requests":
+                spec.update(sampling="first", num_items=int(value))
+            elif key in ("chunk_ms", "sessions"):
+                bench[key] = [value] if not isinstance(value, list) else value
+            elif key != "dataset":
+                bench[LEGACY_PARAMS.get(key, key)] = value
+        workloads[kind] = spec
+        benchmarks.append(bench)
+    return {"name": name, "description": raw.get("description", ""),
+            "defaults": {"primary": primary, "seed": int(raw.get("seed", 0))},
+            "workloads": workloads, "benchmarks": benchmarks}
+
+
 def load(ref: str) -> dict[str, Any]:
     """A built-in profile by name, or a profile YAML file by path; checked, not yet resolved."""
-    if ref in PROFILES:
+    if ref in PROFILES and "kinds" in PROFILES[ref]:
+        raw = from_legacy(copy.deepcopy(PROFILES[ref]), ref)
+    elif ref in PROFILES:
         raw = copy.deepcopy(PROFILES[ref])
     elif ref.endswith((".yaml", ".yml")) or Path(ref).is_file():
         try:

@@ -54,7 +54,7 @@ def slowed_run(bench_dirs: Path) -> Iterator[Path]:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 

@@ -80,7 +80,7 @@ def test_safe_extract_refuses_path_traversal_and_links(tmp_path: Path) -> None:
             member.type, member.linkname = tarfile.SYMTYPE, "/etc/passwd"
         with tarfile.open(tmp_path / name, "w") as tar:
             tar.addfile(member, None if member.issym() else __import__("io").BytesIO(b""))
-        with pytest.raises(DownloadError, match="outside|link"):
+        with pytest.raises(DownloadError, match=r"outside|link"):
             safe_extract(tmp_path / name, tmp_path / "out")
     assert not (tmp_path / "escape.txt").exists()
 
