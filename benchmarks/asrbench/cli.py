@@ -20,14 +20,15 @@ import logging
 import sys
 from pathlib import Path
 
-from benchmarks.asrbench import commands, datasets, profiles, records
+from benchmarks.asrbench import commands, datasets
 from benchmarks.asrbench.backends import names as backend_names
-from benchmarks.asrbench.backends.base import BackendError, OptionError
-from benchmarks.asrbench.compare import NOT_COMPARABLE, ThresholdsError
-from benchmarks.asrbench.datasets.download import DownloadError
+from benchmarks.asrbench.errors import USER_ERRORS, DatasetError, DatasetUnavailable, DownloadError
 from benchmarks.asrbench.paths import set_data_dir
 from benchmarks.asrbench.stats import NORMALIZERS
-from benchmarks.asrbench.workloads import WorkloadError
+
+NOT_COMPARABLE = 2
+"""compare's exit code when an input cannot be read (compare.NOT_COMPARABLE; not imported, to keep start-up light)."""
+BUILTIN_PROFILES = sorted(p.stem for p in (Path(__file__).parent / "builtin_profiles").glob("*.yaml"))
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(fn=commands.cmd_backends)
 
     r = sub.add_parser("run", help="execute a profile against a backend; exit 1 if any point failed")
-    r.add_argument("--profile", required=True, help=f"built-in ({', '.join(profiles.names())}) or a YAML file")
+    r.add_argument("--profile", required=True, help=f"built-in ({', '.join(BUILTIN_PROFILES)}) or a YAML file")
     r.add_argument("--backend", required=True, choices=backend_names())
     r.add_argument("-o", "--option", action="append", metavar="KEY=VALUE", help="backend option, parsed as YAML")
     _add_overrides(r, selection=True)
@@ -159,10 +160,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-USER_ERRORS = (datasets.DatasetError, profiles.ProfileError, BackendError, OptionError, ThresholdsError,
-               records.RunNotFoundError, WorkloadError, DownloadError)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
@@ -173,13 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = args.fn(args)
         return code
-    except datasets.DatasetUnavailable as exc:
+    except DatasetUnavailable as exc:
         sys.stderr.write(f"error: {exc}\n")  # the acquisition instructions, verbatim
         return 1
     except USER_ERRORS as exc:
         logger.error("%s", exc)
         if args.command == "compare":
             return NOT_COMPARABLE
-        return 1 if isinstance(exc, (datasets.DatasetError, DownloadError)) else 2
+        return 1 if isinstance(exc, (DatasetError, DownloadError)) else 2
     finally:
         set_data_dir(None)

@@ -10,14 +10,16 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from benchmarks.asrbench import backends, datasets, profiles, records, report, validate
-from benchmarks.asrbench.compare import compare, compare_validations, load_thresholds, render
+from benchmarks.asrbench import datasets
 from benchmarks.asrbench.paths import DEV_MANIFEST, results_root
-from benchmarks.asrbench.summary import summarize
+
+if TYPE_CHECKING:
+    from benchmarks.asrbench.profiles import Overrides
+
+# Heavier modules (numpy, torch, HTTP clients, the backends) are imported by the commands that
+# use them, so `prepare`/`datasets` start in a fraction of a second and fail fast.
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +51,8 @@ def table(rows: list[dict[str, Any]], cols: list[str]) -> str:
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:
     """`-o KEY=VALUE` of prepare, values parsed as YAML."""
+    import yaml
+
     options = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
@@ -103,7 +107,9 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def profile_overrides(args: argparse.Namespace) -> profiles.Overrides:
+def profile_overrides(args: argparse.Namespace) -> Overrides:
+    from benchmarks.asrbench import profiles
+
     def split(values: list[str] | None) -> list[str] | None:
         return [x for v in values for x in v.split(",") if x] if values else None
 
@@ -118,6 +124,10 @@ def profile_overrides(args: argparse.Namespace) -> profiles.Overrides:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
+    import yaml
+
+    from benchmarks.asrbench import profiles
+
     if args.name:
         resolved = profiles.resolve(args.name, profile_overrides(args))
         out(yaml.safe_dump(resolved, sort_keys=False, width=110).rstrip())
@@ -129,6 +139,8 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
+    from benchmarks.asrbench import backends
+
     for name in backends.names():
         try:
             cls = backends.get(name)
@@ -149,7 +161,8 @@ def cmd_backends(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from benchmarks.asrbench import runner
+    from benchmarks.asrbench import report, runner
+
 
     tag = args.tag
     if args.group:
@@ -167,6 +180,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(_args: argparse.Namespace) -> int:
+    from benchmarks.asrbench import records
+
     rows = []
     for run_dir in records.list_runs():
         meta = json.loads((run_dir / "run.json").read_text())
@@ -179,6 +194,9 @@ def cmd_runs(_args: argparse.Namespace) -> int:
 
 
 def load_summary(ref: str) -> dict[str, Any]:
+    from benchmarks.asrbench import records
+    from benchmarks.asrbench.summary import summarize
+
     run_dir = records.resolve_run(ref)
     if (run_dir / "validation.json").is_file():
         data: dict[str, Any] = json.loads((run_dir / "validation.json").read_text())
@@ -188,6 +206,8 @@ def load_summary(ref: str) -> dict[str, Any]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from benchmarks.asrbench import records, validate
+
     if args.run:
         deprecated("validate RUN", "validate --backend B --dataset D (untimed; RUN's WER is in its report)")
         rows = validate.run_accuracy_rows(load_summary(args.run), args.max_wer)
@@ -214,6 +234,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from benchmarks.asrbench import records
+    from benchmarks.asrbench.compare import compare, compare_validations, load_thresholds, render
+
     base, cand = load_summary(args.base), load_summary(args.cand)
     if base.get("kind") == "validation" or cand.get("kind") == "validation":
         code, text, data = compare_validations(base, cand, args.max_wer_regression)
@@ -228,10 +251,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _tagged(tag: str) -> list[Path]:
+    from benchmarks.asrbench import records
+
     return [d for d in records.list_runs() if json.loads((d / "run.json").read_text()).get("tag") == tag]
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from benchmarks.asrbench import records, report
+
     run_dirs = [records.resolve_run(r) for r in args.runs]
     tag = args.tag
     if args.group:
@@ -250,6 +277,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_recompute(args: argparse.Namespace) -> int:
+    from benchmarks.asrbench import records
+    from benchmarks.asrbench.summary import summarize
+
     run_dir = records.resolve_run(args.run)
     fresh = summarize(records.load_run(run_dir))
     stored_path = run_dir / "summary.json"
@@ -268,6 +298,8 @@ def cmd_recompute(args: argparse.Namespace) -> int:
 
 
 def cmd_save_baseline(args: argparse.Namespace) -> int:
+    from benchmarks.asrbench import records
+
     run_dir = records.resolve_run(args.run)
     target = results_root() / records.BASELINES / args.name
     if target.exists():

@@ -49,8 +49,7 @@ DEFAULT_KINDS: dict[str, dict[str, Any]] = {
 }
 
 
-class ThresholdsError(ValueError):
-    pass
+from benchmarks.asrbench.errors import ThresholdsError  # noqa: E402 - re-exported
 
 
 @dataclass(frozen=True)

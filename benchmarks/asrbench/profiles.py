@@ -34,9 +34,7 @@ from benchmarks.asrbench.workloads import WorkloadError, check_spec
 logger = logging.getLogger(__name__)
 
 
-class ProfileError(ValueError):
-    pass
-
+from benchmarks.asrbench.errors import ProfileError  # noqa: E402 - re-exported
 
 TOP_KEYS = ("name", "description", "defaults", "workloads", "benchmarks")
 DEFAULTS: dict[str, Any] = {"primary": datasets.PRIMARY, "seed": 0, "sample_rate": 16000, "timeout_s": 300.0,

@@ -39,8 +39,7 @@ BASELINES = "baselines"
 VALIDATION = "validation"
 
 
-class RunNotFoundError(LookupError):
-    pass
+from benchmarks.asrbench.errors import RunNotFoundError  # noqa: E402 - re-exported
 
 
 class Recorder:

@@ -31,8 +31,7 @@ DEFAULT_BUCKETS: dict[str, list[float | None]] = {
 """[low, high) seconds; the 30 s boundary is Whisper's input window."""
 
 
-class WorkloadError(ValueError):
-    pass
+from benchmarks.asrbench.errors import WorkloadError  # noqa: E402 - re-exported
 
 
 @dataclass(frozen=True)

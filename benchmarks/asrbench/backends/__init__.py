@@ -4,8 +4,12 @@ breaks the backend that needs it."""
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
-from benchmarks.asrbench.backends.base import Backend, BackendError
+from benchmarks.asrbench.errors import BackendError
+
+if TYPE_CHECKING:
+    from benchmarks.asrbench.backends.base import Backend
 
 _REGISTRY = {
     "mock": ("benchmarks.asrbench.backends.mock", "MockBackend"),

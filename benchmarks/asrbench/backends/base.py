@@ -18,12 +18,7 @@ import yaml
 KINDS = ("cold_start", "single", "batch", "throughput", "load", "longform", "streaming")
 
 
-class BackendError(RuntimeError):
-    """A backend failed to start, or answered a request with an error."""
-
-
-class OptionError(ValueError):
-    """A `-o key=value` backend option is unknown or has a bad value."""
+from benchmarks.asrbench.errors import BackendError, OptionError  # noqa: E402 - re-exported
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,13 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, ClassVar
-
-import numpy as np
-import soundfile as sf
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from benchmarks.asrbench import SUITE_VERSION
-from benchmarks.asrbench import audio as audio_io
 from benchmarks.asrbench.paths import data_root
+
+if TYPE_CHECKING:
+    import numpy as np
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +37,7 @@ CARD = "dataset.json"
 MANIFEST = "manifest.jsonl"
 
 
-class DatasetError(ValueError):
-    """A dataset is malformed or cannot be prepared."""
-
-
-class DatasetUnavailable(DatasetError):
-    """The corpus is not on this machine (and downloading was not asked for); carries the
-    acquisition instructions."""
+from benchmarks.asrbench.errors import DatasetError  # noqa: E402 - re-exported
 
 
 @dataclass(frozen=True)
@@ -86,6 +79,8 @@ class Dataset:
     def audio(self, item: Item) -> np.ndarray:
         """The item's whole file, decoded to float32 mono at 16 kHz (cached)."""
         if item.audio not in self._cache:
+            from benchmarks.asrbench import audio as audio_io
+
             self._cache[item.audio] = audio_io.decode_file(self.path(item))
         return self._cache[item.audio]
 
@@ -100,6 +95,8 @@ def sha256_file(path: Path) -> str:
 
 def probe(path: Path) -> tuple[float, int]:
     """(duration s, sample rate) from the file's header, without decoding the audio."""
+    import soundfile as sf
+
     try:
         info = sf.info(str(path))
         return float(info.duration), int(info.samplerate)

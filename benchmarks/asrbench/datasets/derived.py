@@ -6,9 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
-
-from benchmarks.asrbench import audio as audio_io
 from benchmarks.asrbench.datasets.base import (
     Dataset,
     DatasetAdapter,
@@ -84,6 +81,10 @@ class Longform(DatasetAdapter):
         return [self.build(source, targets, subset or slug(source.ref), int(options.get("max_per_target", 4)))]
 
     def build(self, source: Dataset, targets: list[float], subset: str, max_per_target: int) -> Dataset:
+        import numpy as np
+
+        from benchmarks.asrbench import audio as audio_io
+
         out_dir = data_root() / self.name / subset / "audio"
         runs, contiguous = _runs([i for i in source.items if i.text])
         gap = 0.0 if contiguous else UNGROUPED_GAP_S
@@ -133,6 +134,10 @@ class Synthetic(DatasetAdapter):
 
     def build(self, subset: str, count: int, seed: int) -> Dataset:
         """Chirped tones under a syllable-rate envelope plus noise; deterministic word texts."""
+        import numpy as np
+
+        from benchmarks.asrbench import audio as audio_io
+
         if count < 1:
             raise DatasetError("synthetic count must be >= 1")
         rng = np.random.default_rng(seed)

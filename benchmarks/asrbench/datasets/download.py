@@ -9,8 +9,6 @@ import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 
-import httpx
-
 logger = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1 << 20
@@ -18,8 +16,7 @@ CONNECT_TIMEOUT_S = 15.0
 READ_TIMEOUT_S = 60.0
 
 
-class DownloadError(RuntimeError):
-    """Every mirror failed; the message lists each mirror's failure."""
+from benchmarks.asrbench.errors import DownloadError  # noqa: E402 - re-exported
 
 
 def _verify(path: Path, md5: str | None, sha256: str | None) -> str | None:
@@ -49,6 +46,8 @@ def download(urls: Sequence[str], dest: Path, *, md5: str | None = None, sha256:
     if dest.is_file() and _verify(dest, md5, sha256) is None:
         logger.info("%s already present and verified", dest)
         return dest
+    import httpx
+
     part = dest.with_name(dest.name + ".part")
     failures = []
     timeout = httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)

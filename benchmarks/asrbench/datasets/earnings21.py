@@ -16,13 +16,8 @@ import io
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-import numpy as np
-import soundfile as sf
-
-from benchmarks.asrbench import audio as audio_io
 from benchmarks.asrbench.datasets.base import (
     Dataset,
     DatasetAdapter,
@@ -34,6 +29,9 @@ from benchmarks.asrbench.datasets.base import (
 )
 from benchmarks.asrbench.datasets.download import DownloadError, download
 from benchmarks.asrbench.paths import data_root
+
+if TYPE_CHECKING:
+    import numpy as np
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +50,11 @@ def _shard_paths(source: Path) -> list[Path]:
 
 
 def _decode(blob: bytes) -> np.ndarray:
+    import numpy as np
+    import soundfile as sf
+
+    from benchmarks.asrbench import audio as audio_io
+
     try:
         data, rate = sf.read(io.BytesIO(blob), dtype="float32", always_2d=True)
     except sf.LibsndfileError:
@@ -110,7 +113,11 @@ class Earnings21(DatasetAdapter):
         return [self._index(chosen, shards, source)]
 
     def _index(self, subset: str, shards: list[Path], source: dict[str, Any]) -> Dataset:
+        import numpy as np
         import pyarrow.parquet as pq
+        import soundfile as sf
+
+        from benchmarks.asrbench import audio as audio_io
 
         out_dir = data_root() / self.name / subset / "audio"
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -137,6 +144,8 @@ class Earnings21(DatasetAdapter):
         return write_prepared(self.name, subset, items, {"license": self.license, "source": source})
 
     def _download(self, subset: str, count: int) -> tuple[list[Path], dict[str, Any]]:
+        import httpx
+
         endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
         token = os.environ.get("HF_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else None
