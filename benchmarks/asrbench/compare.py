@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from benchmarks.asrbench.errors import ThresholdsError as ThresholdsError
+
 OK, REGRESSION, NOT_COMPARABLE = 0, 1, 2
 
 HIGHER_IS_BETTER = frozenset({"rtfx", "req_per_s"})
@@ -49,7 +51,6 @@ DEFAULT_KINDS: dict[str, dict[str, Any]] = {
 }
 
 
-from benchmarks.asrbench.errors import ThresholdsError  # noqa: E402 - re-exported
 
 
 @dataclass(frozen=True)

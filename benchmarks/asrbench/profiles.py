@@ -28,13 +28,13 @@ from typing import Any
 import yaml
 
 from benchmarks.asrbench import datasets
+from benchmarks.asrbench.errors import ProfileError as ProfileError
 from benchmarks.asrbench.kinds import KINDS
 from benchmarks.asrbench.workloads import WorkloadError, check_spec
 
 logger = logging.getLogger(__name__)
 
 
-from benchmarks.asrbench.errors import ProfileError  # noqa: E402 - re-exported
 
 TOP_KEYS = ("name", "description", "defaults", "workloads", "benchmarks")
 DEFAULTS: dict[str, Any] = {"primary": datasets.PRIMARY, "seed": 0, "sample_rate": 16000, "timeout_s": 300.0,

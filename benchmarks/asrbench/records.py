@@ -31,6 +31,7 @@ from typing import Any
 
 import psutil
 
+from benchmarks.asrbench.errors import RunNotFoundError as RunNotFoundError
 from benchmarks.asrbench.paths import REPO_ROOT, results_root
 
 PACKAGES = ("numpy", "torch", "faster-whisper", "ctranslate2", "transformers", "pywhispercpp", "fastapi", "uvicorn",
@@ -39,7 +40,6 @@ BASELINES = "baselines"
 VALIDATION = "validation"
 
 
-from benchmarks.asrbench.errors import RunNotFoundError  # noqa: E402 - re-exported
 
 
 class Recorder:

@@ -19,6 +19,7 @@ import numpy as np
 
 from benchmarks.asrbench.audio import SAMPLE_RATE
 from benchmarks.asrbench.datasets import Dataset, Item
+from benchmarks.asrbench.errors import WorkloadError as WorkloadError
 
 SPEC_FIELDS = {"dataset", "sampling", "num_items", "duration_range", "buckets", "crop_s", "order", "require_text",
                "seed", "manifest"}
@@ -31,7 +32,6 @@ DEFAULT_BUCKETS: dict[str, list[float | None]] = {
 """[low, high) seconds; the 30 s boundary is Whisper's input window."""
 
 
-from benchmarks.asrbench.errors import WorkloadError  # noqa: E402 - re-exported
 
 
 @dataclass(frozen=True)

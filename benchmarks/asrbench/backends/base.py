@@ -15,10 +15,12 @@ from typing import Any, ClassVar
 import numpy as np
 import yaml
 
+from benchmarks.asrbench.errors import BackendError as BackendError
+from benchmarks.asrbench.errors import OptionError as OptionError
+
 KINDS = ("cold_start", "single", "batch", "throughput", "load", "longform", "streaming")
 
 
-from benchmarks.asrbench.errors import BackendError, OptionError  # noqa: E402 - re-exported
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,15 @@ from benchmarks.asrbench.paths import data_root
 if TYPE_CHECKING:
     import numpy as np
 
+from benchmarks.asrbench.errors import DatasetError as DatasetError
+from benchmarks.asrbench.errors import DatasetUnavailable as DatasetUnavailable
+
 logger = logging.getLogger(__name__)
 
 CARD = "dataset.json"
 MANIFEST = "manifest.jsonl"
 
 
-from benchmarks.asrbench.errors import DatasetError  # noqa: E402 - re-exported
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks.asrbench.errors import DownloadError as DownloadError
+
 logger = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1 << 20
@@ -16,7 +18,6 @@ CONNECT_TIMEOUT_S = 15.0
 READ_TIMEOUT_S = 60.0
 
 
-from benchmarks.asrbench.errors import DownloadError  # noqa: E402 - re-exported
 
 
 def _verify(path: Path, md5: str | None, sha256: str | None) -> str | None:
