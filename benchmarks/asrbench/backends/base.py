@@ -158,9 +158,20 @@ class Backend(ABC):
     ALIASES: ClassVar[dict[str, str]] = {}
     """Alternative option names (`url` for `base_url`)."""
 
+    REQUIRES: ClassVar[str | None] = None
+    """The optional package (distribution name) this backend needs, if any."""
+
     @classmethod
     def unavailable(cls) -> str | None:
-        """Why this backend cannot run here (a missing package), or None."""
+        """Why this backend cannot run here (its optional package is missing), or None."""
+        if cls.REQUIRES is None:
+            return None
+        from importlib import metadata
+
+        try:
+            metadata.version(cls.REQUIRES)
+        except metadata.PackageNotFoundError:
+            return f"{cls.REQUIRES} is not installed (pip install {cls.REQUIRES})"
         return None
 
     @property

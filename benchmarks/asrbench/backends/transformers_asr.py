@@ -39,6 +39,7 @@ ONE_CALL = "the pipeline serves one call at a time (no concurrent requests); con
 class TransformersBackend(Backend):
     name = "transformers"
     summary = "Hugging Face Transformers ASR pipeline in process (the drift reference)"
+    REQUIRES = "transformers"
     OPTIONS: ClassVar[dict[str, Option]] = {
         "model": Option("", "model dir; default $WHISPER_CKPT, else the embedded tiny.en in Transformers format"),
         "dtype": Option("float32", "torch dtype of the model", ("float32", "bfloat16", "float16")),
@@ -55,14 +56,6 @@ class TransformersBackend(Backend):
         self._pipe: Any = None
         self._lock = threading.Lock()
         self._model_dir = ""
-
-    @classmethod
-    def unavailable(cls) -> str | None:
-        try:
-            metadata.version("transformers")
-        except metadata.PackageNotFoundError:
-            return "transformers is not installed (pip install transformers)"
-        return None
 
     def capabilities(self) -> dict[str, Capability]:
         chunk = float(self.options["chunk_length_s"])

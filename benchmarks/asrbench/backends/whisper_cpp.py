@@ -29,6 +29,7 @@ ONE_CALL = "one whisper.cpp context serves one call at a time; concurrency would
 class WhisperCppBackend(Backend):
     name = "whisper_cpp"
     summary = "whisper.cpp via pywhispercpp in process on CPU (our weights written as ggml)"
+    REQUIRES = "pywhispercpp"
     OPTIONS: ClassVar[dict[str, Option]] = {
         "model": Option("", "ggml file or checkpoint dir; empty = the embedded tiny.en written as ggml"),
         "n_threads": Option(0, "whisper.cpp threads; 0 = its default"),
@@ -39,14 +40,6 @@ class WhisperCppBackend(Backend):
         self._model: Any = None
         self._file = ""
         self._lock = threading.Lock()
-
-    @classmethod
-    def unavailable(cls) -> str | None:
-        try:
-            metadata.version("pywhispercpp")
-        except metadata.PackageNotFoundError:
-            return "pywhispercpp is not installed (pip install pywhispercpp)"
-        return None
 
     def capabilities(self) -> dict[str, Capability]:
         return {
