@@ -9,7 +9,8 @@ serves one call at a time, so concurrent kinds are unsupported.
 
 Decoding defaults follow openai/whisper's `transcribe`, which our engine implements:
 timestamp tokens on (`return_timestamps=True`; decoding without them changes the text of
-some clips), greedy, English. Inputs over Whisper's 30 s window: with `chunk_length_s` the
+some clips), greedy with temperature fallback, the compression-ratio, log-prob and no-speech
+thresholds, previous-text prompts across windows (`openai_defaults`); English. Inputs over Whisper's 30 s window: with `chunk_length_s` the
 pipeline transcribes overlapping chunks; without it (the default) Transformers' sequential
 long-form generation runs (it requires timestamps). Such inputs go one per call.
 """
@@ -33,6 +34,12 @@ from benchmarks.asrbench.backends.base import (
 
 WINDOW_S = 30.0
 """Whisper's input window; longer inputs need long-form generation."""
+OPENAI_TRANSCRIBE = {
+    "temperature": (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), "compression_ratio_threshold": 2.4, "logprob_threshold": -1.0,
+    "no_speech_threshold": 0.6, "condition_on_prev_tokens": True,
+}
+"""openai/whisper `transcribe()` defaults, which our engine's DecodingOptions follow; Transformers'
+generate defaults differ (no fallback, no thresholds, no previous-text prompts)."""
 ONE_CALL = "the pipeline serves one call at a time (no concurrent requests); concurrency would be emulated"
 
 
@@ -47,7 +54,9 @@ class TransformersBackend(Backend):
         "chunk_length_s": Option(0.0, "chunked long-form window (s); 0 = bounded to one 30 s window"),
         "return_timestamps": Option(True, "decode with timestamp tokens, as openai/whisper's transcribe and our "
                                     "engine do (inputs over 30 s always need them)"),
-        "generate_kwargs": Option({}, "passed to generate, e.g. {language: en, task: transcribe}"),
+        "openai_defaults": Option(True, "decode as openai/whisper's transcribe (and our engine) do: temperature "
+                                  "fallback, compression/log-prob/no-speech thresholds, previous-text prompts"),
+        "generate_kwargs": Option({}, "passed to generate (over the defaults), e.g. {language: en, task: transcribe}"),
         "num_threads": Option(0, "torch intra-op threads; 0 = torch default"),
     }
 
@@ -99,7 +108,8 @@ class TransformersBackend(Backend):
         long = [k for k, u in enumerate(utts) if sequential and u.duration_s > WINDOW_S]
         short = [k for k in range(len(utts)) if k not in long]
         texts: dict[int, str] = {}
-        kwargs: dict[str, Any] = {"generate_kwargs": dict(self.options["generate_kwargs"])}
+        generate = dict(OPENAI_TRANSCRIBE) if self.options["openai_defaults"] else {}
+        kwargs: dict[str, Any] = {"generate_kwargs": {**generate, **self.options["generate_kwargs"]}}
         with self._lock:
             if short:
                 out = self._pipe([{"raw": utts[k].audio, "sampling_rate": 16_000} for k in short],
