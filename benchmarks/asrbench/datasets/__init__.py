@@ -15,6 +15,7 @@ Nothing is downloaded unless `prepare ... --download` asks for it.
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,14 @@ from benchmarks.asrbench.datasets.base import (
     probe,
     read_prepared,
 )
-from benchmarks.asrbench.datasets.derived import DEFAULT_TARGETS_S, Longform, Synthetic, slug
+from benchmarks.asrbench.datasets.derived import (
+    DEFAULT_TARGETS_S,
+    UNGROUPED_GAP_S,
+    Longform,
+    Synthetic,
+    runs_of,
+    slug,
+)
 from benchmarks.asrbench.datasets.earnings21 import Earnings21
 from benchmarks.asrbench.datasets.librispeech import LibriSpeech
 from benchmarks.asrbench.datasets.ljspeech import LJSpeech
@@ -93,11 +101,12 @@ def ensure(ref: str) -> Dataset:
 
 
 def _auto_targets(source: Dataset) -> list[float]:
-    """The default targets the source's labelled audio can fill; a small corpus gets one
-    recording of about 60 % of its length."""
-    total = sum(i.duration for i in source.items if i.text)
-    fitting = [t for t in DEFAULT_TARGETS_S if t <= total / 2]
-    return fitting or [float(int(0.6 * total))]
+    """The default targets the source's longest run of contiguous speech can fill; a smaller
+    corpus gets one target of that run's length."""
+    runs, contiguous = runs_of(source.items)
+    gap = 0.0 if contiguous else UNGROUPED_GAP_S
+    longest = max(sum(i.duration for i in run) + gap * (len(run) - 1) for run in runs)
+    return [t for t in DEFAULT_TARGETS_S if t <= longest] or [float(math.ceil(longest))]
 
 
 def _slug_sources() -> list[str]:

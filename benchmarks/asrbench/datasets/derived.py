@@ -28,8 +28,10 @@ def slug(ref: str) -> str:
     return ref.replace("/", "-")
 
 
-def _runs(items: list[Item]) -> tuple[list[list[Item]], bool]:
-    """Runs of contiguous speech: each group's items in order; ungrouped corpora are one run."""
+def runs_of(items: list[Item]) -> tuple[list[list[Item]], bool]:
+    """Runs of contiguous text-bearing speech: each group's items in order; an ungrouped corpus
+    is one run (not known to be contiguous: the second value is False)."""
+    items = [i for i in items if i.text]
     if all(i.group is None for i in items):
         return [items], False
     runs: dict[str, list[Item]] = {}
@@ -86,7 +88,7 @@ class Longform(DatasetAdapter):
         from benchmarks.asrbench import audio as audio_io
 
         out_dir = data_root() / self.name / subset / "audio"
-        runs, contiguous = _runs([i for i in source.items if i.text])
+        runs, contiguous = runs_of(source.items)
         gap = 0.0 if contiguous else UNGROUPED_GAP_S
         items, built = [], {}
         for target in sorted(targets):
