@@ -41,6 +41,7 @@ class OasrServerBackend(Backend):
                                  ("none", "server_vad")),
         "model": Option("", "`model` sent with requests; empty = the server's default"),
         "concurrency": Option(8, "requests the throughput kind keeps in flight"),
+        "server_pid": Option(0, "attached server's process id, so the resource monitor samples it"),
         "startup_timeout_s": Option(300.0, "seconds a managed server may take to become ready"),
     }
 
@@ -139,7 +140,9 @@ class OasrServerBackend(Backend):
         return int(self.options["concurrency"])
 
     def pids(self) -> dict[str, int]:
-        return {"server": self._server.proc.pid} if self._server is not None else {}
+        if self._server is not None:
+            return {"server": self._server.proc.pid}
+        return {"server": int(self.options["server_pid"])} if int(self.options["server_pid"]) else {}
 
     def info(self) -> dict[str, Any]:
         info: dict[str, Any] = {"base_url": self._base_url, "managed": self._server is not None}
