@@ -252,7 +252,7 @@ def resolve(ref: str, overrides: Overrides | None = None) -> dict[str, Any]:
             spec["dataset"] = spec["dataset"].replace("${primary_slug}", datasets.slug(primary)) \
                 .replace("${primary}", primary)
     profile["benchmarks"] = [
-        {**copy.deepcopy(KINDS[b["kind"]][1]), **_kind_timeout(b["kind"], defaults), **b}
+        {**{k: b[k] for k in BENCH_KEYS}, **copy.deepcopy(KINDS[b["kind"]][1]), **_kind_timeout(b["kind"], defaults), **b}
         for b in _select(profile["benchmarks"], o.only, o.skip)]
     used = {b["workload"] for b in profile["benchmarks"]}
     profile["workloads"] = {k: v for k, v in profile["workloads"].items() if k in used}
