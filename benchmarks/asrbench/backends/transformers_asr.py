@@ -10,7 +10,9 @@ serves one call at a time, so concurrent kinds are unsupported.
 Decoding defaults follow openai/whisper's `transcribe`, which our engine implements:
 timestamp tokens on (`return_timestamps=True`; decoding without them changes the text of
 some clips), greedy with temperature fallback, the compression-ratio, log-prob and no-speech
-thresholds, previous-text prompts across windows (`openai_defaults`); English. Inputs over Whisper's 30 s window: with `chunk_length_s` the
+thresholds, previous-text prompts across windows (`openai_defaults`); English; greedy
+(`beam_size=1`, passed explicitly: the ASR pipeline's own default is 5 beams, which is what
+made its transcripts differ from ours on 7 of the 26 dev clips). Inputs over Whisper's 30 s window: with `chunk_length_s` the
 pipeline transcribes overlapping chunks; without it (the default) Transformers' sequential
 long-form generation runs (it requires timestamps). Such inputs go one per call.
 """
@@ -51,6 +53,8 @@ class TransformersBackend(Backend):
         "model": Option("", "model dir; default $WHISPER_CKPT, else the embedded tiny.en in Transformers format"),
         "dtype": Option("float32", "torch dtype of the model", ("float32", "bfloat16", "float16")),
         "batch_size": Option(16, "rows per forward in native batch calls"),
+        "beam_size": Option(1, "beams (num_beams); 1 = greedy like our engine's default; the ASR pipeline's own "
+                            "default is 5"),
         "chunk_length_s": Option(0.0, "chunked long-form window (s); 0 = bounded to one 30 s window"),
         "return_timestamps": Option(True, "decode with timestamp tokens, as openai/whisper's transcribe and our "
                                     "engine do (inputs over 30 s always need them)"),
@@ -109,6 +113,9 @@ class TransformersBackend(Backend):
         short = [k for k in range(len(utts)) if k not in long]
         texts: dict[int, str] = {}
         generate = dict(OPENAI_TRANSCRIBE) if self.options["openai_defaults"] else {}
+        # Always explicit: the ASR pipeline otherwise decodes with 5 beams (its own default,
+        # applied when the model's generation config names none), not the greedy search we compare.
+        generate["num_beams"] = int(self.options["beam_size"])
         kwargs: dict[str, Any] = {"generate_kwargs": {**generate, **self.options["generate_kwargs"]}}
         with self._lock:
             if short:
