@@ -81,8 +81,13 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     XDG_CACHE_HOME=/tmp/.cache \
-    OASR_GRPC_PORT=50051
+    OASR_GRPC_PORT=50051 \
+    OASR_DATA_DIR=/tmp/oasr-data
 
+# OASR_DATA_DIR holds the batch jobs' SQLite store and audio spool: the root filesystem is
+# read-only, so it lives on the writable /tmp. Mount a volume there to keep jobs across
+# containers, or share jobs between replicas with OASR_JOBS_DATABASE_URL (PostgreSQL) and a
+# shared OASR_JOBS_SPOOL_DIR (docs/api.md, long-running recognition).
 WORKDIR /opt/oasr
 # Numeric so Kubernetes' runAsNonRoot can verify it without a runAsUser.
 USER 10001:10001

@@ -26,12 +26,15 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy --follow-imports=silent -m engine.types -m engine.config -m engine.errors
 
-# Debian's chromium (browser test) and promtool (alert rules): installed when missing and we can
-# (root with apt-get); otherwise those tests skip with a reason.
+# Debian's chromium (browser test), promtool (alert rules) and PostgreSQL (the shared jobs store;
+# tests start their own server with initdb + pg_ctl): installed when missing and we can (root with
+# apt-get); otherwise those tests skip with a reason.
 system-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  missing=""; command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	  command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	  { command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } \
+	    || missing="$$missing postgresql"; \
 	  if [ -n "$$missing" ]; then \
 	    echo "installing$$missing"; \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) \

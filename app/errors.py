@@ -14,6 +14,7 @@ GOOGLE_STATUS = {
     405: "UNIMPLEMENTED",
     408: "DEADLINE_EXCEEDED",
     413: "RESOURCE_EXHAUSTED",  # as gRPC answers an oversize message
+    429: "RESOURCE_EXHAUSTED",
     499: "CANCELLED",
     500: "INTERNAL",
     501: "UNIMPLEMENTED",
@@ -26,26 +27,38 @@ OPENAI_TYPE = {
     404: "not_found_error",
     408: "timeout_error",
     413: "invalid_request_error",
+    429: "rate_limit_error",
     500: "server_error",
     501: "invalid_request_error",
     503: "server_error",
 }
 
 
+GOOGLE_PATH_PREFIXES = ("/v1/speech", "/v1/operations")
+"""Routes answering errors in Google's envelope; every other one uses OpenAI's."""
+
+
+def google_shaped(path: str) -> bool:
+    return path.startswith(GOOGLE_PATH_PREFIXES)
+
+
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None):
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 status_name: str | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.status_name = status_name
+        """Google status name when the HTTP status alone does not say it (FAILED_PRECONDITION is a 400)."""
 
     def openai_body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": OPENAI_TYPE.get(self.status, "invalid_request_error"),
                           "param": self.param, "code": self.code}}
 
     def google_body(self) -> dict[str, Any]:
-        return {"error": {"code": self.status, "status": GOOGLE_STATUS.get(self.status, "UNKNOWN"),
+        return {"error": {"code": self.status, "status": self.status_name or GOOGLE_STATUS.get(self.status, "UNKNOWN"),
                           "message": self.message}}
 
 

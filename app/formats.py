@@ -97,3 +97,16 @@ def to_google_recognize(out: RequestOutput, max_alternatives: int, words: bool, 
         results.append({"alternatives": alternatives, "resultEndTime": google_duration(out.duration),
                         "languageCode": out.language or "en"})
     return {"results": results, "totalBilledTime": google_duration(math.ceil(out.duration)), "requestId": request_id}
+
+
+def to_google_recognize_channels(
+    tagged: list[tuple[int, RequestOutput]], max_alternatives: int, words: bool, request_id: str
+) -> dict[str, Any]:
+    """Per-channel recognition: each channel's result carries its `channelTag`, in channel order;
+    billed time is the recording's length."""
+    results = []
+    for tag, out in tagged:
+        for result in to_google_recognize(out, max_alternatives, words, request_id)["results"]:
+            results.append({**result, "channelTag": tag})
+    seconds = max((out.duration for _, out in tagged), default=0.0)
+    return {"results": results, "totalBilledTime": google_duration(math.ceil(seconds)), "requestId": request_id}

@@ -25,10 +25,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.audio import AudioDecoder
 from app.engine_service import EngineService
-from app.errors import ApiError
+from app.errors import ApiError, google_shaped
 from app.metrics import Metrics
 from app.middleware import ApiKeyMiddleware, BodyLimitMiddleware, HttpMetricsMiddleware
-from app.routes import google, health, openai
+from app.routes import google, health, openai, operations
 from app.settings import Settings
 from engine import ASREngine
 
@@ -128,15 +128,19 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     engine = await asyncio.to_thread(ASREngine, settings.engine_config())
     info = engine.info()
     metrics.set_build_info(_version(), str(info.get("model", "unknown")))
-    service = EngineService(engine, metrics, settings.max_inflight)
+    service = EngineService(engine, metrics, settings.max_inflight, max_held_seconds=settings.max_audio_seconds)
     service.start()
     await service.wait_started()
     app.state.service = service
     app.state.decoder = AudioDecoder(settings.max_concurrent_decodes, target_rate=engine.sample_rate)
     app.state.drain_hooks = []
+    from app.jobs.system import JobSystem
+
+    app.state.jobs = await JobSystem.open(settings, service, app.state.decoder, metrics)
+    app.state.drain_hooks.append(_stop_claiming(app.state.jobs))
     app.state.grpc = None
     if settings.grpc_port:
-        from app.grpc_service import start_grpc_server
+        from app.grpc.service import start_grpc_server
 
         app.state.grpc = await start_grpc_server(app, settings)
     drainer = Drainer(app)
@@ -147,9 +151,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         await drainer.start()
+        await app.state.jobs.close()  # jobs still running go back to the queue
         app.state.decoder.close()
         await asyncio.to_thread(service.stop)
         logger.info("engine stopped")
+
+
+def _stop_claiming(jobs: Any) -> Callable[[], Any]:
+    async def hook() -> None:
+        jobs.worker.stop_claiming()
+
+    return hook
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -159,13 +171,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   description="Open speech recognition: OpenAI- and Google-shaped APIs over one batched engine.")
     app.state.settings = settings
     app.state.metrics = Metrics()
-    routers = [health.router, openai.router, google.router, *_optional_routers(settings)]
+    routers = [health.router, openai.router, google.router, operations.router, *_optional_routers(settings)]
     for router in routers:
         app.include_router(router)
 
     @app.exception_handler(ApiError)
     async def api_error_handler(request: Request, exc: ApiError) -> JSONResponse:
-        body = exc.google_body() if request.url.path.startswith("/v1/speech") else exc.openai_body()
+        body = exc.google_body() if google_shaped(request.url.path) else exc.openai_body()
         return JSONResponse(body, status_code=exc.status)
 
     @app.exception_handler(StarletteHTTPException)

@@ -28,6 +28,7 @@ __all__ = [
     "DISPATCH_TICK_BUCKETS",
     "ENGINE_STEP_BUCKETS",
     "FIRST_PARTIAL_BUCKETS",
+    "JOB_DURATION_BUCKETS",
     "METRIC_NAMES",
     "QUEUE_WAIT_BUCKETS",
     "REALTIME_FACTOR_BUCKETS",
@@ -50,6 +51,8 @@ BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 """Requests per step; powers of two up to the largest max_batch_size we expect."""
 QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 """Seconds between arrival and admission; the default starvation bound is 2 s."""
+JOB_DURATION_BUCKETS = (1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0)
+"""Seconds one job attempt runs: from a short clip to hours of audio on a busy CPU."""
 REALTIME_FACTOR_BUCKETS = (0.25, 0.5, 0.75, 0.9, 0.95, 1.0, 1.05, 1.25, 1.5, 2.0, 5.0, 10.0)
 """Audio seconds processed per wall second; a live stream below 1 is falling behind, so buckets are dense there."""
 
@@ -219,6 +222,32 @@ class Metrics:
             "oasr_build_info",
             "Always 1; labels name the server version and the loaded model.",
             ("version", "model"),
+            registry=r,
+        )
+
+        # --- Batch jobs (app/jobs: speech:longrunningrecognize, operations, webhooks) ---
+        self.jobs = Gauge(
+            "oasr_jobs",
+            "Jobs in the store by state; the store is shared by every replica on one database (count).",
+            ("state",),
+            registry=r,
+        )
+        self.jobs_queue_age = Gauge(
+            "oasr_jobs_queue_age_seconds",
+            "Age of the oldest queued job, 0 when none waits, in seconds.",
+            registry=r,
+        )
+        self.job_duration = Histogram(
+            "oasr_job_duration_seconds",
+            "Wall time of one job attempt on this replica, by outcome: succeeded, failed, released, dropped, lost (seconds).",
+            ("outcome",),
+            buckets=JOB_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.webhook_deliveries = Counter(
+            "oasr_webhook_deliveries",
+            "Webhook delivery attempts by outcome: delivered, retry (failed, will retry), failed (gave up) (count).",
+            ("outcome",),
             registry=r,
         )
 

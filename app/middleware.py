@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.routing import BaseRoute, Match
 
-from app.errors import ApiError
+from app.errors import ApiError, google_shaped
 from app.metrics import Metrics
 
 Scope = MutableMapping[str, Any]
@@ -27,7 +27,7 @@ def _public(path: str) -> bool:
 
 
 def _error_body(path: str, err: ApiError) -> bytes:
-    body = err.google_body() if path.startswith("/v1/speech") else err.openai_body()
+    body = err.google_body() if google_shaped(path) else err.openai_body()
     return json.dumps(body).encode()
 
 

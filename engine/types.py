@@ -14,10 +14,14 @@ from engine.errors import InvalidRequestError
 
 FinishReason = Literal["stop", "length", "error", "abort"]
 Task = Literal["transcribe", "translate"]
+Delay = Literal["minimal", "low", "medium", "high", "xhigh"]
+DELAYS: tuple[Delay, ...] = ("minimal", "low", "medium", "high", "xhigh")
 
 MAX_BEAM_SIZE = 30
 MAX_N_BEST = 30
 MAX_TEMPERATURE = 2.0
+MAX_KEYWORDS = 100
+MAX_KEYWORD_CHARS = 100
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,19 @@ class DecodingOptions:
     """A window whose no-speech probability exceeds this (and avg logprob < -1) is silence."""
     condition_on_previous_text: bool = True
     """Long-form: prompt each window with the text of the previous ones."""
+    keywords: tuple[str, ...] = ()
+    """Words or phrases to bias recognition toward (per-request vocabulary). Each family applies
+    them its own way: Whisper adds them to the decoder prompt; CTC and transducer families boost
+    their token sequences during search (contextual biasing)."""
+    logprobs: bool = False
+    """Report each token's log-probability in `RequestOutput.token_logprobs`."""
+    delay: Delay | None = None
+    """Streaming latency/accuracy trade-off, 'minimal' (fastest partials and commits) to 'xhigh'
+    (most context before committing); each family maps it to its own streaming setting. None
+    keeps the engine's configured default."""
+    stream_context: tuple[int, int, int] | None = None
+    """Buffered streaming: (left, chunk, right) context in encoder frames for this stream, for
+    families that re-run a window per step; None keeps the engine's default preset."""
 
     def validate(self) -> None:
         """Raise InvalidRequestError naming the first out-of-range option."""
@@ -75,6 +92,26 @@ class DecodingOptions:
             raise InvalidRequestError(f"no_speech_threshold must be in [0, 1], got {self.no_speech_threshold}")
         if self.language is not None and not (isinstance(self.language, str) and 2 <= len(self.language) <= 8):
             raise InvalidRequestError(f"language must be a language code such as 'en', got {self.language!r}")
+        self._validate_keywords()
+        if self.delay is not None and self.delay not in DELAYS:
+            raise InvalidRequestError(f"delay must be one of {', '.join(DELAYS)}, got {self.delay!r}")
+        if self.stream_context is not None:
+            ctx = self.stream_context
+            if not (isinstance(ctx, tuple) and len(ctx) == 3 and all(type(v) is int for v in ctx)):
+                raise InvalidRequestError(f"stream_context must be (left, chunk, right) integers, got {ctx!r}")
+            if ctx[0] < 0 or ctx[1] < 1 or ctx[2] < 0:
+                raise InvalidRequestError(f"stream_context needs left >= 0, chunk >= 1, right >= 0, got {ctx!r}")
+
+    def _validate_keywords(self) -> None:
+        if not isinstance(self.keywords, tuple):
+            raise InvalidRequestError(f"keywords must be a tuple of strings, got {type(self.keywords).__name__}")
+        if len(self.keywords) > MAX_KEYWORDS:
+            raise InvalidRequestError(f"at most {MAX_KEYWORDS} keywords, got {len(self.keywords)}")
+        for word in self.keywords:
+            if not isinstance(word, str) or not word.strip():
+                raise InvalidRequestError(f"keywords must be non-empty strings, got {word!r}")
+            if len(word) > MAX_KEYWORD_CHARS:
+                raise InvalidRequestError(f"keyword longer than {MAX_KEYWORD_CHARS} characters: {word[:20]!r}...")
 
 
 @dataclass
@@ -134,10 +171,25 @@ class RequestOutput:
     """Streaming: text that will never change."""
     tentative: str = ""
     """Streaming: text after `committed` that may still be revised."""
+    confidence: float | None = None
+    """Utterance-level confidence in [0, 1] (the family's own measure, e.g. exp of the mean token
+    log-probability); None when the family reports none."""
+    timestamps: list[float] | None = None
+    """Start time in seconds of each token in `tokens`, where the family produces them."""
+    token_logprobs: list[float] | None = None
+    """Log-probability of each token in `tokens` (requested with `DecodingOptions.logprobs`)."""
+    search_overflow: bool = False
+    """The decoder's search hit a capacity limit it could not recover from: the transcript may be
+    missing words. Counted by `oasr_engine_search_overflow_total`."""
 
     @property
     def is_error(self) -> bool:
         return self.finish_reason == "error"
+
+    @property
+    def nbest_texts(self) -> list[str]:
+        """Alternative transcripts, best first (just `text` when the decode kept one)."""
+        return [a.text for a in self.nbest] if self.nbest else [self.text]
 
 
 # ---- Commands posted by the serving layer onto the engine's command queue ----
@@ -159,6 +211,9 @@ class FeedAudio:
     chunk: object
     """float32 mono numpy array at the model rate (may be empty when is_last)."""
     is_last: bool = False
+    attached: bool = False
+    """The stream's whole input at once: the engine releases it one stream chunk per step, as
+    if it arrived live, and ends the input after the last (implies is_last)."""
 
 
 @dataclass

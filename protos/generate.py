@@ -11,8 +11,15 @@ messages as `from oasr.speech.v1 import speech_pb2`, which resolves only when
 `protos/` itself is on `sys.path`. We rewrite that import into a relative one
 (`from . import speech_pb2`), which works from a checkout, `pip install -e .` and a
 wheel alike. (Running protoc with `-I .` instead would bake `protos/` into the
-canonical proto name.) The `_pb2` modules import only google.protobuf well-known
-types, which need no rewriting.
+canonical proto name.) The `_pb2` modules import google.protobuf well-known types and
+`google.longrunning.operations_pb2`, both absolute imports of installed packages that need
+no rewriting.
+
+Imports from googleapis (`google/longrunning/operations.proto` and what it imports) are
+compiled against the .proto files the googleapis-common-protos package ships, the same
+package whose generated modules the stubs import at run time. It ships the Operations file
+as `operations_proto.proto` (under its canonical name in the descriptor), so the include
+tree is laid out in a scratch folder with the canonical names.
 """
 
 from __future__ import annotations
@@ -48,6 +55,26 @@ def _well_known_include() -> str:
     return str(resources.files("grpc_tools") / "_proto")
 
 
+GOOGLEAPIS_PACKAGES = ("api", "longrunning", "rpc")
+"""Folders of googleapis-common-protos' `google/` whose .proto files may be imported."""
+_RENAMED = {"longrunning/operations_proto.proto": "longrunning/operations.proto"}
+
+
+def _googleapis_include(scratch: Path) -> str:
+    """Lay out googleapis-common-protos' .proto files under their canonical names; return the folder."""
+    import google.api  # googleapis-common-protos: a run-time dependency, so it is installed
+
+    source = Path(next(iter(google.api.__path__))).parent
+    include = scratch / "googleapis"
+    for package in GOOGLEAPIS_PACKAGES:
+        for proto in sorted((source / package).glob("*.proto")):
+            rel = f"{package}/{proto.name}"
+            dest = include / "google" / _RENAMED.get(rel, rel)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(proto, dest)
+    return str(include)
+
+
 def _relative_grpc_import(source: str, proto_name: str) -> str:
     """Rewrite `from oasr.speech.v1 import speech_pb2 as ...` into `from . import speech_pb2 as ...`."""
     package = ".".join(Path(proto_name).parent.parts)
@@ -74,6 +101,7 @@ def generate(out_root: Path = PROTO_ROOT, root: Path = PROTO_ROOT) -> list[Path]
             "grpc_tools.protoc",
             f"-I{root}",
             f"-I{_well_known_include()}",
+            f"-I{_googleapis_include(Path(scratch))}",
             f"--python_out={scratch}",
             f"--pyi_out={scratch}",
             f"--grpc_python_out={scratch}",

@@ -69,6 +69,8 @@ class DecodedAudio:
     """'raw' for headerless PCM, else the detected container (wav, flac, ogg, mp3, mp4, webm, ...)."""
     codec: str
     """Codec inside the container (pcm_s16le, flac, mp3, aac, opus, vorbis, pcm_mulaw, ...)."""
+    channels: tuple[np.ndarray, ...] = ()
+    """With `keep_channels=True`: each source channel alone, float32 at `sample_rate`; else empty."""
 
 
 @dataclass
@@ -373,6 +375,7 @@ def decode_audio(
     channels: int = 1,
     target_rate: int = MODEL_SAMPLE_RATE_HZ,
     max_seconds: float | None = None,
+    keep_channels: bool = False,
 ) -> DecodedAudio:
     """Decode an upload to float32 mono at `target_rate`.
 
@@ -381,7 +384,8 @@ def decode_audio(
     container encoding that does not match the bytes is decoded as what the bytes are; a
     headerless encoding whose body is plainly a file (RIFF/WAVE, fLaC, OggS, ...) likewise.
     `max_seconds` bounds the decoded duration (checked from the header before decoding where
-    the header states the length). Raises an `AudioError` subclass on bad input.
+    the header states the length). `keep_channels` also returns every channel on its own (for
+    per-channel recognition). Raises an `AudioError` subclass on bad input.
     """
     enc = parse_encoding(encoding)
     if not MIN_SAMPLE_RATE_HZ <= target_rate <= MAX_SAMPLE_RATE_HZ:
@@ -422,6 +426,14 @@ def decode_audio(
         mono = soxr.resample(mono, decoded.rate, target_rate, quality=RESAMPLE_QUALITY).astype(
             np.float32, copy=False
         )
+    channels: tuple[np.ndarray, ...] = ()
+    if keep_channels:
+        channels = tuple(
+            np.ascontiguousarray(samples[:, c], dtype=np.float32) if decoded.rate == target_rate
+            else soxr.resample(samples[:, c], decoded.rate, target_rate, quality=RESAMPLE_QUALITY).astype(
+                np.float32, copy=False)
+            for c in range(samples.shape[1])
+        )
     return DecodedAudio(
         samples=mono,
         sample_rate=target_rate,
@@ -430,4 +442,5 @@ def decode_audio(
         duration=len(mono) / target_rate,
         container=decoded.container,
         codec=decoded.codec,
+        channels=channels,
     )

@@ -8,8 +8,8 @@ import numpy as np
 
 from app.audio.encodings import _SAMPLE_WIDTH_BYTES, AudioEncoding, parse_encoding
 from app.audio.errors import AudioDecodeError, UnsupportedAudioError
+from app.audio.g711 import PCM16_FULL_SCALE, alaw_to_float, mulaw_to_float
 from app.audio.limits import _check_channels
-from app.g711 import PCM16_FULL_SCALE, alaw_to_float, mulaw_to_float
 
 __all__ = [
     "alaw_to_float",

@@ -47,6 +47,7 @@ class AudioDecoder:
         sample_rate: int | None = None,
         channels: int = 1,
         max_seconds: float | None = None,
+        keep_channels: bool = False,
     ) -> DecodedAudio:
         """Decode on the pool; same arguments and errors as `decode_audio`."""
         if self._closed:
@@ -59,6 +60,7 @@ class AudioDecoder:
             channels=channels,
             target_rate=self.target_rate,
             max_seconds=max_seconds,
+            keep_channels=keep_channels,
         )
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 

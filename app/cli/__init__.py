@@ -4,10 +4,11 @@
     oasr transcribe FILE... [--url URL | --ckpt-dir DIR] [--response-format F] [-o OUT]
     oasr models [--url URL]
     oasr stream FILE [--url URL]
+    oasr jobs submit|list|get|cancel|wait ...   batch jobs on a server (long-running recognize)
 
 Errors are one line on stderr; the exit code says what kind (`EXIT_*` in `common`, and `oasr --help`).
 
-Modules, one per command: `serve`, `transcribe`, `models`, `stream`; `common` holds the exit
+Modules, one per command: `serve`, `transcribe`, `models`, `stream`, `jobs`; `common` holds the exit
 codes, `CliError` and the HTTP client bits they share; `entry` the parser and `main`.
 """
 

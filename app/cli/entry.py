@@ -16,6 +16,7 @@ from app.cli.common import (
     CliError,
     _Parser,
 )
+from app.cli.jobs import add_jobs_parser
 from app.cli.models import cmd_models
 from app.cli.serve import _add_setting_flag, cmd_serve
 from app.cli.stream import cmd_stream
@@ -74,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--speed", type=float, default=1.0,
                         help="playback speed; 1 is real time, 2 twice as fast (default: %(default)s)")
     stream.set_defaults(func=cmd_stream)
+
+    add_jobs_parser(sub, lambda p: client_flags(p, DEFAULT_URL), _Parser, EPILOG)
     return parser
 
 

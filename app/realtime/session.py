@@ -1,30 +1,41 @@
-"""One realtime transcription session: client events in, turns to the engine, events out.
+"""One realtime transcription session: client events in, the live core's turn events out.
 
-    audio ─► decode ─► StreamResampler (→ model rate) ─┬─ manual commits: the open turn
-                                                       └─ server VAD: TurnDetector ─► turns
-    turn = one engine streaming request = one item; its pump task renders the engine's
-    outputs as `delta` events and exactly one `completed` (or `failed`) once committed.
+    audio ─► decode ─► StreamResampler (→ model rate) ─► LiveSession (app/live): manual commits
+                                                         or server VAD cut turns
+    turn = one engine streaming request = one item; its events render as `speech_started` /
+    `speech_stopped` / `committed`, `delta`s, and exactly one `completed` (or `failed`) after
+    the item's `committed`.
 
 The session clock is the resampled audio received so far (model-rate samples), so every
-`*_ms` field is audio time from the start of the session. Silence between server-VAD turns
-never reaches the engine. The owner (the WebSocket route) calls `abort_all()` in its
-`finally`, which aborts every engine request the session still has open.
+`*_ms` field is audio time from the start of the session. The owner (the WebSocket route)
+calls `abort_all()` in its `finally`, which aborts every engine request the session still has open.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
-from collections.abc import Sequence
 from typing import Any
-
-import numpy as np
 
 from app.audio import StreamResampler
 from app.engine_service import EngineService
+from app.live import (
+    InputClosed,
+    LiveEvent,
+    LiveSession,
+    SpeechBegan,
+    SpeechEnded,
+    Turn,
+    TurnFailed,
+    TurnFinal,
+    TurnPartial,
+    TurnRefused,
+    VadBatcher,
+    elapsed_ms,
+    samples_ms,
+)
 from app.realtime import events as ev
 from app.realtime.audio_input import decode_base64, decode_chunk
 from app.realtime.config import (
@@ -36,19 +47,9 @@ from app.realtime.config import (
 )
 from app.realtime.events import ProtocolError
 from app.realtime.sender import EventSender
-from app.realtime.turn import Turn, elapsed_ms, samples_ms
-from app.realtime.vad import VadBatcher
-from engine import DecodingOptions, RequestOutput
-from engine.errors import EngineError, EngineShutdownError, InvalidRequestError, UnknownRequestError
-from engine.vad import SAMPLE_RATE as VAD_SAMPLE_RATE
-from engine.vad import (
-    SpeechStarted,
-    SpeechStopped,
-    TurnAudio,
-    TurnDetector,
-    TurnEvent,
-    TurnSettings,
-)
+from engine import DecodingOptions
+from engine.errors import EngineError, EngineShutdownError, InvalidRequestError
+from engine.vad import TurnSettings
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,14 @@ CONVERSATION_EVENTS = frozenset({
     "conversation.item.create", "conversation.item.retrieve", "conversation.item.truncate",
     "conversation.item.delete", "response.create", "response.cancel", "output_audio_buffer.clear",
 })
+
+
+def refused(exc: EngineError) -> ProtocolError:
+    """The error event for a turn whose engine request was refused."""
+    if isinstance(exc, EngineShutdownError):
+        return ProtocolError(f"server is shutting down: {exc}", code="server_shutting_down",
+                             error_type=ev.SERVER_ERROR_TYPE)
+    return ProtocolError(f"recognition request refused: {exc}", code="engine_error", error_type=ev.SERVER_ERROR_TYPE)
 
 
 class RealtimeSession:
@@ -80,22 +89,17 @@ class RealtimeSession:
         self.metrics = service.metrics
         self.rate: int = service.engine.sample_rate
         self.vad = vad
-        # Server VAD scores 16 kHz audio; offered only when the model runs at that rate too.
-        self._vad = vad_batcher if self.rate == VAD_SAMPLE_RATE else None
         self._served_model_name = served_model_name
         self.beta = beta
-        self.config = SessionConfig(server_vad=self._vad is not None)
-        self._options = DecodingOptions(task="transcribe")
+        self.live = LiveSession(service, self._on_event, options=DecodingOptions(task="transcribe"), vad=vad_batcher,
+                                new_turn_id=lambda: ev.new_id("item"), on_turn_done=self._turn_done,
+                                label=f"session {self.id}")
+        self.config = SessionConfig(server_vad=self.live.vad_available)
+        self.live.detect_turns(self._turn_settings(self.config))
         self._resampler = StreamResampler(self.config.input_format.rate, self.rate)
-        self._clock = 0
-        """Model-rate samples the pipeline has produced (the session's audio time)."""
-        self._detector: TurnDetector | None = None
-        self._vad_origin = 0
-        """Session clock where the current detector started (its times are relative to it)."""
-        self._vad_item_id: str | None = None
-        self._current: Turn | None = None
-        self._turns: set[Turn] = set()
         self._previous_item_id: str | None = None
+        self._answered: set[Turn] = set()
+        """Turns whose terminal event (completed / failed) is out, or on its way."""
         self._lock = asyncio.Lock()
         self.draining = False
         self.started = time.monotonic()
@@ -107,7 +111,7 @@ class RealtimeSession:
     def busy(self) -> bool:
         """A committed turn is still being transcribed (its events are still to come). An open,
         uncommitted turn does not count: a client that stops sending mid-turn is idle."""
-        return any(t.committed.is_set() for t in self._turns)
+        return self.live.busy
 
     def render(self, beta: bool) -> dict[str, Any]:
         return self.config.render_beta(self.id, self.vad) if beta else self.config.render_ga(self.id, self.vad)
@@ -119,28 +123,28 @@ class RealtimeSession:
     async def drain(self) -> None:
         """Server shutdown: fail the committed items still being transcribed, close with 1001."""
         self.draining = True
-        pending = [t for t in self._turns if t.committed.is_set() and not t.answered]
+        pending = [t for t in self.live.turns if t.closed.is_set() and t not in self._answered]
         self.abort_all()
         for turn in pending:
             await self.sender.send(ev.transcription_failed(
-                turn.item_id, "server is shutting down", code="server_shutting_down",
+                turn.id, "server is shutting down", code="server_shutting_down",
                 audio_end_ms=samples_ms(turn.start + turn.fed, self.rate), server_ms=0))
         await self.sender.close(1001, "server is shutting down")
 
     def abort_all(self) -> None:
         """Abort every engine request of the session (disconnect, shutdown). Idempotent."""
-        for turn in list(self._turns):
-            self._abort(turn)
-        self._current = None
+        self.metrics.requests_cancelled.inc(self.live.abort_all())
 
-    def _abort(self, turn: Turn) -> None:
-        if turn.pump is not None and not turn.pump.done():
-            turn.pump.cancel()
-            self.metrics.requests_cancelled.inc()
-        self.service.close(turn.request_id)
-        self._turns.discard(turn)
-        if self._current is turn:
-            self._current = None
+    def _turn_done(self, turn: Turn) -> None:
+        self._answered.discard(turn)
+        self.metrics.request_duration.labels(api=API, mode="streaming", outcome=turn.outcome).observe(
+            time.monotonic() - turn.opened_at)
+
+    def _turn_settings(self, config: SessionConfig) -> TurnSettings | None:
+        if not config.server_vad:
+            return None
+        return TurnSettings(threshold=self.vad.threshold, silence_duration_ms=self.vad.silence_duration_ms,
+                            prefix_padding_ms=self.vad.prefix_padding_ms)
 
     # ------------------------------------------------------------------ client events
 
@@ -200,19 +204,19 @@ class RealtimeSession:
         async with self._lock:
             old = self.config
             audio_changed = config.input_format != old.input_format or config.server_vad != old.server_vad
-            if audio_changed and self._current is not None:
+            if audio_changed and self.live.current is not None:
                 raise ProtocolError("the audio format and turn detection cannot change while a turn is open; "
                                     "commit or clear the input audio buffer first",
                                     code="session_update_with_buffered_audio", param="session")
-            if config.server_vad and self._vad is None:
+            if config.server_vad and not self.live.vad_available:
                 raise ProtocolError("server VAD is not available on this server; use turn_detection null and "
                                     "commit turns yourself", code="server_vad_unavailable",
                                     param="session.turn_detection")
-            self._options = self._decoding_options(config.transcription, beta)
+            self.live.options = self._decoding_options(config.transcription, beta)
             if config.input_format != old.input_format:
                 self._resampler = StreamResampler(config.input_format.rate, self.rate)
             if audio_changed:
-                self._restart_vad()
+                self.live.detect_turns(self._turn_settings(config))
             self.config = config
         name = "transcription_session.updated" if beta else "session.updated"
         await self.sender.send(ev.server_event(name, session=self.render(beta)))
@@ -243,33 +247,16 @@ class RealtimeSession:
                 return
             self.audio_seconds += samples.size / fmt.rate
             self.metrics.audio_seconds.labels(api=API, mode="streaming").inc(samples.size / fmt.rate)
-            out = self._resampler.process(samples)
-            start = self._clock
-            if self.config.server_vad:
-                self._ensure_detector()  # a new detector's time 0 is the clock before this audio
-            self._clock += out.size
-            if self.config.server_vad:
-                await self._feed_vad(out)
-            else:
-                if self._current is None:
-                    self._current = self._open_turn(start)
-                self._feed(self._current, out)
+            try:
+                await self.live.push(self._resampler.process(samples))
+            except EngineError as exc:  # manual turns: the new turn's request was refused
+                raise refused(exc) from exc
 
     async def _commit(self) -> None:
         async with self._lock:
-            if self.config.server_vad:
-                self._ensure_detector()  # (see _append)
             tail = self._resampler.flush()
             self._resampler = StreamResampler(self.config.input_format.rate, self.rate)
-            self._clock += tail.size
-            if self.config.server_vad:
-                closed = await self._flush_vad(tail)
-            else:
-                turn = self._current
-                closed = turn is not None
-                if turn is not None:
-                    self._feed(turn, tail)
-                    await self._close_input(turn)
+            closed = await self.live.end_turn(tail)
         if not closed:
             raise ProtocolError("the input audio buffer has no speech to commit; append audio first"
                                 if self.config.server_vad else
@@ -278,160 +265,56 @@ class RealtimeSession:
 
     async def _clear(self) -> None:
         async with self._lock:
-            if self._current is not None:
-                self._abort(self._current)
-            if self._detector is not None:
-                self._detector.clear()  # keeps the detector's clock, drops held audio and the turn
-            self._vad_item_id = None
+            if self.live.clear():
+                self.metrics.requests_cancelled.inc()
         await self.sender.send(ev.cleared())
 
-    def _open_turn(self, start: int) -> Turn:
-        try:
-            stream = self.service.open_request(None, streaming=True, decoding=self._options)
-        except EngineShutdownError as exc:
-            raise ProtocolError(f"server is shutting down: {exc}", code="server_shutting_down",
-                                error_type=ev.SERVER_ERROR_TYPE) from exc
-        except EngineError as exc:
-            raise ProtocolError(f"recognition request refused: {exc}", code="engine_error",
-                                error_type=ev.SERVER_ERROR_TYPE) from exc
-        turn = Turn(item_id=self._vad_item_id or ev.new_id("item"), stream=stream, start=start)
-        turn.pump = asyncio.create_task(self._pump(turn), name=f"realtime-pump-{turn.item_id}")
-        self._turns.add(turn)
-        logger.debug("session %s: turn %s -> request %s at %d ms", self.id, turn.item_id, turn.request_id,
-                     samples_ms(start, self.rate))
-        return turn
+    # ------------------------------------------------------------------ turn events
 
-    def _feed(self, turn: Turn, samples: np.ndarray) -> None:
-        if samples.size == 0:
-            return
-        try:
-            self.service.feed(turn.request_id, samples)
-        except UnknownRequestError:
-            return  # the request already finished (an error its pump reports)
-        turn.fed += samples.size
-        turn.arrivals.append((turn.fed, time.monotonic()))
+    async def _on_event(self, event: LiveEvent) -> None:
+        if isinstance(event, SpeechBegan):
+            await self.sender.send(ev.speech_started(event.turn_id, event.audio_start_ms, event.speech_start_ms))
+        elif isinstance(event, TurnRefused):
+            await self.sender.send(refused(event.error).event())
+        elif isinstance(event, SpeechEnded):
+            await self.sender.send(ev.speech_stopped(event.turn_id, event.audio_end_ms, event.speech_end_ms))
+        elif isinstance(event, InputClosed):
+            await self.sender.send(ev.committed(event.turn.id, self._previous_item_id))
+            self._previous_item_id = event.turn.id
+        elif isinstance(event, TurnPartial):
+            await self._send_partial(event)
+        elif isinstance(event, TurnFailed):
+            turn, out = event.turn, event.output
+            self._answered.add(turn)
+            if turn.input_closed_at is not None:
+                await turn.closed.wait()  # its committed event is on its way: keep the order
+            await self.sender.send(ev.transcription_failed(
+                turn.id, f"recognition failed at {out.error_stage}: {out.error}",
+                code="server_shutting_down" if event.shutdown else "recognition_failed",
+                audio_end_ms=samples_ms(turn.start + turn.fed, self.rate), server_ms=self._server_ms(turn)))
+        elif isinstance(event, TurnFinal):
+            turn, out = event.turn, event.output
+            await turn.closed.wait()  # `completed` comes after the item's `committed`
+            self._answered.add(turn)
+            await self.sender.send(ev.transcription_completed(
+                turn.id, out.text, audio_seconds=turn.fed / self.rate, finish_reason=out.finish_reason,
+                language=out.language, audio_end_ms=samples_ms(turn.start + turn.fed, self.rate),
+                server_ms=self._server_ms(turn)))
+        # TurnOpened needs no event; TurnAborted is the session's own abort, whose client has left
 
-    async def _close_input(self, turn: Turn) -> None:
-        """End the turn's audio (the engine then finalizes it) and announce the committed item."""
-        turn.input_closed_at = time.monotonic()
-        with contextlib.suppress(UnknownRequestError):  # already finished: its pump reports why
-            self.service.feed(turn.request_id, np.zeros(0, dtype=np.float32), is_last=True)
-        if self._current is turn:
-            self._current = None
-        await self.sender.send(ev.committed(turn.item_id, self._previous_item_id))
-        self._previous_item_id = turn.item_id
-        turn.committed.set()
-
-    # ------------------------------------------------------------------ server VAD
-
-    def _restart_vad(self) -> None:
-        self._detector = None
-        self._vad_origin = self._clock
-        self._vad_item_id = None
-
-    def _ensure_detector(self) -> TurnDetector:
-        if self._detector is None:
-            assert self._vad is not None  # server_vad is refused without a model
-            settings = TurnSettings(threshold=self.vad.threshold, silence_duration_ms=self.vad.silence_duration_ms,
-                                    prefix_padding_ms=self.vad.prefix_padding_ms)
-            self._detector = self._vad.detector(settings)
-            self._vad_origin = self._clock
-        return self._detector
-
-    async def _feed_vad(self, samples: np.ndarray) -> None:
-        detector = self._ensure_detector()
-        assert self._vad is not None
-        # scored with every other session's audio in one batched call, off the event loop
-        events = await self._vad.feed(detector, samples)
-        await self._on_turn_events(events)
-
-    async def _flush_vad(self, tail: np.ndarray) -> bool:
-        """Manual commit under server VAD: close the turn in progress. False if there was none."""
-        detector = self._ensure_detector()
-        events = detector.feed(tail) + detector.flush()
-        await self._on_turn_events(events)
-        self._restart_vad()  # a flushed detector takes no more audio; the next starts at the clock
-        return any(isinstance(e, SpeechStopped) for e in events)
-
-    async def _on_turn_events(self, events: Sequence[TurnEvent]) -> None:
-        origin_ms = samples_ms(self._vad_origin, self.rate)
-        for event in events:
-            if isinstance(event, SpeechStarted):
-                self._vad_item_id = ev.new_id("item")
-                start = self._vad_origin + event.audio_start_ms * self.rate // 1000
-                await self.sender.send(ev.speech_started(self._vad_item_id, origin_ms + event.audio_start_ms,
-                                                         origin_ms + event.speech_start_ms))
-                try:
-                    self._current = self._open_turn(start)
-                except ProtocolError as exc:
-                    await self.sender.send(exc.event())
-            elif isinstance(event, TurnAudio):
-                if self._current is not None:  # None: the turn's request was refused or failed
-                    self._feed(self._current, event.audio)
-            elif isinstance(event, SpeechStopped):
-                item_id = self._current.item_id if self._current is not None else self._vad_item_id
-                await self.sender.send(ev.speech_stopped(item_id or ev.new_id("item"),
-                                                         origin_ms + event.audio_end_ms,
-                                                         origin_ms + event.speech_end_ms))
-                if self._current is not None:
-                    await self._close_input(self._current)
-                self._vad_item_id = None
-
-    # ------------------------------------------------------------------ engine outputs
-
-    async def _pump(self, turn: Turn) -> None:
-        outcome = "cancelled"
-        try:
-            while True:
-                out = await turn.stream.get()
-                if not out.finished:
-                    await self._send_partial(turn, out)
-                    continue
-                if out.finish_reason == "error":
-                    turn.answered = True
-                    outcome = "shutdown" if out.error_stage == "shutdown" else "error"
-                    if self._current is turn:
-                        self._current = None  # later audio starts a new item
-                    if turn.input_closed_at is not None:
-                        await turn.committed.wait()  # its committed event is on its way: keep the order
-                    await self.sender.send(ev.transcription_failed(
-                        turn.item_id, f"recognition failed at {out.error_stage}: {out.error}",
-                        code="server_shutting_down" if outcome == "shutdown" else "recognition_failed",
-                        audio_end_ms=samples_ms(turn.start + turn.fed, self.rate), server_ms=self._server_ms(turn)))
-                elif out.finish_reason != "abort":
-                    await turn.committed.wait()
-                    turn.answered = True
-                    outcome = "ok"
-                    await self._send_completed(turn, out)
-                return
-        finally:
-            self.service.close(turn.request_id)
-            self._turns.discard(turn)
-            self.metrics.request_duration.labels(api=API, mode="streaming", outcome=outcome).observe(
-                time.monotonic() - turn.opened_at)
-
-    async def _send_partial(self, turn: Turn, out: RequestOutput) -> None:
+    async def _send_partial(self, event: TurnPartial) -> None:
+        turn, out, sent = event.turn, event.output, event.previous_text
         text = out.text
-        if text == turn.sent_text:
-            return
-        if text.startswith(turn.sent_text):
-            delta, full = text[len(turn.sent_text):], None
+        if text.startswith(sent):
+            delta, full = text[len(sent):], None
         else:  # tentative text already sent was revised
             delta, full = "", text
-        turn.sent_text = text
-        if turn.partials == 0:
+        if turn.partials == 1:
             self.metrics.time_to_first_partial.labels(api=API).observe(time.monotonic() - turn.opened_at)
-        turn.partials += 1
-        covered = min(round(out.duration * self.rate), turn.fed) if out.duration else turn.fed
+        covered = turn.covered(out, self.rate)
         await self.sender.send(ev.transcription_delta(
-            turn.item_id, delta, text=full, committed_text=out.committed, tentative_text=out.tentative,
+            turn.id, delta, text=full, committed_text=out.committed, tentative_text=out.tentative,
             audio_end_ms=samples_ms(turn.start + covered, self.rate), server_ms=elapsed_ms(turn.fed_at(covered))))
-
-    async def _send_completed(self, turn: Turn, out: RequestOutput) -> None:
-        await self.sender.send(ev.transcription_completed(
-            turn.item_id, out.text, audio_seconds=turn.fed / self.rate, finish_reason=out.finish_reason,
-            language=out.language, audio_end_ms=samples_ms(turn.start + turn.fed, self.rate),
-            server_ms=self._server_ms(turn)))
 
     def _server_ms(self, turn: Turn) -> int:
         return elapsed_ms(turn.input_closed_at if turn.input_closed_at is not None else turn.opened_at)

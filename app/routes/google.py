@@ -11,11 +11,12 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from app.audio import parse_encoding
+from app.channels import channel_tags, run_offline_channels, waveforms
 from app.deps import DecoderDep, ServiceDep, SettingsDep
 from app.disconnect import wait_for_disconnect
 from app.errors import ApiError, to_api_error
-from app.formats import to_google_recognize
-from app.offline import inflight_permit, run_offline
+from app.formats import to_google_recognize, to_google_recognize_channels
+from app.offline import inflight_permit
 from app.routes.openai import build_options
 
 router = APIRouter(tags=["google"])
@@ -31,6 +32,7 @@ async def recognize(
     sample_rate: Annotated[int | None, Query(alias="sample_rate", description="Hz; required for headerless encodings")] = None,
     sample_rate_hertz: Annotated[int | None, Query()] = None,
     audio_channel_count: Annotated[int, Query(ge=1, le=32)] = 1,
+    enable_separate_recognition_per_channel: Annotated[bool, Query()] = False,
     max_alternatives: Annotated[int, Query(ge=0, le=30)] = 1,
     language: Annotated[str | None, Query()] = None,
     language_code: Annotated[str | None, Query()] = None,
@@ -60,11 +62,16 @@ async def recognize(
     async with inflight_permit(service):
         body = await request.body()
         try:
+            separate = enable_separate_recognition_per_channel
             audio = await decoder.decode(body, encoding=enc, sample_rate=sample_rate or sample_rate_hertz,
-                                         channels=audio_channel_count, max_seconds=settings.max_audio_seconds)
-            out = await run_offline(service, audio.samples, options, api="google",
-                                    timeout=settings.request_timeout_secs,
-                                    disconnected=wait_for_disconnect(request))
+                                         channels=audio_channel_count, max_seconds=settings.max_audio_seconds,
+                                         keep_channels=separate)
+            outs = await run_offline_channels(service, waveforms(audio, separate), options, api="google",
+                                              timeout=settings.request_timeout_secs,
+                                              disconnected=wait_for_disconnect(request))
         except Exception as exc:
             raise to_api_error(exc) from exc
-    return JSONResponse(to_google_recognize(out, n_alt, enable_word_time_offsets, rid))
+    if not separate:
+        return JSONResponse(to_google_recognize(outs[0], n_alt, enable_word_time_offsets, rid))
+    tagged = list(zip(channel_tags(len(outs), separate), outs))
+    return JSONResponse(to_google_recognize_channels(tagged, n_alt, enable_word_time_offsets, rid))

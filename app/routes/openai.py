@@ -13,13 +13,13 @@ from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
+from app.chunking import ChunkingStrategy, chunking_from_request, transcribe_chunked
 from app.deps import DecoderDep, ServiceDep, SettingsDep
 from app.disconnect import wait_for_disconnect
 from app.engine_service import OutputStream
 from app.errors import ApiError, to_api_error
 from app.formats import to_srt, to_verbose_json, to_vtt, usage
 from app.offline import RequestTimeout, inflight_permit, run_offline, take_permit
-from app.realtime.chunking import ChunkingStrategy, chunking_from_request, transcribe_chunked
 from app.settings import Settings
 from engine import DecodingOptions
 from engine.errors import InvalidRequestError
@@ -91,7 +91,7 @@ async def _transcribe(
                        param="timestamp_granularities")
     if stream and response_format not in ("json", "text"):
         raise ApiError(400, "stream=true supports response_format json or text", param="stream")
-    if stream and chunking is not None:  # chunking_strategy: VAD segments (app/realtime/chunking.py)
+    if stream and chunking is not None:  # chunking_strategy: VAD segments (app/chunking.py)
         raise ApiError(400, "chunking_strategy is not supported with stream=true", param="chunking_strategy")
     words = "word" in granularities
     options = build_options(task=task, language=language, prompt=prompt, temperature=temperature,
@@ -105,7 +105,7 @@ async def _transcribe(
         except Exception as exc:
             raise to_api_error(exc) from exc
         try:
-            if chunking is not None:  # chunking_strategy: VAD segments (app/realtime/chunking.py)
+            if chunking is not None:  # chunking_strategy: VAD segments (app/chunking.py)
                 out = await transcribe_chunked(request, service, audio.samples, options, chunking, api="openai",
                                                timeout=settings.request_timeout_secs)
             else:

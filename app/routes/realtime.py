@@ -20,12 +20,12 @@ from fastapi.responses import JSONResponse
 
 from app.engine_service import EngineService
 from app.errors import ApiError
+from app.live.vad import VadModelCache
 from app.metrics import Metrics
 from app.realtime.config import VadSettings
 from app.realtime.events import error_event
 from app.realtime.sender import EventSender
 from app.realtime.session import API, RealtimeSession
-from app.realtime.vad import VadModelCache
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import grpc
 import numpy as np
@@ -18,8 +19,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from app.audio import AudioEncoding, AudioTooLongError, decode_audio
 from app.errors import ApiError
-from app.grpc_audio import PcmChunker
-from app.grpc_convert import (
+from app.grpc.audio import PcmChunker
+from app.grpc.convert import (
     AudioSpec,
     RpcError,
     audio_spec,
@@ -29,7 +30,7 @@ from app.grpc_convert import (
     recognize_response,
     to_rpc_error,
 )
-from app.grpc_service import SERVICE_NAME, start_grpc_server
+from app.grpc.service import SERVICE_NAME, start_grpc_server
 from app.settings import Settings
 from engine import RequestOutput
 from engine.errors import EngineShutdownError, InvalidRequestError
@@ -226,6 +227,29 @@ class _Readiness:
     """Stands in for EngineService: only `.ready` is read by the health task."""
 
     ready = True
+
+
+async def test_a_vad_model_that_failed_to_load_refuses_vad_streams_and_is_not_retried() -> None:
+    from app.grpc.live import LiveCall
+    from app.live import VadModelCache
+    from tests.app.bridge_double import ScriptedService
+
+    vad_models = VadModelCache("no-such-vad")
+    config = pb.StreamingRecognitionConfig(config=pb.RecognitionConfig(encoding=Enc.LINEAR16, sample_rate_hertz=16000),
+                                           enable_voice_activity_events=True)
+    spec = AudioSpec(AudioEncoding.LINEAR16, 16000, 1)
+
+    async def audio() -> Any:
+        yield b"\0\0" * 1600
+
+    for _ in range(2):
+        call = LiveCall(ScriptedService(), Settings(), config, spec, decoding_options(config.config), "r1",  # type: ignore[arg-type]
+                        vad_models)
+        with pytest.raises(RpcError) as err:
+            await anext(call.run(audio()))
+        assert err.value.code == Code.INTERNAL and "no-such-vad" in err.value.message
+        assert "unknown VAD model" in err.value.message
+        vad_models.kind = "energy"  # would load now: the second call shows the failure is remembered
 
 
 def test_health_follows_readiness_and_the_drain(unused_tcp_port: int) -> None:

@@ -34,6 +34,11 @@ EXPECTED_LABELS: dict[str, set[str]] = {
     "oasr_stream_realtime_factor": set(),
     "oasr_deferred_events_total": set(),
     "oasr_build_info": {"version", "model"},
+    # batch jobs (app/jobs)
+    "oasr_jobs": {"state"},
+    "oasr_jobs_queue_age_seconds": set(),
+    "oasr_job_duration_seconds": {"outcome"},
+    "oasr_webhook_deliveries_total": {"outcome"},
 }
 
 
@@ -64,6 +69,10 @@ def _observe_every_metric(m: Metrics) -> None:
     m.stream_realtime_factor.observe(0.97)
     m.deferred_events.inc()
     m.set_build_info(version="0.1.0", model="whisper-tiny.en")
+    m.jobs.labels(state="QUEUED").set(4)
+    m.jobs_queue_age.set(12.5)
+    m.job_duration.labels(outcome="succeeded").observe(30.0)
+    m.webhook_deliveries.labels(outcome="delivered").inc()
 
 
 def _families(text: str) -> dict[str, list[tuple[str, dict[str, str], float]]]:

@@ -89,6 +89,7 @@ GOOGLE_V1_FIELD_NUMBERS = {
         "audio_channel_count": 7,
         "enable_word_time_offsets": 8,
         "enable_automatic_punctuation": 11,
+        "enable_separate_recognition_per_channel": 12,
         "model": 13,
         "enable_word_confidence": 15,
     },
@@ -119,6 +120,9 @@ GOOGLE_V1_FIELD_NUMBERS = {
         "language_code": 6,
     },
     pb.Status: {"code": 1, "message": 2},
+    pb.LongRunningRecognizeRequest: {"config": 1, "audio": 2},
+    pb.LongRunningRecognizeResponse: {"results": 2, "total_billed_time": 3},
+    pb.LongRunningRecognizeMetadata: {"progress_percent": 1, "start_time": 2, "last_update_time": 3, "uri": 4},
 }
 
 

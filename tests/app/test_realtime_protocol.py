@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.g711 import mulaw_to_float
-from app.metrics import Metrics
+from app.audio.g711 import mulaw_to_float
 from app.realtime.audio_input import container_of, decode_base64, decode_chunk
 from app.realtime.config import (
     InputFormat,
@@ -29,7 +28,7 @@ from app.realtime.config import (
 from app.realtime.events import ProtocolError, error_event, server_event
 from app.realtime.session import RealtimeSession
 from engine import RequestOutput
-from engine.errors import InvalidRequestError
+from tests.app.bridge_double import ScriptedService
 
 VAD = VadSettings(threshold=0.5, prefix_padding_ms=300, silence_duration_ms=500)
 
@@ -193,37 +192,6 @@ def test_events_have_unique_ids_and_openai_error_shape() -> None:
 # ---------------------------------------------------------------- a session over a scripted bridge
 
 
-class ScriptedService:
-    """Stands in for EngineService at the seam the session uses; the test plays the engine by
-    putting outputs into the request's real OutputStream."""
-
-    def __init__(self) -> None:
-        from app.engine_service import OutputStream
-
-        self._stream_cls = OutputStream
-        self.metrics = Metrics()
-        self.engine = type("E", (), {"sample_rate": 16000, "runner": self})()
-        self.streams: dict[str, Any] = {}
-        self.fed: dict[str, list[tuple[int, bool]]] = {}
-        self.closed: list[str] = []
-
-    def check_options(self, options: Any, streaming: bool) -> None:
-        if options.language not in (None, "en"):
-            raise InvalidRequestError(f"model is English-only: language {options.language!r} is not supported")
-
-    def open_request(self, audio: Any, *, streaming: bool, decoding: Any) -> Any:
-        rid = f"req-{len(self.streams)}"
-        self.streams[rid] = self._stream_cls(rid)
-        self.fed[rid] = []
-        return self.streams[rid]
-
-    def feed(self, rid: str, chunk: np.ndarray, is_last: bool = False) -> None:
-        self.fed[rid].append((chunk.size, is_last))
-
-    def close(self, rid: str) -> None:
-        self.closed.append(rid)
-
-
 class ListSender:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
@@ -310,8 +278,8 @@ async def test_disconnect_aborts_open_requests() -> None:
 
 
 def test_chunking_strategy_forms() -> None:
+    from app.chunking import ChunkingStrategy, parse_chunking_strategy
     from app.errors import ApiError
-    from app.realtime.chunking import ChunkingStrategy, parse_chunking_strategy
 
     defaults = ChunkingStrategy(threshold=0.4, silence_duration_ms=600, prefix_padding_ms=250)
     assert parse_chunking_strategy([("model", "x")], defaults) is None
@@ -329,7 +297,7 @@ def test_chunking_strategy_forms() -> None:
 
 
 def test_merged_segments_sit_at_their_speech_boundaries() -> None:
-    from app.realtime.chunking import merge_segments
+    from app.chunking import merge_segments
     from engine import Segment, Word
 
     outs = [
@@ -353,7 +321,7 @@ def test_merged_segments_sit_at_their_speech_boundaries() -> None:
 
 
 async def test_vad_batcher_batches_sessions_and_matches_one_by_one_detection(clips: Any) -> None:
-    from app.realtime.vad import VadBatcher
+    from app.live.vad import VadBatcher
     from engine.vad import SpeechStarted, SpeechStopped, TurnAudio, TurnSettings, load_vad_model
     from tests.conftest import load_clip
 
@@ -399,7 +367,7 @@ async def test_vad_batcher_batches_sessions_and_matches_one_by_one_detection(cli
 async def test_manual_commit_under_server_vad_closes_the_turn_in_progress(clips: Any) -> None:
     """Speech runs into the end of what the client sent; its commit ends the turn there, and
     the session's clock carries on for the next detector."""
-    from app.realtime.vad import VadBatcher
+    from app.live.vad import VadBatcher
     from engine.vad import load_vad_model
     from tests.conftest import load_clip
 

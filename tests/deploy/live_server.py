@@ -32,7 +32,7 @@ POLL_S = 0.25
 
 def server_missing() -> str | None:
     """Why the server cannot run yet (its modules are written by others), or None."""
-    for module, what in (("app.main", "the app"), ("app.grpc_service", "the gRPC listener the probes use")):
+    for module, what in (("app.main", "the app"), ("app.grpc.service", "the gRPC listener the probes use")):
         if importlib.util.find_spec(module) is None:
             return f"{module.replace('.', '/')}.py ({what}) is not written yet"
     return None
@@ -79,6 +79,7 @@ def start_server(log_path: Path, extra_env: dict[str, str] | None = None, gracef
         "OASR_GRPC_PORT": str(grpc_port),
         "OASR_DEVICE": "cpu",
         "OASR_NUM_THREADS": "2",
+        "OASR_DATA_DIR": str(log_path.parent / f"data-{http_port}"),  # jobs store: never the user's data dir
         **(extra_env or {}),
     }
     argv = [

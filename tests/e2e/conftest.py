@@ -62,7 +62,9 @@ class ServerProcess:
 def start_server(tmp_dir: Path, env: dict[str, str] | None = None, ready_timeout: float = 120.0) -> ServerProcess:
     """Start `uvicorn app.main:app` with OASR_* settings from `env`; wait until /readyz is 200."""
     port, grpc_port = free_port(), free_port()
-    full_env = {**os.environ, "OASR_GRPC_PORT": str(grpc_port), "OASR_LOG_LEVEL": "info", **(env or {})}
+    full_env = {**os.environ, "OASR_GRPC_PORT": str(grpc_port), "OASR_LOG_LEVEL": "info",
+                "OASR_DATA_DIR": str(tmp_dir / f"data-{port}"),  # jobs store: never the user's data dir
+                **(env or {})}
     log_path = tmp_dir / f"server-{port}.log"
     log = open(log_path, "wb")  # noqa: SIM115 - handed to the child for its lifetime
     proc = subprocess.Popen(

@@ -58,7 +58,7 @@ def encode(fmt: str, rate: int, channels: int) -> bytes:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    # HTTP surfaces only: no gRPC listener (app/grpc_service.py is tested on its own).
+    # HTTP surfaces only: no gRPC listener (app/grpc/service.py is tested on its own).
     srv = start_server(tmp_path_factory.mktemp("google"), env={"OASR_GRPC_PORT": "0"})
     yield srv
     srv.terminate()

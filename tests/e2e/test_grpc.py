@@ -167,9 +167,10 @@ def test_reflection_lists_and_describes_the_service(channel: grpc.Channel) -> No
     services = db.get_services()
     assert SERVICE in services
     assert "grpc.health.v1.Health" in services
+    assert "google.longrunning.Operations" in services
     file = db.FindFileContainingSymbol(SERVICE)
     assert file.package == "oasr.speech.v1"
-    assert {m.name for m in file.service[0].method} == {"Recognize", "StreamingRecognize"}
+    assert {m.name for m in file.service[0].method} == {"Recognize", "StreamingRecognize", "LongRunningRecognize"}
 
 
 # ----------------------------------------------------------------------------- Recognize

@@ -8,7 +8,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import torch
@@ -23,9 +23,11 @@ from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.decoding import TokenRules, WindowResult
 from engine.models.whisper.features import SAMPLE_RATE, LogMelExtractor
 from engine.models.whisper.jobs import OfflineTranscription, WindowJob
+from engine.models.whisper.options import WhisperOptions
 from engine.models.whisper.streaming import StreamingTranscription
 from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.request import Request
+from engine.runner import ModelInfo, RunnerStats
 from engine.types import DecodingOptions, RequestOutput
 
 logger = logging.getLogger(__name__)
@@ -42,8 +44,9 @@ class WhisperRunner:
     supports_streaming = True  # by re-decoding a sliding window (see streaming.py)
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, options: WhisperOptions | None = None):
         self.config = config
+        self.options = options or WhisperOptions()
         self.device = resolve_device(config)
         self.dtype = resolve_dtype(config, self.device)
         self.ckpt_dir = config.resolved_ckpt_dir()
@@ -67,6 +70,7 @@ class WhisperRunner:
         self.active: dict[str, OfflineTranscription | StreamingTranscription] = {}
         self.streams: dict[str, StreamingTranscription] = {}
         self.step_samples = int(config.stream_step_ms * SAMPLE_RATE / 1000)
+        self.stream_chunk_samples = self.step_samples  # one pass's worth of new audio
         self.steps_since_encode = 0
         self.max_rows = max(config.max_decode_rows, config.max_batch_size)
         self.streams_stepped = 0
@@ -81,23 +85,34 @@ class WhisperRunner:
         name = sizes.get(self.dims.n_audio_state, f"d{self.dims.n_audio_state}")
         return name if self.model.is_multilingual else f"{name}.en"
 
-    def info(self) -> dict[str, Any]:
-        return {
-            "family": "whisper",
-            "model": self.model_name,
-            "checkpoint": self.ckpt_dir,
-            "checkpoint_format": self.ckpt_format,
-            "multilingual": self.model.is_multilingual,
-            "languages": list(self.tokenizer.languages),
-            "tasks": ["transcribe", "translate"] if self.model.is_multilingual else ["transcribe"],
-            "sample_rate": self.sample_rate,
-            "device": str(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "quantization": self.config.quantization,
-            "parameters": sum(p.numel() for p in self.model.parameters()),
-            "streaming": self.supports_streaming,
-            "max_batch_size": self.config.max_batch_size,
-        }
+    def info(self) -> ModelInfo:
+        multilingual = self.model.is_multilingual
+        return ModelInfo(
+            family="whisper",
+            model=self.model_name,
+            sample_rate=self.sample_rate,
+            languages=tuple(self.tokenizer.languages),
+            supports_streaming=self.supports_streaming,
+            streaming_styles=("sliding_window",),
+            decode_methods=("autoregressive",),
+            decode_method="autoregressive",
+            can_align_words=True,
+            can_translate=multilingual,
+            checkpoint_format=self.ckpt_format,
+            parameters=sum(p.numel() for p in self.model.parameters()),
+            details={
+                "multilingual": multilingual,
+                "tasks": ["transcribe", "translate"] if multilingual else ["transcribe"],
+                "device": str(self.device),
+                "dtype": str(self.dtype).removeprefix("torch."),
+                "quantization": self.config.quantization,
+                "max_batch_size": self.config.max_batch_size,
+            },
+        )
+
+    def stats(self) -> RunnerStats:
+        return RunnerStats(streams=len(self.streams), decode_slots_used=self.batch.num_rows,
+                           decode_slots_capacity=self.max_rows)
 
     def _default_alignment_heads(self) -> list[tuple[int, int]]:
         # without a table, use every head of the upper half of the decoder (openai's default)

@@ -22,48 +22,64 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.longrunning import operations_pb2 as google_dot_longrunning_dot_operations__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1boasr/speech/v1/speech.proto\x12\x0eoasr.speech.v1\x1a\x1egoogle/protobuf/duration.proto\"v\n\x10RecognizeRequest\x12\x31\n\x06\x63onfig\x18\x01 \x01(\x0b\x32!.oasr.speech.v1.RecognitionConfig\x12/\n\x05\x61udio\x18\x02 \x01(\x0b\x32 .oasr.speech.v1.RecognitionAudio\"D\n\x10RecognitionAudio\x12\x11\n\x07\x63ontent\x18\x01 \x01(\x0cH\x00\x12\r\n\x03uri\x18\x02 \x01(\tH\x00\x42\x0e\n\x0c\x61udio_source\"\x94\x05\n\x11RecognitionConfig\x12\x41\n\x08\x65ncoding\x18\x01 \x01(\x0e\x32/.oasr.speech.v1.RecognitionConfig.AudioEncoding\x12\x19\n\x11sample_rate_hertz\x18\x02 \x01(\x05\x12\x15\n\rlanguage_code\x18\x03 \x01(\t\x12\x18\n\x10max_alternatives\x18\x04 \x01(\x05\x12\x1b\n\x13\x61udio_channel_count\x18\x07 \x01(\x05\x12 \n\x18\x65nable_word_time_offsets\x18\x08 \x01(\x08\x12$\n\x1c\x65nable_automatic_punctuation\x18\x0b \x01(\x08\x12\r\n\x05model\x18\r \x01(\t\x12\x1e\n\x16\x65nable_word_confidence\x18\x0f \x01(\x08\x12\x34\n\x08\x64\x65\x63oding\x18\x64 \x01(\x0b\x32\".oasr.speech.v1.DecodingExtensions\x12\x12\n\nrequest_id\x18\x65 \x01(\t\"\xd5\x01\n\rAudioEncoding\x12\x18\n\x14\x45NCODING_UNSPECIFIED\x10\x00\x12\x0c\n\x08LINEAR16\x10\x01\x12\x08\n\x04\x46LAC\x10\x02\x12\t\n\x05MULAW\x10\x03\x12\x0c\n\x08OGG_OPUS\x10\x06\x12\x07\n\x03MP3\x10\x08\x12\r\n\tWEBM_OPUS\x10\t\x12\x08\n\x04\x41LAW\x10\n\x12\x07\n\x03WAV\x10\x64\x12\r\n\tLINEAR32F\x10\x65\x12\x08\n\x04\x41UTO\x10\x66\"\x04\x08\x04\x10\x04\"\x04\x08\x05\x10\x05\"\x04\x08\x07\x10\x07*\x03\x41MR*\x06\x41MR_WB*\x16SPEEX_WITH_HEADER_BYTEJ\x04\x08\x05\x10\x06J\x04\x08\x06\x10\x07J\x04\x08\t\x10\nJ\x04\x08\x0c\x10\rJ\x04\x08\x0e\x10\x0fJ\x04\x08\x12\x10\x13J\x04\x08\x13\x10\x14J\x04\x08\x14\x10\x15J\x04\x08\x16\x10\x17J\x04\x08\x17\x10\x18\"\x92\x02\n\x12\x44\x65\x63odingExtensions\x12\x11\n\tbeam_size\x18\x01 \x01(\x05\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12\x35\n\x04task\x18\x04 \x01(\x0e\x32\'.oasr.speech.v1.DecodingExtensions.Task\x12\r\n\x05top_k\x18\x05 \x01(\x05\x12\r\n\x05top_p\x18\x06 \x01(\x02\x12\x16\n\x0emax_new_tokens\x18\x07 \x01(\x05\x12\x11\n\x04seed\x18\x08 \x01(\x03H\x00\x88\x01\x01\";\n\x04Task\x12\x14\n\x10TASK_UNSPECIFIED\x10\x00\x12\x0e\n\nTRANSCRIBE\x10\x01\x12\r\n\tTRANSLATE\x10\x02\x42\x07\n\x05_seed\"\xa3\x01\n\x11RecognizeResponse\x12\x38\n\x07results\x18\x02 \x03(\x0b\x32\'.oasr.speech.v1.SpeechRecognitionResult\x12\x34\n\x11total_billed_time\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nrequest_id\x18\x64 \x01(\tJ\x04\x08\x07\x10\x08J\x04\x08\x08\x10\t\"\xbd\x01\n\x17SpeechRecognitionResult\x12\x42\n\x0c\x61lternatives\x18\x01 \x03(\x0b\x32,.oasr.speech.v1.SpeechRecognitionAlternative\x12\x13\n\x0b\x63hannel_tag\x18\x02 \x01(\x05\x12\x32\n\x0fresult_end_time\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x15\n\rlanguage_code\x18\x05 \x01(\t\"o\n\x1cSpeechRecognitionAlternative\x12\x12\n\ntranscript\x18\x01 \x01(\t\x12\x12\n\nconfidence\x18\x02 \x01(\x02\x12\'\n\x05words\x18\x03 \x03(\x0b\x32\x18.oasr.speech.v1.WordInfo\"\x94\x01\n\x08WordInfo\x12-\n\nstart_time\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12+\n\x08\x65nd_time\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04word\x18\x03 \x01(\t\x12\x12\n\nconfidence\x18\x04 \x01(\x02J\x04\x08\x05\x10\x06J\x04\x08\x06\x10\x07\"\x91\x01\n\x19StreamingRecognizeRequest\x12\x46\n\x10streaming_config\x18\x01 \x01(\x0b\x32*.oasr.speech.v1.StreamingRecognitionConfigH\x00\x12\x17\n\raudio_content\x18\x02 \x01(\x0cH\x00\x42\x13\n\x11streaming_request\"\xb4\x01\n\x1aStreamingRecognitionConfig\x12\x31\n\x06\x63onfig\x18\x01 \x01(\x0b\x32!.oasr.speech.v1.RecognitionConfig\x12\x18\n\x10single_utterance\x18\x02 \x01(\x08\x12\x17\n\x0finterim_results\x18\x03 \x01(\x08\x12$\n\x1c\x65nable_voice_activity_events\x18\x05 \x01(\x08J\x04\x08\x04\x10\x05J\x04\x08\x06\x10\x07\"\'\n\x06Status\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xe6\x03\n\x1aStreamingRecognizeResponse\x12%\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x16.oasr.speech.v1.Status\x12;\n\x07results\x18\x02 \x03(\x0b\x32*.oasr.speech.v1.StreamingRecognitionResult\x12U\n\x11speech_event_type\x18\x04 \x01(\x0e\x32:.oasr.speech.v1.StreamingRecognizeResponse.SpeechEventType\x12\x34\n\x11total_billed_time\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11speech_event_time\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nrequest_id\x18\x64 \x01(\t\"\x80\x01\n\x0fSpeechEventType\x12\x1c\n\x18SPEECH_EVENT_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x45ND_OF_SINGLE_UTTERANCE\x10\x01\x12\x19\n\x15SPEECH_ACTIVITY_BEGIN\x10\x02\x12\x17\n\x13SPEECH_ACTIVITY_END\x10\x03J\x04\x08\t\x10\nJ\x04\x08\n\x10\x0b\"\xe5\x01\n\x1aStreamingRecognitionResult\x12\x42\n\x0c\x61lternatives\x18\x01 \x03(\x0b\x32,.oasr.speech.v1.SpeechRecognitionAlternative\x12\x10\n\x08is_final\x18\x02 \x01(\x08\x12\x11\n\tstability\x18\x03 \x01(\x02\x12\x32\n\x0fresult_end_time\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0b\x63hannel_tag\x18\x05 \x01(\x05\x12\x15\n\rlanguage_code\x18\x06 \x01(\t2\xcb\x01\n\x06Speech\x12P\n\tRecognize\x12 .oasr.speech.v1.RecognizeRequest\x1a!.oasr.speech.v1.RecognizeResponse\x12o\n\x12StreamingRecognize\x12).oasr.speech.v1.StreamingRecognizeRequest\x1a*.oasr.speech.v1.StreamingRecognizeResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1boasr/speech/v1/speech.proto\x12\x0eoasr.speech.v1\x1a#google/longrunning/operations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"v\n\x10RecognizeRequest\x12\x31\n\x06\x63onfig\x18\x01 \x01(\x0b\x32!.oasr.speech.v1.RecognitionConfig\x12/\n\x05\x61udio\x18\x02 \x01(\x0b\x32 .oasr.speech.v1.RecognitionAudio\"D\n\x10RecognitionAudio\x12\x11\n\x07\x63ontent\x18\x01 \x01(\x0cH\x00\x12\r\n\x03uri\x18\x02 \x01(\tH\x00\x42\x0e\n\x0c\x61udio_source\"\xbf\x05\n\x11RecognitionConfig\x12\x41\n\x08\x65ncoding\x18\x01 \x01(\x0e\x32/.oasr.speech.v1.RecognitionConfig.AudioEncoding\x12\x19\n\x11sample_rate_hertz\x18\x02 \x01(\x05\x12\x15\n\rlanguage_code\x18\x03 \x01(\t\x12\x18\n\x10max_alternatives\x18\x04 \x01(\x05\x12\x1b\n\x13\x61udio_channel_count\x18\x07 \x01(\x05\x12 \n\x18\x65nable_word_time_offsets\x18\x08 \x01(\x08\x12$\n\x1c\x65nable_automatic_punctuation\x18\x0b \x01(\x08\x12/\n\'enable_separate_recognition_per_channel\x18\x0c \x01(\x08\x12\r\n\x05model\x18\r \x01(\t\x12\x1e\n\x16\x65nable_word_confidence\x18\x0f \x01(\x08\x12\x34\n\x08\x64\x65\x63oding\x18\x64 \x01(\x0b\x32\".oasr.speech.v1.DecodingExtensions\x12\x12\n\nrequest_id\x18\x65 \x01(\t\"\xd5\x01\n\rAudioEncoding\x12\x18\n\x14\x45NCODING_UNSPECIFIED\x10\x00\x12\x0c\n\x08LINEAR16\x10\x01\x12\x08\n\x04\x46LAC\x10\x02\x12\t\n\x05MULAW\x10\x03\x12\x0c\n\x08OGG_OPUS\x10\x06\x12\x07\n\x03MP3\x10\x08\x12\r\n\tWEBM_OPUS\x10\t\x12\x08\n\x04\x41LAW\x10\n\x12\x07\n\x03WAV\x10\x64\x12\r\n\tLINEAR32F\x10\x65\x12\x08\n\x04\x41UTO\x10\x66\"\x04\x08\x04\x10\x04\"\x04\x08\x05\x10\x05\"\x04\x08\x07\x10\x07*\x03\x41MR*\x06\x41MR_WB*\x16SPEEX_WITH_HEADER_BYTEJ\x04\x08\x05\x10\x06J\x04\x08\x06\x10\x07J\x04\x08\t\x10\nJ\x04\x08\x0e\x10\x0fJ\x04\x08\x12\x10\x13J\x04\x08\x13\x10\x14J\x04\x08\x14\x10\x15J\x04\x08\x16\x10\x17J\x04\x08\x17\x10\x18\"\x92\x02\n\x12\x44\x65\x63odingExtensions\x12\x11\n\tbeam_size\x18\x01 \x01(\x05\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12\x35\n\x04task\x18\x04 \x01(\x0e\x32\'.oasr.speech.v1.DecodingExtensions.Task\x12\r\n\x05top_k\x18\x05 \x01(\x05\x12\r\n\x05top_p\x18\x06 \x01(\x02\x12\x16\n\x0emax_new_tokens\x18\x07 \x01(\x05\x12\x11\n\x04seed\x18\x08 \x01(\x03H\x00\x88\x01\x01\";\n\x04Task\x12\x14\n\x10TASK_UNSPECIFIED\x10\x00\x12\x0e\n\nTRANSCRIBE\x10\x01\x12\r\n\tTRANSLATE\x10\x02\x42\x07\n\x05_seed\"\xa3\x01\n\x11RecognizeResponse\x12\x38\n\x07results\x18\x02 \x03(\x0b\x32\'.oasr.speech.v1.SpeechRecognitionResult\x12\x34\n\x11total_billed_time\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nrequest_id\x18\x64 \x01(\tJ\x04\x08\x07\x10\x08J\x04\x08\x08\x10\t\"\xbd\x01\n\x17SpeechRecognitionResult\x12\x42\n\x0c\x61lternatives\x18\x01 \x03(\x0b\x32,.oasr.speech.v1.SpeechRecognitionAlternative\x12\x13\n\x0b\x63hannel_tag\x18\x02 \x01(\x05\x12\x32\n\x0fresult_end_time\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x15\n\rlanguage_code\x18\x05 \x01(\t\"o\n\x1cSpeechRecognitionAlternative\x12\x12\n\ntranscript\x18\x01 \x01(\t\x12\x12\n\nconfidence\x18\x02 \x01(\x02\x12\'\n\x05words\x18\x03 \x03(\x0b\x32\x18.oasr.speech.v1.WordInfo\"\x94\x01\n\x08WordInfo\x12-\n\nstart_time\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12+\n\x08\x65nd_time\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04word\x18\x03 \x01(\t\x12\x12\n\nconfidence\x18\x04 \x01(\x02J\x04\x08\x05\x10\x06J\x04\x08\x06\x10\x07\"\x91\x01\n\x19StreamingRecognizeRequest\x12\x46\n\x10streaming_config\x18\x01 \x01(\x0b\x32*.oasr.speech.v1.StreamingRecognitionConfigH\x00\x12\x17\n\raudio_content\x18\x02 \x01(\x0cH\x00\x42\x13\n\x11streaming_request\"\xb4\x01\n\x1aStreamingRecognitionConfig\x12\x31\n\x06\x63onfig\x18\x01 \x01(\x0b\x32!.oasr.speech.v1.RecognitionConfig\x12\x18\n\x10single_utterance\x18\x02 \x01(\x08\x12\x17\n\x0finterim_results\x18\x03 \x01(\x08\x12$\n\x1c\x65nable_voice_activity_events\x18\x05 \x01(\x08J\x04\x08\x04\x10\x05J\x04\x08\x06\x10\x07\"\'\n\x06Status\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xe6\x03\n\x1aStreamingRecognizeResponse\x12%\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x16.oasr.speech.v1.Status\x12;\n\x07results\x18\x02 \x03(\x0b\x32*.oasr.speech.v1.StreamingRecognitionResult\x12U\n\x11speech_event_type\x18\x04 \x01(\x0e\x32:.oasr.speech.v1.StreamingRecognizeResponse.SpeechEventType\x12\x34\n\x11total_billed_time\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11speech_event_time\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nrequest_id\x18\x64 \x01(\t\"\x80\x01\n\x0fSpeechEventType\x12\x1c\n\x18SPEECH_EVENT_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x45ND_OF_SINGLE_UTTERANCE\x10\x01\x12\x19\n\x15SPEECH_ACTIVITY_BEGIN\x10\x02\x12\x17\n\x13SPEECH_ACTIVITY_END\x10\x03J\x04\x08\t\x10\nJ\x04\x08\n\x10\x0b\"\xe5\x01\n\x1aStreamingRecognitionResult\x12\x42\n\x0c\x61lternatives\x18\x01 \x03(\x0b\x32,.oasr.speech.v1.SpeechRecognitionAlternative\x12\x10\n\x08is_final\x18\x02 \x01(\x08\x12\x11\n\tstability\x18\x03 \x01(\x02\x12\x32\n\x0fresult_end_time\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0b\x63hannel_tag\x18\x05 \x01(\x05\x12\x15\n\rlanguage_code\x18\x06 \x01(\t\"\xba\x01\n\x1bLongRunningRecognizeRequest\x12\x31\n\x06\x63onfig\x18\x01 \x01(\x0b\x32!.oasr.speech.v1.RecognitionConfig\x12/\n\x05\x61udio\x18\x02 \x01(\x0b\x32 .oasr.speech.v1.RecognitionAudio\x12\x31\n\x08\x63\x61llback\x18\x64 \x01(\x0b\x32\x1f.oasr.speech.v1.WebhookCallbackJ\x04\x08\x04\x10\x05\".\n\x0fWebhookCallback\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x0e\n\x06secret\x18\x02 \x01(\t\"\xb4\x01\n\x1cLongRunningRecognizeResponse\x12\x38\n\x07results\x18\x02 \x03(\x0b\x32\'.oasr.speech.v1.SpeechRecognitionResult\x12\x34\n\x11total_billed_time\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nrequest_id\x18\x64 \x01(\tJ\x04\x08\x06\x10\x07J\x04\x08\x07\x10\x08J\x04\x08\x08\x10\t\"\x95\x03\n\x1cLongRunningRecognizeMetadata\x12\x18\n\x10progress_percent\x18\x01 \x01(\x05\x12.\n\nstart_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x10last_update_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0b\n\x03uri\x18\x04 \x01(\t\x12\x41\n\x05state\x18\x64 \x01(\x0e\x32\x32.oasr.speech.v1.LongRunningRecognizeMetadata.State\x12\x10\n\x08\x61ttempts\x18\x65 \x01(\x05\x12\x30\n\x07webhook\x18\x66 \x01(\x0b\x32\x1f.oasr.speech.v1.WebhookDelivery\"a\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\n\n\x06QUEUED\x10\x01\x12\x0b\n\x07RUNNING\x10\x02\x12\r\n\tSUCCEEDED\x10\x03\x12\n\n\x06\x46\x41ILED\x10\x04\x12\r\n\tCANCELLED\x10\x05\"\x8e\x02\n\x0fWebhookDelivery\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x34\n\x05state\x18\x02 \x01(\x0e\x32%.oasr.speech.v1.WebhookDelivery.State\x12\x10\n\x08\x61ttempts\x18\x03 \x01(\x05\x12\x13\n\x0b\x64\x65livery_id\x18\x04 \x01(\t\x12\x12\n\nlast_error\x18\x05 \x01(\t\x12\x35\n\x11last_attempt_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"F\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\r\n\tDELIVERED\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\x32\xaf\x02\n\x06Speech\x12P\n\tRecognize\x12 .oasr.speech.v1.RecognizeRequest\x1a!.oasr.speech.v1.RecognizeResponse\x12o\n\x12StreamingRecognize\x12).oasr.speech.v1.StreamingRecognizeRequest\x1a*.oasr.speech.v1.StreamingRecognizeResponse(\x01\x30\x01\x12\x62\n\x14LongRunningRecognize\x12+.oasr.speech.v1.LongRunningRecognizeRequest\x1a\x1d.google.longrunning.Operationb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'oasr.speech.v1.speech_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RECOGNIZEREQUEST']._serialized_start=79
-  _globals['_RECOGNIZEREQUEST']._serialized_end=197
-  _globals['_RECOGNITIONAUDIO']._serialized_start=199
-  _globals['_RECOGNITIONAUDIO']._serialized_end=267
-  _globals['_RECOGNITIONCONFIG']._serialized_start=270
-  _globals['_RECOGNITIONCONFIG']._serialized_end=930
-  _globals['_RECOGNITIONCONFIG_AUDIOENCODING']._serialized_start=657
-  _globals['_RECOGNITIONCONFIG_AUDIOENCODING']._serialized_end=870
-  _globals['_DECODINGEXTENSIONS']._serialized_start=933
-  _globals['_DECODINGEXTENSIONS']._serialized_end=1207
-  _globals['_DECODINGEXTENSIONS_TASK']._serialized_start=1139
-  _globals['_DECODINGEXTENSIONS_TASK']._serialized_end=1198
-  _globals['_RECOGNIZERESPONSE']._serialized_start=1210
-  _globals['_RECOGNIZERESPONSE']._serialized_end=1373
-  _globals['_SPEECHRECOGNITIONRESULT']._serialized_start=1376
-  _globals['_SPEECHRECOGNITIONRESULT']._serialized_end=1565
-  _globals['_SPEECHRECOGNITIONALTERNATIVE']._serialized_start=1567
-  _globals['_SPEECHRECOGNITIONALTERNATIVE']._serialized_end=1678
-  _globals['_WORDINFO']._serialized_start=1681
-  _globals['_WORDINFO']._serialized_end=1829
-  _globals['_STREAMINGRECOGNIZEREQUEST']._serialized_start=1832
-  _globals['_STREAMINGRECOGNIZEREQUEST']._serialized_end=1977
-  _globals['_STREAMINGRECOGNITIONCONFIG']._serialized_start=1980
-  _globals['_STREAMINGRECOGNITIONCONFIG']._serialized_end=2160
-  _globals['_STATUS']._serialized_start=2162
-  _globals['_STATUS']._serialized_end=2201
-  _globals['_STREAMINGRECOGNIZERESPONSE']._serialized_start=2204
-  _globals['_STREAMINGRECOGNIZERESPONSE']._serialized_end=2690
-  _globals['_STREAMINGRECOGNIZERESPONSE_SPEECHEVENTTYPE']._serialized_start=2550
-  _globals['_STREAMINGRECOGNIZERESPONSE_SPEECHEVENTTYPE']._serialized_end=2678
-  _globals['_STREAMINGRECOGNITIONRESULT']._serialized_start=2693
-  _globals['_STREAMINGRECOGNITIONRESULT']._serialized_end=2922
-  _globals['_SPEECH']._serialized_start=2925
-  _globals['_SPEECH']._serialized_end=3128
+  _globals['_RECOGNIZEREQUEST']._serialized_start=149
+  _globals['_RECOGNIZEREQUEST']._serialized_end=267
+  _globals['_RECOGNITIONAUDIO']._serialized_start=269
+  _globals['_RECOGNITIONAUDIO']._serialized_end=337
+  _globals['_RECOGNITIONCONFIG']._serialized_start=340
+  _globals['_RECOGNITIONCONFIG']._serialized_end=1043
+  _globals['_RECOGNITIONCONFIG_AUDIOENCODING']._serialized_start=776
+  _globals['_RECOGNITIONCONFIG_AUDIOENCODING']._serialized_end=989
+  _globals['_DECODINGEXTENSIONS']._serialized_start=1046
+  _globals['_DECODINGEXTENSIONS']._serialized_end=1320
+  _globals['_DECODINGEXTENSIONS_TASK']._serialized_start=1252
+  _globals['_DECODINGEXTENSIONS_TASK']._serialized_end=1311
+  _globals['_RECOGNIZERESPONSE']._serialized_start=1323
+  _globals['_RECOGNIZERESPONSE']._serialized_end=1486
+  _globals['_SPEECHRECOGNITIONRESULT']._serialized_start=1489
+  _globals['_SPEECHRECOGNITIONRESULT']._serialized_end=1678
+  _globals['_SPEECHRECOGNITIONALTERNATIVE']._serialized_start=1680
+  _globals['_SPEECHRECOGNITIONALTERNATIVE']._serialized_end=1791
+  _globals['_WORDINFO']._serialized_start=1794
+  _globals['_WORDINFO']._serialized_end=1942
+  _globals['_STREAMINGRECOGNIZEREQUEST']._serialized_start=1945
+  _globals['_STREAMINGRECOGNIZEREQUEST']._serialized_end=2090
+  _globals['_STREAMINGRECOGNITIONCONFIG']._serialized_start=2093
+  _globals['_STREAMINGRECOGNITIONCONFIG']._serialized_end=2273
+  _globals['_STATUS']._serialized_start=2275
+  _globals['_STATUS']._serialized_end=2314
+  _globals['_STREAMINGRECOGNIZERESPONSE']._serialized_start=2317
+  _globals['_STREAMINGRECOGNIZERESPONSE']._serialized_end=2803
+  _globals['_STREAMINGRECOGNIZERESPONSE_SPEECHEVENTTYPE']._serialized_start=2663
+  _globals['_STREAMINGRECOGNIZERESPONSE_SPEECHEVENTTYPE']._serialized_end=2791
+  _globals['_STREAMINGRECOGNITIONRESULT']._serialized_start=2806
+  _globals['_STREAMINGRECOGNITIONRESULT']._serialized_end=3035
+  _globals['_LONGRUNNINGRECOGNIZEREQUEST']._serialized_start=3038
+  _globals['_LONGRUNNINGRECOGNIZEREQUEST']._serialized_end=3224
+  _globals['_WEBHOOKCALLBACK']._serialized_start=3226
+  _globals['_WEBHOOKCALLBACK']._serialized_end=3272
+  _globals['_LONGRUNNINGRECOGNIZERESPONSE']._serialized_start=3275
+  _globals['_LONGRUNNINGRECOGNIZERESPONSE']._serialized_end=3455
+  _globals['_LONGRUNNINGRECOGNIZEMETADATA']._serialized_start=3458
+  _globals['_LONGRUNNINGRECOGNIZEMETADATA']._serialized_end=3863
+  _globals['_LONGRUNNINGRECOGNIZEMETADATA_STATE']._serialized_start=3766
+  _globals['_LONGRUNNINGRECOGNIZEMETADATA_STATE']._serialized_end=3863
+  _globals['_WEBHOOKDELIVERY']._serialized_start=3866
+  _globals['_WEBHOOKDELIVERY']._serialized_end=4136
+  _globals['_WEBHOOKDELIVERY_STATE']._serialized_start=4066
+  _globals['_WEBHOOKDELIVERY_STATE']._serialized_end=4136
+  _globals['_SPEECH']._serialized_start=4139
+  _globals['_SPEECH']._serialized_end=4442
 # @@protoc_insertion_point(module_scope)

@@ -1,6 +1,8 @@
 import datetime
 
+from google.longrunning import operations_pb2 as _operations_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -27,7 +29,7 @@ class RecognitionAudio(_message.Message):
     def __init__(self, content: _Optional[bytes] = ..., uri: _Optional[str] = ...) -> None: ...
 
 class RecognitionConfig(_message.Message):
-    __slots__ = ("encoding", "sample_rate_hertz", "language_code", "max_alternatives", "audio_channel_count", "enable_word_time_offsets", "enable_automatic_punctuation", "model", "enable_word_confidence", "decoding", "request_id")
+    __slots__ = ("encoding", "sample_rate_hertz", "language_code", "max_alternatives", "audio_channel_count", "enable_word_time_offsets", "enable_automatic_punctuation", "enable_separate_recognition_per_channel", "model", "enable_word_confidence", "decoding", "request_id")
     class AudioEncoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ENCODING_UNSPECIFIED: _ClassVar[RecognitionConfig.AudioEncoding]
@@ -59,6 +61,7 @@ class RecognitionConfig(_message.Message):
     AUDIO_CHANNEL_COUNT_FIELD_NUMBER: _ClassVar[int]
     ENABLE_WORD_TIME_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     ENABLE_AUTOMATIC_PUNCTUATION_FIELD_NUMBER: _ClassVar[int]
+    ENABLE_SEPARATE_RECOGNITION_PER_CHANNEL_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ENABLE_WORD_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     DECODING_FIELD_NUMBER: _ClassVar[int]
@@ -70,11 +73,12 @@ class RecognitionConfig(_message.Message):
     audio_channel_count: int
     enable_word_time_offsets: bool
     enable_automatic_punctuation: bool
+    enable_separate_recognition_per_channel: bool
     model: str
     enable_word_confidence: bool
     decoding: DecodingExtensions
     request_id: str
-    def __init__(self, encoding: _Optional[_Union[RecognitionConfig.AudioEncoding, str]] = ..., sample_rate_hertz: _Optional[int] = ..., language_code: _Optional[str] = ..., max_alternatives: _Optional[int] = ..., audio_channel_count: _Optional[int] = ..., enable_word_time_offsets: _Optional[bool] = ..., enable_automatic_punctuation: _Optional[bool] = ..., model: _Optional[str] = ..., enable_word_confidence: _Optional[bool] = ..., decoding: _Optional[_Union[DecodingExtensions, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, encoding: _Optional[_Union[RecognitionConfig.AudioEncoding, str]] = ..., sample_rate_hertz: _Optional[int] = ..., language_code: _Optional[str] = ..., max_alternatives: _Optional[int] = ..., audio_channel_count: _Optional[int] = ..., enable_word_time_offsets: _Optional[bool] = ..., enable_automatic_punctuation: _Optional[bool] = ..., enable_separate_recognition_per_channel: _Optional[bool] = ..., model: _Optional[str] = ..., enable_word_confidence: _Optional[bool] = ..., decoding: _Optional[_Union[DecodingExtensions, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class DecodingExtensions(_message.Message):
     __slots__ = ("beam_size", "temperature", "prompt", "task", "top_k", "top_p", "max_new_tokens", "seed")
@@ -217,3 +221,89 @@ class StreamingRecognitionResult(_message.Message):
     channel_tag: int
     language_code: str
     def __init__(self, alternatives: _Optional[_Iterable[_Union[SpeechRecognitionAlternative, _Mapping]]] = ..., is_final: _Optional[bool] = ..., stability: _Optional[float] = ..., result_end_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., channel_tag: _Optional[int] = ..., language_code: _Optional[str] = ...) -> None: ...
+
+class LongRunningRecognizeRequest(_message.Message):
+    __slots__ = ("config", "audio", "callback")
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    CALLBACK_FIELD_NUMBER: _ClassVar[int]
+    config: RecognitionConfig
+    audio: RecognitionAudio
+    callback: WebhookCallback
+    def __init__(self, config: _Optional[_Union[RecognitionConfig, _Mapping]] = ..., audio: _Optional[_Union[RecognitionAudio, _Mapping]] = ..., callback: _Optional[_Union[WebhookCallback, _Mapping]] = ...) -> None: ...
+
+class WebhookCallback(_message.Message):
+    __slots__ = ("url", "secret")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    secret: str
+    def __init__(self, url: _Optional[str] = ..., secret: _Optional[str] = ...) -> None: ...
+
+class LongRunningRecognizeResponse(_message.Message):
+    __slots__ = ("results", "total_billed_time", "request_id")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BILLED_TIME_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SpeechRecognitionResult]
+    total_billed_time: _duration_pb2.Duration
+    request_id: str
+    def __init__(self, results: _Optional[_Iterable[_Union[SpeechRecognitionResult, _Mapping]]] = ..., total_billed_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class LongRunningRecognizeMetadata(_message.Message):
+    __slots__ = ("progress_percent", "start_time", "last_update_time", "uri", "state", "attempts", "webhook")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATE_UNSPECIFIED: _ClassVar[LongRunningRecognizeMetadata.State]
+        QUEUED: _ClassVar[LongRunningRecognizeMetadata.State]
+        RUNNING: _ClassVar[LongRunningRecognizeMetadata.State]
+        SUCCEEDED: _ClassVar[LongRunningRecognizeMetadata.State]
+        FAILED: _ClassVar[LongRunningRecognizeMetadata.State]
+        CANCELLED: _ClassVar[LongRunningRecognizeMetadata.State]
+    STATE_UNSPECIFIED: LongRunningRecognizeMetadata.State
+    QUEUED: LongRunningRecognizeMetadata.State
+    RUNNING: LongRunningRecognizeMetadata.State
+    SUCCEEDED: LongRunningRecognizeMetadata.State
+    FAILED: LongRunningRecognizeMetadata.State
+    CANCELLED: LongRunningRecognizeMetadata.State
+    PROGRESS_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAST_UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    URI_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    WEBHOOK_FIELD_NUMBER: _ClassVar[int]
+    progress_percent: int
+    start_time: _timestamp_pb2.Timestamp
+    last_update_time: _timestamp_pb2.Timestamp
+    uri: str
+    state: LongRunningRecognizeMetadata.State
+    attempts: int
+    webhook: WebhookDelivery
+    def __init__(self, progress_percent: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., uri: _Optional[str] = ..., state: _Optional[_Union[LongRunningRecognizeMetadata.State, str]] = ..., attempts: _Optional[int] = ..., webhook: _Optional[_Union[WebhookDelivery, _Mapping]] = ...) -> None: ...
+
+class WebhookDelivery(_message.Message):
+    __slots__ = ("url", "state", "attempts", "delivery_id", "last_error", "last_attempt_time")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATE_UNSPECIFIED: _ClassVar[WebhookDelivery.State]
+        PENDING: _ClassVar[WebhookDelivery.State]
+        DELIVERED: _ClassVar[WebhookDelivery.State]
+        FAILED: _ClassVar[WebhookDelivery.State]
+    STATE_UNSPECIFIED: WebhookDelivery.State
+    PENDING: WebhookDelivery.State
+    DELIVERED: WebhookDelivery.State
+    FAILED: WebhookDelivery.State
+    URL_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    LAST_ATTEMPT_TIME_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    state: WebhookDelivery.State
+    attempts: int
+    delivery_id: str
+    last_error: str
+    last_attempt_time: _timestamp_pb2.Timestamp
+    def __init__(self, url: _Optional[str] = ..., state: _Optional[_Union[WebhookDelivery.State, str]] = ..., attempts: _Optional[int] = ..., delivery_id: _Optional[str] = ..., last_error: _Optional[str] = ..., last_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from google.longrunning import operations_pb2 as google_dot_longrunning_dot_operations__pb2
 from . import speech_pb2 as oasr_dot_speech_dot_v1_dot_speech__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -45,6 +46,11 @@ class SpeechStub:
                 request_serializer=oasr_dot_speech_dot_v1_dot_speech__pb2.StreamingRecognizeRequest.SerializeToString,
                 response_deserializer=oasr_dot_speech_dot_v1_dot_speech__pb2.StreamingRecognizeResponse.FromString,
                 _registered_method=True)
+        self.LongRunningRecognize = channel.unary_unary(
+                '/oasr.speech.v1.Speech/LongRunningRecognize',
+                request_serializer=oasr_dot_speech_dot_v1_dot_speech__pb2.LongRunningRecognizeRequest.SerializeToString,
+                response_deserializer=google_dot_longrunning_dot_operations__pb2.Operation.FromString,
+                _registered_method=True)
 
 
 class SpeechServicer:
@@ -66,6 +72,16 @@ class SpeechServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LongRunningRecognize(self, request, context):
+        """Queues a recording as a batch job and answers at once with its Operation; poll it with
+        the google.longrunning.Operations service on the same port. When done, the operation's
+        `response` is a LongRunningRecognizeResponse and its `metadata` (always) a
+        LongRunningRecognizeMetadata.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SpeechServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -78,6 +94,11 @@ def add_SpeechServicer_to_server(servicer, server):
                     servicer.StreamingRecognize,
                     request_deserializer=oasr_dot_speech_dot_v1_dot_speech__pb2.StreamingRecognizeRequest.FromString,
                     response_serializer=oasr_dot_speech_dot_v1_dot_speech__pb2.StreamingRecognizeResponse.SerializeToString,
+            ),
+            'LongRunningRecognize': grpc.unary_unary_rpc_method_handler(
+                    servicer.LongRunningRecognize,
+                    request_deserializer=oasr_dot_speech_dot_v1_dot_speech__pb2.LongRunningRecognizeRequest.FromString,
+                    response_serializer=google_dot_longrunning_dot_operations__pb2.Operation.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -135,6 +156,33 @@ class Speech:
             '/oasr.speech.v1.Speech/StreamingRecognize',
             oasr_dot_speech_dot_v1_dot_speech__pb2.StreamingRecognizeRequest.SerializeToString,
             oasr_dot_speech_dot_v1_dot_speech__pb2.StreamingRecognizeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LongRunningRecognize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oasr.speech.v1.Speech/LongRunningRecognize',
+            oasr_dot_speech_dot_v1_dot_speech__pb2.LongRunningRecognizeRequest.SerializeToString,
+            google_dot_longrunning_dot_operations__pb2.Operation.FromString,
             options,
             channel_credentials,
             insecure,

@@ -16,9 +16,10 @@ from typing import Any
 import grpc
 
 from app.audio import AudioDecoder
+from app.channels import channel_results, run_offline_channels, waveforms
 from app.engine_service import EngineService
-from app.grpc_audio import BufferedAudio
-from app.grpc_convert import (
+from app.grpc.audio import BufferedAudio
+from app.grpc.convert import (
     AudioSpec,
     RpcError,
     alternatives,
@@ -31,10 +32,11 @@ from app.grpc_convert import (
     result_language,
     to_rpc_error,
 )
-from app.grpc_live import LiveSession, VadProvider
+from app.grpc.live import LiveCall
+from app.live import VadModelCache
 from app.metrics import Metrics
 from app.middleware import key_matches
-from app.offline import RequestTimeout, inflight_permit, run_offline
+from app.offline import RequestTimeout, inflight_permit
 from app.routes.openai import check_model
 from app.settings import Settings
 from protos.oasr.speech.v1 import speech_pb2 as pb
@@ -83,7 +85,6 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
     def __init__(self, app: Any, calls: ActiveCalls | None = None):
         self._state = app.state
         self._calls = calls or ActiveCalls()
-        self._vad = VadProvider(app.state.settings)
 
     # state is read per call: the lifespan fills it in before the listener starts
     @property
@@ -160,21 +161,45 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         if not request.audio.content:
             raise invalid("RecognitionAudio.content is empty; send the audio bytes in it")
         rid = config.request_id or uuid.uuid4().hex
+        separate = config.enable_separate_recognition_per_channel
         async with inflight_permit(self.service):
             audio = await self.decoder.decode(request.audio.content, encoding=spec.encoding,
                                               sample_rate=spec.sample_rate, channels=spec.channels,
-                                              max_seconds=self.settings.max_audio_seconds)
-            out = await self._run_offline(audio.samples, options, context)
-        logger.info("Recognize %s: %.2f s of audio", rid, out.duration)
-        return recognize_response(out, config, rid)
+                                              max_seconds=self.settings.max_audio_seconds, keep_channels=separate)
+            outs = await self._run_offline(waveforms(audio, separate), options, context)
+        logger.info("Recognize %s: %.2f s of audio, %d channel(s)", rid, audio.duration, len(outs))
+        if not separate:
+            return recognize_response(outs[0], config, rid)
+        return pb.RecognizeResponse(request_id=rid, total_billed_time=billed(audio.duration),
+                                    results=channel_results(outs, config, separate))
 
-    async def _run_offline(self, samples: Any, options: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def _run_offline(self, channels: list[Any], options: Any, context: grpc.aio.ServicerContext) -> Any:
+        """`run_offline` on each waveform at once (one, unless per-channel); their outputs in order."""
         timeout, clients = self._timeout(context)
         try:
-            return await run_offline(self.service, samples, options, api=API, timeout=timeout)
+            return await run_offline_channels(self.service, channels, options, api=API, timeout=timeout)
         except RequestTimeout as exc:
             message = "the call's deadline passed before recognition finished" if clients else exc.message
             raise RpcError(grpc.StatusCode.DEADLINE_EXCEEDED, message) from exc
+
+    # ------------------------------------------------------------------ LongRunningRecognize
+
+    async def LongRunningRecognize(
+        self, request: pb.LongRunningRecognizeRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        """Queue a batch job (app/jobs); its Operation comes back at once."""
+        from app.jobs.grpc_operations import submit_operation
+
+        code = grpc.StatusCode.OK
+        try:
+            self._authorize(context)
+            return await submit_operation(self._state.jobs, request)
+        except RpcError as err:
+            code = err.code
+            await context.abort(err.code, err.message)
+            raise  # not reached: abort raises
+        finally:
+            self._count("LongRunningRecognize", code)
 
     # ------------------------------------------------------------------ StreamingRecognize
 
@@ -222,15 +247,54 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
             gauge = self.metrics.stream_sessions_active.labels(api=API)
             gauge.inc()
             try:
-                if self._live(streaming_config, spec):
-                    session = LiveSession(self.service, self.settings, streaming_config, spec, options, rid,
-                                          self._vad)
-                    async for response in session.run(audio_in):
+                if config.enable_separate_recognition_per_channel:
+                    if self._live(streaming_config, spec):
+                        raise RpcError(grpc.StatusCode.UNIMPLEMENTED,
+                                       "per-channel recognition of a live stream is not implemented; send the "
+                                       "stream to an offline server without single_utterance and voice activity "
+                                       "events, where it is recognized per channel after half-close")
+                    yield await self._buffered_channels(audio_in, spec, options, config, rid, context)
+                elif self._live(streaming_config, spec):
+                    call = LiveCall(self.service, self.settings, streaming_config, spec, options, rid,
+                                    VadModelCache.of(self._state))
+                    async for response in call.run(audio_in):
                         yield response
                 else:
                     yield await self._buffered(audio_in, spec, options, config, rid, context)
             finally:
                 gauge.dec()
+
+    async def _buffered_channels(
+        self,
+        audio_in: AsyncIterator[bytes],
+        spec: AudioSpec,
+        options: Any,
+        config: pb.RecognitionConfig,
+        rid: str,
+        context: grpc.aio.ServicerContext,
+    ) -> pb.StreamingRecognizeResponse:
+        """Offline engine, enable_separate_recognition_per_channel: the stream is buffered whole, then
+        every channel is recognized as its own request; one final result per channel."""
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in audio_in:
+            size += len(chunk)
+            if size > self.settings.max_body_bytes:
+                raise RpcError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                               f"the stream is larger than {self.settings.max_audio_mib:g} MiB (--max-audio-mib)")
+            chunks.append(chunk)
+        if not size:
+            raise invalid("the stream carried no audio_content before half-close")
+        audio = await self.decoder.decode(b"".join(chunks), encoding=spec.encoding, sample_rate=spec.sample_rate,
+                                          channels=spec.channels, max_seconds=self.settings.max_audio_seconds,
+                                          keep_channels=True)
+        outs = await self._run_offline(waveforms(audio, True), options, context)
+        results = [
+            pb.StreamingRecognitionResult(alternatives=r.alternatives, is_final=True, result_end_time=r.result_end_time,
+                                          language_code=r.language_code, channel_tag=r.channel_tag)
+            for r in channel_results(outs, config, True)
+        ]
+        return pb.StreamingRecognizeResponse(results=results, total_billed_time=billed(audio.duration), request_id=rid)
 
     def _live(self, streaming_config: pb.StreamingRecognitionConfig, spec: AudioSpec) -> bool:
         """Streaming engines always; an offline engine too when the client wants utterances cut by
@@ -279,7 +343,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         samples = await buffer.finish(self.decoder)
         if not len(samples):
             raise invalid("the stream's audio holds no samples")
-        out = await self._run_offline(samples, options, context)
+        [out] = await self._run_offline([samples], options, context)
         logger.info("StreamingRecognize %s (buffered): %.2f s of audio in %.2f s", rid, out.duration,
                     time.monotonic() - started)
         result = pb.StreamingRecognitionResult(

@@ -7,7 +7,7 @@ import grpc
 import numpy as np
 
 from app.audio import AudioDecodeError, AudioDecoder, AudioEncoding, StreamResampler, headerless_to_mono
-from app.grpc_convert import AudioSpec, RpcError
+from app.grpc.convert import AudioSpec, RpcError
 from app.settings import Settings
 
 SAMPLE_BYTES = {AudioEncoding.LINEAR16: 2, AudioEncoding.LINEAR32F: 4, AudioEncoding.MULAW: 1, AudioEncoding.ALAW: 1}

@@ -3,11 +3,11 @@
 Runs on the same event loop as uvicorn (started from the FastAPI lifespan), so RPC handlers
 reach the engine through the same `EngineService` as the HTTP routes.
 
-    app/grpc_service.py   the listener: bind, health following readiness, reflection, drain
-    app/grpc_speech.py    the servicer: Recognize, StreamingRecognize (buffered on offline engines)
-    app/grpc_live.py      one live StreamingRecognize: engine streaming requests, server-VAD turns
-    app/grpc_audio.py     stream audio: headerless chunks -> model-rate samples, container buffer
-    app/grpc_convert.py   proto <-> engine types and the status-code table
+    app/grpc/service.py   the listener: bind, health following readiness, reflection, drain
+    app/grpc/speech.py    the servicer: Recognize, StreamingRecognize (buffered on offline engines)
+    app/grpc/live.py      one live StreamingRecognize: engine streaming requests, server-VAD turns
+    app/grpc/audio.py     stream audio: headerless chunks -> model-rate samples, container buffer
+    app/grpc/convert.py   proto <-> engine types and the status-code table
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from app.grpc_speech import ActiveCalls, SpeechServicer
+from app.grpc.speech import ActiveCalls, SpeechServicer
 from app.settings import Settings
 from protos.oasr.speech.v1 import speech_pb2, speech_pb2_grpc
 
@@ -101,10 +101,16 @@ async def start_grpc_server(app: Any, settings: Settings) -> GrpcServer:
     )
     calls = ActiveCalls()
     speech_pb2_grpc.add_SpeechServicer_to_server(SpeechServicer(app, calls), server)  # type: ignore[no-untyped-call]
+    from google.longrunning import operations_pb2_grpc
+
+    from app.jobs.grpc_operations import OperationsServicer
+
+    operations_pb2_grpc.add_OperationsServicer_to_server(OperationsServicer(app), server)  # type: ignore[no-untyped-call]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, "google.longrunning.Operations",
+         reflection.SERVICE_NAME),
         server,
     )
     address = f"{settings.host}:{settings.grpc_port}"

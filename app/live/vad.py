@@ -1,7 +1,8 @@
 """The server's one voice-activity model, loaded on first use and shared by every surface
-(realtime server VAD, `chunking_strategy` segmentation), and the batcher that scores all live
-sessions' audio together. Silero keeps per-stream state outside the model, so one instance
-serves all streams."""
+(server VAD of `/v1/realtime` and gRPC StreamingRecognize, `chunking_strategy` segmentation),
+and the batcher that scores all live sessions' audio together. Silero keeps per-stream state
+outside the model, so one instance serves all streams. A model that fails to load is
+remembered (`VadModelCache.error`): callers get None, and the server stays up."""
 
 from __future__ import annotations
 

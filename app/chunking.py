@@ -28,8 +28,8 @@ from starlette.requests import Request
 from app.disconnect import wait_for_disconnect
 from app.engine_service import EngineService
 from app.errors import ApiError
+from app.live.vad import VadModelCache
 from app.offline import run_offline
-from app.realtime.vad import VadModelCache
 from engine import DecodingOptions, RequestOutput, Segment, Word
 from engine.errors import InvalidRequestError
 from engine.vad import VoiceActivityModel, speech_segments

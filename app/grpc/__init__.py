@@ -1,0 +1,1 @@
+"""The gRPC surface (`oasr.speech.v1.Speech`): listener, servicer, live streams, proto <-> engine types."""

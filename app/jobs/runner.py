@@ -1,0 +1,148 @@
+"""Running one job: its audio (spool or `file://` uri) -> decode -> one engine request per
+channel (or the downmix), at the jobs' engine priority -> a LongRunningRecognizeResponse.
+
+Progress is observed through the serving bridge: the offline Whisper decoder reports each
+finished 30 s window as a partial output whose `duration` is the audio decoded so far, so
+progress = decoded seconds / total seconds over all channels. Families that report no
+partials offline jump from 0 to 100 % when they finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+from app.audio import AudioDecoder, AudioError
+from app.channels import channel_results, waveforms
+from app.engine_service import EngineService
+from app.grpc.convert import RpcError, audio_spec, billed, decoding_options
+from app.jobs.model import Job
+from app.jobs.spool import Spool
+from app.jobs.uri import resolve_audio_uri
+from engine import RequestOutput
+from engine.errors import EngineError, EngineShutdownError
+from protos.oasr.speech.v1 import speech_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+API = "jobs"
+
+
+class JobFailed(Exception):
+    """The job cannot succeed: `code` is the google.rpc.Code stored on the operation."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class EngineGone(Exception):
+    """The engine is shutting down: the job goes back to the queue."""
+
+
+@dataclass(frozen=True)
+class JobRuntime:
+    """What running a job needs from the server."""
+
+    service: EngineService
+    decoder: AudioDecoder
+    spool: Spool
+    audio_uri_root: str | None
+    max_audio_seconds: float
+    priority: int
+
+
+def _read_audio(job: Job, runtime: JobRuntime) -> bytes:
+    if job.audio_digest is not None:
+        return runtime.spool.read(job.audio_digest)
+    assert job.audio_uri is not None
+    path: Path = resolve_audio_uri(job.audio_uri, runtime.audio_uri_root)
+    return path.read_bytes()
+
+
+async def recognize_job(job: Job, runtime: JobRuntime,
+                        on_progress: Callable[[int], Awaitable[None]]) -> pb.LongRunningRecognizeResponse:
+    """Raises JobFailed (the job fails), EngineGone (requeue), or CancelledError (stopped)."""
+    request = pb.LongRunningRecognizeRequest.FromString(job.request)
+    config = request.config
+    try:
+        spec = audio_spec(config)
+        options = decoding_options(config)
+        data = await asyncio.to_thread(_read_audio, job, runtime)
+        separate = config.enable_separate_recognition_per_channel
+        audio = await runtime.decoder.decode(data, encoding=spec.encoding, sample_rate=spec.sample_rate,
+                                             channels=spec.channels, max_seconds=runtime.max_audio_seconds,
+                                             keep_channels=separate)
+    except RpcError as exc:
+        raise JobFailed(exc.code, exc.message) from exc
+    except AudioError as exc:
+        raise JobFailed(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+    except OSError as exc:  # the spooled file or the uri's file vanished
+        raise JobFailed(grpc.StatusCode.NOT_FOUND, f"the job's audio cannot be read: {exc}") from exc
+    except Exception as exc:
+        if type(exc).__name__ == "InvalidJobError":  # the uri no longer resolves under the root
+            raise JobFailed(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+        raise
+    channels = waveforms(audio, separate)
+    outs = await _run_channels(runtime, channels, options, on_progress)
+    return pb.LongRunningRecognizeResponse(request_id=config.request_id or job.name,
+                                           total_billed_time=billed(audio.duration),
+                                           results=channel_results(outs, config, separate))
+
+
+async def _run_channels(runtime: JobRuntime, channels: list[np.ndarray], options: object,
+                        on_progress: Callable[[int], Awaitable[None]]) -> list[RequestOutput]:
+    service = runtime.service
+    rate = service.engine.sample_rate
+    totals = [max(len(c) / rate, 1e-9) for c in channels]
+    decoded = [0.0] * len(channels)
+    streams = []
+    try:
+        try:
+            for samples in channels:  # opened back to back: the engine sees them together and batches them
+                streams.append(service.open_request(samples, decoding=options, priority=runtime.priority))  # type: ignore[arg-type]
+        except EngineShutdownError as exc:
+            raise EngineGone(str(exc)) from exc
+        except EngineError as exc:
+            raise JobFailed(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+        for samples in channels:
+            service.metrics.audio_seconds.labels(api=API, mode="offline").inc(len(samples) / rate)
+        finals: list[RequestOutput | None] = [None] * len(channels)
+        reported = 0
+        while any(f is None for f in finals):
+            waiting = {asyncio.ensure_future(s.get()): i for i, s in enumerate(streams) if finals[i] is None}
+            try:
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for fut in waiting:
+                    if not fut.done():
+                        fut.cancel()
+            for fut in done:
+                i = waiting[fut]
+                out = fut.result()
+                if out.finished:
+                    finals[i] = out
+                    decoded[i] = totals[i]
+                else:
+                    decoded[i] = min(out.duration, totals[i])
+            percent = min(99, int(100 * sum(decoded) / sum(totals)))
+            if percent > reported:
+                reported = percent
+                await on_progress(percent)
+        results = [f for f in finals if f is not None]
+        for out in results:
+            if out.finish_reason == "error":
+                if out.error_stage == "shutdown":
+                    raise EngineGone(out.error or "shutdown")
+                raise JobFailed(grpc.StatusCode.INTERNAL, f"recognition failed at {out.error_stage}: {out.error}")
+        return results
+    finally:
+        for s in streams:
+            service.close(s.request_id)  # aborts what still runs (cancel, lost lease, failure elsewhere)

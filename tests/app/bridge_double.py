@@ -1,0 +1,42 @@
+"""A scripted stand-in for `EngineService` at the seam the live surfaces use (open_request, feed,
+close, engine.sample_rate, engine.runner.check_options): the test plays the engine by putting
+outputs into each request's real `OutputStream`, and reads back what was fed and closed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from app.engine_service import OutputStream
+from app.metrics import Metrics
+from engine.errors import InvalidRequestError
+
+
+class ScriptedService:
+    def __init__(self, sample_rate: int = 16000) -> None:
+        self.metrics = Metrics()
+        self.engine = type("E", (), {"sample_rate": sample_rate, "runner": self})()
+        self.streams: dict[str, OutputStream] = {}
+        self.fed: dict[str, list[tuple[int, bool]]] = {}
+        self.closed: list[str] = []
+        self.refuse: Exception | None = None
+        """Raised by open_request while set (an engine refusing new requests)."""
+
+    def check_options(self, options: Any, streaming: bool) -> None:
+        if options.language not in (None, "en"):
+            raise InvalidRequestError(f"model is English-only: language {options.language!r} is not supported")
+
+    def open_request(self, audio: Any, *, streaming: bool, decoding: Any) -> OutputStream:
+        if self.refuse is not None:
+            raise self.refuse
+        rid = f"req-{len(self.streams)}"
+        self.streams[rid] = OutputStream(rid)
+        self.fed[rid] = []
+        return self.streams[rid]
+
+    def feed(self, rid: str, chunk: np.ndarray, is_last: bool = False) -> None:
+        self.fed[rid].append((chunk.size, is_last))
+
+    def close(self, rid: str) -> None:
+        self.closed.append(rid)
