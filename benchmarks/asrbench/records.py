@@ -139,19 +139,20 @@ def resolve_run(ref: str) -> Path:
 
 
 def list_runs() -> list[Path]:
-    """Stored runs, newest first."""
+    """Stored runs, newest first (by the directory's time stamp, then by when it was last written)."""
     root = results_root()
     if not root.is_dir():
         return []
-    return sorted((p for p in root.iterdir() if (p / "run.json").is_file()), key=lambda p: p.name, reverse=True)
+    runs = [p for p in root.iterdir() if (p / "run.json").is_file()]
+    return sorted(runs, key=lambda p: (p.name.split("_", 1)[0], p.stat().st_mtime), reverse=True)
 
 
 def list_validations() -> list[Path]:
     root = results_root() / VALIDATION
     if not root.is_dir():
         return []
-    return sorted((p for p in root.iterdir() if (p / "validation.json").is_file()), key=lambda p: p.name,
-                  reverse=True)
+    found = [p for p in root.iterdir() if (p / "validation.json").is_file()]
+    return sorted(found, key=lambda p: (p.name.split("_", 1)[0], p.stat().st_mtime), reverse=True)
 
 
 def _git(*args: str) -> str | None:

@@ -44,17 +44,19 @@ def test_report_puts_runs_side_by_side_with_ratios_against_the_peer(selftest_run
 def test_validate_measures_wer_and_drift_against_a_reference(bench_dirs: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     base = ["validate", "--backend", "mock", "--dataset", "synthetic/default"]
+    before = set(list_validations())
     assert cli.main([*base, "-o", "error_rate=0"]) == 0
-    clean = list_validations()[0]
+    (clean,) = set(list_validations()) - before
     assert "WER 0.0 %" in capsys.readouterr().out
     assert cli.main([*base, "-o", "error_rate=0.6", "--max-wer", "30"]) == 1
     assert cli.main([*base, "-o", "error_rate=0.6", "--reference", clean.name, "--max-drift-wer", "10"]) == 1
     out = capsys.readouterr().out
     assert "drift WER" in out and "hypotheses changed" in out
-    report = json.loads((list_validations()[0] / "validation.json").read_text())
-    assert report["drift"]["drift_wer_pct"] > 10 and report["drift"]["changed"] > 0
+    reports = {d: json.loads((d / "validation.json").read_text()) for d in set(list_validations()) - before}
+    drifted = [r for r in reports.values() if r.get("drift")]
+    assert len(drifted) == 1 and drifted[0]["drift"]["drift_wer_pct"] > 10 and drifted[0]["drift"]["changed"] > 0
     assert cli.main([*base, "-o", "error_rate=0", "--reference", clean.name, "--max-drift-wer", "0"]) == 0
-    noisy = list_validations()[2]
+    noisy = next(d for d, r in reports.items() if not r.get("drift") and r["backend"]["options"]["error_rate"] > 0)
     assert cli.main(["compare", clean.name, noisy.name]) == 1, "validations compare on wer_pct"
     assert cli.main(["compare", clean.name, clean.name]) == 0
 
