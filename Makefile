@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test lint typecheck protos bench-offline bench-smoke bench-selftest clean system-deps
+.PHONY: install serve test lint typecheck protos bench-offline bench-smoke bench-selftest clean system-deps cuda-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,21 @@ $(STAMP): $(PY) pyproject.toml
 	$(PIP) install -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# engine._C: the C++ kernels (and the CUDA ones, on a CUDA torch with nvcc) compiled against the
+# installed torch, outside pip (its build isolation would fetch a CUDA torch to build against).
+# A failed build is logged and the engine runs the Python reference; the op tests then fail.
+EXT_SOURCES := $(wildcard engine/csrc/*.cpp engine/csrc/*.cu engine/csrc/*.h engine/csrc/*.cuh) engine/csrc/build.py
+EXT_STAMP := build/ext/.built
+
+$(EXT_STAMP): $(STAMP) $(EXT_SOURCES)
+	$(PY) -m engine.csrc.build
+	@mkdir -p $(@D) && touch $@
+
+install: $(STAMP) $(EXT_STAMP)
+
+# Every .cu file must compile with this machine's nvcc (object files only: no GPU needed).
+cuda-check: install
+	$(PY) -m engine.csrc.build --cuda-check
 
 serve: install
 	$(VENV)/bin/uvicorn app.main:app --host $${OASR_HOST:-0.0.0.0} --port $${OASR_PORT:-8000}
@@ -43,6 +57,7 @@ system-deps:
 	fi
 
 test: lint system-deps
+	$(PY) -m engine.csrc.build --cuda-check --if-nvcc
 	$(PY) -m pytest -q -ra
 
 protos: install
@@ -58,4 +73,4 @@ bench-selftest: install
 	$(PY) -m benchmarks.asrbench run --profile selftest --backend mock
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache engine/_C*.so

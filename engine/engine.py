@@ -28,6 +28,7 @@ from engine.errors import EngineShutdownError, InvalidRequestError, UnknownReque
 from engine.families import family_options, resolve_family
 from engine.gc_freeze import freeze_heap, thaw_heap
 from engine.metrics import EngineMetrics
+from engine.ops.extension import extension_status
 from engine.request import Request, RequestStatus
 from engine.runner import ModelInfo, ModelRunner
 from engine.scheduler import Scheduler, SchedulerOutput, WaitingRequest
@@ -44,6 +45,7 @@ class ASREngine:
     def __init__(self, config: EngineConfig | None = None, runner: ModelRunner | None = None):
         self.config = config or EngineConfig()
         self.config.validate()
+        self.kernels = extension_status()  # logs once which path the operators take
         if self.config.num_threads:
             import torch
 
@@ -103,7 +105,7 @@ class ASREngine:
         }
         card.update(mi.details)
         card.update(streaming=mi.supports_streaming, service_mode=self.config.service_mode,
-                    streaming_enabled=self.streaming_enabled)
+                    streaming_enabled=self.streaming_enabled, kernels=self.kernels.as_info())
         return card
 
     @property

@@ -109,6 +109,11 @@ class KaldiFbank:
         """Features of each 1-D waveform, (frames_i, num_mel_bins) float32, in ONE batched
         computation: every waveform is framed as a view, frames of all of them are stacked
         without padding, transformed together, and split back."""
+        if self.device.type == "cuda":
+            from engine.ops.fbank import kaldi_fbank_batched, kernel_for
+
+            if kernel_for(self.device):  # one CUDA kernel launch for every frame of every stream
+                return kaldi_fbank_batched(waveforms, self._window, self._banks, self.opts)
         opts = self.opts
         counts = [frames_for(int(w.shape[0]), opts) for w in waveforms]
         framed = [
@@ -125,12 +130,18 @@ class KaldiFbank:
         return [next(it) if n > 0 else feats.new_zeros(0, opts.num_mel_bins) for n in counts]
 
     def _compute(self, frames: torch.Tensor) -> torch.Tensor:
-        opts = self.opts
-        frames = frames - frames.mean(dim=1, keepdim=True)  # remove DC offset
-        # Pre-emphasis within the frame; the first sample uses itself as predecessor (Kaldi).
-        prev = torch.cat([frames[:, :1], frames[:, :-1]], dim=1)
-        frames = (frames - opts.preemph_coeff * prev) * self._window
-        spectrum = torch.fft.rfft(frames, n=opts.padded_window_size, dim=1)  # (N, P/2 + 1)
-        power = spectrum.real.square() + spectrum.imag.square()
-        mel = power[:, : opts.padded_window_size // 2] @ self._banks  # (N, M)
-        return torch.log(mel.clamp_min(FLT_EPSILON)).float()
+        return log_mel_frames(frames, self._window, self._banks, self.opts)
+
+
+def log_mel_frames(
+    frames: torch.Tensor, window: torch.Tensor, banks: torch.Tensor, opts: FbankOptions
+) -> torch.Tensor:
+    """Log-mel energies of frames (N, window_size) float32 -> (N, num_mel_bins)."""
+    frames = frames - frames.mean(dim=1, keepdim=True)  # remove DC offset
+    # Pre-emphasis within the frame; the first sample uses itself as predecessor (Kaldi).
+    prev = torch.cat([frames[:, :1], frames[:, :-1]], dim=1)
+    frames = (frames - opts.preemph_coeff * prev) * window
+    spectrum = torch.fft.rfft(frames, n=opts.padded_window_size, dim=1)  # (N, P/2 + 1)
+    power = spectrum.real.square() + spectrum.imag.square()
+    mel = power[:, : opts.padded_window_size // 2] @ banks  # (N, M)
+    return torch.log(mel.clamp_min(FLT_EPSILON)).float()

@@ -2,3 +2,6 @@
 
 Run as `python -m benchmarks.asrbench --help`; see docs/benchmarking.md.
 """
+
+SUITE_VERSION = "2.0"
+"""Recorded in every run, validation and dataset card; bumped when what is measured changes."""

@@ -66,3 +66,8 @@ def to_wav_bytes(audio: np.ndarray) -> bytes:
     buf = io.BytesIO()
     sf.write(buf, np.clip(audio, -1.0, 1.0), SAMPLE_RATE, subtype="PCM_16", format="WAV")
     return buf.getvalue()
+
+
+def write_flac(path: Path, audio: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sf.write(str(path), np.clip(audio, -1.0, 1.0), SAMPLE_RATE, format="FLAC", subtype="PCM_16")

@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from benchmarks.asrbench.errors import ThresholdsError as ThresholdsError
+
 OK, REGRESSION, NOT_COMPARABLE = 0, 1, 2
 
 HIGHER_IS_BETTER = frozenset({"rtfx", "req_per_s"})
@@ -49,8 +51,6 @@ DEFAULT_KINDS: dict[str, dict[str, Any]] = {
 }
 
 
-class ThresholdsError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -121,8 +121,10 @@ def comparable(base: dict[str, Any], cand: dict[str, Any]) -> list[str]:
     return reasons
 
 
-def compare(base: dict[str, Any], cand: dict[str, Any], thresholds: Thresholds) -> tuple[int, list[dict[str, Any]]]:
-    """(exit code, one row per gated metric and per missing/failed point)."""
+def compare(base: dict[str, Any], cand: dict[str, Any], thresholds: Thresholds,
+            allow_missing: bool = False) -> tuple[int, list[dict[str, Any]]]:
+    """(exit code, one row per gated metric and per missing/failed point). With
+    `allow_missing`, results the candidate lacks are listed without failing the gate."""
     if comparable(base, cand):
         return NOT_COMPARABLE, []
     rows: list[dict[str, Any]] = []
@@ -131,6 +133,9 @@ def compare(base: dict[str, Any], cand: dict[str, Any], thresholds: Thresholds) 
         if bp["status"] != "ok":
             continue  # nothing to hold the candidate to
         cp = cand["points"].get(point)
+        if cp is None and allow_missing:
+            rows.append({"point": point, "metric": "*", "verdict": "missing (allowed)"})
+            continue
         if cp is None or cp["status"] != "ok":
             rows.append({"point": point, "metric": "*", "verdict": "missing" if cp is None else cp["status"]})
             worst = REGRESSION
@@ -155,13 +160,42 @@ def compare(base: dict[str, Any], cand: dict[str, Any], thresholds: Thresholds) 
     return worst, rows
 
 
-def render(base: dict[str, Any], cand: dict[str, Any], code: int, rows: list[dict[str, Any]]) -> str:
+def compare_validations(base: dict[str, Any], cand: dict[str, Any],
+                        max_wer_points: float) -> tuple[int, str, dict[str, Any]]:
+    """Two validation reports: same dataset, revision, items and normaliser, or not comparable;
+    a regression when the candidate's WER rose by more than `max_wer_points` or it failed requests."""
+    head = f"compare validation {base.get('validation_id')} (base) -> {cand.get('validation_id')} (candidate)"
+    if base.get("kind") != "validation" or cand.get("kind") != "validation":
+        return NOT_COMPARABLE, head + "\nNOT COMPARABLE: a validation report compares only with another", {}
+    differ = [k for k in ("dataset", "revision", "items", "normalizer") if base.get(k) != cand.get(k)]
+    if differ:
+        detail = ", ".join(f"{k}: {base.get(k)!r} vs {cand.get(k)!r}" for k in differ)
+        return NOT_COMPARABLE, f"{head}\nNOT COMPARABLE: {detail}", {"not_comparable": differ}
+    b, c = base.get("wer_pct"), cand.get("wer_pct")
+    delta = None if b is None or c is None else round(c - b, 2)
+    problems = []
+    if delta is None or delta > max_wer_points:
+        problems.append(f"wer_pct {b} -> {c} ({delta:+} points > {max_wer_points})" if delta is not None
+                        else "wer_pct missing")
+    if cand.get("failed"):
+        problems.append(f"{cand['failed']} failed request(s) in the candidate")
+    code = REGRESSION if problems else OK
+    text = "\n".join([head, "| metric | base | cand | change | allowed |", "|---|---|---|---|---|",
+                      f"| wer_pct | {b} | {c} | {delta} | +{max_wer_points} |",
+                      *(f"REGRESSION: {p}" for p in problems), "RESULT: " + ("ok" if code == OK else "REGRESSION")])
+    return code, text, {"code": code, "wer_pct": {"base": b, "cand": c, "delta": delta}, "problems": problems}
+
+
+def render(base: dict[str, Any], cand: dict[str, Any], code: int, rows: list[dict[str, Any]],
+           verbose: bool = True) -> str:
     sim = " [SIMULATED]" if base["simulated"] or cand["simulated"] else ""
     head = f"compare {base['run_id']} (base) -> {cand['run_id']} (candidate){sim}"
     if code == NOT_COMPARABLE:
         return "\n".join([head, "NOT COMPARABLE:", *(f"  - {r}" for r in comparable(base, cand))])
     lines = [head, "| point | metric | base | cand | change | allowed | spread | verdict |", "|---" * 8 + "|"]
     for r in rows:
+        if not verbose and r["verdict"] == "ok":
+            continue
         change = f"{r['change']:+.1%}" if r.get("change") is not None else ""
         lines.append(f"| {r['point']} | {r['metric']} | {r.get('base', '')} | {r.get('cand', '')} | {change} | "
                      f"{r.get('allowed', '')} | {r.get('spread', '')} | {r['verdict']} |")

@@ -1,11 +1,18 @@
 """Run directories and their raw records.
 
-    <results_root>/<run_id>/
-        run.json          environment, resolved profile, backend options, per-kind status
+    <results root>/<YYYYmmdd-HHMMSS>_<profile>_<backend>_<run-id>/
+        run.json          schema and suite versions, environment, resolved profile, backend
+                          options and info, workloads, per-benchmark status
         requests.jsonl    one line per request (warm-up included, flagged by `phase`)
         sessions.jsonl    one line per streaming session
         resources.jsonl   CPU/RSS samples from the out-of-process monitor
+        workloads/*.json  every resolved workload, item by item
         summary.json      derived from the above only (`recompute` checks that)
+    <results root>/validation/<stamp>_<backend>_<id>/   validate output
+    <results root>/baselines/<name>/                    save-baseline copies
+
+A command that reads a run takes a directory path, a directory name under the results
+root, a run id as `runs` prints it (or a unique prefix), a baseline name, or `latest`.
 """
 
 from __future__ import annotations
@@ -24,15 +31,15 @@ from typing import Any
 
 import psutil
 
+from benchmarks.asrbench.errors import RunNotFoundError as RunNotFoundError
 from benchmarks.asrbench.paths import REPO_ROOT, results_root
 
-PACKAGES = ("numpy", "torch", "faster-whisper", "ctranslate2", "fastapi", "uvicorn", "grpcio", "httpx",
-            "websockets", "jiwer", "whisper-normalizer", "psutil", "oasr")
+PACKAGES = ("numpy", "torch", "faster-whisper", "ctranslate2", "transformers", "pywhispercpp", "fastapi", "uvicorn",
+            "grpcio", "httpx", "websockets", "jiwer", "whisper-normalizer", "psutil", "oasr")
 BASELINES = "baselines"
+VALIDATION = "validation"
 
 
-class RunNotFoundError(LookupError):
-    pass
 
 
 class Recorder:
@@ -62,12 +69,25 @@ class Recorder:
             f.close()
 
 
-def new_run_dir(profile: str, label: str) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    safe = re.sub(r"[^A-Za-z0-9_.=-]+", "-", label).strip("-")
-    run_dir = results_root() / f"{stamp}-{profile}-{safe}-{uuid.uuid4().hex[:4]}"
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.=-]+", "-", text).strip("-")
+
+
+def new_run_dir(profile: str, label: str, parent: Path | None = None) -> tuple[Path, str]:
+    """(directory, run id): `<YYYYmmdd-HHMMSS>_<profile>_<backend>_<run-id>` under the results root."""
+    run_id = uuid.uuid4().hex[:8]
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_dir = (parent or results_root()) / f"{stamp}_{_safe(profile)}_{_safe(label)}_{run_id}"
     run_dir.mkdir(parents=True)
-    return run_dir
+    return run_dir, run_id
+
+
+def new_validation_dir(backend: str) -> tuple[Path, str]:
+    vid = uuid.uuid4().hex[:8]
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    out = results_root() / VALIDATION / f"{stamp}_{_safe(backend)}_{vid}"
+    out.mkdir(parents=True)
+    return out, vid
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -94,27 +114,45 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     }
 
 
+RECORD_FILES = ("run.json", "validation.json")
+
+
+def _is_record(path: Path) -> bool:
+    return any((path / f).is_file() for f in RECORD_FILES)
+
+
 def resolve_run(ref: str) -> Path:
-    """A run by path, by id under the results root, by baseline name, or `latest`."""
+    """A run or validation by path, by directory name, by id (or unique prefix), by baseline
+    name, or `latest`."""
     root = results_root()
-    candidates = [Path(ref), root / ref, root / BASELINES / ref]
-    for cand in candidates:
-        if (cand / "run.json").is_file():
+    for cand in (Path(ref).expanduser(), root / ref, root / BASELINES / ref, root / VALIDATION / ref):
+        if _is_record(cand):
             return cand
     runs = list_runs()
     if ref == "latest" and runs:
-        return runs[-1]
-    matches = [r for r in runs if r.name.startswith(ref)]
+        return runs[0]
+    pool = runs + list_validations()
+    matches = [r for r in pool if r.name.rsplit("_", 1)[-1].startswith(ref) or r.name.startswith(ref)]
     if len(matches) == 1:
         return matches[0]
-    raise RunNotFoundError(f"no run {ref!r} (looked under {root}; {len(matches)} prefix matches)")
+    raise RunNotFoundError(f"no run {ref!r} (looked under {root}; {len(matches)} matches)")
 
 
 def list_runs() -> list[Path]:
+    """Stored runs, newest first (by the directory's time stamp, then by when it was last written)."""
     root = results_root()
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if (p / "run.json").is_file())
+    runs = [p for p in root.iterdir() if (p / "run.json").is_file()]
+    return sorted(runs, key=lambda p: (p.name.split("_", 1)[0], p.stat().st_mtime), reverse=True)
+
+
+def list_validations() -> list[Path]:
+    root = results_root() / VALIDATION
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if (p / "validation.json").is_file()]
+    return sorted(found, key=lambda p: (p.name.split("_", 1)[0], p.stat().st_mtime), reverse=True)
 
 
 def _git(*args: str) -> str | None:
@@ -156,5 +194,6 @@ def environment() -> dict[str, Any]:
         "packages": versions,
         "hostname": platform.node(),
         "env": {k: v for k, v in os.environ.items()
-                if k.startswith(("ASRBENCH_", "OASR_", "OMP_", "MKL_", "CT2_"))},
+                if k.startswith(("ASRBENCH_", "OASR_", "OMP_", "MKL_", "CT2_"))
+                or k in ("CKPT_DIR", "WHISPER_CKPT", "LJSPEECH_DIR", "AUDIO_DIR", "WAV_DIR")},
     }

@@ -41,23 +41,36 @@ def distribution(values: Sequence[float], prefix: str) -> dict[str, Any]:
     }
 
 
-@lru_cache(maxsize=1)
-def _normalizer() -> Any:
-    from whisper_normalizer.english import EnglishTextNormalizer
-
-    return EnglishTextNormalizer()
+NORMALIZERS = ("english", "basic", "none")
+"""english: Whisper's English normaliser (English-specific rules); basic: Whisper's
+language-neutral one (lower case, no punctuation or diacritics); none: whitespace only."""
 
 
-def normalize(text: str) -> str:
-    return " ".join(_normalizer()(text).split())
+@lru_cache(maxsize=2)
+def _normalizer(name: str) -> Any:
+    if name == "english":
+        from whisper_normalizer.english import EnglishTextNormalizer
+
+        return EnglishTextNormalizer()
+    if name == "basic":
+        from whisper_normalizer.basic import BasicTextNormalizer
+
+        return BasicTextNormalizer()
+    if name == "none":
+        return lambda text: text
+    raise ValueError(f"unknown normaliser {name!r}; known: {NORMALIZERS}")
 
 
-def wer(references: Sequence[str], hypotheses: Sequence[str]) -> dict[str, Any]:
-    """Corpus WER (errors / reference words) after the Whisper English normalizer, plus the
-    share of empty hypotheses. References that normalize to nothing are left out."""
+def normalize(text: str, normalizer: str = "english") -> str:
+    return " ".join(_normalizer(normalizer)(text).split())
+
+
+def wer(references: Sequence[str], hypotheses: Sequence[str], normalizer: str = "english") -> dict[str, Any]:
+    """Corpus WER (errors / reference words) after the normaliser (Whisper's English one by
+    default), plus the share of empty hypotheses. References that normalize to nothing are left out."""
     import jiwer
 
-    pairs = [(normalize(r), normalize(h)) for r, h in zip(references, hypotheses, strict=True)]
+    pairs = [(normalize(r, normalizer), normalize(h, normalizer)) for r, h in zip(references, hypotheses, strict=True)]
     pairs = [(r, h) for r, h in pairs if r]
     if not pairs:
         return {"wer": None, "empty_rate": None, "n_scored": 0}

@@ -21,14 +21,14 @@ from typing import Any
 
 from benchmarks.asrbench.stats import distribution, iqr, rnd, wer
 
-SCHEMA = 1
+SCHEMA = 2
 CONCURRENT_KINDS = ("throughput", "load")
 
 
-def _references(meta: dict[str, Any], kind: str) -> dict[str, str]:
-    ds_name = meta["kinds"].get(kind, {}).get("dataset")
-    ds = meta["workload"]["datasets"].get(ds_name, {})
-    return {i["id"]: i["text"] for i in ds.get("items", [])}
+def _references(meta: dict[str, Any], benchmark: str) -> dict[str, str]:
+    workload = meta["benchmarks"].get(benchmark, {}).get("workload")
+    described = meta["workload"]["workloads"].get(workload, {})
+    return {i["id"]: i["text"] for i in described.get("items", []) if i.get("text")}
 
 
 def _accuracy(records: list[dict[str, Any]], refs: dict[str, str]) -> dict[str, Any]:
@@ -88,8 +88,16 @@ def _request_point(kind: str, records: list[dict[str, Any]], refs: dict[str, str
     if "concurrency" in records[0] or "clients" in records[0]:
         metrics["concurrency"] = records[0].get("concurrency", records[0].get("clients"))
     if kind == "cold_start" and ok:
-        for key in ("process_ms", "import_ms", "start_ms", "first_request_ms"):
-            metrics[f"{key}_mean"] = rnd(statistics.mean(r[key] for r in ok))
+        for key in ("process_ms", "import_ms", "start_ms", "first_request_ms", "init_s", "warm_request_ms"):
+            values = [r[key] for r in ok if key in r]
+            metrics[f"{key}_mean"] = rnd(statistics.mean(values)) if values else None
+    if kind in ("single", "longform"):
+        by_bucket: dict[str, list[float]] = defaultdict(list)
+        for r in ok:
+            if r.get("bucket"):
+                by_bucket[r["bucket"]].append(r["latency_ms"])
+        for bucket, values in sorted(by_bucket.items()):
+            metrics.update(distribution(values, f"bucket.{bucket}.latency_ms"))
     metrics.update(_accuracy(records, refs))
     return _point(ok, records, metrics, spread)
 
@@ -148,24 +156,27 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
     """`run` as returned by records.load_run."""
     meta = run["meta"]
     points: dict[str, Any] = {}
-    for kind, status in meta["kinds"].items():
+    for name, status in meta["benchmarks"].items():
         if status["status"] != "ok":
-            points[f"{kind}/*"] = {"status": status["status"], "reason": status.get("reason", "")}
-    grouped: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+            points[f"{name}/*"] = {"status": status["status"], "reason": status.get("reason", ""),
+                                   "kind": status["kind"]}
+    grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in run["requests"]:
         if r["phase"] == "measure":
-            grouped[(r["kind"], r["point"])].append(r)
-    for (kind, point), recs in sorted(grouped.items()):
-        points[f"{kind}/{point}"] = _request_point(kind, recs, _references(meta, kind))
-    sessions: dict[str, list[dict[str, Any]]] = defaultdict(list)
+            grouped[(r["benchmark"], r["kind"], r["point"])].append(r)
+    for (bench, kind, point), recs in sorted(grouped.items()):
+        points[f"{bench}/{point}"] = {**_request_point(kind, recs, _references(meta, bench)), "kind": kind}
+    sessions: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for s in run["sessions"]:
         if s["phase"] == "measure":
-            sessions[s["point"]].append(s)
-    for point, recs in sorted(sessions.items()):
-        points[f"streaming/{point}"] = _session_point(recs, _references(meta, "streaming"))
+            sessions[(s["benchmark"], s["point"])].append(s)
+    for (bench, point), recs in sorted(sessions.items()):
+        points[f"{bench}/{point}"] = {**_session_point(recs, _references(meta, bench)), "kind": "streaming"}
     return {
         "schema": SCHEMA,
         "run_id": meta["run_id"],
+        "dir": meta.get("dir", meta["run_id"]),
+        "tag": meta.get("tag"),
         "profile": meta["profile"]["name"],
         "workload_hash": meta["workload"]["hash"],
         "backend": meta["backend"]["name"],

@@ -17,13 +17,17 @@ def test_faster_whisper_transcribes_real_speech_and_reports_unsupported_kinds(
         bench_dirs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if not DEFAULT_MANIFEST.is_file():
         pytest.skip(f"shared speech data not present at {DEFAULT_MANIFEST}")
-    tiny = {"description": "test", "dataset": "speech", "max_clip_s": 5.0, "seed": 0,
-            "kinds": {"single": {"warmup": 0, "requests": 3}, "batch": {}, "streaming": {}}}
+    tiny = {"name": "tiny-real", "description": "test", "defaults": {"primary": "manifest/speech"},
+            "workloads": {"clips": {"dataset": "${primary}", "sampling": "first", "num_items": 3,
+                                    "duration_range": [0, 5], "require_text": True}},
+            "benchmarks": [{"name": "single", "kind": "single", "workload": "clips", "warmup": 0},
+                           {"name": "batch", "kind": "batch", "workload": "clips"},
+                           {"name": "streaming", "kind": "streaming", "workload": "clips"}]}
     monkeypatch.setitem(profiles.PROFILES, "tiny-real", tiny)
     run_dir = runner.run("tiny-real", "faster_whisper", ["compute_type=int8"])
     meta = json.loads((run_dir / "run.json").read_text())
-    assert meta["kinds"]["batch"]["status"] == "unsupported" and "ONE file" in meta["kinds"]["batch"]["reason"]
-    assert meta["kinds"]["streaming"]["status"] == "unsupported"
+    assert meta["benchmarks"]["batch"]["status"] == "unsupported" and "ONE file" in meta["benchmarks"]["batch"]["reason"]
+    assert meta["benchmarks"]["streaming"]["status"] == "unsupported"
     assert meta["backend"]["simulated"] is False and meta["backend"]["info"]["ctranslate2"]
     summary = json.loads((run_dir / "summary.json").read_text())
     single = summary["points"]["single/default"]

@@ -14,8 +14,10 @@ from benchmarks.asrbench.summary import summarize
 def test_selftest_runs_every_kind_and_writes_all_records(selftest_run: Path, bench_dirs: Path) -> None:
     assert selftest_run.parent == bench_dirs / "results"
     meta = json.loads((selftest_run / "run.json").read_text())
-    assert meta["status"] == "ok"
-    assert {k: v["status"] for k, v in meta["kinds"].items()} == {k: "ok" for k in KINDS}
+    assert meta["status"] == "ok" and meta["finished_utc"] and meta["schema_version"] == 2
+    assert {v["kind"]: v["status"] for v in meta["benchmarks"].values()} == {k: "ok" for k in KINDS}
+    assert selftest_run.name.endswith("_selftest_mock_" + meta["run_id"])
+    assert {p.stem for p in (selftest_run / "workloads").glob("*.json")} == {"utterances", "long"}
     assert meta["backend"]["simulated"] is True
     env = meta["environment"]
     assert env["cpu_logical"] >= 1 and env["memory_total_mb"] > 0 and env["packages"]["numpy"]
@@ -27,7 +29,7 @@ def test_selftest_runs_every_kind_and_writes_all_records(selftest_run: Path, ben
     summary = json.loads((selftest_run / "summary.json").read_text())
     assert summary["simulated"] is True
     single = summary["points"]["single/default"]["metrics"]
-    assert single["n"] == 6 and single["rtfx"] > 0 and single["latency_ms_p50"] <= single["latency_ms_p99"]
+    assert single["n"] == 6 and single["rtfx"] > 0 and single["bucket.very_short.latency_ms_p50"] is not None and single["latency_ms_p50"] <= single["latency_ms_p99"]
 
 
 def test_warmup_is_recorded_but_excluded_from_summaries(selftest_run: Path) -> None:

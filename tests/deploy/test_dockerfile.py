@@ -119,7 +119,13 @@ def _without_options(args: list[str]) -> list[str]:
 
 
 def _resolve(value: str, args: dict[str, str]) -> str:
-    return re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), value)
+    """Expand build args, also in defaults that name another arg (BUILDER_IMAGE=${BASE_IMAGE})."""
+    for _ in range(len(args) + 1):
+        expanded = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), value)
+        if expanded == value:
+            break
+        value = expanded
+    return value
 
 
 def test_base_images_are_pinned_to_an_exact_version() -> None:
@@ -295,3 +301,14 @@ def test_ports_and_grace_agree_with_the_settings_defaults() -> None:
     assert exposed == {fields["port"].default, fields["grpc_port"].default}
     # uvicorn must not cut in-flight HTTP work sooner than the app promises to let it finish.
     assert float(_cmd_option("--timeout-graceful-shutdown")) >= fields["shutdown_grace_secs"].default
+
+
+def test_image_builds_the_kernels_as_make_install_does() -> None:
+    """engine._C is compiled in the builder like `make install` compiles it (strict: an image
+    must not silently ship without kernels)."""
+    make = MAKEFILE.read_text()
+    assert "$(PY) -m engine.csrc.build" in make and "install: $(STAMP) $(EXT_STAMP)" in make
+    runs = [ins.value for ins in _stages()[1] if ins.name == "RUN"]
+    builds = [r for r in runs if "python -m engine.csrc.build --strict" in r]
+    assert builds, "the builder stage does not compile engine._C"
+    assert "TORCH_CUDA_ARCH_LIST" in builds[0], "the CUDA arch list build arg does not reach the build"

@@ -4,8 +4,12 @@ breaks the backend that needs it."""
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
-from benchmarks.asrbench.backends.base import Backend, BackendError
+from benchmarks.asrbench.errors import BackendError
+
+if TYPE_CHECKING:
+    from benchmarks.asrbench.backends.base import Backend
 
 _REGISTRY = {
     "mock": ("benchmarks.asrbench.backends.mock", "MockBackend"),
@@ -13,6 +17,8 @@ _REGISTRY = {
     "oasr_engine": ("benchmarks.asrbench.backends.oasr_engine", "OasrEngineBackend"),
     "oasr_server": ("benchmarks.asrbench.backends.oasr_server", "OasrServerBackend"),
     "openai_http": ("benchmarks.asrbench.backends.openai_http", "OpenAIHttpBackend"),
+    "transformers": ("benchmarks.asrbench.backends.transformers_asr", "TransformersBackend"),
+    "whisper_cpp": ("benchmarks.asrbench.backends.whisper_cpp", "WhisperCppBackend"),
 }
 PEER = "faster_whisper"
 """The backend reports compute ratios against."""

@@ -10,20 +10,17 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+import yaml
+
+from benchmarks.asrbench.errors import BackendError as BackendError
+from benchmarks.asrbench.errors import OptionError as OptionError
 
 KINDS = ("cold_start", "single", "batch", "throughput", "load", "longform", "streaming")
 
 
-class BackendError(RuntimeError):
-    """A backend failed to start, or answered a request with an error."""
-
-
-class OptionError(ValueError):
-    """A `-o key=value` backend option is unknown or has a bad value."""
 
 
 @dataclass(frozen=True)
@@ -47,16 +44,19 @@ class Option:
     choices: tuple[Any, ...] | None = None
 
     def parse(self, key: str, raw: str) -> Any:
-        kind = type(self.default) if self.default is not None else str
+        """`raw` is parsed as YAML (`-o "engine={max_wait_time: 0.05}"`, `-o "server_args=[--x, y]"`),
+        then checked against the type of the default."""
         try:
-            if kind is bool:
-                if raw.lower() not in ("1", "0", "true", "false", "yes", "no"):
-                    raise ValueError(raw)
-                value: Any = raw.lower() in ("1", "true", "yes")
-            else:
-                value = kind(raw)
-        except ValueError as exc:
-            raise OptionError(f"option {key}={raw!r}: expected {kind.__name__}") from exc
+            value: Any = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise OptionError(f"option {key}={raw!r}: not valid YAML ({exc})") from exc
+        kind = type(self.default) if self.default is not None else None
+        if kind is str:
+            value = raw if not isinstance(value, str) else value  # `-o model=1.0` stays the string "1.0"
+        elif kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if (kind is not None and not isinstance(value, kind)) or (kind is int and isinstance(value, bool)):
+            raise OptionError(f"option {key}={raw!r}: expected {kind.__name__ if kind else 'a value'}")
         if self.choices is not None and value not in self.choices:
             raise OptionError(f"option {key}={raw!r}: expected one of {list(self.choices)}")
         return value
@@ -64,13 +64,16 @@ class Option:
 
 @dataclass
 class Utterance:
-    """One clip as a request: the decoded audio, its prepared WAV, and its reference."""
+    """One workload item as a request: the decoded audio and its reference.
+
+    Every backend gets the same waveform: in-process backends the array, network backends
+    the same samples as a PCM16 WAV (encoded once, before timing starts)."""
 
     item_id: str
     audio: np.ndarray
     """float32 mono at 16 kHz."""
-    wav_path: Path
     text: str
+    bucket: str = ""
     _wav: bytes | None = field(default=None, repr=False)
 
     @property
@@ -79,7 +82,9 @@ class Utterance:
 
     def wav_bytes(self) -> bytes:
         if self._wav is None:
-            self._wav = self.wav_path.read_bytes()
+            from benchmarks.asrbench.audio import to_wav_bytes
+
+            self._wav = to_wav_bytes(self.audio)
         return self._wav
 
 
@@ -144,10 +149,30 @@ class Backend(ABC):
             key, sep, raw = pair.partition("=")
             if not sep:
                 raise OptionError(f"backend option {pair!r} is not key=value")
+            key = cls.ALIASES.get(key, key)
             if key not in cls.OPTIONS:
                 raise OptionError(f"backend {cls.name} has no option {key!r}; known: {sorted(cls.OPTIONS)}")
             values[key] = cls.OPTIONS[key].parse(key, raw)
         return values
+
+    ALIASES: ClassVar[dict[str, str]] = {}
+    """Alternative option names (`url` for `base_url`)."""
+
+    REQUIRES: ClassVar[str | None] = None
+    """The optional package (distribution name) this backend needs, if any."""
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why this backend cannot run here (its optional package is missing), or None."""
+        if cls.REQUIRES is None:
+            return None
+        from importlib import metadata
+
+        try:
+            metadata.version(cls.REQUIRES)
+        except metadata.PackageNotFoundError:
+            return f"{cls.REQUIRES} is not installed (pip install {cls.REQUIRES})"
+        return None
 
     @property
     def label(self) -> str:
@@ -163,6 +188,9 @@ class Backend(ABC):
 
     def stop(self) -> None:  # noqa: B027 - optional hook, like start
         """Release everything `start` acquired; idempotent."""
+
+    def prepare(self, utt: Utterance) -> None:  # noqa: B027 - optional hook
+        """Encode `utt`'s request payload; runs before timing starts (network backends)."""
 
     @abstractmethod
     def transcribe(self, utt: Utterance) -> str:

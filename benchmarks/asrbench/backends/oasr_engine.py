@@ -33,6 +33,7 @@ from benchmarks.asrbench.backends.base import (
     supported,
     unsupported,
 )
+from benchmarks.asrbench.paths import default_ckpt_dir
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,9 @@ class OasrEngineBackend(Backend):
     name = "oasr_engine"
     summary = "OASR ASREngine in process (native batching; live streaming when the model supports it)"
     OPTIONS: ClassVar[dict[str, Option]] = {
-        "ckpt_dir": Option("", "checkpoint dir; empty = the embedded Whisper tiny.en"),
+        "ckpt_dir": Option(default_ckpt_dir(), "checkpoint dir; default $CKPT_DIR, empty = the embedded Whisper tiny.en"),
+        "dtype": Option("auto", "EngineConfig.dtype: auto (float16 on CUDA, float32 on CPU), float32, float16, bfloat16"),
+        "engine": Option({}, "further EngineConfig fields, e.g. -o \"engine={max_wait_time: 0.05}\""),
         "service_mode": Option("streaming", "engine service mode", ("streaming", "offline")),
         "max_batch_size": Option(16, "requests decoded together (EngineConfig.max_batch_size)"),
         "quantization": Option("none", "EngineConfig.quantization", ("none", "int8_w8a8")),
@@ -83,12 +86,17 @@ class OasrEngineBackend(Backend):
             from engine import ASREngine, EngineConfig
         except ImportError as exc:
             raise BackendError(f"cannot import the engine: {exc}") from exc
+        unknown = set(self.options["engine"]) - set(EngineConfig.__dataclass_fields__)
+        if unknown:
+            raise BackendError(f"-o engine=: EngineConfig has no field(s) {sorted(unknown)}")
         config = EngineConfig(
             ckpt_dir=self.options["ckpt_dir"] or None,
+            dtype=self.options["dtype"],
             service_mode=self.options["service_mode"],
             max_batch_size=int(self.options["max_batch_size"]),
             quantization=self.options["quantization"],
             num_threads=int(self.options["num_threads"]) or None,
+            **self.options["engine"],
         )
         self._engine = ASREngine(config)
         delay_ms = float(self.options["step_delay_ms"])

@@ -22,6 +22,7 @@ from benchmarks.asrbench.backends.base import (
 from benchmarks.asrbench.backends.grpc_speech import GrpcSpeechClient
 from benchmarks.asrbench.backends.openai_http import OpenAIHttpClient
 from benchmarks.asrbench.backends.server_process import ServerProcess
+from benchmarks.asrbench.paths import default_ckpt_dir
 
 
 class OasrServerBackend(Backend):
@@ -29,6 +30,8 @@ class OasrServerBackend(Backend):
     summary = "OASR server (suite-managed uvicorn, or attached) over HTTP or gRPC"
     OPTIONS: ClassVar[dict[str, Option]] = {
         "transport": Option("http", "request transport", ("http", "grpc")),
+        "ckpt_dir": Option(default_ckpt_dir(), "OASR_CKPT_DIR of a managed server; default $CKPT_DIR"),
+        "dtype": Option("auto", "OASR_DTYPE of a managed server"),
         "base_url": Option("", "attach to a running server's HTTP root instead of starting one"),
         "grpc_target": Option("", "attached server's gRPC host:port (default: base_url's host, port 50051)"),
         "service_mode": Option("streaming", "OASR_SERVICE_MODE of a managed server", ("streaming", "offline")),
@@ -38,8 +41,11 @@ class OasrServerBackend(Backend):
                                  ("none", "server_vad")),
         "model": Option("", "`model` sent with requests; empty = the server's default"),
         "concurrency": Option(8, "requests the throughput kind keeps in flight"),
+        "server_pid": Option(0, "attached server's process id, so the resource monitor samples it"),
         "startup_timeout_s": Option(300.0, "seconds a managed server may take to become ready"),
     }
+
+    ALIASES: ClassVar[dict[str, str]] = {"url": "base_url", "grpc_addr": "grpc_target"}
 
     def __init__(self, options: dict[str, Any]) -> None:
         super().__init__(options)
@@ -82,6 +88,10 @@ class OasrServerBackend(Backend):
         else:
             env = {"OASR_SERVICE_MODE": self.options["service_mode"], "OASR_QUANTIZATION": self.options["quantization"],
                    "OASR_LOG_LEVEL": "warning"}
+            if self.options["ckpt_dir"]:
+                env["OASR_CKPT_DIR"] = self.options["ckpt_dir"]
+            if self.options["dtype"] != "auto":
+                env["OASR_DTYPE"] = self.options["dtype"]
             if int(self.options["max_batch_size"]):
                 env["OASR_MAX_BATCH_SIZE"] = str(self.options["max_batch_size"])
             self._server = ServerProcess(env, float(self.options["startup_timeout_s"]))
@@ -110,6 +120,9 @@ class OasrServerBackend(Backend):
             self._server.stop()
             self._server = None
 
+    def prepare(self, utt: Utterance) -> None:
+        utt.wav_bytes()
+
     def transcribe(self, utt: Utterance) -> str:
         client = self._http or self._grpc
         if client is None:
@@ -127,7 +140,9 @@ class OasrServerBackend(Backend):
         return int(self.options["concurrency"])
 
     def pids(self) -> dict[str, int]:
-        return {"server": self._server.proc.pid} if self._server is not None else {}
+        if self._server is not None:
+            return {"server": self._server.proc.pid}
+        return {"server": int(self.options["server_pid"])} if int(self.options["server_pid"]) else {}
 
     def info(self) -> dict[str, Any]:
         info: dict[str, Any] = {"base_url": self._base_url, "managed": self._server is not None}

@@ -14,6 +14,7 @@ from benchmarks.asrbench.backends.base import (
     BackendError,
     Capability,
     Option,
+    StreamSession,
     Utterance,
     supported,
     unsupported,
@@ -62,7 +63,14 @@ class OpenAIHttpBackend(Backend):
         "language": Option("en", "`language` form field; empty omits it"),
         "api_key": Option("", "Bearer token, if the server wants one"),
         "concurrency": Option(8, "requests the throughput kind keeps in flight"),
+        "realtime": Option(False, "the server also speaks the OpenAI realtime transcription WebSocket (/v1/realtime)"),
+        "streaming_mode": Option("native", "what its realtime sessions do, as recorded with streaming results: "
+                                 "native (partials while audio arrives) or buffered (decoded after the end)",
+                                 ("native", "buffered")),
+        "server_pid": Option(0, "the server's process id, so the resource monitor samples it"),
     }
+
+    ALIASES: ClassVar[dict[str, str]] = {"url": "base_url"}
 
     def __init__(self, options: dict[str, Any]) -> None:
         super().__init__(options)
@@ -78,8 +86,8 @@ class OpenAIHttpBackend(Backend):
             "throughput": supported(),
             "load": supported(),
             "longform": supported(),
-            "streaming": unsupported("generic OpenAI servers: only HTTP transcription is benchmarked "
-                                     "(use oasr_server for /v1/realtime)"),
+            "streaming": supported(f"/v1/realtime, {self.options['streaming_mode']}") if self.options["realtime"]
+            else unsupported("not declared: pass -o realtime=true if the server has /v1/realtime"),
         }
 
     def start(self) -> None:
@@ -93,13 +101,25 @@ class OpenAIHttpBackend(Backend):
             self._client.close()
             self._client = None
 
+    def prepare(self, utt: Utterance) -> None:
+        utt.wav_bytes()
+
     def transcribe(self, utt: Utterance) -> str:
         if self._client is None:
             raise BackendError("backend not started")
         return self._client.transcribe(utt)
 
+    def open_stream(self, utt: Utterance) -> StreamSession:
+        from benchmarks.asrbench.backends.realtime import RealtimeStream
+
+        return RealtimeStream(self.options["base_url"], self.options["model"], "none", self.options["api_key"])
+
     def concurrency(self) -> int:
         return int(self.options["concurrency"])
 
+    def pids(self) -> dict[str, int]:
+        return {"server": int(self.options["server_pid"])} if int(self.options["server_pid"]) else {}
+
     def info(self) -> dict[str, Any]:
-        return {"base_url": self.options["base_url"]}
+        return {"base_url": self.options["base_url"], "realtime": self.options["realtime"],
+                "streaming_mode": self.options["streaming_mode"] if self.options["realtime"] else None}

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.asrbench.backends.base import Backend, Utterance
-from benchmarks.asrbench.datasets import Dataset
 from benchmarks.asrbench.records import Recorder
+from benchmarks.asrbench.workloads import Workload
 
 logger = logging.getLogger(__name__)
 
@@ -18,27 +18,41 @@ logger = logging.getLogger(__name__)
 @dataclass
 class KindContext:
     backend: Backend
-    dataset: Dataset
+    workload: Workload
     recorder: Recorder
     t0: float
     """perf_counter() at the start of the run; every *_ms field is relative to it."""
     seed: int
     backend_name: str
     backend_pairs: list[str]
+    benchmark: str = ""
+    """Name of the benchmark being run (records carry it; a profile may run one kind twice)."""
     shared: dict[str, Any] = field(default_factory=dict)
     """Results one kind leaves for a later one (e.g. measured capacity for open-loop load)."""
+    _utterances: dict[int, Utterance] = field(default_factory=dict, repr=False)
 
     def ms(self, t: float) -> float:
         return round((t - self.t0) * 1000.0, 3)
 
-    def utterances(self, count: int, offset: int = 0) -> list[Utterance]:
-        """`count` clips in dataset order starting at `offset`, wrapping around: deterministic."""
-        items = self.dataset.items
+    def utterances(self, count: int | None = None, offset: int = 0) -> list[Utterance]:
+        """`count` items of the workload in its order from `offset`, wrapping around (all of
+        them when None): deterministic."""
+        items = self.workload.items
+        count = len(items) if count is None else count
         out = []
         for k in range(count):
-            item = items[(offset + k) % len(items)]
-            out.append(Utterance(item.id, self.dataset.audio(item), self.dataset.wav_path(item), item.text))
+            index = (offset + k) % len(items)
+            if index not in self._utterances:
+                w = items[index]
+                utt = Utterance(w.uid, self.workload.audio(w), w.text or "", bucket=w.bucket)
+                self.backend.prepare(utt)  # payload encoding stays outside every timed window
+                self._utterances[index] = utt
+            out.append(self._utterances[index])
         return out
+
+    def warmup_count(self, cfg: dict[str, Any], measured: int) -> int:
+        """`warmup: all` is a full pass over what will be measured; an integer is that many items."""
+        return measured if cfg["warmup"] == "all" else int(cfg["warmup"])
 
 
 def timed_request(ctx: KindContext, fn: Callable[[Utterance], str], utt: Utterance, *, kind: str, point: str,
@@ -54,7 +68,7 @@ def timed_request(ctx: KindContext, fn: Callable[[Utterance], str], utt: Utteran
     done = time.perf_counter()
     start = send if sched is None else sched
     record = {
-        "kind": kind, "point": point, "phase": phase, "seq": seq, "item_id": utt.item_id,
+        "benchmark": ctx.benchmark or kind, "kind": kind, "point": point, "bucket": utt.bucket, "phase": phase, "seq": seq, "item_id": utt.item_id,
         "audio_s": round(utt.duration_s, 4), "sched_ms": ctx.ms(start), "send_ms": ctx.ms(send),
         "done_ms": ctx.ms(done), "latency_ms": round((done - start) * 1000.0, 3),
         "send_lag_ms": round((send - start) * 1000.0, 3), "ok": ok, "error": error, "text": text, **extra,

@@ -20,8 +20,11 @@ import numpy as np
 
 from benchmarks.asrbench.kinds.base import KindContext, sleep_until, timed_request
 
-DEFAULTS = {"closed": [1, 2], "open_rates": [], "open_fractions": [0.5], "requests": 6, "warmup": 1,
-            "max_inflight": 64}
+DEFAULTS: dict[str, Any] = {"concurrency": [1, 2], "rates": [], "rate_fractions": [0.5], "num_requests": 0,
+                            "warmup": 1, "max_inflight": 64}
+"""concurrency: closed-loop client counts; rates (req/s) and rate_fractions (of the capacity the
+throughput benchmark measured) are open-loop points; num_requests 0 = the workload's items;
+warmup: requests per client before each closed-loop level (`all`: one full pass)."""
 START_SLACK_S = 0.05
 """The first open-loop arrival is scheduled this far ahead so it is not born late."""
 
@@ -68,17 +71,18 @@ def _open(ctx: KindContext, rate: float, point: str, count: int, seed: int, max_
 
 
 def run(ctx: KindContext, cfg: dict[str, Any]) -> None:
-    count = int(cfg["requests"])
-    for clients in cfg["closed"]:
+    count = int(cfg["num_requests"]) or len(ctx.workload.items)
+    for clients in cfg["concurrency"]:
         clients = int(clients)
-        if int(cfg["warmup"]):
-            _closed(ctx, clients, clients * int(cfg["warmup"]), "warmup")
+        warm = count if cfg["warmup"] == "all" else clients * int(cfg["warmup"])
+        if warm:
+            _closed(ctx, clients, warm, "warmup")
         _closed(ctx, clients, count, "measure")
-    points: list[tuple[float, str]] = [(float(r), f"open-{r}rps") for r in cfg["open_rates"]]
-    if cfg["open_fractions"]:
+    points: list[tuple[float, str]] = [(float(r), f"open-{r}rps") for r in cfg["rates"]]
+    if cfg["rate_fractions"]:
         capacity = ctx.shared.get("capacity_rps")
         if not capacity:
-            raise LoadError("open-loop fractions of capacity need the throughput kind to run first in the profile")
-        points += [(float(f) * capacity, f"open-{f}cap") for f in cfg["open_fractions"]]
+            raise LoadError("open-loop fractions of capacity need a throughput benchmark earlier in the profile")
+        points += [(float(f) * capacity, f"open-{f}cap") for f in cfg["rate_fractions"]]
     for k, (rate, point) in enumerate(points):
         _open(ctx, rate, point, count, ctx.seed + k, int(cfg["max_inflight"]))

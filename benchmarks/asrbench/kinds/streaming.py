@@ -23,8 +23,10 @@ from benchmarks.asrbench.kinds.base import KindContext, sleep_until
 
 logger = logging.getLogger(__name__)
 
-DEFAULTS = {"modes": ["paced", "unpaced"], "chunk_ms": 200, "sessions": 1, "count": 2, "late_ms": 50.0,
-            "warmup": 1, "timeout_s": 120.0}
+DEFAULTS: dict[str, Any] = {"modes": ["paced", "unpaced"], "chunk_ms": [200], "sessions": [1], "rounds": 1,
+                            "late_ms": 50.0, "warmup": 1, "timeout_s": 300.0}
+"""One point per (mode, chunk_ms, sessions): `sessions` concurrent sessions × `rounds`;
+warmup: unpaced sessions before the first point."""
 
 
 def run_session(ctx: KindContext, utt: Utterance, *, paced: bool, chunk_ms: int, late_ms: float, point: str,
@@ -61,7 +63,7 @@ def run_session(ctx: KindContext, utt: Utterance, *, paced: bool, chunk_ms: int,
     partial_times = [round((t - start) * 1000.0, 3) for t, _ in session.partials] if session else []
     final_t = session.final_t if session else None
     record = {
-        "kind": "streaming", "point": point, "phase": phase, "seq": seq, "item_id": utt.item_id,
+        "benchmark": ctx.benchmark or "streaming", "kind": "streaming", "point": point, "bucket": utt.bucket, "phase": phase, "seq": seq, "item_id": utt.item_id,
         "audio_s": round(utt.duration_s, 4), "paced": paced, "chunk_ms": chunk_ms, "chunks": n_chunks,
         "late_chunks": late, "max_late_ms": round(max_late, 3), "start_ms": ctx.ms(start),
         "end_of_audio_ms": ctx.ms(end_of_audio),
@@ -73,18 +75,29 @@ def run_session(ctx: KindContext, utt: Utterance, *, paced: bool, chunk_ms: int,
     return record
 
 
+def _point(mode: str, chunk_ms: int, sessions: int, cfg: dict[str, Any]) -> str:
+    """`paced`, `paced-s8`, `paced-c320-s8`: a coordinate is named only when the profile sweeps it."""
+    name = mode
+    if len(cfg["chunk_ms"]) > 1:
+        name += f"-c{chunk_ms}"
+    return name if sessions == 1 and len(cfg["sessions"]) <= 1 else f"{name}-s{sessions}"
+
+
 def run(ctx: KindContext, cfg: dict[str, Any]) -> None:
-    chunk_ms, late_ms, timeout_s = int(cfg["chunk_ms"]), float(cfg["late_ms"]), float(cfg["timeout_s"])
-    sessions = int(cfg["sessions"])
-    for w, utt in enumerate(ctx.utterances(int(cfg["warmup"]))):
-        run_session(ctx, utt, paced=False, chunk_ms=chunk_ms, late_ms=late_ms, point="warmup", phase="warmup",
+    late_ms, timeout_s = float(cfg["late_ms"]), float(cfg["timeout_s"])
+    first_chunk = int(cfg["chunk_ms"][0])
+    warm = ctx.utterances(ctx.warmup_count(cfg, max(int(s) for s in cfg["sessions"])))
+    for w, utt in enumerate(warm):
+        run_session(ctx, utt, paced=False, chunk_ms=first_chunk, late_ms=late_ms, point="warmup", phase="warmup",
                     seq=w, timeout_s=timeout_s)
     for mode in cfg["modes"]:
         if mode not in ("paced", "unpaced"):
             raise ValueError(f"streaming mode must be 'paced' or 'unpaced', got {mode!r}")
-        point = mode if sessions == 1 else f"{mode}-s{sessions}"
-        utts = ctx.utterances(int(cfg["count"]))
-        with ThreadPoolExecutor(max_workers=sessions, thread_name_prefix="stream") as pool:
-            list(pool.map(lambda su, m=mode, p=point: run_session(
-                ctx, su[1], paced=(m == "paced"), chunk_ms=chunk_ms, late_ms=late_ms, point=p, phase="measure",
-                seq=su[0], timeout_s=timeout_s), enumerate(utts)))
+        for chunk_ms in (int(c) for c in cfg["chunk_ms"]):
+            for sessions in (int(s) for s in cfg["sessions"]):
+                point = _point(mode, chunk_ms, sessions, cfg)
+                utts = ctx.utterances(sessions * int(cfg["rounds"]))
+                with ThreadPoolExecutor(max_workers=sessions, thread_name_prefix="stream") as pool:
+                    list(pool.map(lambda su, m=mode, p=point, c=chunk_ms: run_session(
+                        ctx, su[1], paced=(m == "paced"), chunk_ms=c, late_ms=late_ms, point=p, phase="measure",
+                        seq=su[0], timeout_s=timeout_s), enumerate(utts)))

@@ -13,7 +13,8 @@ from typing import Any
 
 from benchmarks.asrbench.kinds.base import KindContext, timed_request
 
-DEFAULTS = {"requests": 8, "repeats": 2, "warmup": 1, "concurrency": 0}
+DEFAULTS: dict[str, Any] = {"num_requests": 0, "repetitions": 2, "warmup": 1, "concurrency": 0}
+"""num_requests 0 = the workload's items; concurrency 0 = what the backend declares."""
 
 
 def _wave(ctx: KindContext, count: int, concurrency: int, phase: str, rep: int) -> float:
@@ -29,7 +30,9 @@ def _wave(ctx: KindContext, count: int, concurrency: int, phase: str, rep: int) 
 
 def run(ctx: KindContext, cfg: dict[str, Any]) -> None:
     concurrency = int(cfg["concurrency"]) or ctx.backend.concurrency()
-    for w in range(int(cfg["warmup"])):
-        _wave(ctx, concurrency, concurrency, "warmup", w)
-    rates = [_wave(ctx, int(cfg["requests"]), concurrency, "measure", rep) for rep in range(int(cfg["repeats"]))]
+    count = int(cfg["num_requests"]) or len(ctx.workload.items)
+    warm = count if cfg["warmup"] == "all" else concurrency * int(cfg["warmup"])
+    if warm:
+        _wave(ctx, warm, concurrency, "warmup", 0)
+    rates = [_wave(ctx, count, concurrency, "measure", rep) for rep in range(int(cfg["repetitions"]))]
     ctx.shared["capacity_rps"] = statistics.median(rates)

@@ -1,9 +1,11 @@
 """NeMo's CTC head (ConvASRDecoder: a 1x1 convolution to vocabulary + blank, blank last) and its
-decoding through the engine's shared CTC search (greedy and prefix beam, state carried across
-chunks: engine/models/wenet/ctc.py's `CTCState`, which puts blank at id 0).
+decoding through the engine's shared CTC search (greedy, and the `ctc_prefix_beam_search`
+operator with keyword biasing; state carried across chunks: engine/models/wenet/ctc.py's
+`CTCState`, which puts blank at id 0).
 
 The shared search expects blank first, so `CtcDecoder` moves NeMo's last column to the front
-and maps the ids back; both are O(V) per frame, nothing is searched twice.
+and maps the ids back (keyword tries are built in the shifted ids); both are O(V) per frame,
+nothing is searched twice.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import torch
 from torch import nn
 
 from engine.models.wenet.ctc import CTCState
+from engine.ops import ContextTrie
 
-# TODO(ops): move to engine.ops.ctc_prefix_beam_search (blank=, keyword tries) once it is on main.
+KEYWORD_BEAM = 4
+"""Beam of a greedy request that names keywords: biasing needs alternatives to promote."""
 
 
 class CtcHead(nn.Module):
@@ -33,10 +37,17 @@ class CtcDecoder:
     """One request's CTC search in NeMo's ids (blank = vocabulary size)."""
 
     beam_size: int
+    keywords: list[list[int]] = field(default_factory=list)
+    """Token-id sequences (NeMo ids) to bias toward, each token boosted by `boost`."""
+    boost: float = 0.0
     state: CTCState = field(init=False)
 
     def __post_init__(self) -> None:
-        self.state = CTCState(beam_size=self.beam_size)
+        trie = None
+        if self.keywords:
+            trie = ContextTrie.from_keywords([[t + 1 for t in k] for k in self.keywords], self.boost)
+        beam = max(self.beam_size, KEYWORD_BEAM) if trie is not None else self.beam_size
+        self.state = CTCState(beam_size=beam, trie=trie)
 
     def advance(self, log_probs: torch.Tensor) -> None:
         """log_probs (T, V + 1) with blank last (CPU)."""

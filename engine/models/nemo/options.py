@@ -33,6 +33,9 @@ class NemoOptions:
     that name none; unset is the 'medium' delay preset of the checkpoint's trained choices."""
     max_streams: int = 256
     """Live streams (and queued offline requests) at once: rows of the per-stream state slots."""
+    keyword_boost: float = 3.0
+    """CTC decoding: bonus (log-probability) per matched token of a request's keywords in the
+    prefix beam search (contextual biasing; the transducer decodes greedily and takes none)."""
 
 
 def select_look_ahead(cfg: EncoderConfig, chunk_size: int, num_left_chunks: int) -> tuple[int, int]:

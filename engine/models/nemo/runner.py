@@ -24,6 +24,7 @@ from engine.cache import BlockPool, BlockTable, KVSpec, plan_num_blocks
 from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError, UnsupportedError
+from engine.metrics import stage_timer
 from engine.models.nemo.buffered import BufferedEncoder, BufferedSchedule, BufferedStream
 from engine.models.nemo.cache_aware import CONV_CACHE, CacheAwareEncoder, CacheAwareStream, StreamGeometry
 from engine.models.nemo.checkpoint import NemoCheckpoint, load_checkpoint
@@ -152,8 +153,11 @@ class NemoRunner:
             raise UnsupportedError("this model only transcribes (task='translate' unsupported)")
         if options.prompt:
             raise UnsupportedError("this model takes no prompt")
-        if options.keywords:
-            raise UnsupportedError("keyword biasing is not implemented for NeMo checkpoints yet")
+        if options.keywords and self.method != "ctc":
+            raise UnsupportedError(
+                "keywords bias the CTC head's beam search; this model decodes with its transducer "
+                "(greedy, no biasing): serve it with decode_method='ctc' for keywords"
+            )
         if options.stream_context is not None:
             if self.streaming_kind != "buffered":
                 raise refuse_stream_context(self.look_ahead)
@@ -166,7 +170,10 @@ class NemoRunner:
         failed = []
         for req in requests:
             mode: Mode = self.streaming_kind if (req.streaming and self.streaming_kind) else "offline"
-            ctc = CtcDecoder(req.decoding.beam_size) if self.method == "ctc" else None
+            ctc = None
+            if self.method == "ctc":
+                keywords = [self.ckpt.tokenizer.encode(k) for k in req.decoding.keywords]
+                ctc = CtcDecoder(req.decoding.beam_size, [k for k in keywords if k], self.options.keyword_boost)
             state = DecodeState(hyp=None if ctc else Hypothesis(), ctc=ctc)
             job = _Job(req, mode, state)
             if mode != "offline":
@@ -232,7 +239,8 @@ class NemoRunner:
     def execute(self) -> list[RequestOutput]:
         self._step += 1
         outputs: list[RequestOutput] = []
-        self._ingest(outputs)
+        with stage_timer("streaming.features"):
+            self._ingest(outputs)
         offline = [j for j in self._jobs.values() if j.mode == "offline"][: self.config.max_batch_size]
         if offline:
             outputs += self._run_offline(offline)
@@ -293,11 +301,14 @@ class NemoRunner:
             for i, a in enumerate(audios):
                 batch[i, : len(a)] = a
             with torch.inference_mode():
-                mel, mel_len = self.ckpt.frontend(batch.to(self.device), lengths.to(self.device))
+                with stage_timer("offline.collate"):
+                    mel, mel_len = self.ckpt.frontend(batch.to(self.device), lengths.to(self.device))
                 dtype = next(self.ckpt.model.parameters()).dtype
                 contexts = [list(self.look_ahead)] * len(jobs) if self.look_ahead else None
-                enc, enc_len = self.ckpt.model.encoder(mel.to(dtype), mel_len, contexts)
-            self.decoder.decode([j.decode for j in jobs], enc, enc_len)
+                with stage_timer("offline.encode"):
+                    enc, enc_len = self.ckpt.model.encoder(mel.to(dtype), mel_len, contexts)
+            with stage_timer("offline.decode"):
+                self.decoder.decode([j.decode for j in jobs], enc, enc_len)
         except Exception as exc:
             logger.exception("offline batch of %d failed", len(jobs))
             return [self._fail(j, "encode", exc) for j in jobs]
@@ -309,20 +320,22 @@ class NemoRunner:
                 assert self.ca_encoder is not None and self.geometry is not None
                 streams = [j.ca for j in batch]
                 inputs = [s.take_input(self.geometry, s.next_chunk(self.geometry)) for s in streams]  # type: ignore[union-attr, arg-type]
-                with torch.inference_mode():
+                with torch.inference_mode(), stage_timer("streaming.encode"):
                     enc, lengths = self.ca_encoder.step(streams, inputs)  # type: ignore[arg-type]
             else:
                 steps = [
                     j.buf.take_step(j.request.input_finished and not j.request.pending_samples) for j in batch
                 ]  # type: ignore[union-attr]
-                slices = self.buffered_encoder.step([j.buf for j in batch], steps)  # type: ignore[misc, arg-type]
+                with stage_timer("streaming.encode"):
+                    slices = self.buffered_encoder.step([j.buf for j in batch], steps)  # type: ignore[misc, arg-type]
                 lengths = torch.tensor([s.shape[0] for s in slices])
                 enc = torch.zeros(
                     len(batch), max(int(lengths.max()), 1), slices[0].shape[1], dtype=slices[0].dtype
                 )
                 for i, s in enumerate(slices):
                     enc[i, : s.shape[0]] = s
-            self.decoder.decode([j.decode for j in batch], enc, lengths)
+            with stage_timer("streaming.decode"):
+                self.decoder.decode([j.decode for j in batch], enc, lengths)
         except Exception as exc:
             logger.exception("stream step failed for %d streams", len(batch))
             return [self._fail(j, "encode", exc) for j in batch]

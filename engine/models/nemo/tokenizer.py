@@ -26,6 +26,10 @@ class Tokenizer:
             )
         self.pieces = [self.sp.id_to_piece(i) for i in range(vocab_size)]
 
+    def encode(self, text: str) -> list[int]:
+        """Piece ids of `text` (a keyword to bias toward)."""
+        return [int(t) for t in self.sp.encode_as_ids(text)]
+
     def text(self, tokens: list[int]) -> str:
         return str(self.sp.decode_ids(tokens)) if tokens else ""
 

@@ -4,7 +4,8 @@ Two forwards over the same weights:
 - `forward_full`: the whole utterance under a chunk attention mask (WeNet's `forward` with
   `decoding_chunk_size`), the reference the streaming path must reproduce;
 - `forward_chunk_paged`: one chunk for a batch of streams at different offsets; each stream's
-  past K/V is read from a `BlockPool` through its slot indices and the chunk's K/V written back.
+  past K/V is read from a `BlockPool` through its block table (engine.ops.paged_attention) and
+  the chunk's K/V written back.
 
 Relative-position attention follows WeNet: no rel_shift, the position term uses the key's
 absolute sinusoidal encoding, so a streamed chunk sees exactly what the masked full forward sees.
@@ -19,6 +20,8 @@ from typing import cast
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from engine.ops import paged_attention
 
 SUBSAMPLING = 4
 """conv2d input layer: two stride-2 3x3 convolutions."""
@@ -161,22 +164,24 @@ class RelPositionAttention(nn.Module):
     def forward_paged(
         self, x: torch.Tensor, batch: PagedBatch, k_pool: torch.Tensor, v_pool: torch.Tensor
     ) -> torch.Tensor:
-        """x (B, C, D): one chunk per stream. Past K/V come from the pool slots in `batch`; the
-        chunk's own K/V are written to their slots after being read for this chunk."""
+        """x (B, C, D): one chunk per stream. Past K/V are read from the pool through the rows'
+        block tables (engine.ops.paged_attention); the chunk's own K/V are written to their
+        slots afterwards."""
         b, c, _ = x.shape
         q, k, v = self._qkv(x)
-        keys = torch.cat([k_pool[batch.ctx_slots], k], dim=1)  # (B, Tc + C, H, d_k)
-        values = torch.cat([v_pool[batch.ctx_slots], v], dim=1)
-        k_pool[batch.write_slots] = k.reshape(b * c, self.h, self.d_k)[batch.write_rows]
-        v_pool[batch.write_slots] = v.reshape(b * c, self.h, self.d_k)[batch.write_rows]
-        ac = (q + self.pos_bias_u).transpose(1, 2) @ keys.permute(0, 2, 3, 1)  # (B, H, C, Tk)
         # (q + v_bias) . (W_pos,h pe_j) == (W_pos,h^T (q + v_bias)) . pe_j: projecting the C queries
         # instead of the Tk key encodings costs H*C*D instead of Tk*D*D per stream.
         qv = torch.einsum(
             "bchd,hde->bhce", q + self.pos_bias_v, self.linear_pos.weight.view(self.h, self.d_k, -1)
         )
-        bd = qv @ batch.pos_emb.transpose(1, 2).unsqueeze(1)  # (B, H, C, Tk)
-        return self._attend((ac + bd) / math.sqrt(self.d_k), batch.key_mask, values.transpose(1, 2))
+        bd = qv @ batch.pos_emb.transpose(1, 2).unsqueeze(1)  # (B, H, C, Tc + C)
+        out = paged_attention(
+            q + self.pos_bias_u, k, v, k_pool, v_pool, batch.block_table, batch.context_start,
+            batch.context_lens, batch.chunk_lens, bd, 1.0 / math.sqrt(self.d_k), batch.block_size,
+        )  # fmt: skip
+        k_pool[batch.write_slots] = k.reshape(b * c, self.h, self.d_k)[batch.write_rows]
+        v_pool[batch.write_slots] = v.reshape(b * c, self.h, self.d_k)[batch.write_rows]
+        return self.linear_out(out.reshape(b, c, self.h * self.d_k))
 
 
 class ConvolutionModule(nn.Module):
@@ -268,8 +273,14 @@ class ConformerEncoderLayer(nn.Module):
 class PagedBatch:
     """Index tensors describing one batched streaming chunk (built by the runner)."""
 
-    ctx_slots: torch.Tensor
-    """(B, Tc) long: pool slot of each past frame each row attends to (padding -> any slot)."""
+    block_table: torch.Tensor
+    """(B, M) long: each row's pool blocks, oldest first (padding: 0)."""
+    context_start: torch.Tensor
+    """(B,) long: offset of each row's first readable past frame in its first block."""
+    context_lens: torch.Tensor
+    """(B,) long: past frames each row attends to."""
+    block_size: int
+    """Frames per pool block."""
     key_mask: torch.Tensor
     """(B, 1, Tc + C) bool: which past frames and chunk frames are real."""
     pos_emb: torch.Tensor

@@ -11,6 +11,12 @@ class WenetOptions:
     """Attention rescoring: weight of the CTC score beside the attention decoder's when the final
     n-best of a beam-search request is reordered (WeNet runtime's default)."""
 
+    keyword_boost: float = 3.0
+    """Bonus (log-probability) per matched token of a request's keywords in the CTC beam search
+    (contextual biasing; engine/ops/context_biasing.py)."""
+
     def __post_init__(self) -> None:
         if not self.ctc_weight >= 0:
             raise ValueError(f"ctc_weight must be >= 0, got {self.ctc_weight}")
+        if not self.keyword_boost >= 0:
+            raise ValueError(f"keyword_boost must be >= 0, got {self.keyword_boost}")

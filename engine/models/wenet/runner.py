@@ -6,7 +6,8 @@ Per engine step (`execute`):
    of input), least recently advanced first, up to `max_batch_size`; reserve their KV blocks
    (recycling the oldest or finishing with 'length' at the ceiling);
 3. forward: one batched paged-attention chunk forward; K/V land in the streams' blocks;
-4. decode: CTC greedy / prefix beam search per stream, partial or final outputs.
+4. decode: CTC greedy per stream, prefix beam search of every beam-searching stream in one
+   operator call (engine.ops), partial or final outputs.
 Offline requests take the same path with all their audio queued at once.
 """
 
@@ -27,8 +28,9 @@ from engine.errors import InvalidRequestError, UnsupportedError
 from engine.fbank import KaldiFbank, frames_for
 from engine.metrics import stage_timer
 from engine.models.wenet.checkpoint import WenetCheckpoint, load_checkpoint
-from engine.models.wenet.ctc import CTCState, Detokenizer
+from engine.models.wenet.ctc import CTCState, Detokenizer, advance_batch
 from engine.models.wenet.decoder import rescore
+from engine.models.wenet.keywords import KeywordSpeller
 from engine.models.wenet.model import (
     RIGHT_CONTEXT,
     SUBSAMPLING,
@@ -51,6 +53,8 @@ CTC = "ctc"
 """Decode method: CTC greedy, or CTC prefix beam search for beam requests."""
 ATTENTION_RESCORING = "attention_rescoring"
 """Decode method: CTC prefix beam, then the n-best reordered by the attention decoder (needs one)."""
+KEYWORD_BEAM = 4
+"""Beam of a greedy (beam_size 1) request that names keywords: biasing needs alternatives to promote."""
 OFFLINE_PIECE_SAMPLES = 30 * 16000
 """Most offline audio featurized per step (30 s at 16 kHz); a step consumes one chunk anyway."""
 MIN_WINDOW = RIGHT_CONTEXT + 1
@@ -136,6 +140,7 @@ class WenetRunner:
         self.decode_methods = (CTC, ATTENTION_RESCORING) if ckpt.has_decoder else (CTC,)
         self.decode_method = config.decode_method or self.decode_methods[-1]
         self.rescoring = self.decode_method == ATTENTION_RESCORING
+        self.speller = KeywordSpeller(ckpt.units)
 
     @classmethod
     def from_config(cls, config: EngineConfig, options: WenetOptions | None = None) -> WenetRunner:
@@ -171,6 +176,7 @@ class WenetRunner:
                 "kv_blocks": self.pool.num_blocks,
                 "kv_block_frames": self.pool.block_size,
                 "max_beam_size": MAX_CTC_BEAM,
+                "keywords": True,
             },
         )
 
@@ -183,6 +189,8 @@ class WenetRunner:
             raise UnsupportedError("this CTC model only transcribes (task='translate' unsupported)")
         if options.prompt:
             raise UnsupportedError("CTC decoding takes no prompt")
+        for keyword in options.keywords:
+            self.speller.spell(keyword)
 
     def free_slots(self) -> int:
         return self.pool.num_free // self.blocks_per_chunk
@@ -191,6 +199,13 @@ class WenetRunner:
         failed = []
         cfg = self.ckpt.config
         for req in requests:
+            opts = req.decoding
+            beam = KEYWORD_BEAM if opts.keywords and opts.beam_size == 1 else opts.beam_size
+            try:
+                trie = self.speller.trie(opts.keywords, self.options.keyword_boost)
+            except InvalidRequestError as exc:
+                failed.append(_error(req, "admission", str(exc)))
+                continue
             table = BlockTable(self.pool.block_size)
             if not self._grow(table, self.chunk_size):
                 table.release(self.pool)
@@ -206,13 +221,13 @@ class WenetRunner:
                     device=self.device,
                     dtype=self.pool.spec.dtype,
                 ),
-                ctc=CTCState(beam_size=req.decoding.beam_size),
+                ctc=CTCState(beam_size=beam, trie=trie),
                 wave_tail=torch.zeros(0),
                 feats=torch.zeros(0, cfg.input_dim, device=self.device),
                 offline_audio=None
                 if req.streaming
                 else (req.audio if req.audio is not None else np.zeros(0)),
-                encoder_out=[] if self.rescoring and req.decoding.beam_size > 1 else None,
+                encoder_out=[] if self.rescoring and beam > 1 else None,
             )
             req.runner_state = stream
             self._streams[req.request_id] = stream
@@ -354,7 +369,7 @@ class WenetRunner:
         b, c_max = len(batch), max(c for _, c in batch)
         ctx_lens = [s.table.end - s.table.start for s, _ in batch]
         t_ctx = max(ctx_lens)
-        ctx_slots = torch.zeros(b, t_ctx, dtype=torch.long)
+        block_table = torch.zeros(b, max(len(s.table.blocks) for s, _ in batch), dtype=torch.long)
         positions = torch.zeros(b, t_ctx + c_max, dtype=torch.long)
         key_mask = torch.zeros(b, 1, t_ctx + c_max, dtype=torch.bool)
         chunk_lens = torch.tensor([c for _, c in batch])
@@ -362,8 +377,8 @@ class WenetRunner:
         feats = torch.zeros(b, window_frames(c_max), self.ckpt.config.input_dim, device=dev)
         for i, ((stream, c), n_ctx) in enumerate(zip(batch, ctx_lens, strict=True)):
             table = stream.table
+            block_table[i, : len(table.blocks)] = torch.tensor(table.blocks, dtype=torch.long)
             if n_ctx:
-                ctx_slots[i, :n_ctx] = table.slots(table.start, table.end)
                 positions[i, :n_ctx] = torch.arange(table.start, table.end)
                 key_mask[i, 0, :n_ctx] = True
             positions[i, t_ctx : t_ctx + c] = torch.arange(table.end, table.end + c)
@@ -373,7 +388,10 @@ class WenetRunner:
             w = window_frames(c)
             feats[i, :w] = stream.feats[:w]
         paged = PagedBatch(
-            ctx_slots=ctx_slots.to(dev),
+            block_table=block_table.to(dev),
+            context_start=torch.tensor([s.table.start - s.table.base for s, _ in batch], device=dev),
+            context_lens=torch.tensor(ctx_lens, device=dev),
+            block_size=self.pool.block_size,
             key_mask=key_mask.to(dev),
             pos_emb=sinusoid(positions.to(dev), self.ckpt.config.output_size).to(dtype),
             chunk_valid=(torch.arange(c_max).unsqueeze(0) < chunk_lens.unsqueeze(1)).to(dev),
@@ -396,8 +414,7 @@ class WenetRunner:
 
     def _advance(self, batch: list[tuple[_Stream, int]], log_probs: torch.Tensor, new_cnn: torch.Tensor,
                  enc: torch.Tensor) -> list[RequestOutput]:
-        """Commit the chunk each stream just encoded and run its CTC search over it."""
-        outputs = []
+        """Commit the chunk each stream just encoded and run their CTC searches over it."""
         for i, (stream, c) in enumerate(batch):
             stream.table.end += c
             stream.feats = stream.feats[SUBSAMPLING * c :]
@@ -405,17 +422,36 @@ class WenetRunner:
             if stream.encoder_out is not None:
                 stream.encoder_out.append(enc[i, :c])
             stream.last_advanced = self._step
-            try:
-                stream.ctc.advance(log_probs[i, :c])
-            except Exception as exc:
-                logger.exception("CTC decoding failed for request %s", stream.request.request_id)
-                outputs.append(self._fail(stream, "decode", exc))
-                continue
-            if stream.input_done and len(stream.feats) < MIN_WINDOW:
+        failed = self._advance_ctc([s for s, _ in batch], log_probs, [c for _, c in batch])
+        outputs = []
+        for stream, _c in batch:
+            if stream in failed:
+                outputs.append(self._fail(stream, "decode", failed[stream]))
+            elif stream.input_done and len(stream.feats) < MIN_WINDOW:
                 outputs.append(self._finish(stream, "stop"))
             else:
                 outputs.append(self._partial(stream))
         return outputs
+
+    def _advance_ctc(
+        self, streams: list[_Stream], log_probs: torch.Tensor, lengths: list[int]
+    ) -> dict[_Stream, Exception]:
+        """CTC-decode every stream's chunk: log_probs (B, C, V), row i valid for lengths[i]
+        frames; all beam searches of a step in one operator call. If that fails, each stream is
+        retried alone so that one bad stream fails only itself. Returns the failed streams."""
+        try:
+            advance_batch([s.ctc for s in streams], log_probs, lengths)
+            return {}
+        except Exception:
+            logger.exception("batched CTC decoding failed for %d streams; retrying one by one", len(streams))
+        failed: dict[_Stream, Exception] = {}
+        for i, stream in enumerate(streams):
+            try:
+                advance_batch([stream.ctc], log_probs[i : i + 1], lengths[i : i + 1])
+            except Exception as exc:
+                logger.exception("CTC decoding failed for request %s", stream.request.request_id)
+                failed[stream] = exc
+        return failed
 
     # ---- outputs ----
 
@@ -440,9 +476,11 @@ class WenetRunner:
         hyps = [h for h in ctc.beams if h.tokens]
         if not stream.encoder_out or len(hyps) < 2 or self.ckpt.decoder is None:
             return
-        scores = rescore(
-            self.ckpt.decoder, torch.cat(stream.encoder_out), [h.tokens for h in hyps], [h.score for h in hyps],
-            sos_eos=len(self.ckpt.units) - 1, ctc_weight=self.options.ctc_weight, reverse_weight=self.ckpt.reverse_weight,
+        scores = rescore(  # the CTC side includes the bonus of completed keywords (WeNet's total score)
+            self.ckpt.decoder, torch.cat(stream.encoder_out), [h.tokens for h in hyps],
+            [h.score + h.context_score for h in hyps],
+            sos_eos=len(self.ckpt.units) - 1, ctc_weight=self.options.ctc_weight,
+            reverse_weight=self.ckpt.reverse_weight,
         )  # fmt: skip
         ranked = [h for _, h in sorted(zip(scores, hyps, strict=True), key=lambda sh: -sh[0])]
         ctc.beams = ranked + [h for h in ctc.beams if not h.tokens]
@@ -455,6 +493,7 @@ class WenetRunner:
         req = stream.request
         ctc = stream.ctc
         try:
+            ctc.finalize()
             self._rescore(stream)
         except Exception as exc:
             logger.exception("attention rescoring failed for request %s", req.request_id)

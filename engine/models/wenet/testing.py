@@ -199,28 +199,15 @@ def drive_alone(
 
 
 def record_log_probs(runner: WenetRunner) -> dict[str, list[torch.Tensor]]:
-    """Instrument `runner` so that the CTC log-probs each admitted request's decoder consumes
-    are recorded, by request id (one tensor per chunk)."""
+    """Instrument `runner` so that the CTC log-probs each request's decoder consumes are
+    recorded, by request id (one tensor per chunk)."""
     seen: dict[str, list[torch.Tensor]] = {}
-    admit = runner.admit
+    advance = runner._advance_ctc
 
-    def admit_and_record(requests: list[Request]) -> list[RequestOutput]:
-        failed = admit(requests)
-        for req in requests:
-            if req.runner_state is None:
-                continue
-            chunks = seen.setdefault(req.request_id, [])
-            ctc = req.runner_state.ctc  # type: ignore[attr-defined]
-            advance = ctc.advance
+    def advance_and_record(streams: list, log_probs: torch.Tensor, lengths: list[int]) -> dict:  # type: ignore[type-arg]
+        for i, (stream, n) in enumerate(zip(streams, lengths, strict=True)):
+            seen.setdefault(stream.request.request_id, []).append(log_probs[i, :n].clone())
+        return advance(streams, log_probs, lengths)
 
-            def recorded(
-                lp: torch.Tensor, advance: object = advance, chunks: list[torch.Tensor] = chunks
-            ) -> None:
-                chunks.append(lp.clone())
-                advance(lp)  # type: ignore[operator]
-
-            ctc.advance = recorded
-        return failed
-
-    runner.admit = admit_and_record  # type: ignore[method-assign]
+    runner._advance_ctc = advance_and_record  # type: ignore[method-assign]
     return seen

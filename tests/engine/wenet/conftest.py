@@ -12,6 +12,8 @@ import pytest
 import torch
 
 from engine.config import EngineConfig
+from engine.families import family_options
+from engine.models.wenet import FAMILY
 from engine.models.wenet.runner import WenetRunner
 from engine.models.wenet.testing import CheckpointSpec, write_checkpoint
 
@@ -36,7 +38,8 @@ def make_runner(wenet_ckpt: str) -> Callable[..., WenetRunner]:
     def make(**overrides: Any) -> WenetRunner:
         fields: dict[str, Any] = {"ckpt_dir": wenet_ckpt, "service_mode": "streaming", "max_num_blocks": 512}
         fields.update(overrides)
-        return WenetRunner.from_config(EngineConfig(**fields))
+        config = EngineConfig(**fields)
+        return WenetRunner.from_config(config, family_options(FAMILY, config.family_options))
 
     return make
 

@@ -1,0 +1,1 @@
+"""Writing our embedded weights in the formats peer frameworks load (no download)."""

@@ -1,0 +1,51 @@
+"""The engine's hot loops as operators: compiled kernels (`engine._C`, torch.ops.oasr.*) with
+their Python references.
+
+| entry point | reference | used by |
+|---|---|---|
+| `ctc_prefix_beam_search` (+ `ContextTrie` keyword biasing) | `ctc_prefix_beam_search_reference` | WeNet CTC beam, CTC heads |
+| `paged_attention` | `paged_attention_reference` | WeNet streaming attention over the block pool |
+| `kaldi_fbank` (CUDA; CPU twin for tests) | `kaldi_fbank_reference` (engine/fbank.py) | `KaldiFbank` on CUDA devices |
+| `rnnt_greedy_label_loop` (`TransducerWeights`) | `rnnt_greedy_label_loop_reference` | NeMo transducer greedy decoding |
+
+Each entry point runs the compiled kernel when `engine._C` is loaded (`extension_status()`),
+the reference otherwise; `use_extension=` forces one. The references are what the kernels are
+tested against (tests/engine/ops).
+"""
+
+from engine.ops.context_biasing import DEFAULT_BOOST, ContextTrie
+from engine.ops.ctc_beam import BeamState, ctc_prefix_beam_search, ctc_prefix_beam_search_reference
+from engine.ops.ctc_reference import Hypothesis
+from engine.ops.extension import DISABLE_ENV, ExtensionStatus, extension_loaded, extension_status
+from engine.ops.fbank import kaldi_fbank, kaldi_fbank_batched, kaldi_fbank_reference
+from engine.ops.paged_attention import paged_attention, paged_attention_reference
+from engine.ops.rnnt import (
+    GreedyOutput,
+    TransducerDecodeState,
+    TransducerWeights,
+    rnnt_greedy_label_loop,
+    rnnt_greedy_label_loop_reference,
+)
+
+__all__ = [
+    "DEFAULT_BOOST",
+    "DISABLE_ENV",
+    "BeamState",
+    "ContextTrie",
+    "ExtensionStatus",
+    "GreedyOutput",
+    "Hypothesis",
+    "TransducerDecodeState",
+    "TransducerWeights",
+    "ctc_prefix_beam_search",
+    "ctc_prefix_beam_search_reference",
+    "extension_loaded",
+    "extension_status",
+    "kaldi_fbank",
+    "kaldi_fbank_batched",
+    "kaldi_fbank_reference",
+    "paged_attention",
+    "paged_attention_reference",
+    "rnnt_greedy_label_loop",
+    "rnnt_greedy_label_loop_reference",
+]
