@@ -1,6 +1,6 @@
 """The live realtime sessions of one app: their shutdown drain, and the ones waiting to resume.
 
-A session whose client dropped (any close but a deliberate 1000 / 1005) is parked for the grace
+A session whose client dropped (any close but a deliberate 1000) is parked for the grace
 period with its engine stream; a reconnect bearing its resume token takes it back. When the grace
 runs out, or the session ends any other way, `end` frees it once (engine requests, inflight
 permit) and its token is remembered as ended for a while, so a late reconnect learns that the

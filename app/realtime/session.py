@@ -112,6 +112,11 @@ class RealtimeSession:
         self._sent_tokens: dict[str, list[int]] = {}
         """Per open item: the tokens whose log-probabilities went out with its deltas."""
         self._lock = asyncio.Lock()
+        self.input_lock = asyncio.Lock()
+        """Held while one client message is handled, and while a resumed connection takes over, so
+        no message of the connection it replaces lands after `audio_end_ms` was counted."""
+        self.commits_received = 0
+        """`input_audio_buffer.commit` events taken (a resumed client re-sends the ones after them)."""
         self.draining = False
         self.started = time.monotonic()
         self.audio_seconds = 0.0
@@ -150,15 +155,17 @@ class RealtimeSession:
     async def reattach(self, websocket: WebSocket, after: str, resume: dict[str, Any]) -> WebSocket | None:
         """A client resumed: `session.resumed` (with `audio_end_ms`, where its audio goes on) and
         every event after `after` go to `websocket`. Returns the connection it replaces, if any.
-        Under the session's lock, so no audio arrives between counting it and the greeting."""
-        async with self._lock:
-            held = Fraction(self.audio_end_ms, 1000)
-            # the client re-sends from a whole millisecond: the fraction the session has is skipped
-            self._skip = round((self.received - held) * self.config.input_format.rate)
+        Under the input lock, so no message arrives between counting the audio and the greeting."""
+        async with self.input_lock:
+            rate = self.config.input_format.rate
+            # the client re-sends from sample floor(audio_end_ms x rate / 1000): what the session
+            # already has past it is skipped
+            self._skip = round(self.received * rate) - math.floor(Fraction(self.audio_end_ms * rate, 1000))
 
             def greeting(replayed: int) -> dict[str, Any]:
                 return ev.server_event("session.resumed", session=self.render(self.beta),
-                                       audio_end_ms=self.audio_end_ms, replayed=replayed, resume=resume)
+                                       audio_end_ms=self.audio_end_ms, commits_received=self.commits_received,
+                                       replayed=replayed, resume=resume)
 
             return await self.sender.attach(websocket, after, greeting)
 
@@ -233,6 +240,7 @@ class RealtimeSession:
         elif kind == "input_audio_buffer.append":
             await self._append(decode_base64(event.get("audio")))
         elif kind == "input_audio_buffer.commit":
+            self.commits_received += 1
             await self._commit()
         elif kind == "input_audio_buffer.clear":
             await self._clear()

@@ -6,7 +6,7 @@ the socket with an API key or with an ephemeral client secret (`ek_…`, app/rea
 which is redeemed here and starts the session with the configuration it was minted for.
 
 After accept the route only moves messages: frames go to `RealtimeSession`, which owns the
-protocol. A session ends on a deliberate client close (1000 / 1005), after
+protocol. A session ends on a deliberate client close (1000), after
 `--stream-idle-timeout-secs` without client messages and without transcription in progress,
 or at shutdown (close 1001). Any other drop parks it for `--realtime-resume-grace-secs`
 (app/realtime/registry.py): a reconnect with `?resume_token=…&last_event_id=…` takes it back,
@@ -49,8 +49,9 @@ CLOSE_RESUME_INVALID = 4400
 CLOSE_RESUME_UNKNOWN = 4401
 CLOSE_RESUME_ENDED = 4408
 CLOSE_SUPERSEDED = 4409
-DELIBERATE_CLOSES = frozenset({1000, 1005})
-"""Client close codes that end a session; any other drop leaves it resumable."""
+DELIBERATE_CLOSE = 1000
+"""The client close code that ends a session; any other close leaves it resumable. 1005 (no
+code) does not count: uvicorn reports a lost TCP connection as 1005 too."""
 
 Outcome = Literal["ended", "dropped"]
 
@@ -200,7 +201,9 @@ async def _receive_loop(websocket: WebSocket, session: RealtimeSession, settings
         except RuntimeError:  # the connection was closed under us (superseded by a resumed one)
             return "dropped"
         if message["type"] == "websocket.disconnect":
-            return "ended" if message.get("code", 1000) in DELIBERATE_CLOSES else "dropped"
+            code = message.get("code", 1000)
+            logger.info("realtime session %s: client disconnected (%s)", session.id, code)
+            return "ended" if code == DELIBERATE_CLOSE else "dropped"
         text: str | None = message.get("text")
         data: bytes | None = message.get("bytes")
         size = len(data) if data is not None else len(text.encode()) if text is not None else 0
@@ -209,8 +212,11 @@ async def _receive_loop(websocket: WebSocket, session: RealtimeSession, settings
                 f"message of {size} bytes exceeds the {settings.max_stream_frame_kib} KiB limit "
                 "(--max-stream-frame-kib); send audio in smaller chunks", code="message_too_large"))
             continue
-        if text is not None:
-            await session.handle_text(text)
-        elif data is not None:
-            await session.handle_binary(data)
+        async with session.input_lock:
+            if session.sender.websocket is not websocket:
+                return "dropped"  # a resumed connection took over: this one's messages are not the session's
+            if text is not None:
+                await session.handle_text(text)
+            elif data is not None:
+                await session.handle_binary(data)
     return "ended"
