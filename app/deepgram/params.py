@@ -96,7 +96,7 @@ def parse_params(items: Iterable[tuple[str, str]], default_endpointing_ms: int) 
         values.setdefault(name, []).append(value)
     for name in values:
         _check_name(name, values[name])
-    one = {name: _single(name, vs) for name, vs in values.items() if name not in ("keywords", "keyterm")}
+    one = {name: _single(name, vs) for name, vs in values.items() if name in SERVED - {"keywords", "keyterm"}}
 
     encoding = _encoding(one.get("encoding"))
     sample_rate = _integer(one, "sample_rate", MIN_SAMPLE_RATE_HZ, MAX_SAMPLE_RATE_HZ)
