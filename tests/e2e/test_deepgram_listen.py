@@ -302,3 +302,30 @@ def test_idle_session_closes_with_net_0001_and_metrics_count_sessions(server: Se
     text = httpx.get(f"{server.base_url}/metrics", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=10).text
     assert 'oasr_stream_sessions_active{api="deepgram"} 0.0' in text
     assert 'oasr_audio_seconds_total{api="deepgram",mode="streaming"}' in text
+
+
+def test_offline_server_sends_finals_only(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The default service mode: each segment is decoded once it ends; no interims, same shapes."""
+    srv = start_server(tmp_path_factory.mktemp("listen-offline"))
+    try:
+        audio = np.concatenate([load_clip(SHORT_CLIP), np.zeros(16000, dtype=np.float32)])
+        listened = asyncio.run(sdk_listen(srv, pcm16_at(audio, 16000), 6400, encoding="linear16",
+                                          sample_rate=16000, interim_results="true"))
+    finally:
+        srv.terminate()
+    check_results(listened)
+    assert listened.finals() and all(m["is_final"] for m in listened.of("Results"))
+    assert all(f["channel"]["alternatives"][0]["words"] for f in listened.finals())
+    assert wer([reference(SHORT_CLIP)], [listened.transcript()]) < MAX_WER, listened.transcript()
+    assert listened.messages[-1]["type"] == "Metadata"
+
+
+async def test_shutdown_closes_listen_sessions_with_1001(server: ServerProcess) -> None:
+    """Runs last in this module: SIGTERM stops the module's server."""
+    async with connect(server, "encoding=linear16&sample_rate=16000") as ws:
+        await ws.send(pcm16_at(load_clip(SHORT_CLIP), 16000))
+        exit_code = asyncio.get_running_loop().run_in_executor(None, server.terminate)
+        messages, code, reason = await until_closed(ws)
+    assert code == 1001 and reason == "server is shutting down"
+    assert messages[-1]["type"] == "Error" and messages[-1]["variant"] == "ServerShutdown"
+    assert await exit_code == 0
