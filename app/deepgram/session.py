@@ -60,6 +60,7 @@ CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY = 1008
 """Bad query parameters or audio (Deepgram's DATA-0000 close)."""
+CLOSE_TOO_BIG = 1009
 CLOSE_INTERNAL = 1011
 """The server failed, or the client went silent (Deepgram's NET-0001 close)."""
 MAX_REASON_BYTES = 123
@@ -157,6 +158,15 @@ class ListenSession:
         if self._writer is not None:
             self._writer.cancel()
         self.audio.close()
+
+    def end(self) -> None:
+        """The socket is gone: abort what is left, record the session's pace, log it."""
+        self.abort_all()
+        wall = time.monotonic() - self.started
+        if self.audio_seconds > 0 and wall > 0:
+            self.metrics.stream_realtime_factor.observe(self.audio_seconds / wall)
+        logger.info("listen %s closed after %.1f s (%.1f s of %s audio)", self.id, wall, self.audio_seconds,
+                    self.audio.format or "no")
 
     async def drain(self) -> None:
         """Server shutdown: close with 1001 right away; unfinished segments get no final."""

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import metadata
-from typing import Any
 
 from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
 
 from app.deepgram import messages as msg
 from app.deepgram.params import QueryError, parse_params
-from app.deepgram.session import API, CLOSE_INTERNAL, CLOSE_POLICY, ListenSession, close_reason
+from app.deepgram.session import API, CLOSE_INTERNAL, CLOSE_POLICY, CLOSE_TOO_BIG, ListenSession, close_reason
 from app.engine_service import EngineService
 from app.live import VadModelCache
 from app.realtime.sender import EventSender
@@ -34,27 +33,6 @@ router = APIRouter(tags=["deepgram"])
 
 SUBPROTOCOLS = ("token", "bearer")
 """Browsers pass the key as `new WebSocket(url, ["token", KEY])`; the server echoes the scheme."""
-
-
-class ListenRegistry:
-    """Live /v1/listen sessions of one app, closed with 1001 when the server drains."""
-
-    def __init__(self) -> None:
-        self.sessions: set[ListenSession] = set()
-
-    @classmethod
-    def of(cls, state: Any) -> ListenRegistry:
-        registry: ListenRegistry | None = getattr(state, "listen_sessions", None)
-        if registry is None:
-            registry = cls()
-            state.listen_sessions = registry
-            hooks = getattr(state, "drain_hooks", None)
-            if hooks is not None:
-                hooks.append(registry.drain)
-        return registry
-
-    async def drain(self) -> None:
-        await asyncio.gather(*(s.drain() for s in list(self.sessions)), return_exceptions=True)
 
 
 def model_identity(service: EngineService, settings: Settings) -> msg.ModelIdentity:
@@ -80,13 +58,13 @@ async def listen(websocket: WebSocket) -> None:
             await websocket.close(1013, message)
         return
     try:
-        await _serve(websocket, state.settings, service, ListenRegistry.of(state), VadModelCache.of(state))
+        await _serve(websocket, state.settings, service, getattr(state, "drain_hooks", []), VadModelCache.of(state))
     finally:
         service.release()
 
 
-async def _serve(websocket: WebSocket, settings: Settings, service: EngineService, registry: ListenRegistry,
-                 vad_models: VadModelCache) -> None:
+async def _serve(websocket: WebSocket, settings: Settings, service: EngineService,
+                 drain_hooks: list[Callable[[], Awaitable[None]]], vad_models: VadModelCache) -> None:
     offered = websocket.scope.get("subprotocols") or []
     await websocket.accept(subprotocol=next((p for p in SUBPROTOCOLS if p in offered), None))
     sender = EventSender(websocket)
@@ -99,46 +77,42 @@ async def _serve(websocket: WebSocket, settings: Settings, service: EngineServic
         await sender.send(msg.error(str(exc), "InvalidQuery"))
         await sender.close(CLOSE_POLICY, close_reason(f"INVALID_QUERY: {exc}"))
         return
-    metrics = service.metrics
-    registry.sessions.add(session)
-    metrics.stream_sessions_active.labels(api=API).inc()
+    active = service.metrics.stream_sessions_active.labels(api=API)
+    active.inc()
+    drain_hooks.append(session.drain)  # shutdown closes the session with 1001
     logger.info("listen %s opened: %s", session.id, websocket.url.query)
     session.start()
     try:
-        await _receive_loop(websocket, session, settings)
+        async for text, data in _messages(websocket, session, settings):
+            if text is not None:
+                await session.handle_text(text)
+            else:
+                await session.handle_binary(data or b"")
     finally:
-        session.abort_all()
-        registry.sessions.discard(session)
-        metrics.stream_sessions_active.labels(api=API).dec()
-        wall = time.monotonic() - session.started
-        if session.audio_seconds > 0 and wall > 0:
-            metrics.stream_realtime_factor.observe(session.audio_seconds / wall)
-        logger.info("listen %s closed after %.1f s (%.1f s of %s audio)", session.id, wall, session.audio_seconds,
-                    session.audio.format or "no")
+        drain_hooks.remove(session.drain)
+        session.end()
+        active.dec()
 
 
-async def _receive_loop(websocket: WebSocket, session: ListenSession, settings: Settings) -> None:
-    max_bytes = settings.max_stream_frame_kib * 1024
-    idle = settings.stream_idle_timeout_secs
+async def _messages(websocket: WebSocket, session: ListenSession,
+                    settings: Settings) -> AsyncIterator[tuple[str | None, bytes | None]]:
+    """The client's (text, bytes) messages until it leaves or the session closes; a session idle
+    for --stream-idle-timeout-secs, or a message over --max-stream-frame-kib, closes it."""
+    limit_kib, idle = settings.max_stream_frame_kib, settings.stream_idle_timeout_secs
     while not session.sender.closed:
         try:
             message = await asyncio.wait_for(websocket.receive(), timeout=idle)
         except asyncio.TimeoutError:
-            if session.busy:
-                continue  # transcription still in progress counts as activity
-            await session.fail(CLOSE_INTERNAL, f"NET-0001: no audio or KeepAlive for {idle:g} s "
-                                               "(--stream-idle-timeout-secs)", "Timeout")
-            return
+            if not session.busy:  # transcription still in progress counts as activity
+                await session.fail(CLOSE_INTERNAL, f"NET-0001: no audio or KeepAlive for {idle:g} s "
+                                                   "(--stream-idle-timeout-secs)", "Timeout")
+            continue
         if message["type"] == "websocket.disconnect":
             return
-        text: str | None = message.get("text")
-        data: bytes | None = message.get("bytes")
-        size = len(data) if data is not None else len(text.encode()) if text is not None else 0
-        if size > max_bytes:
-            await session.fail(1009, f"a message of {size} bytes exceeds the {settings.max_stream_frame_kib} KiB "
-                                     "limit (--max-stream-frame-kib); send audio in smaller chunks", "MessageTooBig")
-            return
-        if text is not None:
-            await session.handle_text(text)
-        elif data is not None:
-            await session.handle_binary(data)
+        text, data = message.get("text"), message.get("bytes")
+        size = len(data) if data is not None else len((text or "").encode())
+        if size > limit_kib * 1024:
+            await session.fail(CLOSE_TOO_BIG, f"a message of {size} bytes exceeds the {limit_kib} KiB limit "
+                                              "(--max-stream-frame-kib); send audio in smaller chunks", "MessageTooBig")
+            continue
+        yield text, data
