@@ -192,3 +192,16 @@ async def test_opus_in_webm_and_ogg(query: str) -> None:
         out = await push_all(audio, encode_variant(tone, 16000, fmt), 1500)
         assert abs(out.size - 32000) <= 2 and audio.format.endswith("/opus")
     await asyncio.sleep(0)
+
+
+def test_deepgram_ways_of_presenting_the_key() -> None:
+    from app.middleware import presented_keys
+
+    def keys(*headers: tuple[bytes, bytes]) -> list[str]:
+        return presented_keys({"headers": list(headers)})
+
+    assert keys((b"authorization", b"Token abc")) == ["abc"]
+    assert keys((b"authorization", b"bearer xyz")) == ["xyz"]
+    assert keys((b"sec-websocket-protocol", b"token, k1")) == ["k1"]
+    assert keys((b"sec-websocket-protocol", b"realtime, openai-insecure-api-key.k2")) == ["k2"]
+    assert keys((b"sec-websocket-protocol", b"token"), (b"authorization", b"Basic abc")) == []
