@@ -164,7 +164,7 @@ class ContainerStream:
         future = self._waiter[1]
         self._waiter = None
         assert self._loop is not None
-        self._loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+        self._loop.call_soon_threadsafe(_resolve, future)
 
     def _run(self) -> None:
         try:
@@ -208,3 +208,8 @@ class ContainerStream:
             elif not last and rate != self._resampler.in_rate:
                 raise AudioDecodeError(f"the stream's sample rate changed from {self._resampler.in_rate} to {rate} Hz")
             self._out.append(self._resampler.flush() if last else self._resampler.process(mono))
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():  # the waiting push may have been cancelled (client gone)
+        future.set_result(None)

@@ -23,7 +23,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 import numpy as np
@@ -127,7 +127,7 @@ class ListenSession:
                              "does not offer; omit them and end segments with Finalize")
         self.audio = ListenAudio(params, self.rate)
         self.started = time.monotonic()
-        self.created = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        self.created = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         self.closing = False
         self.audio_seconds = 0.0
         self._sha256 = hashlib.sha256()
@@ -289,19 +289,17 @@ class ListenSession:
             turn = event.turn
             start = self._speech_start if self._speech_start is not None else turn.start / self.rate
             self._speech_start = None
-            segment = _Segment(turn, start)
-            self._segments[turn] = segment
-            self._pending.append(segment)
-            self._outbox.put_nowait(segment)
+            opened = _Segment(turn, start)
+            self._segments[turn] = opened
+            self._pending.append(opened)
+            self._outbox.put_nowait(opened)
         elif isinstance(event, TurnRefused):
             await self._refused(event.error)
         elif isinstance(event, InputClosed):
-            if (segment := self._segments.get(event.turn)) is not None:
-                segment.ended_by = self._ending or "endpoint"
-        elif isinstance(event, TurnPartial | TurnFinal | TurnFailed | TurnAborted):
-            segment = self._segments.get(event.turn)
-            if segment is not None:
-                await self._on_output(segment, event)
+            if (closed := self._segments.get(event.turn)) is not None:
+                closed.ended_by = self._ending or "endpoint"
+        elif isinstance(event, TurnPartial | TurnFinal | TurnFailed | TurnAborted) and event.turn in self._segments:
+            await self._on_output(self._segments[event.turn], event)
 
     async def _on_output(self, segment: _Segment, event: TurnPartial | TurnFinal | TurnFailed | TurnAborted) -> None:
         turn, out = segment.turn, event.output
