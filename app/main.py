@@ -213,11 +213,11 @@ def _optional_routers(settings: Settings) -> list[APIRouter]:
     """Surfaces that live in their own modules (realtime WebSocket, browser demo)."""
     routers = []
     try:
-        from app.routes import realtime
+        from app.routes import client_secrets, realtime
     except ImportError:
         realtime = None  # type: ignore[assignment]
     if realtime is not None:
-        routers.append(realtime.router)
+        routers += [realtime.router, client_secrets.router]
     if settings.demo:
         from app.routes import demo
 

@@ -20,6 +20,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 DEMO_PREFIX = "/demo"  # the browser page is static and holds no secrets; its API calls carry the key
+REALTIME_PATH = "/v1/realtime"
+CLIENT_SECRET_PREFIX = "ek_"
+"""Ephemeral client secrets (app/realtime/secrets.py) open /v1/realtime without an API key; the
+route redeems them (single use, unexpired) and refuses the rest."""
 
 
 def _public(path: str) -> bool:
@@ -66,6 +70,16 @@ def key_matches(presented: list[str], allowed: list[str]) -> bool:
     return ok
 
 
+def _realtime_credential(scope: Scope, presented: list[str]) -> bool:
+    """A /v1/realtime upgrade carrying a client secret or a resume token: the route checks it
+    (a resume token is the credential of the session it resumes)."""
+    if scope["type"] != "websocket" or scope["path"] != REALTIME_PATH:
+        return False
+    if any(k.startswith(CLIENT_SECRET_PREFIX) for k in presented):
+        return True
+    return b"resume_token=" in scope.get("query_string", b"")
+
+
 class ApiKeyMiddleware:
     def __init__(self, app: ASGIApp, keys: list[str]):
         self.app = app
@@ -75,7 +89,8 @@ class ApiKeyMiddleware:
         if scope["type"] not in ("http", "websocket") or not self.keys or _public(scope["path"]):
             await self.app(scope, receive, send)
             return
-        if key_matches(presented_keys(scope), self.keys):
+        presented = presented_keys(scope)
+        if key_matches(presented, self.keys) or _realtime_credential(scope, presented):
             await self.app(scope, receive, send)
             return
         if scope["type"] == "websocket":

@@ -22,7 +22,7 @@ from engine.models.whisper.build import build_model
 from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.decoding import TokenRules, WindowResult
 from engine.models.whisper.features import SAMPLE_RATE, LogMelExtractor
-from engine.models.whisper.jobs import OfflineTranscription, WindowJob
+from engine.models.whisper.jobs import OfflineTranscription, WindowJob, keyword_tokens
 from engine.models.whisper.streaming import StreamingTranscription
 from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.request import Request
@@ -123,6 +123,10 @@ class WhisperRunner:
                 raise InvalidRequestError(f"unknown language {options.language!r}")
         if options.prompt is not None and len(self.tokenizer.encode(options.prompt)) > self.dims.n_text_ctx // 2:
             raise InvalidRequestError(f"prompt is longer than {self.dims.n_text_ctx // 2} tokens")
+        keywords = len(keyword_tokens(self.tokenizer, options.keywords))
+        if keywords > self.dims.n_text_ctx // 4:  # they head every window's prompt: leave room for the text
+            raise InvalidRequestError(f"keywords take {keywords} tokens; at most {self.dims.n_text_ctx // 4} fit "
+                                      "Whisper's prompt")
 
     def free_slots(self) -> int:
         # live streams are bounded by the server's inflight permits, not by batch slots: an idle
@@ -187,10 +191,7 @@ class WhisperRunner:
         return any(self._stream_ready(s) for s in self.streams.values())
 
     def _stream_ready(self, stream: StreamingTranscription) -> bool:
-        if stream.in_flight or stream.final_done:
-            return False
-        pending = stream.new_samples + stream.request.pending_samples
-        return pending >= self.step_samples or stream.request.input_finished
+        return stream.ready()  # at the cadence of the stream's delay
 
     def shutdown(self) -> None:
         self.active.clear()

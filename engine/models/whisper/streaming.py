@@ -10,6 +10,7 @@ stream is bounded: the window audio and the committed text.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import replace
 from itertools import takewhile
 from typing import TYPE_CHECKING
@@ -21,11 +22,11 @@ from engine.models.whisper.alignment import align_words
 from engine.models.whisper.context import fit_frames
 from engine.models.whisper.decoding import WindowResult
 from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
-from engine.models.whisper.jobs import WindowJob
+from engine.models.whisper.jobs import WindowJob, keyword_tokens, with_logprobs
 from engine.models.whisper.transcript import COMPRESSION_RATIO_THRESHOLD, compression_ratio, is_silence
 from engine.request import Request
 from engine.streaming.local_agreement import LocalAgreement, join_words, normalize_word
-from engine.types import RequestOutput, Segment, Word
+from engine.types import Delay, RequestOutput, Segment, Word
 
 if TYPE_CHECKING:
     from engine.models.whisper.runner import WhisperRunner
@@ -46,6 +47,17 @@ UNSETTLED_TAIL_S = 1.0  # the last words of a pass, this close to its audio's en
 FORCED_TRIM_KEEP_S = 5.0  # a window at its cap keeps this much uncommitted audio
 TOKENS_PER_SECOND_CAP = 8  # fast speech is ~4 text tokens/s; the rest is room for timestamps
 
+DELAYS: dict[Delay, tuple[float, int]] = {
+    "minimal": (0.5, 2),
+    "low": (1.0, 2),
+    "medium": (1.0, 3),
+    "high": (2.0, 3),
+    "xhigh": (3.0, 4),
+}
+"""`DecodingOptions.delay` -> (pass cadence as a multiple of the engine's stream_step_ms, passes
+that must agree before words commit). Shorter cadence: faster partials for proportionally more
+compute; more agreeing passes: fewer committed mistakes, later commits. No delay is 'low'."""
+
 
 class StreamingTranscription:
     def __init__(self, request: Request, runner: WhisperRunner):
@@ -59,7 +71,12 @@ class StreamingTranscription:
         self.new_samples = 0
         self.in_flight = False
         self.final_done = False
-        self.agreement = LocalAgreement()
+        cadence, agree = DELAYS[self.options.delay or "low"]
+        self.step_samples = max(1, round(runner.step_samples * cadence))
+        """New audio that triggers an interim pass (the delay's cadence)."""
+        self.agreement = LocalAgreement(agreement=agree)
+        self.keywords = keyword_tokens(runner.tokenizer, self.options.keywords)
+        self._forced_words: list[Word] = []  # the words a final pass is forced with (logprobs known)
         self.committed_words: list[Word] = []
         self.passes = 0
         self.current_job: WindowJob | None = None  # the pass in flight
@@ -74,10 +91,11 @@ class StreamingTranscription:
             self.window = np.concatenate([self.window, chunk]) if self.window.size else chunk
             self.new_samples += int(chunk.size)
 
-    def ready(self, step_samples: int) -> bool:
+    def ready(self) -> bool:
         if self.in_flight or self.final_done:
             return False
-        return self.new_samples >= step_samples or self.request.input_finished
+        pending = self.new_samples + self.request.pending_samples
+        return pending >= self.step_samples or self.request.input_finished
 
     def is_final_pass(self) -> bool:
         return self.request.input_finished and not self.request.pending_audio
@@ -120,6 +138,8 @@ class StreamingTranscription:
         before = [w for w in self.committed_words if w.end <= self.window_start + 1e-3]
         prompt_text = "" if self.unprompted else (self.options.prompt or "") + join_words(before)
         prompt = tok.encode(" " + prompt_text[-PROMPT_CHARS:].strip()) if prompt_text.strip() else []
+        if not self.unprompted:
+            prompt = self.keywords + prompt
         forced = self.current_job.forced if self.current_job is not None else []
         sot = tok.sot_sequence(self.language, self.options.task, timestamps=not forced)
         prefix = ([tok.sot_prev, *prompt] if prompt else []) + sot
@@ -142,8 +162,9 @@ class StreamingTranscription:
         self.current_job = None
         self.heard_until = self.window_start + job.frames / FRAMES_PER_SECOND
         looping = self._looping(result.tokens)
-        if job.forced:
-            result = replace(result, tokens=job.forced + result.tokens)
+        if job.forced:  # forced tokens were read, not chosen: their log-probabilities come from the words
+            result = replace(result, tokens=job.forced + result.tokens,
+                             token_logprobs=[math.nan] * len(job.forced) + result.token_logprobs)
         silent = self._silent(result)
         mute = not silent and not any(t < self.runner.tokenizer.eot for t in result.tokens)
         if (mute or looping) and (job.sot_index or job.forced) and not self.unprompted:
@@ -208,6 +229,7 @@ class StreamingTranscription:
         if final:
             settled = self.heard_until - UNSETTLED_TAIL_S
             inside += list(takewhile(lambda w: w.end <= settled, self.agreement.tentative))
+        self._forced_words = inside
         text = join_words(inside).strip()
         return self.runner.tokenizer.encode(" " + text) if text else []
 
@@ -230,8 +252,31 @@ class StreamingTranscription:
         words = align_words(self.runner.model.decoder, tok, self.runner.alignment_heads, sot[:-1], text_tokens,
                            job.audio_features, job.frames, self.window_start, job.audio_positions,
                            self.runner.silence_kv([job]), confidence=self.options.word_timestamps)
+        if self.options.logprobs:
+            self._attach_word_logprobs(words, result, forced=len(job.forced) > 0)
         # punctuation alone is what tiny.en says over a pause: committing it prints ". . . ."
         return [w for w in words if any(ch.isalnum() for ch in w.word)]
+
+    def _attach_word_logprobs(self, words: list[Word], result: WindowResult, forced: bool) -> None:
+        """Give each word its tokens and their log-probabilities. Forced words were read, not
+        chosen: they take the values of the words they repeat, from the pass that chose them."""
+        tok = self.runner.tokenizer
+        lps = [lp for t, lp in zip(result.tokens, result.token_logprobs) if t < tok.eot]
+        _, pieces = tok.split_to_word_tokens([t for t in result.tokens if t < tok.eot])
+        offset = 0
+        known = iter(self._forced_words if forced else [])
+        for word, tokens in zip(words, pieces):
+            mine = lps[offset : offset + len(tokens)]
+            offset += len(tokens)
+            word.tokens, word.logprobs = tokens, mine
+            unknown = sum(math.isnan(lp) for lp in mine)
+            if unknown:
+                source = next(known, None)
+                if source is not None and source.logprobs is not None and len(source.logprobs) == unknown:
+                    filled = iter(source.logprobs)
+                    word.logprobs = [next(filled) if math.isnan(lp) else lp for lp in mine]
+                else:  # the forced text tokenized differently: the word is reported without log-probabilities
+                    word.tokens, word.logprobs = None, None
 
     def _drop_reheard(self, words: list[Word]) -> list[Word]:
         """The window still holds audio of committed words (it is trimmed at sentence ends), so a
@@ -314,4 +359,9 @@ class StreamingTranscription:
             if self.committed_words:
                 out.segments = [Segment(id=0, start=self.committed_words[0].start, end=self.committed_words[-1].end,
                                         text=" " + committed.strip(), tokens=out.tokens)]
+        if self.options.logprobs:
+            words = self.committed_words + ([] if finished else self.agreement.tentative)
+            scored = [w for w in words if w.tokens is not None and w.logprobs is not None]
+            with_logprobs(out, self.runner.tokenizer, [t for w in scored for t in w.tokens or []],
+                          [lp for w in scored for lp in w.logprobs or []])
         return out
