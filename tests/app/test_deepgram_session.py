@@ -178,10 +178,11 @@ async def test_an_empty_binary_message_ends_the_stream_like_close_stream() -> No
     assert [m["type"] for m in sender.messages] == ["Results", "Metadata"] and sender.close_code == 1000
 
 
-def test_language_and_keywords_reach_the_decoding_options() -> None:
+async def test_language_and_keywords_reach_the_decoding_options() -> None:
     session, _, _ = session_for(PCM16 + "&language=en-GB&keyterm=Kubernetes&keywords=kubectl:3")
     options = session.live.options
     assert (options.language, options.keywords, options.word_timestamps) == ("en", ("kubectl", "Kubernetes"), True)
+    session.abort_all()
 
 
 def test_options_the_model_or_server_cannot_serve_are_query_errors() -> None:
