@@ -45,16 +45,20 @@ async def send_error(send: Send, path: str, err: ApiError, extra_headers: list[t
 def presented_keys(scope: Scope) -> list[str]:
     keys = []
     for name, value in scope.get("headers", []):
-        if name == b"authorization" and value.lower().startswith(b"bearer "):
-            keys.append(value[7:].decode("latin-1").strip())
+        if name == b"authorization" and value.lower().startswith((b"bearer ", b"token ")):
+            # 'Token <key>' is how Deepgram's clients (GET /v1/listen) send it
+            keys.append(value.split(b" ", 1)[1].decode("latin-1").strip())
         elif name == b"x-api-key":
             keys.append(value.decode("latin-1").strip())
         elif name == b"sec-websocket-protocol":
-            # browsers cannot set headers on WebSockets; OpenAI's clients pass the key as a subprotocol
-            for proto in value.decode("latin-1").split(","):
-                proto = proto.strip()
+            # browsers cannot set headers on WebSockets; OpenAI's clients pass the key as a subprotocol,
+            # Deepgram's as the protocol after 'token' (`new WebSocket(url, ["token", key])`)
+            protos = [p.strip() for p in value.decode("latin-1").split(",")]
+            for proto, following in zip(protos, [*protos[1:], None]):
                 if proto.startswith("openai-insecure-api-key."):
                     keys.append(proto.removeprefix("openai-insecure-api-key."))
+                elif proto.lower() in ("token", "bearer") and following:
+                    keys.append(following)
     return keys
 
 
