@@ -3,6 +3,8 @@ alignment heads (the method of openai/whisper's `timing.py`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -57,7 +59,7 @@ def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def align_words(
     decoder: TextDecoder,
     tokenizer: WhisperTokenizer,
-    heads: list[tuple[int, int]],
+    heads: Sequence[tuple[int, int]],
     sot_sequence: list[int],
     text_tokens: list[int],
     audio_features: Tensor,

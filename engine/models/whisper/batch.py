@@ -16,6 +16,7 @@ from torch import Tensor
 
 from engine.models.whisper.decoding import DecodeGroup, apply_rules
 from engine.models.whisper.model import DecoderCache, TextDecoder
+from engine.models.whisper.window import WindowJob
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +202,7 @@ class DecodeBatch:
         if needed * 2 < self.cache.capacity:
             self.cache.resize(needed)
 
-    def remove_job(self, job: object) -> None:
+    def remove_job(self, job: WindowJob) -> None:
         """Drop a job's group (abort, error): it idles until the next step evicts it. Evicting here
         would also evict, and lose, groups that finished in the current step but were not yet
         returned by `step()`."""

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from engine.models.whisper.features import ENCODER_STRIDE, N_FRAMES
-from engine.models.whisper.model import AudioEncoder
+from engine.models.whisper.model import AudioEncoder, TextDecoder
 
 CONTEXT_TAIL_FRAMES = 100  # 1 s of padding encoded after the audio: the speech's end is heard as an end
 CONTEXT_BUCKET_FRAMES = 100  # window lengths are rounded up to whole seconds, so passes share lengths
@@ -34,11 +34,14 @@ def fit_frames(content_frames: int) -> int:
 
 
 class ContextEncoder:
-    """Runs the audio encoder over windows of any length up to 30 s; every output is full length."""
+    """Runs the audio encoder over windows of any length up to 30 s; every output is full length.
+    Also holds the decoder's cross K/V of the encoded silence that completes short windows."""
 
-    def __init__(self, encoder: AudioEncoder):
+    def __init__(self, encoder: AudioEncoder, decoder: TextDecoder):
         self.encoder = encoder
+        self.decoder = decoder
         self._silence: Tensor | None = None
+        self._silence_kv: tuple[list[Tensor], list[Tensor]] | None = None
 
     def silence(self, like: Tensor) -> Tensor:
         """The encoding (positions, C) of a window that is all padding, computed once."""
@@ -46,6 +49,12 @@ class ContextEncoder:
             zeros = like.new_zeros(1, like.shape[0], N_FRAMES)
             self._silence = self.encoder(zeros)[0]
         return self._silence
+
+    def silence_kv(self, like: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+        """Per decoder layer, the cross K/V (H, n_audio_ctx, Dh) of `silence`, computed once."""
+        if self._silence_kv is None:
+            self._silence_kv = self.decoder.silence_kv(self.silence(like))
+        return self._silence_kv
 
     def encode(self, mels: list[Tensor]) -> list[Tensor]:
         """mels (n_mels, L) with L <= 3000 -> encoder outputs (1500, C), in order. Windows of equal

@@ -8,12 +8,13 @@ A `DecodeGroup` owns the rows of one window job (1 row, or beam_size rows); the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from engine.models.whisper.tokenizer import WhisperTokenizer
+from engine.models.whisper.window import WindowJob, WindowResult
 from engine.types import DecodingOptions
 
 NEG_INF = float("-inf")
@@ -43,20 +44,6 @@ class TokenRules:
         begin[[i for i in (begin_ids or [*tok.space_tokens, tok.eot]) if 0 <= i < n_vocab]] = True
         return cls(eot=tok.eot, timestamp_begin=tok.timestamp_begin, no_timestamps=tok.no_timestamps,
                    n_vocab=n_vocab, suppress=suppress, suppress_begin=begin)
-
-
-@dataclass
-class WindowResult:
-    tokens: list[int]
-    """Sampled tokens without the trailing end-of-text."""
-    sum_logprob: float
-    avg_logprob: float
-    no_speech_prob: float
-    temperature: float
-    nbest: list[tuple[list[int], float]] = field(default_factory=list)
-    """(tokens, length-normalized logprob) best first, beam search only."""
-    token_logprobs: list[float] = field(default_factory=list)
-    """Log-probability of each of `tokens` under the ruled distribution it was chosen from."""
 
 
 def apply_rules(rules: TokenRules, logits: Tensor, seqs: list[list[int]], timestamps: list[bool]) -> Tensor:
@@ -107,7 +94,7 @@ class DecodeGroup:
 
     def __init__(
         self,
-        job: object,
+        job: WindowJob,
         prefix: list[int],
         sot_index: int,
         options: DecodingOptions,
@@ -138,6 +125,28 @@ class DecodeGroup:
         self.no_speech_prob = 0.0
         self.done = False
         self.result: WindowResult | None = None
+
+    @classmethod
+    def for_job(cls, job: WindowJob, rules: TokenRules, n_text_ctx: int) -> DecodeGroup:
+        """The rows that decode `job`: its prompt, options and token budget (at most half the
+        text context, and never past its end)."""
+        options = job.owner.options
+        max_new = min(options.max_new_tokens or n_text_ctx // 2, n_text_ctx - len(job.prefix) - 1)
+        budget = job.owner.token_budget(job.frames)
+        if budget is not None:
+            max_new = min(max_new, budget)
+        return cls(
+            job=job,
+            prefix=job.prefix,
+            sot_index=job.sot_index,
+            options=options,
+            temperature=job.temperature,
+            rules=rules,
+            timestamps=not job.forced,
+            max_new_tokens=max(1, max_new),
+            forced=job.forced,
+            generator=job.owner.generator,
+        )
 
     # ---- per-step interface used by the batch ----
 

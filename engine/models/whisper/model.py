@@ -9,6 +9,7 @@ them, and reorders or compacts their rows when beams move or requests leave.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -330,7 +331,7 @@ class TextDecoder(nn.Module):
         self,
         tokens: Tensor,
         audio_features: Tensor,
-        heads: list[tuple[int, int]],
+        heads: Sequence[tuple[int, int]],
         n_audio: int,
         audio_positions: int | None = None,
         silence: tuple[list[Tensor], list[Tensor]] | None = None,

@@ -13,23 +13,19 @@ import logging
 import math
 from dataclasses import replace
 from itertools import takewhile
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from engine.models.whisper.alignment import align_words
 from engine.models.whisper.context import fit_frames
-from engine.models.whisper.decoding import WindowResult
 from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
-from engine.models.whisper.jobs import WindowJob, keyword_tokens, with_logprobs
+from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.transcript import COMPRESSION_RATIO_THRESHOLD, compression_ratio, is_silence
+from engine.models.whisper.window import WindowJob, WindowResult, attach_logprobs
 from engine.request import Request
 from engine.streaming.local_agreement import LocalAgreement, join_words, normalize_word
 from engine.types import Delay, RequestOutput, Segment, Word
-
-if TYPE_CHECKING:
-    from engine.models.whisper.runner import WhisperRunner
 
 logger = logging.getLogger(__name__)
 
@@ -60,22 +56,25 @@ compute; more agreeing passes: fewer committed mistakes, later commits. No delay
 
 
 class StreamingTranscription:
-    def __init__(self, request: Request, runner: WhisperRunner):
+    def __init__(self, request: Request, parts: WhisperParts, window_s: float, fit_context: bool):
+        """`window_s`: longest uncommitted window re-decoded per pass; `fit_context`: encode a
+        pass's window plus silence ('fit', context.py) instead of a zero-padded 30 s window."""
         self.request = request
-        self.runner = runner
+        self.parts = parts
+        self.window_cap = int(window_s * SAMPLE_RATE)  # samples
+        self.fit_context = fit_context
         self.options = request.decoding
-        self.language: str | None = (self.options.language or None) if runner.model.is_multilingual else "en"
+        self.language: str | None = (self.options.language or None) if parts.multilingual else "en"
         self.generator: torch.Generator | None = None
         self.window = np.zeros(0, dtype=np.float32)
         self.window_start = 0.0  # seconds of stream time at window[0]
         self.new_samples = 0
         self.in_flight = False
         self.final_done = False
-        cadence, agree = DELAYS[self.options.delay or "low"]
-        self.step_samples = max(1, round(runner.step_samples * cadence))
-        """New audio that triggers an interim pass (the delay's cadence)."""
+        self.cadence, agree = DELAYS[self.options.delay or "low"]
+        """cadence: the engine's pass step is multiplied by it (the delay's pass cadence)."""
         self.agreement = LocalAgreement(agreement=agree)
-        self.keywords = keyword_tokens(runner.tokenizer, self.options.keywords)
+        self.keywords = parts.tokenizer.keyword_tokens(self.options.keywords)
         self._forced_words: list[Word] = []  # the words a final pass is forced with (logprobs known)
         self.committed_words: list[Word] = []
         self.passes = 0
@@ -91,25 +90,26 @@ class StreamingTranscription:
             self.window = np.concatenate([self.window, chunk]) if self.window.size else chunk
             self.new_samples += int(chunk.size)
 
-    def ready(self) -> bool:
+    def ready(self, step_samples: int) -> bool:
+        """Due a pass: `step_samples` of new audio times the delay's cadence (absorbed or not
+        yet), or the end of input."""
         if self.in_flight or self.final_done:
             return False
         pending = self.new_samples + self.request.pending_samples
-        return pending >= self.step_samples or self.request.input_finished
+        return pending >= round(step_samples * self.cadence) or self.request.input_finished
 
     def is_final_pass(self) -> bool:
         return self.request.input_finished and not self.request.pending_audio
 
     def window_audio(self) -> np.ndarray:
-        cap = int(self.runner.config.stream_window_s * SAMPLE_RATE)
-        if self.window.size > cap:
-            self._force_trim(cap)
+        if self.window.size > self.window_cap:
+            self._force_trim(self.window_cap)
         return self.window
 
     def make_job(self, mel: torch.Tensor) -> WindowJob:
         frames = min(N_FRAMES, mel.shape[1] - 1 if mel.shape[1] > 1 else mel.shape[1])
-        length = fit_frames(frames) if self.runner.config.stream_encoder_context == "fit" else N_FRAMES
-        job = WindowJob(self, pad_window(mel, 0, length), 0, frames, 0.0, 0)  # type: ignore[arg-type]
+        length = fit_frames(frames) if self.fit_context else N_FRAMES
+        job = WindowJob(self, pad_window(mel, 0, length), 0, frames, 0.0, 0, live=True)
         job.final = self.is_final_pass()
         job.forced = self._forced_tokens(job.final)
         self.current_job = job  # build_prefix reads its forced words
@@ -133,7 +133,7 @@ class StreamingTranscription:
         self.language = code
 
     def build_prefix(self) -> tuple[list[int], int]:
-        tok = self.runner.tokenizer
+        tok = self.parts.tokenizer
         # prompt with committed text the window no longer holds; the rest the model hears again
         before = [w for w in self.committed_words if w.end <= self.window_start + 1e-3]
         prompt_text = "" if self.unprompted else (self.options.prompt or "") + join_words(before)
@@ -166,7 +166,7 @@ class StreamingTranscription:
             result = replace(result, tokens=job.forced + result.tokens,
                              token_logprobs=[math.nan] * len(job.forced) + result.token_logprobs)
         silent = self._silent(result)
-        mute = not silent and not any(t < self.runner.tokenizer.eot for t in result.tokens)
+        mute = not silent and not any(t < self.parts.tokenizer.eot for t in result.tokens)
         if (mute or looping) and (job.sot_index or job.forced) and not self.unprompted:
             # tiny.en, prompted with a sentence's first words over audio starting mid-sentence,
             # can answer with an empty transcript although it hears speech, and prompted with
@@ -231,7 +231,7 @@ class StreamingTranscription:
             inside += list(takewhile(lambda w: w.end <= settled, self.agreement.tentative))
         self._forced_words = inside
         text = join_words(inside).strip()
-        return self.runner.tokenizer.encode(" " + text) if text else []
+        return self.parts.tokenizer.encode(" " + text) if text else []
 
     def _committed_in_window(self) -> list[Word]:
         """Committed words whose audio the window still holds (it is cut in pauses after them)."""
@@ -239,19 +239,19 @@ class StreamingTranscription:
 
     def _looping(self, tokens: list[int]) -> bool:
         """The pass wrote the same few words over and over (Whisper's own repetition test)."""
-        tok = self.runner.tokenizer
+        tok = self.parts.tokenizer
         text = tok.decode([t for t in tokens if t < tok.eot])
         return compression_ratio(text) > COMPRESSION_RATIO_THRESHOLD
 
     def _words(self, job: WindowJob, result: WindowResult) -> list[Word]:
-        tok = self.runner.tokenizer
+        tok = self.parts.tokenizer
         text_tokens = [t for t in result.tokens if t < tok.eot]
         if not text_tokens or job.audio_features is None:
             return []
         sot = tok.sot_sequence(self.language, self.options.task, timestamps=False)
-        words = align_words(self.runner.model.decoder, tok, self.runner.alignment_heads, sot[:-1], text_tokens,
+        words = align_words(self.parts.model.decoder, tok, self.parts.alignment_heads, sot[:-1], text_tokens,
                            job.audio_features, job.frames, self.window_start, job.audio_positions,
-                           self.runner.silence_kv([job]), confidence=self.options.word_timestamps)
+                           self.parts.silence_kv([job]), confidence=self.options.word_timestamps)
         if self.options.logprobs:
             self._attach_word_logprobs(words, result, forced=len(job.forced) > 0)
         # punctuation alone is what tiny.en says over a pause: committing it prints ". . . ."
@@ -260,7 +260,7 @@ class StreamingTranscription:
     def _attach_word_logprobs(self, words: list[Word], result: WindowResult, forced: bool) -> None:
         """Give each word its tokens and their log-probabilities. Forced words were read, not
         chosen: they take the values of the words they repeat, from the pass that chose them."""
-        tok = self.runner.tokenizer
+        tok = self.parts.tokenizer
         lps = [lp for t, lp in zip(result.tokens, result.token_logprobs) if t < tok.eot]
         _, pieces = tok.split_to_word_tokens([t for t in result.tokens if t < tok.eot])
         offset = 0
@@ -352,7 +352,7 @@ class StreamingTranscription:
             tentative=tentative,
         )
         if finished:
-            tok = self.runner.tokenizer
+            tok = self.parts.tokenizer
             out.tokens = tok.encode(" " + committed.strip()) if committed.strip() else []
             if self.options.word_timestamps:
                 out.words = list(self.committed_words)
@@ -362,6 +362,6 @@ class StreamingTranscription:
         if self.options.logprobs:
             words = self.committed_words + ([] if finished else self.agreement.tentative)
             scored = [w for w in words if w.tokens is not None and w.logprobs is not None]
-            with_logprobs(out, self.runner.tokenizer, [t for w in scored for t in w.tokens or []],
+            attach_logprobs(out, self.parts.tokenizer, [t for w in scored for t in w.tokens or []],
                           [lp for w in scored for lp in w.logprobs or []])
         return out

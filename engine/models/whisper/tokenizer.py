@@ -45,6 +45,12 @@ class WhisperTokenizer:
     def decode_token(self, token: int) -> str:
         return str(self.tokenizer.decode([token])) if token < self.eot else ""
 
+    def keyword_tokens(self, keywords: tuple[str, ...]) -> list[int]:
+        """A request's keywords as the head of every window's prompt: Whisper copies the spelling
+        of words it was prompted with (the biasing OpenAI documents for whisper-1's prompt). They
+        are kept whole ahead of the previous text, which is what gets cut when the prompt is full."""
+        return self.encode(" " + ", ".join(k.strip() for k in keywords) + ".") if keywords else []
+
     def token_bytes(self, token: int) -> bytes:
         """The exact bytes of a text token (a byte-level BPE piece may hold part of a character,
         which `decode_token` would show as U+FFFD)."""

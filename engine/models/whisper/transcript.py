@@ -9,9 +9,9 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-from engine.models.whisper.decoding import WindowResult
 from engine.models.whisper.features import ENCODER_STRIDE, FRAMES_PER_SECOND, SECONDS_PER_TOKEN
 from engine.models.whisper.tokenizer import WhisperTokenizer
+from engine.models.whisper.window import WindowResult
 
 TEMPERATURE_LADDER = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 COMPRESSION_RATIO_THRESHOLD = 2.4  # above: repetitive output, retry hotter

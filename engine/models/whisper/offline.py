@@ -1,22 +1,22 @@
-"""Window jobs and the per-request transcription state that produces them.
+"""Offline (and long-form) transcription of one request.
 
-A `WindowJob` is one 30 s window to decode at one temperature. An `OfflineTranscription`
-walks a request's audio window by window: it builds each job's prompt, accepts or retries
-(temperature fallback) the decoded result, turns it into segments and words, and advances.
+An `OfflineTranscription` walks a request's audio in 30 s windows, one `WindowJob` at a time:
+it builds each job's prompt, accepts or retries (temperature fallback) the decoded result,
+turns it into segments and words, and advances to where the last complete segment ended
+(openai/whisper's `transcribe`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 import torch
 from torch import Tensor
 
 from engine.models.whisper.alignment import align_words
-from engine.models.whisper.decoding import DecodeGroup, TokenRules, WindowResult
-from engine.models.whisper.features import ENCODER_STRIDE, FRAMES_PER_SECOND, N_FRAMES, pad_window
+from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, pad_window
+from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.transcript import (
     COMPRESSION_RATIO_THRESHOLD,
     PROMPT_RESET_TEMPERATURE,
@@ -26,91 +26,25 @@ from engine.models.whisper.transcript import (
     split_segments,
     temperature_ladder,
 )
+from engine.models.whisper.window import WindowJob, WindowResult, attach_logprobs
 from engine.request import Request
 from engine.types import Alternative, RequestOutput, Segment, Word
-
-if TYPE_CHECKING:
-    from engine.models.whisper.runner import WhisperRunner
-    from engine.models.whisper.tokenizer import WhisperTokenizer
-
-
-def keyword_tokens(tok: WhisperTokenizer, keywords: tuple[str, ...]) -> list[int]:
-    """The request's keywords as the head of every window's prompt: Whisper copies the spelling
-    of words it was prompted with (the biasing OpenAI documents for whisper-1's prompt). They
-    are kept whole ahead of the previous text, which is what gets cut when the prompt is full."""
-    return tok.encode(" " + ", ".join(k.strip() for k in keywords) + ".") if keywords else []
-
-
-def with_logprobs(out: RequestOutput, tok: WhisperTokenizer, tokens: list[int], logprobs: list[float]) -> None:
-    """Attach `tokens` with their log-probabilities and bytes to an output."""
-    out.tokens = tokens
-    out.token_logprobs = [round(lp, 6) for lp in logprobs]
-    out.token_bytes = [tok.token_bytes(t) for t in tokens]
-
-
-@dataclass(eq=False)
-class WindowJob:
-    owner: OfflineTranscription
-    mel: Tensor  # (n_mels, N_FRAMES)
-    seek: int  # first mel frame of the window
-    frames: int  # real (unpadded) mel frames in the window
-    temperature: float
-    ladder_index: int
-    prefix: list[int] = field(default_factory=list)
-    sot_index: int = 0
-    audio_features: Tensor | None = None  # (S, C) once encoded
-    final: bool = False  # a live stream's last pass
-    forced: list[int] = field(default_factory=list)
-    """Text tokens ending the prefix, decoded as if sampled (without timestamps): what a live
-    stream's earlier passes heard, so its final pass decodes only what follows."""
-
-    @property
-    def audio_positions(self) -> int:
-        """Encoder positions of this window's own audio; past them its context is encoded silence."""
-        return int(self.mel.shape[1]) // ENCODER_STRIDE
-
-    @property
-    def rows(self) -> int:
-        return self.owner.options.beam_size if self.temperature == 0.0 else 1
-
-    def refresh_prefix(self) -> None:
-        self.prefix, self.sot_index = self.owner.build_prefix()
-
-    def new_group(self, rules: TokenRules) -> DecodeGroup:
-        runner = self.owner.runner
-        n_ctx = runner.dims.n_text_ctx
-        max_new = min(self.owner.options.max_new_tokens or n_ctx // 2, n_ctx - len(self.prefix) - 1)
-        budget = self.owner.token_budget(self.frames)
-        if budget is not None:
-            max_new = min(max_new, budget)
-        return DecodeGroup(
-            job=self,
-            prefix=self.prefix,
-            sot_index=self.sot_index,
-            options=self.owner.options,
-            temperature=self.temperature,
-            rules=rules,
-            timestamps=not self.forced,
-            max_new_tokens=max(1, max_new),
-            forced=self.forced,
-            generator=self.owner.generator,
-        )
 
 
 class OfflineTranscription:
     """Transcribes one request's whole audio, window after window."""
 
-    def __init__(self, request: Request, mel: Tensor, runner: WhisperRunner):
+    def __init__(self, request: Request, mel: Tensor, parts: WhisperParts):
         self.request = request
-        self.runner = runner
+        self.parts = parts
         self.options = request.decoding
         self.mel = mel
         self.content_frames = mel.shape[1] - 1 if mel.shape[1] > 1 else mel.shape[1]
         self.seek = 0
-        self.language: str | None = (self.options.language or None) if runner.model.is_multilingual else "en"
-        tok = runner.tokenizer
+        self.language: str | None = (self.options.language or None) if parts.multilingual else "en"
+        tok = parts.tokenizer
         self.initial_prompt = tok.encode(" " + self.options.prompt.strip()) if self.options.prompt else []
-        self.keywords = keyword_tokens(tok, self.options.keywords)
+        self.keywords = tok.keyword_tokens(self.options.keywords)
         self.history: list[int] = []  # text+timestamp tokens of accepted windows, for conditioning
         self.segments: list[Segment] = []
         self.segment_logprobs: list[list[float]] = []  # per segment, each of its tokens' log-probability
@@ -120,7 +54,7 @@ class OfflineTranscription:
         self.ladder = temperature_ladder(self.options.temperature, self.options.temperature_fallback)
         self.generator: torch.Generator | None = None
         if self.options.temperature > 0 or self.options.temperature_fallback:
-            self.generator = torch.Generator(device=runner.device)
+            self.generator = torch.Generator(device=parts.device)
             self.generator.manual_seed(self.options.seed if self.options.seed is not None else 0)
         self.last_temperature = 0.0
 
@@ -137,9 +71,9 @@ class OfflineTranscription:
         self.language = code
 
     def build_prefix(self) -> tuple[list[int], int]:
-        tok = self.runner.tokenizer
+        tok = self.parts.tokenizer
         prompt = self.initial_prompt + (self.history if self.options.condition_on_previous_text else [])
-        prompt = self.keywords + prompt[-(self.runner.dims.n_text_ctx // 2 - 1 - len(self.keywords)):]
+        prompt = self.keywords + prompt[-(self.parts.dims.n_text_ctx // 2 - 1 - len(self.keywords)):]
         sot = tok.sot_sequence(self.language, self.options.task, timestamps=True)
         prefix = ([tok.sot_prev, *prompt] if prompt else []) + sot
         return prefix, len(prefix) - len(sot)
@@ -162,7 +96,7 @@ class OfflineTranscription:
     # ---- results ----
 
     def on_window_done(self, job: WindowJob, result: WindowResult) -> tuple[WindowJob | None, RequestOutput | None]:
-        tok = self.runner.tokenizer
+        tok = self.parts.tokenizer
         text = tok.decode(result.tokens)
         if needs_fallback(result, text, self.options.no_speech_threshold):
             self.attempts.append(result)
@@ -194,13 +128,13 @@ class OfflineTranscription:
         """Every temperature failed: keep the most confident decode that is not repetitive (or the
         most confident at all), as faster-whisper does, rather than the last, hottest one. The
         temperature reported stays the last one, so the prompt is still reset after it."""
-        tok = self.runner.tokenizer
+        tok = self.parts.tokenizer
         below = [r for r in self.attempts if compression_ratio(tok.decode(r.tokens)) <= COMPRESSION_RATIO_THRESHOLD]
         best = max(below or self.attempts, key=lambda r: r.avg_logprob)
         return replace(best, temperature=self.attempts[-1].temperature)
 
     def _add_segments(self, job: WindowJob, raw: list, result: WindowResult) -> None:  # type: ignore[type-arg]
-        tok = self.runner.tokenizer
+        tok = self.parts.tokenizer
         duration = self.request.duration
         kept: list[tuple[list[int], list[int], str, float, float]] = []  # tokens, text tokens, text, start, end
         kept_logprobs: list[list[float]] = []
@@ -239,13 +173,12 @@ class OfflineTranscription:
         """Words of each (text tokens, start, end) segment of one window. The whole window's text is
         aligned at once, as openai/whisper does: DTW stretches the text it is given over the whole
         window, so aligning one segment at a time smeared each segment's words across 30 s."""
-        runner = self.runner
-        tok = runner.tokenizer
+        tok = self.parts.tokenizer
         assert job.audio_features is not None
         sot = tok.sot_sequence(self.language, self.options.task, timestamps=False)
         all_tokens = [t for text_tokens, _, _ in segments for t in text_tokens]
         words = align_words(
-            runner.model.decoder, tok, runner.alignment_heads, sot[:-1], all_tokens,
+            self.parts.model.decoder, tok, self.parts.alignment_heads, sot[:-1], all_tokens,
             job.audio_features, job.frames, job.seek / FRAMES_PER_SECOND,
         )
         # a word belongs to the segment holding its first token
@@ -283,17 +216,17 @@ class OfflineTranscription:
     def _attach_logprobs(self, out: RequestOutput) -> None:
         if not self.options.logprobs:
             return
-        eot = self.runner.tokenizer.eot
+        eot = self.parts.tokenizer.eot
         tokens = [t for s in self.segments for t in s.tokens if t < eot]
-        with_logprobs(out, self.runner.tokenizer, tokens, [lp for lps in self.segment_logprobs for lp in lps])
+        attach_logprobs(out, self.parts.tokenizer, tokens, [lp for lps in self.segment_logprobs for lp in lps])
 
     def finish(self) -> RequestOutput:
-        tok = self.runner.tokenizer
+        tok = self.parts.tokenizer
         tokens = [t for s in self.segments for t in s.tokens if t < tok.eot]
         text = self._text()
         words = [w for s in self.segments for w in (s.words or [])] if self.options.word_timestamps else None
         if self.windows == 1 and len(self.window_nbest) > 1:
-            nbest = []
+            nbest: list[Alternative] = []
             for toks, score in self.window_nbest:  # beams differing only in timestamps read the same
                 alt_text = tok.decode([t for t in toks if t < tok.eot]).strip()
                 if all(a.text != alt_text for a in nbest):

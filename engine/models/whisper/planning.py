@@ -1,0 +1,128 @@
+"""Which window jobs the encoder and the decoder batch take next.
+
+Jobs wait in two queues: to be encoded, then (encoded) to join the running decoder batch with a
+prefill. The planner decides when the encoder runs, which jobs share its batch and which join
+the decoder, keeping live streams' final passes ahead of everything a client does not wait on.
+It computes nothing itself: the runner runs the encoder and the batch on what it picks.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Container
+
+from engine.models.whisper.batch import DecodeBatch
+from engine.models.whisper.decoding import DecodeGroup
+from engine.models.whisper.window import WindowJob, WindowOwner, WindowResult
+
+ENCODE_EVERY_STEPS = 32  # decoder steps after which waiting windows are encoded even mid-decode
+LIVE_ENCODE_FRAMES = 2000
+"""Mel frames of interim live passes encoded in one step (~0.2 s on 2 CPU cores): a larger batch
+keeps the engine loop from starting the final pass of a stream whose audio just ended."""
+
+
+class WindowPlanner:
+    def __init__(self, max_rows: int, max_encode_batch: int, n_audio_ctx: int):
+        """`max_rows`: decoder rows (beams × windows) in the batch; `max_encode_batch`: windows
+        per encoder forward; `n_audio_ctx`: encoder positions of a full 30 s window."""
+        self.max_rows = max_rows
+        self.max_encode_batch = max_encode_batch
+        self.n_audio_ctx = n_audio_ctx
+        self.encode_queue: deque[WindowJob] = deque()
+        self.prefill_queue: deque[WindowJob] = deque()
+        self.deferred: list[tuple[WindowJob, WindowResult]] = []  # interim results held while finals decode
+        self.steps_since_encode = 0
+
+    def has_work(self) -> bool:
+        return bool(self.encode_queue or self.prefill_queue or self.deferred)
+
+    def submit(self, job: WindowJob) -> None:
+        """Queue a job: an encoded one (a retry of its window) waits to join the decoder; a live
+        stream's final pass goes ahead of the other windows to encode (the client waits on it)."""
+        if job.audio_features is not None:
+            self.prefill_queue.append(job)
+        elif job.final:
+            self.encode_queue.appendleft(job)
+        else:
+            self.encode_queue.append(job)
+
+    def encoded(self, jobs: list[WindowJob]) -> None:
+        self.prefill_queue.extend(jobs)
+
+    def drop(self, job: WindowJob) -> None:
+        self.encode_queue = deque(j for j in self.encode_queue if j is not job)
+        self.prefill_queue = deque(j for j in self.prefill_queue if j is not job)
+        self.deferred = [(j, r) for j, r in self.deferred if j is not job]
+
+    def drop_owner(self, owner: WindowOwner) -> None:
+        self.encode_queue = deque(j for j in self.encode_queue if j.owner is not owner)
+        self.prefill_queue = deque(j for j in self.prefill_queue if j.owner is not owner)
+        self.deferred = [(j, r) for j, r in self.deferred if j.owner is not owner]
+
+    def clear(self) -> None:
+        self.encode_queue.clear()
+        self.prefill_queue.clear()
+        self.deferred.clear()
+
+    # ---- what runs next ----
+
+    def finals_pending(self, batch: DecodeBatch) -> bool:
+        """A live stream's final pass is encoded and waiting or decoding: a client waits on it."""
+        return any(j.final for j in self.prefill_queue) or any(g.job.final for g in batch.groups if not g.done)
+
+    def may_encode(self, batch: DecodeBatch) -> bool:
+        """Encode new windows when the decoder batch has drained, or after ENCODE_EVERY_STEPS
+        decoder steps. An encoder batch costs as much as dozens of decoder steps on a CPU, so
+        encoding at every step would stretch each running decode to one token per encoder
+        batch; alternating keeps passes short (live streams) and rows full (offline)."""
+        if not batch.groups or self.steps_since_encode >= ENCODE_EVERY_STEPS:
+            return True
+        return bool(self.encode_queue) and self.encode_queue[0].final  # a client waits on it
+
+    def take_encode(self, batch: DecodeBatch) -> list[WindowJob]:
+        """The windows to encode together now, in queue order, within the decoder rows left."""
+        budget = self.max_rows - batch.num_rows - sum(j.rows for j in self.prefill_queue)
+        jobs: list[WindowJob] = []
+        live_frames = 0
+        # a client waits on every final pass: no new interim pass joins the decoder until they are done
+        final_waiting = self.finals_pending(batch)
+        while self.encode_queue and len(jobs) < self.max_encode_batch and self.encode_queue[0].rows <= budget:
+            job = self.encode_queue[0]
+            if not job.final and job.audio_positions < self.n_audio_ctx:  # an interim live pass
+                if final_waiting or (live_frames and live_frames + job.mel.shape[1] > LIVE_ENCODE_FRAMES):
+                    break
+                live_frames += job.mel.shape[1]
+            self.encode_queue.popleft()
+            budget -= job.rows
+            jobs.append(job)
+        if jobs:
+            self.steps_since_encode = 0
+        return jobs
+
+    def take_join(self, batch: DecodeBatch, active: Container[str]) -> list[WindowJob]:
+        """The encoded windows to join the decoder batch now (of requests still `active`)."""
+        budget = self.max_rows - batch.num_rows
+        jobs: list[WindowJob] = []
+        held: list[WindowJob] = []
+        finals_first = self.finals_pending(batch)
+        while self.prefill_queue and self.prefill_queue[0].rows <= budget:
+            job = self.prefill_queue.popleft()
+            if job.request_id not in active:
+                continue
+            if finals_first and job.interim:  # every decoder step it adds delays the finals
+                held.append(job)
+                continue
+            budget -= job.rows
+            jobs.append(job)
+        self.prefill_queue.extendleft(reversed(held))
+        return jobs
+
+    def results(self, finished: list[DecodeGroup], batch: DecodeBatch) -> list[tuple[WindowJob, WindowResult]]:
+        """The decoded windows to hand to their owners now. While finals are pending, interim
+        passes wait (their word alignment can; the finals cannot)."""
+        done = [(g.job, g.result) for g in finished if g.result is not None]
+        if self.finals_pending(batch):
+            self.deferred.extend((j, r) for j, r in done if j.interim)
+            return [(j, r) for j, r in done if not j.interim]
+        done, self.deferred = [*self.deferred, *done], []
+        return done

@@ -1,0 +1,104 @@
+"""A window job (one window of audio to decode at one temperature), its result, and what a job's
+owner (an offline transcription or a live stream) promises the runner.
+
+This module is the bottom of the family's import graph: the decoder batch, the planner and the
+owners all speak in these types, and it imports none of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+from torch import Tensor
+
+from engine.models.whisper.features import ENCODER_STRIDE
+from engine.request import Request
+from engine.types import DecodingOptions, RequestOutput
+
+if TYPE_CHECKING:
+    from engine.models.whisper.tokenizer import WhisperTokenizer
+
+
+@dataclass
+class WindowResult:
+    tokens: list[int]
+    """Sampled tokens without the trailing end-of-text."""
+    sum_logprob: float
+    avg_logprob: float
+    no_speech_prob: float
+    temperature: float
+    nbest: list[tuple[list[int], float]] = field(default_factory=list)
+    """(tokens, length-normalized logprob) best first, beam search only."""
+    token_logprobs: list[float] = field(default_factory=list)
+    """Log-probability of each of `tokens` under the ruled distribution it was chosen from."""
+
+
+def attach_logprobs(out: RequestOutput, tokenizer: WhisperTokenizer, tokens: list[int], logprobs: list[float]) -> None:
+    """Give an output its tokens with their log-probabilities and exact bytes (`logprobs`)."""
+    out.tokens = tokens
+    out.token_logprobs = [round(lp, 6) for lp in logprobs]
+    out.token_bytes = [tokenizer.token_bytes(t) for t in tokens]
+
+
+class WindowOwner(Protocol):
+    """A request's transcription state, as the runner drives it window by window."""
+
+    request: Request
+    options: DecodingOptions
+    generator: torch.Generator | None
+
+    def token_budget(self, frames: int) -> int | None:
+        """Most new tokens for a window of `frames` mel frames (None: the model's limit)."""
+        ...
+
+    def needs_language(self) -> bool: ...
+
+    def set_language(self, code: str) -> None: ...
+
+    def build_prefix(self) -> tuple[list[int], int]:
+        """The decoder prompt of the next window and the index of its start-of-transcript token."""
+        ...
+
+    def on_window_done(self, job: WindowJob, result: WindowResult) -> tuple[WindowJob | None, RequestOutput | None]:
+        """Take a decoded window: the next job to run (or None) and an output to emit (or None)."""
+        ...
+
+
+@dataclass(eq=False)
+class WindowJob:
+    owner: WindowOwner
+    mel: Tensor  # (n_mels, frames to encode)
+    seek: int  # first mel frame of the window
+    frames: int  # real (unpadded) mel frames in the window
+    temperature: float
+    ladder_index: int
+    prefix: list[int] = field(default_factory=list)
+    sot_index: int = 0
+    audio_features: Tensor | None = None  # (S, C) once encoded
+    live: bool = False  # a pass of a live stream (interim or final)
+    final: bool = False  # a live stream's last pass
+    forced: list[int] = field(default_factory=list)
+    """Text tokens ending the prefix, decoded as if sampled (without timestamps): what a live
+    stream's earlier passes heard, so its final pass decodes only what follows."""
+
+    @property
+    def audio_positions(self) -> int:
+        """Encoder positions of this window's own audio; past them its context is encoded silence."""
+        return int(self.mel.shape[1]) // ENCODER_STRIDE
+
+    @property
+    def rows(self) -> int:
+        return self.owner.options.beam_size if self.temperature == 0.0 else 1
+
+    @property
+    def interim(self) -> bool:
+        """A live pass whose result nobody waits on (a partial)."""
+        return self.live and not self.final
+
+    @property
+    def request_id(self) -> str:
+        return self.owner.request.request_id
+
+    def refresh_prefix(self) -> None:
+        self.prefix, self.sot_index = self.owner.build_prefix()
