@@ -16,13 +16,15 @@ import contextlib
 import logging
 import threading
 import time
+import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from app.metrics import Metrics
 from engine import ASREngine, DecodingOptions, RequestOutput
-from engine.errors import EngineShutdownError, UnknownRequestError
+from engine.errors import EngineError, EngineShutdownError, UnknownRequestError
 
 logger = logging.getLogger(__name__)
 
@@ -73,11 +75,27 @@ class OutputStream:
                 return out
 
 
+@dataclass
+class _HeldStream:
+    """A live stream on an engine that serves offline requests only: the bridge holds its audio
+    and submits one offline request when the input ends (seed 001, "Streaming text out of an
+    offline engine")."""
+
+    decoding: DecodingOptions
+    priority: int
+    chunks: list[np.ndarray] = field(default_factory=list)
+    samples: int = 0
+
+
 class EngineService:
-    def __init__(self, engine: ASREngine, metrics: Metrics, max_inflight: int = 64):
+    def __init__(self, engine: ASREngine, metrics: Metrics, max_inflight: int = 64,
+                 max_held_seconds: float = 3600.0):
         self.engine = engine
         self.metrics = metrics
         self.max_inflight = max_inflight
+        self.max_held_seconds = max_held_seconds
+        """Most audio (s) held for one live stream on an offline engine (the server's max_audio_seconds)."""
+        self._held: dict[str, _HeldStream] = {}
         self.inflight = 0
         self.draining = False
         self._closed = False  # set by cancel_all: from then on no request may enter the engine
@@ -151,12 +169,20 @@ class EngineService:
         request_id: str | None = None,
     ) -> OutputStream:
         """Register a stream for a new request and post it. Raises the engine's validation
-        errors (InvalidRequestError, UnsupportedError, EngineShutdownError) synchronously."""
+        errors (InvalidRequestError, UnsupportedError, EngineShutdownError) synchronously.
+
+        A streaming request on an engine that serves offline requests only is held here: its
+        audio is kept until the input ends and then submitted as one offline request under the
+        same id, so every surface streams the same way on either kind of engine."""
         if self._closed:
             # A handler that held a permit through the drain grace (still decoding its upload)
             # must not start engine work after the rest was cancelled: shutdown would wait on it.
             raise EngineShutdownError("server is shutting down; the request was not started")
-        if streaming:
+        if streaming and not self.engine.streaming_enabled:
+            options = self.engine.validate_options(decoding)
+            rid = request_id or f"held-{uuid.uuid4().hex[:12]}"
+            self._held[rid] = _HeldStream(options, priority)
+        elif streaming:
             rid = self.engine.add_streaming_request(priority=priority, decoding=decoding, request_id=request_id)
         else:
             rid = self.engine.add_request(audio, priority=priority, decoding=decoding, request_id=request_id)
@@ -167,12 +193,48 @@ class EngineService:
         return stream
 
     def feed(self, request_id: str, chunk: np.ndarray, is_last: bool = False) -> None:
-        self.engine.feed_chunk(request_id, chunk, is_last=is_last)
+        held = self._held.get(request_id)
+        if held is None:
+            self.engine.feed_chunk(request_id, chunk, is_last=is_last)
+            return
+        if chunk.size:
+            held.chunks.append(chunk)
+            held.samples += int(chunk.size)
+        if held.samples > self.max_held_seconds * self.engine.sample_rate:
+            self._end_held(request_id, RequestOutput(
+                request_id, finished=True, finish_reason="error", error_stage="admission",
+                error=f"live audio over {self.max_held_seconds:g} s cannot be held for an offline engine"))
+        elif is_last:
+            self._submit_held(request_id, held)
+
+    def _submit_held(self, request_id: str, held: _HeldStream) -> None:
+        del self._held[request_id]
+        if not held.samples:  # nothing was said: nothing to transcribe
+            self._put(RequestOutput(request_id, finished=True, finish_reason="stop"))
+            return
+        audio = np.concatenate(held.chunks)
+        try:
+            self.engine.add_request(audio, priority=held.priority, decoding=held.decoding, request_id=request_id)
+        except EngineError as exc:  # e.g. shut down meanwhile: the stream ends with the reason
+            self._put(RequestOutput(request_id, finished=True, finish_reason="error", error=str(exc),
+                                    error_stage="admission"))
+
+    def _end_held(self, request_id: str, out: RequestOutput) -> None:
+        self._held.pop(request_id, None)
+        self._put(out)
+
+    def _put(self, out: RequestOutput) -> None:
+        stream = self._streams.get(out.request_id)
+        if stream is not None:
+            stream.put(out)
 
     def abort(self, request_id: str) -> None:
         """Cancel a request if it is still running (idempotent)."""
         stream = self._streams.get(request_id)
         if stream is None or stream.finished:
+            return
+        if request_id in self._held:
+            self._end_held(request_id, RequestOutput(request_id, finished=True, finish_reason="abort"))
             return
         with contextlib.suppress(UnknownRequestError):
             self.engine.abort_request(request_id)
@@ -188,6 +250,7 @@ class EngineService:
         self._closed = True
         for rid, stream in list(self._streams.items()):
             if not stream.finished:
+                self._held.pop(rid, None)
                 self.abort(rid)
                 stream.put(RequestOutput(request_id=rid, finished=True, finish_reason="error", error=reason,
                                          error_stage="shutdown"))
@@ -249,17 +312,14 @@ class EngineService:
             e.last_batch_size = 0
         if e.last_streams_stepped:
             m.engine_stream_batch_size.observe(e.last_streams_stepped)
-        stats = getattr(e.runner, "stats", None)
-        if callable(stats):
-            s = stats()
-            if "kv_pool_usage" in s:
-                m.engine_kv_pool_usage.set(s["kv_pool_usage"])
-            exhausted = s.get("kv_exhausted_total")
-            if exhausted is not None:
-                delta = exhausted - self._kv_exhausted_seen
-                if delta > 0:
-                    m.engine_kv_exhausted.inc(delta)
-                self._kv_exhausted_seen = exhausted
+        if e.runner is not None:  # None only in route tests' engine doubles
+            s = e.runner.stats()
+            if s.kv_blocks_capacity:
+                m.engine_kv_pool_usage.set(s.kv_usage)
+            delta = s.kv_exhausted_total - self._kv_exhausted_seen
+            if delta > 0:
+                m.engine_kv_exhausted.inc(delta)
+            self._kv_exhausted_seen = s.kv_exhausted_total
 
     def _dispatch(self, outputs: list[RequestOutput], sent_at: float) -> None:
         for out in outputs:

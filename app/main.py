@@ -128,7 +128,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     engine = await asyncio.to_thread(ASREngine, settings.engine_config())
     info = engine.info()
     metrics.set_build_info(_version(), str(info.get("model", "unknown")))
-    service = EngineService(engine, metrics, settings.max_inflight)
+    service = EngineService(engine, metrics, settings.max_inflight, max_held_seconds=settings.max_audio_seconds)
     service.start()
     await service.wait_started()
     app.state.service = service

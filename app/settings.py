@@ -1,19 +1,34 @@
 """Server settings: environment variables `OASR_<NAME>` or `oasr serve --<name>` flags.
 
 Each field's docstring is its documentation (docs/configuration.md is generated from it).
+Settings named like an `EngineConfig` field reach the engine as that field, and every option of
+every model family in the family table becomes a setting `<family>_<option>` (for example
+`OASR_WENET_CTC_WEIGHT`), generated from the family's options dataclass: nothing is copied by hand.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import ast
+import dataclasses
+import inspect
+import itertools
+import textwrap
+import typing
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, create_model, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from engine.config import EngineConfig
+from engine.families import FAMILY_TABLE, load_family
+
+ENGINE_FIELD_FOR = {"preferred_batch_sizes": "preferred_batch_size"}
+"""Settings whose name differs from the EngineConfig field they set (the design's CLI spelling)."""
 
 
-class Settings(BaseSettings):
+class ServerSettings(BaseSettings):
+    """The server's own settings; `Settings` adds the generated family options."""
+
     model_config = SettingsConfigDict(env_prefix="OASR_", extra="ignore", use_attribute_docstrings=True)
 
     # ---- listeners ----
@@ -27,6 +42,10 @@ class Settings(BaseSettings):
     # ---- model and engine ----
     ckpt_dir: str | None = None
     """Checkpoint directory; unset serves the embedded Whisper tiny.en."""
+    checkpoint_name: str | None = None
+    """File inside ckpt_dir to load (e.g. model.nemo, final.pt); unset lets the model family pick its usual file."""
+    decode_method: str | None = None
+    """Decoder among those the model offers (see /v1/models `decode_methods`, e.g. ctc or rnnt); unset is the model's default."""
     served_model_name: str | None = None
     """Model name clients must send; unset accepts any `model` value (OpenAI SDKs always send one)."""
     device: str = "auto"
@@ -41,14 +60,20 @@ class Settings(BaseSettings):
     """Most requests decoded together in one batch."""
     max_decode_rows: int = 64
     """Whisper: most decoder rows (beams × requests, live passes included) stepped together; bounds the KV cache."""
-    schedule_policy: Literal["fcfs", "window"] = "window"
-    """Admission policy: 'window' groups similar lengths, 'fcfs' takes arrival order."""
+    schedule_policy: Literal["fcfs", "window", "bucket", "sjf"] = "window"
+    """Offline admission: 'window' groups similar lengths around the oldest request, 'bucket' admits the fullest octave of length, 'sjf' the shortest first, 'fcfs' arrival order."""
     max_wait_time: float = 2.0
-    """Seconds a request may be passed over by length grouping before it is admitted first."""
+    """Seconds a request may be passed over (length grouping, stream cohorts, preferred-size holds) before it is admitted first."""
     length_window_factor: float = 2.0
     """'window' policy looks at the oldest max_batch_size × this many waiting requests."""
     max_offline_pad_ratio: float = 4.0
-    """Cap on padded/useful audio length in one offline batch."""
+    """Cap on padded/useful audio length in one offline batch (window, bucket, sjf)."""
+    length_bucket_ratio: float = 0.0
+    """Floor on shortest/longest audio length in one offline batch, 0 to 1 (window, bucket, sjf); 0 is no floor."""
+    preferred_batch_sizes: Annotated[list[int], NoDecode] = Field(default_factory=list)
+    """Batch sizes admission snaps to (comma-separated, each <= max_batch_size); requests are held until one fills or the oldest waited max_wait_time. Unset admits whatever waits."""
+    streaming_cohort_admit: bool = True
+    """Admit waiting live streams shortest buffered audio first (streams that waited max_wait_time go first)."""
     num_threads: int | None = None
     """torch CPU threads; unset uses all cores."""
     stream_step_ms: int = 500
@@ -67,6 +92,8 @@ class Settings(BaseSettings):
     """Cache-aware streaming models on CUDA: fraction of free memory for the KV pool."""
     recycle_streaming_history: bool = False
     """At a stream's KV ceiling: drop its oldest block (True) or finish it with 'length' (False)."""
+    gc_freeze: bool = True
+    """Freeze the Python heap after the engine is built so full garbage collections skip it (avoids ~0.2 s stalls of every stream)."""
 
     # ---- limits ----
     max_audio_mib: float = 25.0
@@ -140,7 +167,7 @@ class Settings(BaseSettings):
     log_level: str = "info"
     """Python logging level for the oasr loggers."""
 
-    @field_validator("api_key", "cors_allow_origin", "callback_allowed_hosts", mode="before")
+    @field_validator("api_key", "cors_allow_origin", "preferred_batch_sizes", "callback_allowed_hosts", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):
@@ -148,29 +175,61 @@ class Settings(BaseSettings):
         return value
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(
-            ckpt_dir=self.ckpt_dir,
-            device=self.device,
-            dtype=self.dtype,
-            max_batch_size=self.max_batch_size,
-            max_decode_rows=self.max_decode_rows,
-            schedule_policy=self.schedule_policy,
-            max_wait_time=self.max_wait_time,
-            length_window_factor=self.length_window_factor,
-            max_offline_pad_ratio=self.max_offline_pad_ratio,
-            quantization=self.quantization,
-            service_mode=self.service_mode,
-            num_threads=self.num_threads,
-            stream_step_ms=self.stream_step_ms,
-            stream_encoder_context=self.stream_encoder_context,
-            chunk_size=self.chunk_size,
-            num_left_chunks=self.num_left_chunks,
-            max_num_blocks=self.max_num_blocks,
-            cpu_cache_bytes=self.cpu_cache_bytes,
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            recycle_streaming_history=self.recycle_streaming_history,
-        )
+        """The engine's configuration: every setting named like an EngineConfig field (or renamed
+        in `ENGINE_FIELD_FOR`), and the family options (`<family>_<option>` settings) by family."""
+        fields = type(self).model_fields
+        setting_for = {engine: setting for setting, engine in ENGINE_FIELD_FOR.items()}
+        values = {}
+        for f in dataclasses.fields(EngineConfig):
+            setting = setting_for.get(f.name, f.name)
+            if setting in fields:
+                value = getattr(self, setting)
+                values[f.name] = tuple(value) if isinstance(value, list) else value
+        options = {
+            name: {option: getattr(self, setting) for setting, option in settings.items()}
+            for name, settings in _family_setting_names().items()
+        }
+        return EngineConfig(**values, family_options=options)
 
     @property
     def max_body_bytes(self) -> int:
         return int(self.max_audio_mib * 1024 * 1024)
+
+
+def _attribute_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of a dataclass (the convention every options class follows)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, after in itertools.pairwise(body):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def _family_option_fields() -> dict[str, Any]:
+    """`<family>_<option>` settings, one per field of each family's options dataclass."""
+    fields: dict[str, Any] = {}
+    for entry in FAMILY_TABLE:
+        options = load_family(entry.name).options
+        hints, docs = typing.get_type_hints(options), _attribute_docs(options)
+        for f in dataclasses.fields(options):
+            doc = f"{entry.name} models: {docs.get(f.name, '')}"
+            fields[f"{entry.name}_{f.name}"] = (hints[f.name], Field(default=f.default, description=doc))
+    return fields
+
+
+def _family_setting_names() -> dict[str, dict[str, str]]:
+    """{family: {setting name: option name}} for the generated settings."""
+    return {
+        entry.name: {f"{entry.name}_{f.name}": f.name for f in dataclasses.fields(load_family(entry.name).options)}
+        for entry in FAMILY_TABLE
+    }
+
+
+Settings = create_model(  # type: ignore[call-overload]
+    "Settings", __base__=ServerSettings, __module__=__name__, **_family_option_fields()
+)
+Settings.__doc__ = "Server settings, including every model family's options (see the module docstring)."

@@ -9,6 +9,7 @@ state has exactly one owner: the thread that calls `step()`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import queue
@@ -17,19 +18,25 @@ import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 
 from engine.config import EngineConfig
-from engine.errors import EngineShutdownError, InvalidRequestError, UnknownRequestError
-from engine.registry import resolve_family
+from engine.errors import EngineShutdownError, InvalidRequestError, UnknownRequestError, UnsupportedError
+from engine.families import family_options, resolve_family
+from engine.gc_freeze import freeze_heap, thaw_heap
+from engine.metrics import EngineMetrics
 from engine.request import Request, RequestStatus
-from engine.runner import ModelRunner
-from engine.scheduler import Scheduler, WaitingRequest
+from engine.runner import ModelInfo, ModelRunner
+from engine.scheduler import Scheduler, SchedulerOutput, WaitingRequest
 from engine.types import AbortRequest, AddRequest, Command, DecodingOptions, FeedAudio, RequestOutput
 
 logger = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.5
+"""Longest a driving loop blocks on the inbox before re-checking its stop flag or deadline."""
 
 class ASREngine:
     """Thread-safe front of one model runner. See the module docstring for the step loop."""
@@ -42,13 +49,20 @@ class ASREngine:
 
             torch.set_num_threads(self.config.num_threads)
         if runner is None:
-            family = resolve_family(self.config.resolved_ckpt_dir())
-            runner = family.build(self.config)
-            self.family = family.name
-        else:
-            self.family = type(runner).__name__
+            family = resolve_family(self.config.resolved_ckpt_dir(), self.config.checkpoint_name)
+            runner = family.build(self.config, family_options(family, self.config.family_options))
         self.runner = runner
+        self.model_info: ModelInfo = runner.info()
+        """What the loaded model is and can do (typed; `info()` is its JSON card)."""
+        self.family = self.model_info.family
         self.sample_rate = runner.sample_rate
+        method = self.config.decode_method
+        if method is not None and method not in self.model_info.decode_methods:
+            runner.shutdown()
+            raise InvalidRequestError(
+                f"decode_method {method!r} is not offered by this {self.family} model "
+                f"(it offers: {', '.join(self.model_info.decode_methods) or 'none'})"
+            )
         self.scheduler = Scheduler.from_config(self.config)
         self._inbox: queue.SimpleQueue[Command | None] = queue.SimpleQueue()
         self._peeked: list[Command | None] = []  # taken by wait_for_work, applied first by step
@@ -66,6 +80,15 @@ class ASREngine:
         self.last_streams_stepped = 0  # live streams the runner's forward advanced together in the last step
         self.last_queue_waits: list[float] = []
         self.stats: dict[str, int] = {"steps": 0, "admitted": 0, "finished": 0, "errors": 0}
+        self.metrics = EngineMetrics()
+        """Engine-side counters and samples; the serving layer drains them after each step."""
+        self._admit_hold_until: float | None = None
+        """preferred_batch_size held every waiting request back until this monotonic time (or
+        until a command arrives or the runner's free slots change)."""
+        self._admit_hold_free = 0
+        self.last_schedule: SchedulerOutput | None = None
+        """The scheduler's last decision (admitted ids, policy, padding) for metrics."""
+        self._heap_frozen = self.config.gc_freeze and freeze_heap()
 
     # ------------------------------------------------------------------ facts
 
@@ -74,8 +97,17 @@ class ASREngine:
         return self.config.service_mode == "streaming" and self.runner.supports_streaming
 
     def info(self) -> dict[str, Any]:
-        return {**self.runner.info(), "service_mode": self.config.service_mode,
-                "streaming_enabled": self.streaming_enabled}
+        """The JSON model card `/v1/models` shows: the model's facts (its `details` merged in) and
+        how this engine serves it. Holds no file-system path."""
+        mi = self.model_info
+        card: dict[str, Any] = {
+            f.name: list(v) if isinstance(v := getattr(mi, f.name), tuple) else v
+            for f in dataclasses.fields(mi) if f.name != "details"
+        }
+        card.update(mi.details)
+        card.update(streaming=mi.supports_streaming, service_mode=self.config.service_mode,
+                    streaming_enabled=self.streaming_enabled)
+        return card
 
     @property
     def num_running(self) -> int:
@@ -100,6 +132,11 @@ class ASREngine:
                 raise InvalidRequestError(f"request id {rid!r} is already in use")
             self._live_ids.add(rid)
         return rid
+
+    def validate_options(self, decoding: DecodingOptions | None, streaming: bool = False) -> DecodingOptions:
+        """The options a request would be admitted with, or InvalidRequestError / UnsupportedError:
+        for a caller that holds a request's audio itself before submitting it."""
+        return self._check_options(decoding, streaming)
 
     def _check_options(self, decoding: DecodingOptions | None, streaming: bool) -> DecodingOptions:
         options = decoding or DecodingOptions()
@@ -136,12 +173,16 @@ class ASREngine:
         request_id: str | None = None,
         sample_rate: int | None = None,
     ) -> str:
-        """Queue a request. Offline: `audio` is the whole waveform. Streaming: `audio` may be the
-        first chunk (or None); more comes through `feed_chunk`."""
+        """Queue a request with all of its audio attached; returns its id.
+
+        `streaming=False` decodes it in one offline pass. `streaming=True` runs the streaming path
+        (partials, then one final): the engine releases the audio to the stream one chunk per
+        step, as if it arrived live. Real-time clients use `add_streaming_request` + `feed_chunk`.
+        `priority`: lower is sooner."""
         if streaming:
+            samples = self.validate_audio(audio, sample_rate, allow_empty=True)
             rid = self.add_streaming_request(priority=priority, decoding=decoding, request_id=request_id)
-            if audio is not None:
-                self.feed_chunk(rid, audio, is_last=False, sample_rate=sample_rate)
+            self._inbox.put(FeedAudio(rid, samples, is_last=True, attached=True))
             return rid
         samples = self.validate_audio(audio, sample_rate)
         options = self._check_options(decoding, streaming=False)
@@ -152,10 +193,22 @@ class ASREngine:
     def add_streaming_request(
         self, priority: int = 0, decoding: DecodingOptions | None = None, request_id: str | None = None
     ) -> str:
+        """Open a live stream; audio follows through `feed_chunk`. Refused by an engine whose
+        `service_mode` is 'offline' (it builds no streaming runtime)."""
+        self._check_streaming()
         options = self._check_options(decoding, streaming=True)
         rid = self._new_id(request_id)
         self._inbox.put(AddRequest(rid, None, streaming=True, priority=priority, decoding=options))
         return rid
+
+    def _check_streaming(self) -> None:
+        if not self.streaming_enabled:
+            if self.config.service_mode != "streaming":
+                raise InvalidRequestError(
+                    "this engine serves offline requests only (service_mode='offline'); submit the "
+                    "whole audio with add_request(audio) or build the engine with service_mode='streaming'"
+                )
+            raise UnsupportedError(f"model family {self.family!r} has no streaming runtime")
 
     def feed_chunk(self, request_id: str, chunk: Any, is_last: bool = False, sample_rate: int | None = None) -> None:
         samples = self.validate_audio(chunk, sample_rate, allow_empty=True)
@@ -174,6 +227,8 @@ class ASREngine:
     def submit(self, command: Command) -> None:
         """Post an already-validated command (the serving layer's path)."""
         if isinstance(command, AddRequest):
+            if command.streaming:
+                self._check_streaming()
             if command.audio is not None:
                 command.audio = self.validate_audio(command.audio)
             command.decoding = self._check_options(command.decoding, command.streaming)
@@ -187,12 +242,21 @@ class ASREngine:
         has room for them, so a full engine whose streams await audio reads as idle."""
         if self._peeked or not self._inbox.empty() or self.runner.has_work():
             return True
-        return bool(self._admissible()) and self.runner.free_slots() > 0
+        if any(r.attached_audio is not None and r.status == RequestStatus.RUNNING for r in self._requests.values()):
+            return True
+        if self._admit_hold_until is not None:
+            if time.monotonic() < self._admit_hold_until and self.runner.free_slots() == self._admit_hold_free:
+                return False  # preferred_batch_size holds the waiting requests until then
+            self._admit_hold_until = None
+        return bool(self._waiting) and self.runner.free_slots() > 0
 
     def wait_for_work(self, timeout: float | None = None) -> bool:
         """Block until a command arrives (or `timeout`) when there is nothing to do; no polling."""
         if self.has_work():
             return True
+        if self._admit_hold_until is not None:  # wake when the held requests may go anyway
+            until_hold = max(0.0, self._admit_hold_until - time.monotonic())
+            timeout = until_hold if timeout is None else min(timeout, until_hold)
         try:
             cmd = self._inbox.get(timeout=timeout)
         except queue.Empty:
@@ -204,9 +268,11 @@ class ASREngine:
         with self._step_lock:
             outputs = self._apply_commands()
             outputs += self._schedule()
+            self._release_attached_audio()
             self.last_streams_stepped = 0
             if self.runner.has_work():
-                outputs += self.runner.execute()
+                with self.metrics.active():
+                    outputs += self.runner.execute()
                 self.last_streams_stepped = self.runner.streams_stepped
             self.stats["steps"] += 1
             return self._update(outputs)
@@ -223,6 +289,7 @@ class ASREngine:
                     break
             if cmd is None:
                 continue
+            self._admit_hold_until = None  # new work may fill a preferred batch size sooner
             if isinstance(cmd, AddRequest):
                 req = Request(
                     request_id=cmd.request_id,
@@ -238,6 +305,12 @@ class ASREngine:
                 req = self._requests.get(cmd.request_id)
                 if req is None or req.input_finished:
                     continue  # finished meanwhile (abort, error): late audio is dropped
+                self.metrics.count_audio(cmd.chunk.size / self.sample_rate)  # type: ignore[attr-defined]
+                if cmd.attached:
+                    req.attached_audio = cmd.chunk  # type: ignore[assignment]
+                    if not req.attached_audio.size:  # type: ignore[union-attr]
+                        req.attached_audio, req.input_finished = None, True
+                    continue
                 req.append_audio(cmd.chunk)  # type: ignore[arg-type]
                 if cmd.is_last:
                     req.input_finished = True
@@ -247,6 +320,12 @@ class ASREngine:
                     outputs.append(self._abort(req))
         return outputs
 
+    def _release_attached_audio(self) -> None:
+        """One stream chunk of attached audio per running stream per step (see `add_request`)."""
+        for req in self._requests.values():
+            if req.attached_audio is not None and req.status == RequestStatus.RUNNING:
+                req.release_attached(self.runner.stream_chunk_samples)
+
     def _abort(self, req: Request) -> RequestOutput:
         if req.status == RequestStatus.RUNNING:
             self.runner.release(req)
@@ -255,34 +334,26 @@ class ASREngine:
         return RequestOutput(request_id=req.request_id, finished=True, finish_reason="abort",
                              duration=req.duration)
 
-    def _admissible(self) -> list[Request]:
-        if self.streaming_enabled:
-            return list(self._waiting)
-        # an offline engine serves a stream once its input is complete
-        return [r for r in self._waiting if not r.streaming or r.input_finished]
-
     def _schedule(self) -> list[RequestOutput]:
-        candidates = self._admissible()
+        candidates = list(self._waiting)
         if not candidates:
             return []
         free = self.runner.free_slots()
         if free <= 0:
             return []
-        for req in candidates:
-            if req.streaming and not self.streaming_enabled:
-                # buffered stream becomes an offline request over everything it received
-                req.audio = req.take_pending_audio()
-                req.streaming = False
         by_id = {r.request_id: r for r in candidates}
         now = time.monotonic()
         decision = self.scheduler.schedule(
-            [WaitingRequest(r.request_id, 0.0 if r.streaming else r.duration, r.arrival_time, r.priority,
-                            r.streaming) for r in candidates],
+            # a waiting stream has consumed nothing: its duration is the audio it has buffered
+            [WaitingRequest(r.request_id, r.duration, r.arrival_time, r.priority, r.streaming) for r in candidates],
             free,
             now,
         )
+        self.last_schedule = decision
         admitted = [by_id[rid] for rid in decision.admitted]
         if not admitted:
+            if decision.next_admit_time is not None:
+                self._admit_hold_until, self._admit_hold_free = decision.next_admit_time, free
             return []
         outputs: list[RequestOutput] = []
         empty = [r for r in admitted if not r.streaming and (r.audio is None or r.audio.size == 0)]
@@ -296,14 +367,31 @@ class ASREngine:
         self.last_batch_size = len(admitted)
         self.last_queue_waits = [now - r.arrival_time for r in admitted]
         self.stats["admitted"] += len(admitted)
+        self._observe_admission(admitted, decision, now)
         if admitted:
-            outputs += self.runner.admit(admitted)
+            with self.metrics.stage("streaming.allocate") if any(r.streaming for r in admitted) else nullcontext():
+                outputs += self.runner.admit(admitted)
         return outputs
 
+    def _observe_admission(self, admitted: list[Request], decision: SchedulerOutput, now: float) -> None:
+        for mode, group in (("offline", [r for r in admitted if not r.streaming]),
+                            ("streaming", [r for r in admitted if r.streaming])):
+            if group:
+                self.metrics.observe_batch(mode, len(group), [now - r.arrival_time for r in group])
+        offline = [r for r in admitted if not r.streaming]
+        if offline:
+            self.metrics.count_audio(sum(r.duration for r in offline))
+            self.metrics.observe_padding(decision.padded_length, decision.useful_length)
+
     def _update(self, outputs: list[RequestOutput]) -> list[RequestOutput]:
+        self.metrics.count_outputs(len(outputs))
         for out in outputs:
             if not out.finished:
                 continue
+            self.metrics.count_finished(len(out.tokens), out.search_overflow)
+            if out.search_overflow:
+                logger.warning("request %s: the decoder's search overflowed; the transcript may miss words",
+                               out.request_id)
             req = self._requests.pop(out.request_id, None)
             if req is not None:
                 req.status = RequestStatus.FINISHED
@@ -337,42 +425,74 @@ class ASREngine:
 
     # ------------------------------------------------------------ convenience
 
-    def run(self) -> None:
-        """Drive `step()` until `shutdown()`; blocks on the inbox while idle. Outputs reach
-        `transcribe*` callers through their futures."""
+    def run(self, timeout: float | None = None) -> list[RequestOutput]:
+        """Step until no request is unfinished; return the outputs of the requests that finished,
+        in the order they finished. Streams end when their input does (`feed_chunk(...,
+        is_last=True)` or attached audio), so feed the last chunk before draining; while live
+        streams wait for audio from another thread, `run` blocks on the engine's inbox.
+        `timeout` (seconds) raises TimeoutError if the engine has not drained by then."""
+        if self._loop_thread is not None:
+            raise RuntimeError("run() drains the engine from the caller's thread, but the background loop owns it")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        finished: list[RequestOutput] = []
+        while self.has_unfinished():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"run(): {len(self._live_ids)} request(s) still unfinished after {timeout} s")
+            if not self.wait_for_work(timeout=IDLE_WAIT_S if remaining is None else min(remaining, IDLE_WAIT_S)):
+                continue
+            finished.extend(o for o in self.step() if o.finished)
+        return finished
+
+    def run_forever(self) -> None:
+        """Drive `step()` until `shutdown()`, blocking on the inbox while idle: the loop of
+        `start_background_loop`. Outputs reach `transcribe*` callers through their futures; a
+        serving layer that routes outputs itself runs its own loop over `wait_for_work` + `step`."""
         while not self._stop.is_set():
-            if not self.wait_for_work(timeout=0.5):
+            if not self.wait_for_work(timeout=IDLE_WAIT_S):
                 continue
             self.step()
 
     def start_background_loop(self) -> None:
         if self._loop_thread is None:
-            self._loop_thread = threading.Thread(target=self.run, name="oasr-engine", daemon=True)
+            self._loop_thread = threading.Thread(target=self.run_forever, name="oasr-engine", daemon=True)
             self._loop_thread.start()
 
     def transcribe_outputs(
         self,
         audio: np.ndarray | Sequence[np.ndarray],
+        streaming: bool = False,
         decoding: DecodingOptions | None = None,
         priority: int = 0,
         sample_rate: int | None = None,
     ) -> list[RequestOutput]:
-        """Transcribe one waveform or a list of them, submitted together so they batch."""
+        """Transcribe one waveform or a list of them, submitted together so they batch; returns one
+        finished `RequestOutput` per waveform, in input order (words, confidence, timestamps,
+        nbest_texts and finish_reason live there). `streaming=True` runs the streaming path with
+        all audio attached (see `add_request`)."""
+        if not isinstance(streaming, bool):
+            raise TypeError(f"streaming must be a bool, got {type(streaming).__name__} (decoding is the third argument)")
         audios = [audio] if isinstance(audio, np.ndarray) else list(audio)
         futures: list[Future[RequestOutput]] = []
-        for a in audios:
-            rid = f"tx-{next(self._counter)}-{uuid.uuid4().hex[:6]}"
-            fut: Future[RequestOutput] = Future()
-            self._waiters[rid] = fut
-            try:
-                self.add_request(a, priority=priority, decoding=decoding, request_id=rid, sample_rate=sample_rate)
-            except Exception:
+        submitted: list[str] = []
+        try:
+            for a in audios:
+                rid = f"tx-{next(self._counter)}-{uuid.uuid4().hex[:6]}"
+                fut: Future[RequestOutput] = Future()
+                self._waiters[rid] = fut
+                try:
+                    self.add_request(a, streaming=streaming, priority=priority, decoding=decoding,
+                                     request_id=rid, sample_rate=sample_rate)
+                except Exception:
+                    self._waiters.pop(rid, None)
+                    raise
+                submitted.append(rid)
+                futures.append(fut)
+        except Exception:
+            for rid in submitted:  # a bad waveform in the list: withdraw the ones already queued
                 self._waiters.pop(rid, None)
-                for f_rid in list(self._waiters):
-                    if self._waiters[f_rid] in futures:
-                        self.abort_request(f_rid)
-                raise
-            futures.append(fut)
+                self.abort_request(rid)
+            raise
         if self._loop_thread is None:
             while not all(f.done() for f in futures):
                 self.step()
@@ -380,14 +500,19 @@ class ASREngine:
 
     def transcribe_offline(
         self, audio: np.ndarray | Sequence[np.ndarray], decoding: DecodingOptions | None = None
-    ) -> list[RequestOutput]:
-        """Offline transcription, whatever the service mode."""
-        return self.transcribe_outputs(audio, decoding)
+    ) -> str | list[str]:
+        """Offline transcription whatever the service mode: a str for one waveform, a list for a list."""
+        return self.transcribe(audio, streaming=False, decoding=decoding)
 
     def transcribe(
-        self, audio: np.ndarray | Sequence[np.ndarray], decoding: DecodingOptions | None = None
+        self,
+        audio: np.ndarray | Sequence[np.ndarray],
+        streaming: bool = False,
+        decoding: DecodingOptions | None = None,
     ) -> str | list[str]:
-        outs = self.transcribe_outputs(audio, decoding)
+        """Transcript text: a str for one waveform, a list for a list. `streaming=True` runs the
+        streaming path with all audio attached. A failed request raises RuntimeError."""
+        outs = self.transcribe_outputs(audio, streaming=streaming, decoding=decoding)
         for o in outs:
             if o.finish_reason == "error":
                 raise RuntimeError(f"request {o.request_id} failed at {o.error_stage}: {o.error}")
@@ -405,6 +530,7 @@ class ASREngine:
         if self._loop_thread is not None:
             self._loop_thread.join(timeout=10)
         with self._step_lock:
+            self._apply_commands()  # requests still in the inbox are aborted too
             for req in list(self._requests.values()):
                 out = self._abort(req)
                 waiter = self._waiters.pop(req.request_id, None)
@@ -412,7 +538,12 @@ class ASREngine:
                     waiter.set_result(out)
             self._requests.clear()
             self._waiting.clear()
+            with self._ids_lock:
+                self._live_ids.clear()
             self.runner.shutdown()
+        if self._heap_frozen:
+            thaw_heap()
+            self._heap_frozen = False
 
 
 __all__ = ["ASREngine"]

@@ -38,6 +38,10 @@ class Request:
     """Streaming: total samples fed so far."""
     input_finished: bool = False
     """Streaming: the client said no more audio will come."""
+    attached_audio: np.ndarray | None = None
+    """Streaming with all audio attached up-front (`add_request(audio, streaming=True)`): what the
+    engine has not yet released to the stream. It releases one stream chunk per step, as if the
+    audio arrived live, and ends the input when nothing is left."""
     runner_state: object = None
     """Opaque per-request state owned by the model runner."""
     first_scheduled_time: float | None = None
@@ -47,7 +51,8 @@ class Request:
         """Samples known so far: the whole audio offline, the received audio when streaming."""
         if self.audio is not None:
             return int(self.audio.shape[0])
-        return self.received_samples
+        attached = 0 if self.attached_audio is None else int(self.attached_audio.shape[0])
+        return self.received_samples + attached
 
     @property
     def duration(self) -> float:
@@ -58,6 +63,16 @@ class Request:
             self.pending_audio.append(chunk)
             self.pending_samples += int(chunk.shape[0])
             self.received_samples += int(chunk.shape[0])
+
+    def release_attached(self, samples: int) -> None:
+        """Move up to `samples` of the attached audio into the stream's input; the last release ends it."""
+        if self.attached_audio is None:
+            return
+        chunk, rest = self.attached_audio[:samples], self.attached_audio[samples:]
+        self.append_audio(chunk)
+        self.attached_audio = rest if rest.size else None
+        if self.attached_audio is None:
+            self.input_finished = True
 
     def take_pending_audio(self) -> np.ndarray:
         """All audio fed since the last take, as one array (empty when none)."""

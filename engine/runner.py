@@ -7,10 +7,65 @@ forwards in `execute()`, and reports outputs. The core never names a family.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from engine.request import Request
 from engine.types import DecodingOptions, RequestOutput
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a loaded model is and can do: the facts `/v1/models` shows and admission checks."""
+
+    family: str
+    """The family's name in the family table ('whisper', 'wenet', ...)."""
+    model: str
+    """Model name (e.g. 'tiny.en'); never a file-system path."""
+    sample_rate: int
+    """Hz the audio must arrive at."""
+    languages: tuple[str, ...] = ()
+    """ISO 639-1 codes the model transcribes; empty when the checkpoint does not say."""
+    supports_streaming: bool = False
+    """True when the runner advances live streams incrementally."""
+    streaming_styles: tuple[str, ...] = ()
+    """How it streams: 'sliding_window' (re-decoding), 'chunked' (cache-aware chunks over a KV
+    pool), 'cache_aware' (trained look-aheads), 'buffered' (re-run a [left|chunk|right] window)."""
+    decode_methods: tuple[str, ...] = ()
+    """Decoders this checkpoint can run (EngineConfig.decode_method picks one)."""
+    decode_method: str = ""
+    """The decoder in use."""
+    can_align_words: bool = False
+    """Word timestamps are available (`DecodingOptions.word_timestamps`)."""
+    can_translate: bool = False
+    """`task='translate'` is served."""
+    checkpoint_format: str = ""
+    """On-disk format the weights were read from."""
+    parameters: int = 0
+    details: dict[str, object] = field(default_factory=dict)
+    """Family facts for `/v1/models` (sizes, chunk geometry, look-aheads, presets); plain JSON values."""
+
+
+@dataclass(frozen=True)
+class RunnerStats:
+    """Counters and gauges a runner reports after each step (0 where the family has no such thing)."""
+
+    streams: int = 0
+    """Live streams the runner holds state for."""
+    kv_blocks_used: int = 0
+    kv_blocks_capacity: int = 0
+    """Blocks in the paged KV pool (0: the family keeps no paged cache)."""
+    kv_exhausted_total: int = 0
+    """Streams that reached their KV ceiling (finished 'length' or had history recycled)."""
+    kv_recycled_blocks_total: int = 0
+    decode_slots_used: int = 0
+    decode_slots_capacity: int = 0
+    """Autoregressive decode rows in flight / the most allowed (0: no ceiling, one-shot decoding)."""
+
+    @property
+    def kv_usage(self) -> float:
+        """Fraction of the KV pool in use (0 when there is none)."""
+        return self.kv_blocks_used / self.kv_blocks_capacity if self.kv_blocks_capacity else 0.0
 
 
 class ModelRunner(Protocol):
@@ -19,10 +74,17 @@ class ModelRunner(Protocol):
     supports_streaming: bool
     """True when the runner advances live streams incrementally (service_mode='streaming')."""
     streams_stepped: int
+    stream_chunk_samples: int
+    """Audio (samples) one streaming step consumes: how much attached audio (`add_request(audio,
+    streaming=True)`) the engine releases to a stream per step."""
     """Live streams whose model forward ran together in the last `execute()` (count; 0 when none)."""
 
-    def info(self) -> dict[str, Any]:
-        """Facts for `/v1/models`: family, checkpoint, sizes, languages, capabilities."""
+    def info(self) -> ModelInfo:
+        """What the loaded model is and can do."""
+        ...
+
+    def stats(self) -> RunnerStats:
+        """Counters for metrics, read after each step."""
         ...
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:

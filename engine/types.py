@@ -218,6 +218,9 @@ class FeedAudio:
     chunk: object
     """float32 mono numpy array at the model rate (may be empty when is_last)."""
     is_last: bool = False
+    attached: bool = False
+    """The stream's whole input at once: the engine releases it one stream chunk per step, as
+    if it arrived live, and ends the input after the last (implies is_last)."""
 
 
 @dataclass

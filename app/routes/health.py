@@ -35,7 +35,7 @@ async def metrics(m: MetricsDep) -> Response:
 @router.get("/v1/models")
 async def list_models(service: ServiceDep, settings: SettingsDep) -> dict[str, object]:
     info = service.engine.info()
-    model_id = settings.served_model_name or info.get("model", "whisper")
+    model_id = settings.served_model_name or info["model"]
     return {
         "object": "list",
         "data": [{"id": model_id, "object": "model", "created": _CREATED, "owned_by": "oasr", "info": info}],

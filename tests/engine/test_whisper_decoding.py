@@ -37,7 +37,7 @@ def small_batch_engine() -> Iterator[Any]:
 
 def test_beam_search_returns_distinct_sorted_alternatives(engine: Any, clips: list[Clip]) -> None:
     clip = _by_id(clips, "mfa_her")[0]
-    out = engine.transcribe_outputs(clip.audio, DecodingOptions(beam_size=5, n_best=3))[0]
+    out = engine.transcribe_outputs(clip.audio, decoding=DecodingOptions(beam_size=5, n_best=3))[0]
     assert out.finish_reason == "stop"
     assert 1 < len(out.nbest) <= 3
     texts = [a.text for a in out.nbest]
@@ -51,8 +51,8 @@ def test_beam_search_returns_distinct_sorted_alternatives(engine: Any, clips: li
 def test_seeded_sampling_is_reproducible(engine: Any, clips: list[Clip]) -> None:
     clip = _by_id(clips, "mfa_words")[0]
     options = DecodingOptions(temperature=0.8, seed=1234, temperature_fallback=False)
-    first, second = engine.transcribe_outputs([clip.audio, clip.audio], options)
-    third = engine.transcribe_outputs(clip.audio, options)[0]
+    first, second = engine.transcribe_outputs([clip.audio, clip.audio], decoding=options)
+    third = engine.transcribe_outputs(clip.audio, decoding=options)[0]
     assert first.text and first.tokens == second.tokens == third.tokens
     assert {s.temperature for s in first.segments} == {0.8}
 

@@ -52,7 +52,7 @@ def recording(engine: Any, clips: list[Clip], greedy_alone: dict[str, Any]) -> L
         t += len(clip.audio) / SAMPLE_RATE
     audio = np.concatenate(parts)
     assert len(audio) / SAMPLE_RATE >= MIN_SECONDS, "not enough dev audio for a long-form recording"
-    out = engine.transcribe_outputs(audio, DecodingOptions(word_timestamps=True))[0]
+    out = engine.transcribe_outputs(audio, decoding=DecodingOptions(word_timestamps=True))[0]
     assert out.finish_reason == "stop", out.error
     return LongRecording(audio, used, gaps, out)
 

@@ -1,28 +1,30 @@
 """WeNet U2/U2++ chunked Conformer-CTC: cache-aware streaming over a paged KV pool.
 
-Importing this package registers the `wenet` family (checkpoint dirs with train.yaml, a .pt
-state dict and units.txt).
-
-Family knobs in `EngineConfig.extra`:
-- `wenet_ctc_weight` (float, default 0.5): weight of the CTC score in attention rescoring, which
-  reorders the final n-best of beam-search requests when the checkpoint has a decoder.
-
-Runner counters for metrics: `WenetRunner.stats()` -> kv_exhausted_total, kv_recycled_blocks_total,
-kv_blocks_total, kv_blocks_free, kv_pool_usage, streams.
+Checkpoint directories with train.yaml, a .pt state dict and units.txt. Options:
+`WenetOptions` (engine/models/wenet/options.py). Importing this package loads no torch code:
+the runner is imported when a checkpoint is built.
 """
 
 from __future__ import annotations
 
 from engine.config import EngineConfig
-from engine.models.wenet.checkpoint import detect, load_checkpoint
-from engine.models.wenet.runner import WenetRunner
-from engine.registry import ModelFamily, register
+from engine.families import ModelFamily
+from engine.models.wenet.options import WenetOptions
+from engine.runner import ModelRunner
 
 
-def build(config: EngineConfig) -> WenetRunner:
-    return WenetRunner.from_config(config)
+def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
+    from engine.models.wenet.checkpoint import detect as detect_checkpoint
+
+    return detect_checkpoint(ckpt_dir, checkpoint_name)
 
 
-FAMILY = register(ModelFamily(name="wenet", detect=detect, build=build))
+def build(config: EngineConfig, options: WenetOptions) -> ModelRunner:
+    from engine.models.wenet.runner import WenetRunner
 
-__all__ = ["FAMILY", "WenetRunner", "build", "detect", "load_checkpoint"]
+    return WenetRunner.from_config(config, options)
+
+
+FAMILY = ModelFamily(name="wenet", detect=detect, build=build, options=WenetOptions)
+
+__all__ = ["FAMILY", "WenetOptions", "build", "detect"]

@@ -59,8 +59,12 @@ class WenetCheckpoint:
         return self.decoder is not None
 
 
-def weights_file(ckpt_dir: str) -> str | None:
-    """The .pt state dict of a checkpoint dir: final.pt / avg.pt, else the only .pt there."""
+def weights_file(ckpt_dir: str, checkpoint_name: str | None = None) -> str | None:
+    """The .pt state dict of a checkpoint dir: `checkpoint_name` when given, else final.pt /
+    avg.pt, else the only .pt there."""
+    if checkpoint_name is not None:
+        path = os.path.join(ckpt_dir, checkpoint_name)
+        return path if checkpoint_name.endswith(".pt") and os.path.isfile(path) else None
     try:
         names = sorted(n for n in os.listdir(ckpt_dir) if n.endswith(".pt"))
     except OSError:
@@ -74,13 +78,13 @@ def weights_file(ckpt_dir: str) -> str | None:
     return os.path.join(ckpt_dir, names[0]) if len(names) == 1 else None
 
 
-def detect(ckpt_dir: str) -> bool:
-    """A WeNet dir: train.yaml + units.txt + a .pt state dict."""
-    return (
-        os.path.isfile(os.path.join(ckpt_dir, CONFIG_FILE))
-        and os.path.isfile(os.path.join(ckpt_dir, UNITS_FILE))
-        and any(n.endswith(".pt") for n in os.listdir(ckpt_dir))
-    )
+def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
+    """A WeNet dir: train.yaml + units.txt + a .pt state dict (`checkpoint_name`, when given)."""
+    if not (os.path.isfile(os.path.join(ckpt_dir, CONFIG_FILE)) and os.path.isfile(os.path.join(ckpt_dir, UNITS_FILE))):
+        return False
+    if checkpoint_name is not None:
+        return checkpoint_name.endswith(".pt")
+    return any(n.endswith(".pt") for n in os.listdir(ckpt_dir))
 
 
 def load_units(path: str) -> list[str]:
@@ -233,7 +237,9 @@ def _read_state_dict(path: str) -> dict[str, torch.Tensor]:
     return {k.removeprefix("module."): v for k, v in obj.items()}
 
 
-def load_checkpoint(ckpt_dir: str, device: torch.device, dtype: torch.dtype) -> WenetCheckpoint:
+def load_checkpoint(
+    ckpt_dir: str, device: torch.device, dtype: torch.dtype, checkpoint_name: str | None = None
+) -> WenetCheckpoint:
     yaml_path = os.path.join(ckpt_dir, CONFIG_FILE)
     conf = _read_yaml(yaml_path)
     units_path = _resolve(
@@ -243,9 +249,11 @@ def load_checkpoint(ckpt_dir: str, device: torch.device, dtype: torch.dtype) -> 
         units_path = os.path.join(ckpt_dir, UNITS_FILE)
     units = load_units(units_path)
     cfg, fbank = parse_config(conf, len(units), yaml_path)
-    weights = weights_file(ckpt_dir)
+    weights = weights_file(ckpt_dir, checkpoint_name)
     if weights is None:
-        raise CheckpointError(f"{ckpt_dir}: no final.pt/avg.pt and not exactly one .pt state dict")
+        if checkpoint_name is not None:
+            raise CheckpointError(f"{ckpt_dir}: checkpoint_name {checkpoint_name!r} is not a .pt state dict there")
+        raise CheckpointError(f"{ckpt_dir}: no final.pt/avg.pt and not exactly one .pt state dict; set checkpoint_name")
     sd = _read_state_dict(weights)
     # Fixed sinusoid tables (`*.pe`) are rebuilt on the fly, whatever their length.
     sd = {k: v for k, v in sd.items() if not (k.endswith(".pe") and ".embed." in f".{k}")}

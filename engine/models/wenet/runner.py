@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -25,6 +25,7 @@ from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError, UnsupportedError
 from engine.fbank import KaldiFbank, frames_for
+from engine.metrics import stage_timer
 from engine.models.wenet.checkpoint import WenetCheckpoint, load_checkpoint
 from engine.models.wenet.ctc import CTCState, Detokenizer
 from engine.models.wenet.decoder import rescore
@@ -36,7 +37,9 @@ from engine.models.wenet.model import (
     subsampled_length,
     window_frames,
 )
+from engine.models.wenet.options import WenetOptions
 from engine.request import Request
+from engine.runner import ModelInfo, RunnerStats
 from engine.types import DecodingOptions, FinishReason, RequestOutput, Segment
 
 logger = logging.getLogger(__name__)
@@ -44,9 +47,10 @@ logger = logging.getLogger(__name__)
 AUDIO_SCALE = 32768.0
 """WeNet computes fbank on int16-range samples; float waveforms in [-1, 1] are scaled up."""
 MAX_CTC_BEAM = 10
-DEFAULT_CTC_WEIGHT = 0.5
-"""Attention rescoring: weight of the CTC score next to the decoder's (WeNet runtime default);
-override with EngineConfig.extra['wenet_ctc_weight']."""
+CTC = "ctc"
+"""Decode method: CTC greedy, or CTC prefix beam search for beam requests."""
+ATTENTION_RESCORING = "attention_rescoring"
+"""Decode method: CTC prefix beam, then the n-best reordered by the attention decoder (needs one)."""
 OFFLINE_PIECE_SAMPLES = 30 * 16000
 """Most offline audio featurized per step (30 s at 16 kHz); a step consumes one chunk anyway."""
 MIN_WINDOW = RIGHT_CONTEXT + 1
@@ -84,7 +88,9 @@ class _Stream:
 class WenetRunner:
     supports_streaming = True
 
-    def __init__(self, ckpt: WenetCheckpoint, config: EngineConfig, device: torch.device) -> None:
+    def __init__(
+        self, ckpt: WenetCheckpoint, config: EngineConfig, device: torch.device, options: WenetOptions | None = None
+    ) -> None:
         self.ckpt = ckpt
         self.config = config
         self.device = device
@@ -95,6 +101,8 @@ class WenetRunner:
         self.num_left_chunks = config.num_left_chunks
         self.window = window_frames(self.chunk_size)
         self.frame_seconds = SUBSAMPLING * ckpt.fbank.frame_shift_ms / 1000.0
+        self.stream_chunk_samples = self.chunk_size * SUBSAMPLING * ckpt.fbank.window_shift
+        """One chunk's stride of audio: what the streaming forward advances a stream by per step."""
         self.fbank = KaldiFbank(ckpt.fbank, device)
         self.detok = Detokenizer(ckpt.units)
         dtype = next(self.model.parameters()).dtype
@@ -124,42 +132,47 @@ class WenetRunner:
         self.kv_exhausted_total = 0
         """Streams that hit the KV ceiling (finished 'length' or had history recycled)."""
         self.kv_recycled_blocks_total = 0
-        self.ctc_weight = float(config.extra.get("wenet_ctc_weight", DEFAULT_CTC_WEIGHT))  # type: ignore[arg-type]
+        self.options = options or WenetOptions()
+        self.decode_methods = (CTC, ATTENTION_RESCORING) if ckpt.has_decoder else (CTC,)
+        self.decode_method = config.decode_method or self.decode_methods[-1]
+        self.rescoring = self.decode_method == ATTENTION_RESCORING
 
     @classmethod
-    def from_config(cls, config: EngineConfig) -> WenetRunner:
+    def from_config(cls, config: EngineConfig, options: WenetOptions | None = None) -> WenetRunner:
         device = resolve_device(config)
-        ckpt = load_checkpoint(config.resolved_ckpt_dir(), device, resolve_dtype(config, device))
-        return cls(ckpt, config, device)
+        ckpt = load_checkpoint(config.resolved_ckpt_dir(), device, resolve_dtype(config, device),
+                               config.checkpoint_name)
+        return cls(ckpt, config, device, options)
 
     # ---- ModelRunner protocol ----
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> ModelInfo:
         cfg = self.ckpt.config
-        return {
-            "family": "wenet",
-            "architecture": "conformer-ctc (U2/U2++)",
-            "checkpoint": self.ckpt.weights_path,
-            "parameters": sum(p.numel() for p in self.model.parameters()),
-            "layers": cfg.num_blocks,
-            "d_model": cfg.output_size,
-            "vocab_size": cfg.vocab_size,
-            "languages": [],
-            "sample_rate": self.sample_rate,
-            "chunk_size": self.chunk_size,
-            "chunk_ms": self.chunk_size * self.frame_seconds * 1000,
-            "num_left_chunks": self.num_left_chunks,
-            "kv_blocks": self.pool.num_blocks,
-            "kv_block_frames": self.pool.block_size,
-            "capabilities": {
-                "streaming": True,
-                "offline": True,
-                "translate": False,
-                "word_timestamps": True,
+        return ModelInfo(
+            family="wenet",
+            model=f"conformer-ctc-{cfg.num_blocks}x{cfg.output_size}",
+            sample_rate=self.sample_rate,
+            supports_streaming=True,
+            streaming_styles=("chunked",),
+            decode_methods=self.decode_methods,
+            decode_method=self.decode_method,
+            can_align_words=True,
+            checkpoint_format="wenet",
+            parameters=sum(p.numel() for p in self.model.parameters()),
+            details={
+                "architecture": "conformer-ctc (U2/U2++)",
+                "checkpoint_name": os.path.basename(self.ckpt.weights_path),
+                "layers": cfg.num_blocks,
+                "d_model": cfg.output_size,
+                "vocab_size": cfg.vocab_size,
+                "chunk_size": self.chunk_size,
+                "chunk_ms": self.chunk_size * self.frame_seconds * 1000,
+                "num_left_chunks": self.num_left_chunks,
+                "kv_blocks": self.pool.num_blocks,
+                "kv_block_frames": self.pool.block_size,
                 "max_beam_size": MAX_CTC_BEAM,
-                "attention_rescoring": self.ckpt.has_decoder,
             },
-        }
+        )
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
         if options.beam_size > MAX_CTC_BEAM:
@@ -199,7 +212,7 @@ class WenetRunner:
                 offline_audio=None
                 if req.streaming
                 else (req.audio if req.audio is not None else np.zeros(0)),
-                encoder_out=[] if self.ckpt.has_decoder and req.decoding.beam_size > 1 else None,
+                encoder_out=[] if self.rescoring and req.decoding.beam_size > 1 else None,
             )
             req.runner_state = stream
             self._streams[req.request_id] = stream
@@ -221,22 +234,22 @@ class WenetRunner:
         for stream in list(self._streams.values()):
             self.release(stream.request)
 
-    def stats(self) -> dict[str, float]:
-        return {
-            "kv_exhausted_total": self.kv_exhausted_total,
-            "kv_recycled_blocks_total": self.kv_recycled_blocks_total,
-            "kv_blocks_total": self.pool.num_blocks,
-            "kv_blocks_free": self.pool.num_free,
-            "kv_pool_usage": self.pool.usage,
-            "streams": len(self._streams),
-        }
+    def stats(self) -> RunnerStats:
+        return RunnerStats(
+            streams=len(self._streams),
+            kv_blocks_used=self.pool.num_blocks - self.pool.num_free,
+            kv_blocks_capacity=self.pool.num_blocks,
+            kv_exhausted_total=self.kv_exhausted_total,
+            kv_recycled_blocks_total=self.kv_recycled_blocks_total,
+        )
 
     # ---- one engine step ----
 
     def execute(self) -> list[RequestOutput]:
         self._step += 1
         outputs: list[RequestOutput] = []
-        self._featurize(outputs)
+        with stage_timer("streaming.features"):
+            self._featurize(outputs)
         ready = []
         for stream in list(self._streams.values()):
             n = len(stream.feats)
@@ -370,13 +383,20 @@ class WenetRunner:
         )
         cnn = torch.stack([s.cnn_cache for s, _ in batch], dim=1)  # (L, B, D, lorder)
         try:
-            log_probs, new_cnn, enc = self.model.forward_chunk_paged(
-                feats.to(dtype), paged, self.pool.k, self.pool.v, cnn
-            )
+            with stage_timer("streaming.encode"):
+                log_probs, new_cnn, enc = self.model.forward_chunk_paged(
+                    feats.to(dtype), paged, self.pool.k, self.pool.v, cnn
+                )
+                log_probs = log_probs.cpu()
         except Exception as exc:
             logger.exception("encoder forward failed for %d streams", b)
             return [self._fail(s, "encode", exc) for s, _ in batch]
-        log_probs = log_probs.cpu()
+        with stage_timer("streaming.decode"):
+            return self._advance(batch, log_probs, new_cnn, enc)
+
+    def _advance(self, batch: list[tuple[_Stream, int]], log_probs: torch.Tensor, new_cnn: torch.Tensor,
+                 enc: torch.Tensor) -> list[RequestOutput]:
+        """Commit the chunk each stream just encoded and run its CTC search over it."""
         outputs = []
         for i, (stream, c) in enumerate(batch):
             stream.table.end += c
@@ -422,12 +442,16 @@ class WenetRunner:
             return
         scores = rescore(
             self.ckpt.decoder, torch.cat(stream.encoder_out), [h.tokens for h in hyps], [h.score for h in hyps],
-            sos_eos=len(self.ckpt.units) - 1, ctc_weight=self.ctc_weight, reverse_weight=self.ckpt.reverse_weight,
+            sos_eos=len(self.ckpt.units) - 1, ctc_weight=self.options.ctc_weight, reverse_weight=self.ckpt.reverse_weight,
         )  # fmt: skip
         ranked = [h for _, h in sorted(zip(scores, hyps, strict=True), key=lambda sh: -sh[0])]
         ctc.beams = ranked + [h for h in ctc.beams if not h.tokens]
 
     def _finish(self, stream: _Stream, reason: FinishReason) -> RequestOutput:
+        with stage_timer("streaming.finalize"):
+            return self._final_output(stream, reason)
+
+    def _final_output(self, stream: _Stream, reason: FinishReason) -> RequestOutput:
         req = stream.request
         ctc = stream.ctc
         try:

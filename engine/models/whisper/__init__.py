@@ -1,17 +1,29 @@
-"""Whisper family: CTranslate2 / OpenAI / Hugging Face checkpoints, offline and streaming."""
+"""Whisper family: CTranslate2 / OpenAI / Hugging Face checkpoints, offline and streaming.
+
+Options: `WhisperOptions` (engine/models/whisper/options.py). Importing this package loads no
+torch code: the runner is imported when a checkpoint is built.
+"""
 
 from __future__ import annotations
 
 from engine.config import EngineConfig
-from engine.models.whisper.loader import detect_format
-from engine.registry import ModelFamily, register
+from engine.families import ModelFamily
+from engine.models.whisper.options import WhisperOptions
 from engine.runner import ModelRunner
 
 
-def _build(config: EngineConfig) -> ModelRunner:
+def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
+    from engine.models.whisper.loader import detect_format
+
+    return detect_format(ckpt_dir, checkpoint_name) is not None
+
+
+def build(config: EngineConfig, options: WhisperOptions) -> ModelRunner:
     from engine.models.whisper.runner import WhisperRunner
 
-    return WhisperRunner(config)
+    return WhisperRunner(config, options)
 
 
-FAMILY = register(ModelFamily(name="whisper", detect=lambda d: detect_format(d) is not None, build=_build))
+FAMILY = ModelFamily(name="whisper", detect=detect, build=build, options=WhisperOptions)
+
+__all__ = ["FAMILY", "WhisperOptions", "build", "detect"]

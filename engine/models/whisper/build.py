@@ -13,7 +13,7 @@ from engine.models.whisper.model import Whisper, quantize_linear_layers
 
 def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
                 dtype: torch.dtype) -> tuple[Whisper, LoadedCheckpoint]:
-    ckpt = load_checkpoint(ckpt_dir)
+    ckpt = load_checkpoint(ckpt_dir, config.checkpoint_name)
     model = Whisper(ckpt.dims)
     missing, unexpected = model.load_state_dict(ckpt.state_dict, strict=False)
     missing = [k for k in missing if k != "encoder.positional_embedding"]  # sinusoids, computed

@@ -42,8 +42,16 @@ class LoadedCheckpoint:
     format: str = ""
 
 
-def detect_format(ckpt_dir: str) -> str | None:
+def detect_format(ckpt_dir: str, checkpoint_name: str | None = None) -> str | None:
+    """The Whisper format `ckpt_dir` holds (None when it holds none). `checkpoint_name` names the
+    weights file: 'model.bin' (CTranslate2), 'model.safetensors' (Hugging Face) or an OpenAI '.pt'."""
     names = set(os.listdir(ckpt_dir)) if os.path.isdir(ckpt_dir) else set()
+    if checkpoint_name is not None:
+        if checkpoint_name not in names:
+            return None
+        if checkpoint_name.endswith(".pt"):
+            return "openai" if "train.yaml" not in names else None
+        names = {n for n in names if n == checkpoint_name or not n.endswith((".bin", ".safetensors", ".pt"))}
     if "model.bin" in names and "config.json" in names:
         return "ctranslate2"
     if "model.safetensors" in names and "config.json" in names:
@@ -62,14 +70,14 @@ def _single_pt(ckpt_dir: str) -> str | None:
     return os.path.join(ckpt_dir, pts[0]) if len(pts) == 1 else None
 
 
-def load_checkpoint(ckpt_dir: str) -> LoadedCheckpoint:
-    fmt = detect_format(ckpt_dir)
+def load_checkpoint(ckpt_dir: str, checkpoint_name: str | None = None) -> LoadedCheckpoint:
+    fmt = detect_format(ckpt_dir, checkpoint_name)
     if fmt == "ctranslate2":
         ckpt = _load_ctranslate2(ckpt_dir)
     elif fmt == "huggingface":
         ckpt = _load_huggingface(ckpt_dir)
     elif fmt == "openai":
-        ckpt = _load_openai(ckpt_dir)
+        ckpt = _load_openai(os.path.join(ckpt_dir, checkpoint_name) if checkpoint_name else _single_pt(ckpt_dir))
     else:
         raise CheckpointError(f"{ckpt_dir!r} holds no Whisper checkpoint (CTranslate2, OpenAI .pt or HF safetensors)")
     ckpt.format = fmt
@@ -241,9 +249,9 @@ def _load_ctranslate2(ckpt_dir: str) -> LoadedCheckpoint:
 # ---------------- OpenAI .pt ----------------
 
 
-def _load_openai(ckpt_dir: str) -> LoadedCheckpoint:
-    path = _single_pt(ckpt_dir)
+def _load_openai(path: str | None) -> LoadedCheckpoint:
     assert path is not None
+    ckpt_dir = os.path.dirname(path)
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:

@@ -245,6 +245,7 @@ class OfflineTranscription:
             words=words,
             segments=list(self.segments),
             nbest=nbest,
+            confidence=nbest[0].confidence if nbest else None,
             language=self.language,
             duration=self.request.duration,
             committed=text,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import torch
@@ -24,12 +23,14 @@ from engine.models.whisper.decoding import DecodeGroup
 from engine.models.whisper.features import SAMPLE_RATE, LogMelExtractor
 from engine.models.whisper.model import Whisper, WhisperDims
 from engine.models.whisper.offline import OfflineTranscription
+from engine.models.whisper.options import WhisperOptions
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.planning import WindowPlanner
 from engine.models.whisper.streaming import StreamingTranscription
 from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.models.whisper.window import WindowJob, WindowOwner
 from engine.request import Request
+from engine.runner import ModelInfo, RunnerStats
 from engine.types import DecodingOptions, RequestOutput
 
 logger = logging.getLogger(__name__)
@@ -41,8 +42,9 @@ class WhisperRunner:
     supports_streaming = True  # by re-decoding a sliding window (see streaming.py)
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, options: WhisperOptions | None = None):
         self.config = config
+        self.options = options or WhisperOptions()
         self.ckpt_dir = config.resolved_ckpt_dir()
         self.parts = WhisperParts.load(config)
         self.batch = self._new_batch()
@@ -51,6 +53,7 @@ class WhisperRunner:
         self.active: dict[str, WindowOwner] = {}
         self.streams: dict[str, StreamingTranscription] = {}
         self.step_samples = int(config.stream_step_ms * SAMPLE_RATE / 1000)
+        self.stream_chunk_samples = self.step_samples  # one pass's worth of new audio
         self.streams_stepped = 0
         logger.info("whisper %s loaded from %s (%s) on %s/%s, quantization=%s", self.parts.model_name, self.ckpt_dir,
                     self.parts.checkpoint_format, self.parts.device, self.parts.dtype, config.quantization)
@@ -81,24 +84,34 @@ class WhisperRunner:
     def ckpt_format(self) -> str:
         return self.parts.checkpoint_format
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> ModelInfo:
         parts = self.parts
-        return {
-            "family": "whisper",
-            "model": parts.model_name,
-            "checkpoint": self.ckpt_dir,
-            "checkpoint_format": parts.checkpoint_format,
-            "multilingual": parts.multilingual,
-            "languages": list(parts.tokenizer.languages),
-            "tasks": ["transcribe", "translate"] if parts.multilingual else ["transcribe"],
-            "sample_rate": self.sample_rate,
-            "device": str(parts.device),
-            "dtype": str(parts.dtype).removeprefix("torch."),
-            "quantization": self.config.quantization,
-            "parameters": sum(p.numel() for p in parts.model.parameters()),
-            "streaming": self.supports_streaming,
-            "max_batch_size": self.config.max_batch_size,
-        }
+        return ModelInfo(
+            family="whisper",
+            model=parts.model_name,
+            sample_rate=self.sample_rate,
+            languages=tuple(parts.tokenizer.languages),
+            supports_streaming=self.supports_streaming,
+            streaming_styles=("sliding_window",),
+            decode_methods=("autoregressive",),
+            decode_method="autoregressive",
+            can_align_words=True,
+            can_translate=parts.multilingual,
+            checkpoint_format=parts.checkpoint_format,
+            parameters=sum(p.numel() for p in parts.model.parameters()),
+            details={
+                "multilingual": parts.multilingual,
+                "tasks": ["transcribe", "translate"] if parts.multilingual else ["transcribe"],
+                "device": str(parts.device),
+                "dtype": str(parts.dtype).removeprefix("torch."),
+                "quantization": self.config.quantization,
+                "max_batch_size": self.config.max_batch_size,
+            },
+        )
+
+    def stats(self) -> RunnerStats:
+        return RunnerStats(streams=len(self.streams), decode_slots_used=self.batch.num_rows,
+                           decode_slots_capacity=self.planner.max_rows)
 
     # ---- admission ----
 

@@ -356,6 +356,8 @@ class StreamingTranscription:
             out.tokens = tok.encode(" " + committed.strip()) if committed.strip() else []
             if self.options.word_timestamps:
                 out.words = list(self.committed_words)
+            if self.committed_words:  # mean probability of the committed words
+                out.confidence = round(sum(w.confidence for w in self.committed_words) / len(self.committed_words), 4)
             if self.committed_words:
                 out.segments = [Segment(id=0, start=self.committed_words[0].start, end=self.committed_words[-1].end,
                                         text=" " + committed.strip(), tokens=out.tokens)]

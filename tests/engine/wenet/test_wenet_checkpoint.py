@@ -12,10 +12,10 @@ import torch
 import yaml
 
 from engine.errors import CheckpointError
+from engine.families import resolve_family
 from engine.models.wenet import FAMILY
 from engine.models.wenet.checkpoint import detect, load_checkpoint, load_cmvn
 from engine.models.wenet.testing import CheckpointSpec, write_checkpoint
-from engine.registry import resolve_family
 
 CPU = torch.device("cpu")
 
@@ -42,8 +42,6 @@ def test_export_variants_load_to_the_same_model(tmp_path: Path, variant: dict) -
 
 
 def test_detected_and_registered(tmp_path: Path) -> None:
-    import engine.models.whisper  # noqa: F401 - detection must hold with every family registered
-
     ckpt = write_checkpoint(str(tmp_path / "c"))
     shutil.copy(os.path.join(ckpt, "final.pt"), os.path.join(ckpt, "avg.pt"))  # an experiment dir
     assert detect(ckpt) and resolve_family(ckpt) is FAMILY

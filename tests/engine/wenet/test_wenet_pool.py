@@ -58,11 +58,11 @@ def test_thousand_streams_leave_the_pool_as_it_started(make_runner: Callable[...
                 del live[out.request_id]
         assert runner.pool.num_free + sum(len(r.runner_state.table.blocks) for r, _, _ in live.values()) == 48
     assert runner.pool.free_ids() == initial and runner.pool.num_free == runner.pool.num_blocks
-    assert runner.stats()["streams"] == 0
+    assert runner.stats().streams == 0
     reasons = list(ended.values())
     assert reasons.count("stop") > 500 and reasons.count("abort") > 0
     # 40 live streams of up to 4 blocks each overrun 48 blocks: exhaustion happened and was counted
-    assert reasons.count("length") == runner.stats()["kv_exhausted_total"] > 0
+    assert reasons.count("length") == runner.stats().kv_exhausted_total > 0
 
 
 def test_stream_ceiling_finishes_with_length(make_runner: Callable[..., WenetRunner]) -> None:
@@ -71,7 +71,7 @@ def test_stream_ceiling_finishes_with_length(make_runner: Callable[..., WenetRun
     final = outs[-1]
     assert final.finish_reason == "length" and final.tokens  # what was decoded is kept
     assert [o.finished for o in outs].count(True) == 1
-    assert runner.stats()["kv_exhausted_total"] == 1
+    assert runner.stats().kv_exhausted_total == 1
     assert runner.pool.num_free == runner.pool.num_blocks
 
 
@@ -84,7 +84,7 @@ def test_stream_ceiling_recycles_oldest_history(make_runner: Callable[..., Wenet
     outs = drive_alone(runner, audio, 1600)
     assert outs[-1].finish_reason == "stop"
     stats = runner.stats()
-    assert stats["kv_exhausted_total"] == 1 and stats["kv_recycled_blocks_total"] > 20
+    assert stats.kv_exhausted_total == 1 and stats.kv_recycled_blocks_total > 20
     window = make_runner(chunk_size=4, num_left_chunks=2)
     window_seen = record_log_probs(window)
     drive_alone(window, audio, 1600)
@@ -106,7 +106,7 @@ def test_exhausting_the_whole_pool(make_runner: Callable[..., WenetRunner], recy
         finals.update({o.request_id: o.finish_reason for o in runner.execute() if o.finished})
     assert len(finals) == 3
     assert set(finals.values()) == ({"stop"} if recycle else {"length"})
-    assert runner.stats()["kv_exhausted_total"] == 3
+    assert runner.stats().kv_exhausted_total == 3
     assert runner.pool.num_free == 6
 
 

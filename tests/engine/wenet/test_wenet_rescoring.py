@@ -9,6 +9,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.models.wenet.decoder import rescore
+from engine.models.wenet.options import WenetOptions
 from engine.models.wenet.runner import AUDIO_SCALE, WenetRunner
 from engine.models.wenet.testing import CheckpointSpec, drive_alone, write_checkpoint
 from engine.types import DecodingOptions
@@ -26,11 +27,10 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
             write_checkpoint(str(root / "ctc"), CheckpointSpec(seed=3)))  # fmt: skip
 
 
-def runner_for(ckpt: str, **extra: object) -> WenetRunner:
+def runner_for(ckpt: str, **options: float) -> WenetRunner:
     return WenetRunner.from_config(
-        EngineConfig(
-            ckpt_dir=ckpt, service_mode="streaming", chunk_size=CHUNK, max_num_blocks=256, extra=dict(extra)
-        )
+        EngineConfig(ckpt_dir=ckpt, service_mode="streaming", chunk_size=CHUNK, max_num_blocks=256),
+        WenetOptions(**options),
     )
 
 
@@ -38,10 +38,11 @@ def test_nbest_is_reordered_by_decoder_and_ctc_scores(pair: tuple[str, str]) -> 
     with_decoder, ctc_only = pair
     audio = load_clip("mfa_thoughts")
     runner = runner_for(with_decoder)
-    assert runner.info()["capabilities"]["attention_rescoring"] is True
+    assert "attention_rescoring" in runner.info().decode_methods
     rescored = drive_alone(runner, audio, 1600, decoding=BEAM)[-1]
     plain_runner = runner_for(ctc_only)
-    assert plain_runner.info()["capabilities"]["attention_rescoring"] is False
+    assert runner.info().decode_method == "attention_rescoring"
+    assert plain_runner.info().decode_methods == ("ctc",)
     plain = drive_alone(plain_runner, audio, 1600, decoding=BEAM)[-1]
     assert sorted(a.text for a in rescored.nbest) == sorted(a.text for a in plain.nbest)
 
@@ -63,7 +64,7 @@ def test_nbest_is_reordered_by_decoder_and_ctc_scores(pair: tuple[str, str]) -> 
 def test_huge_ctc_weight_keeps_the_ctc_order(pair: tuple[str, str]) -> None:
     with_decoder, ctc_only = pair
     audio = load_clip("mfa_thoughts")
-    rescored = drive_alone(runner_for(with_decoder, wenet_ctc_weight=1e6), audio, 1600, decoding=BEAM)[-1]
+    rescored = drive_alone(runner_for(with_decoder, ctc_weight=1e6), audio, 1600, decoding=BEAM)[-1]
     plain = drive_alone(runner_for(ctc_only), audio, 1600, decoding=BEAM)[-1]
     assert [a.text for a in rescored.nbest] == [a.text for a in plain.nbest]
 

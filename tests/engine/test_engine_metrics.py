@@ -1,0 +1,51 @@
+"""Engine-side metrics (engine/metrics.py): what a step records, the cap, and stage timing."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine import ASREngine, EngineConfig
+from engine.metrics import STAGES, EngineMetrics, stage_timer
+from engine.models.fake import write_checkpoint
+
+
+def test_a_drain_hands_over_totals_and_forgets_samples() -> None:
+    m = EngineMetrics(max_samples=2)
+    m.count_outputs(3)
+    m.count_finished(tokens=7, search_overflow=True)
+    m.observe_batch("offline", 2, [0.1, 0.2, 0.3])
+    m.observe_padding(padded_length=10.0, useful_length=7.5)
+    first = m.drain()
+    assert (first.outputs_total, first.tokens_generated_total, first.search_overflow_total) == (3, 7, 1)
+    assert first.batch_size == {"offline": [2]} and first.queue_wait_seconds == {"offline": [0.1, 0.2]}
+    assert first.batch_padding_ratio == [0.25] and first.samples_dropped_total == 1  # the third wait
+    second = m.drain()
+    assert second.outputs_total == 3 and second.batch_size == {} and second.samples_dropped_total == 1
+
+
+def test_stage_timer_records_only_into_the_active_collector() -> None:
+    m = EngineMetrics()
+    with stage_timer("offline.encode"):  # no step running: nothing to record into
+        pass
+    with m.active(), stage_timer("offline.encode"):
+        pass
+    assert list(m.drain().stage_seconds) == ["offline.encode"]
+    assert "offline.encode" in STAGES
+
+
+def test_a_step_counts_outputs_tokens_audio_and_batches(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    engine = ASREngine(EngineConfig(ckpt_dir=write_checkpoint(str(tmp_path))))
+    try:
+        second = np.full(16000, 0.1, dtype=np.float32)
+        outs = engine.transcribe_outputs([second, np.concatenate([second, second])])
+        stream = engine.add_streaming_request()
+        engine.feed_chunk(stream, second, is_last=True)
+        engine.run()
+        snap = engine.metrics.drain()
+        assert snap.tokens_generated_total == sum(len(o.tokens) for o in outs) + 10 == 40
+        assert snap.audio_seconds_total == 4.0
+        assert snap.batch_size["offline"] == [2] and snap.batch_size["streaming"] == [1]
+        assert snap.batch_padding_ratio == [0.25]  # 1 s and 2 s padded to 2 x 2 s
+        assert snap.outputs_total >= 3 and "streaming.allocate" in snap.stage_seconds
+    finally:
+        engine.shutdown()
