@@ -62,8 +62,8 @@ def offline_cases(engine: Any) -> dict[str, Any]:
     from engine.types import DecodingOptions
 
     greedy = engine.transcribe_outputs([load_clip(c) for c in GREEDY_CLIPS])
-    beam = engine.transcribe_outputs([load_clip(c) for c in BEAM_CLIPS], DecodingOptions(beam_size=5, n_best=3))
-    words = engine.transcribe_outputs([load_clip(c) for c in WORD_CLIPS], DecodingOptions(word_timestamps=True))
+    beam = engine.transcribe_outputs([load_clip(c) for c in BEAM_CLIPS], decoding=DecodingOptions(beam_size=5, n_best=3))
+    words = engine.transcribe_outputs([load_clip(c) for c in WORD_CLIPS], decoding=DecodingOptions(word_timestamps=True))
     long_form = engine.transcribe_outputs(load_clip(LONG_FORM_CLIP))
     return {
         "greedy": {c: _offline(o) for c, o in zip(GREEDY_CLIPS, greedy)},
