@@ -183,6 +183,11 @@ class WenetRunner:
             raise UnsupportedError("this CTC model only transcribes (task='translate' unsupported)")
         if options.prompt:
             raise UnsupportedError("CTC decoding takes no prompt")
+        # refused, not ignored: a client would take an unchanged transcript for a biased one
+        if options.keywords:
+            raise UnsupportedError("keyword biasing is not available for this CTC model")
+        if options.logprobs:
+            raise UnsupportedError("this CTC model does not report per-token log-probabilities")
 
     def free_slots(self) -> int:
         return self.pool.num_free // self.blocks_per_chunk
