@@ -22,9 +22,17 @@ from typing import Any
 
 import numpy as np
 
+from app.engine_metrics import EngineSeries
 from app.metrics import Metrics
 from engine import ASREngine, DecodingOptions, RequestOutput
-from engine.errors import EngineError, EngineShutdownError, UnknownRequestError
+from engine.device import resolve_device
+from engine.errors import (
+    EngineError,
+    EngineShutdownError,
+    InvalidRequestError,
+    UnknownRequestError,
+    UnsupportedError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -36,13 +44,15 @@ MAX_CONSECUTIVE_STEP_FAILURES = 3  # then the heartbeat stops and readiness fail
 
 class OutputStream:
     """One request's outputs on the event loop. When the consumer lags, a newer partial
-    replaces the older queued one (partials are cumulative), so memory stays bounded."""
+    replaces the older queued one (partials are cumulative), so memory stays bounded: counted as
+    a dropped event. The terminal output is never folded: queued behind the others it is a
+    deferred event."""
 
-    def __init__(self, request_id: str, metrics: Metrics | None = None):
+    def __init__(self, request_id: str, series: EngineSeries | None = None):
         self.request_id = request_id
         self._items: collections.deque[RequestOutput] = collections.deque()
         self._event = asyncio.Event()
-        self._metrics = metrics
+        self._series = series
         self.finished = False
         self.created = time.monotonic()
         self.first_output_time: float | None = None
@@ -54,9 +64,11 @@ class OutputStream:
             self.first_output_time = time.monotonic()
         if self._items and not self._items[-1].finished and not out.finished:
             self._items[-1] = out
-            if self._metrics is not None:
-                self._metrics.deferred_events.inc()
+            if self._series is not None:
+                self._series.events_dropped.inc()
         else:
+            if self._items and self._series is not None:  # the terminal waits behind what is queued
+                self._series.events_deferred.inc()
             self._items.append(out)
         if out.finished:
             self.finished = True
@@ -92,6 +104,9 @@ class EngineService:
                  max_held_seconds: float = 3600.0):
         self.engine = engine
         self.metrics = metrics
+        info = engine.model_info
+        self.series = EngineSeries(metrics, info.model, info.decode_method, resolve_device(engine.config))
+        """This engine's dispatcher and engine-scope metrics."""
         self.max_inflight = max_inflight
         self.max_held_seconds = max_held_seconds
         """Most audio (s) held for one live stream on an offline engine (the server's max_audio_seconds)."""
@@ -107,7 +122,6 @@ class EngineService:
         self._steps_done = 0
         self._consecutive_failures = 0
         self._step_started: float | None = None
-        self._kv_exhausted_seen = 0  # runner's cumulative count already exported
         self._started = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
@@ -151,7 +165,7 @@ class EngineService:
     def try_acquire(self) -> bool:
         """Take an inflight permit (event-loop only, so no lock)."""
         if self.draining or self.inflight >= self.max_inflight:
-            self.metrics.requests_busy.inc()
+            self.series.requests_busy.inc()
             return False
         self.inflight += 1
         return True
@@ -178,24 +192,31 @@ class EngineService:
             # A handler that held a permit through the drain grace (still decoding its upload)
             # must not start engine work after the rest was cancelled: shutdown would wait on it.
             raise EngineShutdownError("server is shutting down; the request was not started")
-        if streaming and not self.engine.streaming_enabled:
-            options = self.engine.validate_options(decoding)
-            rid = request_id or f"held-{uuid.uuid4().hex[:12]}"
-            self._held[rid] = _HeldStream(options, priority)
-        elif streaming:
-            rid = self.engine.add_streaming_request(priority=priority, decoding=decoding, request_id=request_id)
-        else:
-            rid = self.engine.add_request(audio, priority=priority, decoding=decoding, request_id=request_id)
+        try:
+            with self.series.admit.time():  # each command's check and post is timed (open, feed, abort)
+                if streaming and not self.engine.streaming_enabled:
+                    options = self.engine.validate_options(decoding)
+                    rid = request_id or f"held-{uuid.uuid4().hex[:12]}"
+                    self._held[rid] = _HeldStream(options, priority)
+                elif streaming:
+                    rid = self.engine.add_streaming_request(priority=priority, decoding=decoding,
+                                                            request_id=request_id)
+                else:
+                    rid = self.engine.add_request(audio, priority=priority, decoding=decoding, request_id=request_id)
+        except (InvalidRequestError, UnsupportedError):
+            self.series.requests_rejected.inc()
+            raise
         # outputs are dispatched on this loop after this callback returns, so registering now is in time
-        stream = OutputStream(rid, self.metrics)
+        stream = OutputStream(rid, self.series)
         self._streams[rid] = stream
-        self.metrics.requests_admitted.inc()
+        self.series.requests_admitted.inc()
         return stream
 
     def feed(self, request_id: str, chunk: np.ndarray, is_last: bool = False) -> None:
         held = self._held.get(request_id)
         if held is None:
-            self.engine.feed_chunk(request_id, chunk, is_last=is_last)
+            with self.series.admit.time():
+                self.engine.feed_chunk(request_id, chunk, is_last=is_last)
             return
         if chunk.size:
             held.chunks.append(chunk)
@@ -236,7 +257,7 @@ class EngineService:
         if request_id in self._held:
             self._end_held(request_id, RequestOutput(request_id, finished=True, finish_reason="abort"))
             return
-        with contextlib.suppress(UnknownRequestError):
+        with self.series.admit.time(), contextlib.suppress(UnknownRequestError):
             self.engine.abort_request(request_id)
 
     def close(self, request_id: str) -> None:
@@ -258,9 +279,10 @@ class EngineService:
     # ------------------------------------------------------------------ engine thread
 
     def _beat(self) -> None:
-        if self._consecutive_failures < MAX_CONSECUTIVE_STEP_FAILURES:
+        alive = self._consecutive_failures < MAX_CONSECUTIVE_STEP_FAILURES
+        if alive:
             self._heartbeat = time.monotonic()
-            self.metrics.engine_heartbeat.set(time.time())
+        self.series.beat(heartbeat=alive)
 
     def _run(self) -> None:
         engine = self.engine
@@ -276,50 +298,45 @@ class EngineService:
                 self._beat()
                 if not engine.has_work():
                     continue
-            t0 = time.perf_counter()
+            # one tick: the step (it applies the queued commands), then the extract
+            tick_started = time.perf_counter()
             self._step_started = time.monotonic()
             try:
                 outputs = engine.step()
                 self._consecutive_failures = 0
             except Exception as exc:
                 self._consecutive_failures += 1
-                self.metrics.engine_step_failures.inc()
+                self.series.step_failures.inc()
                 logger.exception("engine step failed (%d in a row)", self._consecutive_failures)
                 outputs = engine.fail_all(f"engine step failed: {exc}")
-            elapsed = time.perf_counter() - t0
+            stepped = time.perf_counter()
             self._step_started = None
             self._steps_done += 1
             try:
-                self._observe_step(elapsed)
+                self._observe_step(stepped - tick_started)
             except Exception:  # metrics are best effort: the step's outputs must still reach their clients
                 logger.exception("recording the metrics of an engine step failed")
+            posted = self._post(outputs)
+            done = time.perf_counter()
+            self.series.extract.observe(done - stepped)
+            self.series.tick.observe(done - tick_started)
             self._beat()
-            if outputs and self._loop is not None:
-                try:
-                    self._loop.call_soon_threadsafe(self._dispatch, outputs, time.perf_counter())
-                except RuntimeError:  # loop closed during shutdown
-                    break
+            if not posted:
+                break
 
-    def _observe_step(self, elapsed: float) -> None:
-        m, e = self.metrics, self.engine
-        m.engine_step.observe(elapsed)
-        m.engine_running.set(e.num_running)
-        m.engine_waiting.set(e.num_waiting)
-        if e.last_batch_size:
-            m.engine_batch_size.observe(e.last_batch_size)
-            for wait in e.last_queue_waits:
-                m.engine_queue_wait.observe(wait)
-            e.last_batch_size = 0
-        if e.last_streams_stepped:
-            m.engine_stream_batch_size.observe(e.last_streams_stepped)
-        if e.runner is not None:  # None only in route tests' engine doubles
-            s = e.runner.stats()
-            if s.kv_blocks_capacity:
-                m.engine_kv_pool_usage.set(s.kv_usage)
-            delta = s.kv_exhausted_total - self._kv_exhausted_seen
-            if delta > 0:
-                m.engine_kv_exhausted.inc(delta)
-            self._kv_exhausted_seen = s.kv_exhausted_total
+    def _observe_step(self, seconds: float) -> None:
+        e = self.engine
+        self.series.step.observe(seconds)
+        self.series.export(e.metrics.drain(), e.runner.stats(), e.num_running, e.num_waiting)
+
+    def _post(self, outputs: list[RequestOutput]) -> bool:
+        """Hand a step's outputs to the event loop; False once the loop is closed (shutdown)."""
+        if outputs and self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._dispatch, outputs, time.perf_counter())
+            except RuntimeError:  # loop closed during shutdown
+                return False
+        return True
 
     def _dispatch(self, outputs: list[RequestOutput], sent_at: float) -> None:
         for out in outputs:
@@ -328,5 +345,5 @@ class EngineService:
                 continue  # its handler already left (disconnect); the engine was told to abort
             stream.put(out)
             if out.finished and out.finish_reason == "error":
-                self.metrics.requests_failed.labels(stage=out.error_stage or "unknown").inc()
-        self.metrics.dispatch_tick.observe(time.perf_counter() - sent_at)
+                self.series.failed(out.error_stage or "unknown")
+        self.series.route.observe(time.perf_counter() - sent_at)

@@ -202,9 +202,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.cors_allow_origin:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_allow_origin, allow_methods=["*"],
                            allow_headers=["*"])
-    # our routers' own routes (no prefixes): the metrics middleware matches requests that the
-    # API-key or body-limit middleware refuse before routing against them
-    routes = [route for router in routers for route in router.routes]
+    # The metrics middleware names a request's route before the router runs (so the API-key and
+    # body-limit refusals count under theirs): FastAPI's own pages, then our routers' routes (an
+    # included router is one opaque entry of app.routes).
+    routes = [r for r in app.router.routes if getattr(r, "path", None)]
+    routes += [route for router in routers for route in router.routes]
     app.add_middleware(HttpMetricsMiddleware, metrics=app.state.metrics, routes=routes)  # type: ignore[arg-type]
     return app
 

@@ -1,23 +1,40 @@
-"""Every Prometheus metric the server exports, declared once.
+"""Every Prometheus metric the server exports, declared once (seed 001, "Metrics").
 
-A `Metrics` owns its own `CollectorRegistry`, so several apps (or tests) in one
-process never collide on the global default registry. Create one per app, hand it
-to the parts that observe, and serve `render()` at /metrics.
+A `Metrics` owns its own `CollectorRegistry`, so several apps (or tests) in one process never
+collide on the global default registry. Create one per app, hand it to the parts that observe,
+and serve `render()` at /metrics. Each declaration also lands in `Metrics.specs`, from which
+docs/operations.md's metric tables are generated (app/metrics_doc.py), so the page cannot drift.
 
-Label conventions:
-    api      the surface: 'openai', 'realtime', 'google' (HTTP) or 'grpc'
+Metrics are grouped by who owns the clock, and that decides the labels:
+
+    scope        owner                                         labels
+    Requests     the handler, arrival -> terminal event        api, mode, outcome
+    Transport    the HTTP / gRPC listener                      method, route / code, status
+    Dispatcher   the engine thread and the bridge around it    engine, model, decode_method
+    Engine       engine/metrics.py, drained after every step   engine, model, decode_method + a key
+
+Only the last two name the engine (several engines in one process would collide there); their
+handles are resolved once per engine by app/engine_metrics.py.
+
+    api      'openai', 'google', 'realtime', 'grpc' (Recognize), 'grpc_streaming'
+             (StreamingRecognize); batch jobs add 'jobs'
     mode     'offline' (whole clip) or 'streaming' (live audio)
-    outcome  'ok', 'error', 'cancelled', 'rejected', 'busy'
-    route    the matched route pattern (e.g. '/v1/audio/transcriptions'), never the raw path,
-             so a client cannot mint unbounded series
+    outcome  'ok', 'error' (the server's problem, a draining server's 503 included) or
+             'cancelled' (the client hung up: normal, never an error)
+    route    the matched route pattern (e.g. '/v1/audio/transcriptions'), never the raw path, so a
+             client cannot mint unbounded series; '<unmatched>' when no route matches
     method   HTTP verb, or the gRPC method name ('Recognize', 'StreamingRecognize')
     code     gRPC status name ('OK', 'INVALID_ARGUMENT', ...)
 
-Names in `METRIC_NAMES` are the ones written in PromQL: counters end in `_total`;
-a histogram `h` is queried as `h_bucket`, `h_sum` and `h_count`.
+Names in `METRIC_NAMES` are the ones written in PromQL: counters end in `_total`; a histogram
+`h` is queried as `h_bucket`, `h_sum` and `h_count`. Every histogram has explicit buckets.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -25,14 +42,20 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 __all__ = [
     "AUDIO_LENGTH_BUCKETS",
     "BATCH_SIZE_BUCKETS",
-    "DISPATCH_TICK_BUCKETS",
+    "DISPATCH_BUCKETS",
+    "ENGINE_LABELS",
     "ENGINE_STEP_BUCKETS",
     "FIRST_PARTIAL_BUCKETS",
     "JOB_DURATION_BUCKETS",
     "METRIC_NAMES",
+    "PADDING_RATIO_BUCKETS",
     "QUEUE_WAIT_BUCKETS",
     "REALTIME_FACTOR_BUCKETS",
     "REQUEST_DURATION_BUCKETS",
+    "SECTIONS",
+    "STAGE_BUCKETS",
+    "UNMATCHED_ROUTE",
+    "MetricSpec",
     "Metrics",
 ]
 
@@ -43,12 +66,17 @@ AUDIO_LENGTH_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600
 """Seconds of audio; 30 s is one Whisper window."""
 FIRST_PARTIAL_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 """Seconds from the first audio of a stream to its first partial; the default cadence is 0.5 s."""
-DISPATCH_TICK_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
-"""Seconds: handing outputs back should take far less than a step."""
+DISPATCH_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                    2.5, 5.0, 10.0, 30.0)
+"""Seconds: from a command posted in microseconds to a tick holding a long offline batch."""
 ENGINE_STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 """Seconds per engine step (schedule + execute + update)."""
+STAGE_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""Seconds of host time in one engine stage: from a scheduling decision to a long encoder forward."""
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
-"""Requests per step; powers of two up to the largest max_batch_size we expect."""
+"""Rows per executed batch; powers of two up to the largest max_batch_size we expect."""
+PADDING_RATIO_BUCKETS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+"""Fraction of a padded offline batch that is padding; le=0 counts batches of equal lengths."""
 QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 """Seconds between arrival and admission; the default starvation bound is 2 s."""
 JOB_DURATION_BUCKETS = (1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0)
@@ -56,218 +84,354 @@ JOB_DURATION_BUCKETS = (1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0,
 REALTIME_FACTOR_BUCKETS = (0.25, 0.5, 0.75, 0.9, 0.95, 1.0, 1.05, 1.25, 1.5, 2.0, 5.0, 10.0)
 """Audio seconds processed per wall second; a live stream below 1 is falling behind, so buckets are dense there."""
 
+ENGINE_LABELS = ("engine", "model", "decode_method")
+"""Labels of every dispatcher- and engine-scope metric: which engine of the process (one today:
+'0'), its model and the decoder it runs."""
+UNMATCHED_ROUTE = "<unmatched>"
+"""The `route` of an HTTP request no route pattern matches (scanners, typos)."""
+
+Kind = Literal["counter", "gauge", "histogram"]
+SECTIONS = ("Requests", "Transport", "Dispatcher", "Engine internals", "GPU", "Batch jobs", "Build")
+"""Sections of docs/operations.md#metrics, in order; each metric is declared in one."""
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One declared family: what docs/operations.md lists and tests check the exposition against."""
+
+    name: str
+    """As written in PromQL (a counter's with `_total`)."""
+    kind: Kind
+    labels: tuple[str, ...]
+    help: str
+    """The HELP text: what it tells you, ending in its unit."""
+    section: str
+
+
+class _Declarer:
+    """Creates families in one registry and records their specs under the current section."""
+
+    def __init__(self, registry: CollectorRegistry, specs: list[MetricSpec]):
+        self.registry = registry
+        self.specs = specs
+        self.section = SECTIONS[0]
+
+    def _spec(self, name: str, kind: Kind, labels: Sequence[str], help: str) -> None:
+        self.specs.append(MetricSpec(name, kind, tuple(labels), help, self.section))
+
+    def counter(self, name: str, help: str, labels: Sequence[str] = ()) -> Counter:
+        if not name.endswith("_total"):
+            raise ValueError(f"counter {name} must end in _total")
+        self._spec(name, "counter", labels, help)
+        return Counter(name.removesuffix("_total"), help, labels, registry=self.registry)
+
+    def gauge(self, name: str, help: str, labels: Sequence[str] = ()) -> Gauge:
+        self._spec(name, "gauge", labels, help)
+        return Gauge(name, help, labels, registry=self.registry)
+
+    def histogram(self, name: str, help: str, labels: Sequence[str], buckets: Sequence[float]) -> Histogram:
+        self._spec(name, "histogram", labels, help)
+        return Histogram(name, help, labels, buckets=buckets, registry=self.registry)
+
 
 class Metrics:
     """The server's metrics in a registry of their own.
 
-    Attributes are the metric objects themselves: `metrics.engine_running.set(3)`,
-    `metrics.request_duration.labels(api="openai", mode="offline", outcome="ok").observe(1.2)`.
-    """
+    Attributes are the metric families: `metrics.request_duration.labels(api="openai",
+    mode="offline", outcome="ok").observe(1.2)`. Dispatcher and engine families are observed
+    through one engine's bound handles (app/engine_metrics.py `EngineSeries`)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
+        self.specs: list[MetricSpec] = []
+        d = self._declare = _Declarer(self.registry, self.specs)
+        e = ENGINE_LABELS
 
-        # --- Requests, seen from the serving layer ---
-        self.request_duration = Histogram(
+        d.section = "Requests"
+        self.request_duration = d.histogram(
             "oasr_request_duration_seconds",
-            "Wall time of a request from arrival to its last byte, in seconds.",
-            ("api", "mode", "outcome"),
-            buckets=REQUEST_DURATION_BUCKETS,
-            registry=r,
-        )
-        self.audio_seconds = Counter(
-            "oasr_audio_seconds",
-            "Audio received for recognition, in seconds.",
-            ("api", "mode"),
-            registry=r,
-        )
-        self.request_audio_seconds = Histogram(
+            "End-to-end wall time of a request, arrival to its terminal event; the number an SLO is "
+            "written against (seconds).",
+            ("api", "mode", "outcome"), REQUEST_DURATION_BUCKETS)
+        self.audio_seconds = d.counter(
+            "oasr_audio_seconds_total",
+            "Audio the front-end accepted, counted before the submit so audio a saturated engine refuses "
+            "still reaches the denominator; rate() over request_duration_seconds_sum is RTFx (seconds).",
+            ("api", "mode"))
+        self.request_audio_seconds = d.histogram(
             "oasr_request_audio_seconds",
-            "Audio length of one request, in seconds.",
-            buckets=AUDIO_LENGTH_BUCKETS,
-            registry=r,
-        )
-        self.time_to_first_partial = Histogram(
+            "Audio duration of one request: the utterance lengths the latency histogram is read against "
+            "(seconds).",
+            ("api", "mode"), AUDIO_LENGTH_BUCKETS)
+        self.time_to_first_partial = d.histogram(
             "oasr_time_to_first_partial_seconds",
-            "Time from a stream's first audio to its first partial transcript, in seconds.",
-            ("api",),
-            buckets=FIRST_PARTIAL_BUCKETS,
-            registry=r,
-        )
-        self.http_requests = Counter(
-            "oasr_http_requests",
-            "HTTP requests answered, by matched route pattern and status code (count).",
-            ("method", "route", "status"),
-            registry=r,
-        )
-        self.grpc_requests = Counter(
-            "oasr_grpc_requests",
-            "gRPC calls answered, by method and status code name (count).",
-            ("method", "code"),
-            registry=r,
-        )
-
-        # --- Admission ---
-        self.requests_admitted = Counter(
-            "oasr_requests_admitted",
-            "Requests the engine accepted (count).",
-            registry=r,
-        )
-        self.requests_rejected = Counter(
-            "oasr_requests_rejected",
-            "Requests refused before admission, by reason such as 'invalid' or 'unsupported' (count).",
-            ("reason",),
-            registry=r,
-        )
-        self.requests_busy = Counter(
-            "oasr_requests_busy",
-            "Requests refused because the server was at capacity (503 / RESOURCE_EXHAUSTED) (count).",
-            registry=r,
-        )
-        self.requests_cancelled = Counter(
-            "oasr_requests_cancelled",
-            "Requests aborted before finishing, mostly client disconnects (count).",
-            registry=r,
-        )
-        self.requests_failed = Counter(
-            "oasr_requests_failed",
-            "Requests that ended in an error, by stage such as 'features', 'encode' or 'decode' (count).",
-            ("stage",),
-            registry=r,
-        )
-
-        # --- Engine loop ---
-        self.dispatch_tick = Histogram(
-            "oasr_dispatch_tick_seconds",
-            "Time the engine thread spends per loop tick handing outputs back to the event loop, in seconds.",
-            buckets=DISPATCH_TICK_BUCKETS,
-            registry=r,
-        )
-        self.engine_step = Histogram(
-            "oasr_engine_step_seconds",
-            "Duration of one engine step (schedule, execute, update), in seconds.",
-            buckets=ENGINE_STEP_BUCKETS,
-            registry=r,
-        )
-        self.engine_running = Gauge(
-            "oasr_engine_running",
-            "Requests the engine is currently running (count).",
-            registry=r,
-        )
-        self.engine_waiting = Gauge(
-            "oasr_engine_waiting",
-            "Requests waiting for admission into a batch (count).",
-            registry=r,
-        )
-        self.engine_batch_size = Histogram(
-            "oasr_engine_batch_size",
-            "Requests in one engine step's batch (count).",
-            buckets=BATCH_SIZE_BUCKETS,
-            registry=r,
-        )
-        self.engine_stream_batch_size = Histogram(
-            "oasr_engine_stream_batch_size",
-            "Live streams advanced together by one engine step's model forward (count).",
-            buckets=BATCH_SIZE_BUCKETS,
-            registry=r,
-        )
-        self.engine_queue_wait = Histogram(
-            "oasr_engine_queue_wait_seconds",
-            "Time a request waited between arrival and admission into a batch, in seconds.",
-            buckets=QUEUE_WAIT_BUCKETS,
-            registry=r,
-        )
-        self.engine_step_failures = Counter(
-            "oasr_engine_step_failures",
-            "Engine steps that raised; the requests in them are failed (count).",
-            registry=r,
-        )
-        self.engine_heartbeat = Gauge(
-            "oasr_engine_heartbeat_timestamp_seconds",
-            "Unix time of the engine thread's last loop iteration, in seconds.",
-            registry=r,
-        )
-
-        # --- Streaming ---
-        self.engine_kv_exhausted = Counter(
-            "oasr_engine_kv_exhausted",
-            "Times a stream could not get a KV cache block because the pool was full (count).",
-            registry=r,
-        )
-        self.engine_kv_pool_usage = Gauge(
-            "oasr_engine_kv_pool_usage_ratio",
-            "Fraction of KV cache blocks in use, from 0 to 1 (ratio).",
-            registry=r,
-        )
-        self.stream_sessions_active = Gauge(
+            "The streaming SLI: first inbound audio of a stream (or turn) to its first partial transcript "
+            "(seconds).",
+            ("api",), FIRST_PARTIAL_BUCKETS)
+        self.stream_sessions_active = d.gauge(
             "oasr_stream_sessions_active",
-            "Live streaming sessions open now (count).",
-            ("api",),
-            registry=r,
-        )
-        self.stream_realtime_factor = Histogram(
+            "Live streaming sessions open now: realtime WebSockets and StreamingRecognize calls (count).",
+            ("api",))
+        self.stream_realtime_factor = d.histogram(
             "oasr_stream_realtime_factor",
-            "Audio seconds processed per wall second over a stream's life; below 1 it falls behind (ratio).",
-            buckets=REALTIME_FACTOR_BUCKETS,
-            registry=r,
-        )
-        self.deferred_events = Counter(
-            "oasr_deferred_events",
-            "Outputs merged into a pending one because a slow client's queue was full (count).",
-            registry=r,
-        )
+            "Audio seconds received per wall second over a live session's life; below 1 the stream was "
+            "slower than real time (ratio).",
+            (), REALTIME_FACTOR_BUCKETS)
 
-        self.build_info = Gauge(
-            "oasr_build_info",
-            "Always 1; labels name the server version and the loaded model.",
-            ("version", "model"),
-            registry=r,
-        )
+        d.section = "Transport"
+        self.http_requests = d.counter(
+            "oasr_http_requests_total",
+            "HTTP responses by method, matched route pattern (never the request URI; '<unmatched>' when "
+            "none matches) and status (count).",
+            ("method", "route", "status"))
+        self.http_request_duration = d.histogram(
+            "oasr_http_request_duration_seconds",
+            "Listener-to-response wall time of an HTTP request, to its last body byte (seconds).",
+            ("method", "route"), REQUEST_DURATION_BUCKETS)
+        self.http_requests_in_flight = d.gauge(
+            "oasr_http_requests_in_flight",
+            "HTTP requests being served now (count).",
+            ("method", "route"))
+        self.grpc_requests = d.counter(
+            "oasr_grpc_requests_total",
+            "gRPC calls by method and canonical status name, recorded when the call really ends (at the "
+            "trailer for a streaming call) (count).",
+            ("method", "code"))
+        self.grpc_request_duration = d.histogram(
+            "oasr_grpc_request_duration_seconds",
+            "Wall time of a gRPC call to its terminal status, not to the response head (seconds).",
+            ("method",), REQUEST_DURATION_BUCKETS)
 
-        # --- Batch jobs (app/jobs: speech:longrunningrecognize, operations, webhooks) ---
-        self.jobs = Gauge(
+        d.section = "Dispatcher"
+        self.dispatch_tick = d.histogram(
+            "oasr_dispatch_tick_seconds",
+            "Wall time of one engine-thread tick: the step (which applies the queued commands) and the "
+            "extract; its p99 is the worst delay a cancel, an admission or a partial can see (seconds).",
+            e, DISPATCH_BUCKETS)
+        self.engine_step = d.histogram(
+            "oasr_engine_step_seconds",
+            "Time inside ASREngine.step(): schedule, execute, update (seconds).",
+            e, ENGINE_STEP_BUCKETS)
+        self.dispatch_admit = d.histogram(
+            "oasr_dispatch_admit_seconds",
+            "Checking one command (open, feed, abort) and posting it to the engine's queue, on the event "
+            "loop, where every other request's I/O waits for it (seconds).",
+            e, DISPATCH_BUCKETS)
+        self.dispatch_extract = d.histogram(
+            "oasr_dispatch_extract_seconds",
+            "The tick after the step: draining the engine's metrics and handing the step's outputs to the "
+            "event loop (seconds).",
+            e, DISPATCH_BUCKETS)
+        self.dispatch_route = d.histogram(
+            "oasr_dispatch_route_seconds",
+            "Hand-off to routed: from the engine thread posting a step's outputs to each reaching its "
+            "request's queue on the event loop, outside the tick (seconds).",
+            e, DISPATCH_BUCKETS)
+        self.engine_running = d.gauge(
+            "oasr_engine_running",
+            "Requests the engine is running, live streams and parked generations included (count).",
+            e)
+        self.engine_waiting = d.gauge(
+            "oasr_engine_waiting",
+            "Requests waiting for admission into a batch: the autoscaling signal, it rises before latency "
+            "does (count).",
+            e)
+        self.engine_outputs = d.counter(
+            "oasr_engine_outputs_total",
+            "RequestOutputs returned by step(), partials included (count).",
+            e)
+        self.requests_admitted = d.counter(
+            "oasr_requests_admitted_total",
+            "Requests accepted at admission (count).",
+            e)
+        self.requests_rejected = d.counter(
+            "oasr_requests_rejected_total",
+            "Requests rejected at admission: options the engine refuses, a mode it does not serve (count).",
+            e)
+        self.requests_busy = d.counter(
+            "oasr_requests_busy_total",
+            "Requests refused at the in-flight limit (--max-inflight): HTTP 503 / RESOURCE_EXHAUSTED (count).",
+            e)
+        self.engine_step_failures = d.counter(
+            "oasr_engine_step_failures_total",
+            "step() raised; the requests in it are failed, and three in a row stop the heartbeat so "
+            "/readyz and gRPC health go NOT_SERVING (count).",
+            e)
+        self.requests_cancelled = d.counter(
+            "oasr_requests_cancelled_total",
+            "Requests aborted before completion, almost always a client disconnect (count).",
+            e)
+        self.requests_failed = d.counter(
+            "oasr_requests_failed_total",
+            "Requests the engine finished with an error, by the stage that failed; the engine kept "
+            "ticking, unlike a step failure (count).",
+            (*e, "stage"))
+        self.events_dropped = d.counter(
+            "oasr_events_dropped_total",
+            "A request's queue was not empty and a partial was folded into the newer one: harmless, the "
+            "next partial supersedes it (count).",
+            e)
+        self.events_deferred = d.counter(
+            "oasr_events_deferred_total",
+            "A request's queue was not empty and an event that must arrive (the terminal one) queued "
+            "behind the others: the client reads slower than the engine emits (count).",
+            e)
+        self.engine_heartbeat = d.gauge(
+            "oasr_engine_heartbeat_timestamp_seconds",
+            "Unix time of the engine thread's last loop iteration, busy or idle (seconds).",
+            e)
+
+        d.section = "Engine internals"
+        self.engine_stage_host = d.histogram(
+            "oasr_engine_stage_host_seconds",
+            "Host wall time per engine stage (offline.{collate,encode,prefill,decode,advance}, "
+            "streaming.{schedule,allocate,features,encode,decode,finalize}); on CUDA a forward returns "
+            "before the device finishes, so read it as where the step loop's wall clock goes (seconds).",
+            (*e, "stage"), STAGE_BUCKETS)
+        self.engine_batch_size = d.histogram(
+            "oasr_engine_batch_size",
+            "Rows in one executed batch: offline requests encoded together, or live streams one step "
+            "advanced together (count).",
+            (*e, "mode"), BATCH_SIZE_BUCKETS)
+        self.engine_batch_padding = d.histogram(
+            "oasr_engine_batch_padding_ratio",
+            "Fraction of a padded offline batch that is padding, from host-side waveform lengths: whether "
+            "length bucketing works (ratio).",
+            e, PADDING_RATIO_BUCKETS)
+        self.engine_queue_wait = d.histogram(
+            "oasr_engine_queue_wait_seconds",
+            "Admission to first scheduled; a rising tail with a flat tick time means saturated, not slow "
+            "(seconds).",
+            (*e, "mode"), QUEUE_WAIT_BUCKETS)
+        self.engine_kv_blocks_used = d.gauge(
+            "oasr_engine_kv_blocks_used",
+            "Blocks of the paged streaming-encoder cache in use; absent on runtimes without a block pool "
+            "(count).",
+            e)
+        self.engine_kv_blocks_capacity = d.gauge(
+            "oasr_engine_kv_blocks_capacity",
+            "Blocks in the paged streaming-encoder cache; absent on runtimes without a block pool (count).",
+            e)
+        self.engine_kv_pool_usage = d.gauge(
+            "oasr_engine_kv_pool_usage_ratio",
+            "kv_blocks_used / kv_blocks_capacity, for a quick look; absent without a block pool (ratio).",
+            e)
+        self.engine_kv_exhausted = d.counter(
+            "oasr_engine_kv_exhausted_total",
+            "Streams that reached their encoder-cache ceiling: finalized early with finish_reason='length' "
+            "(a truncated transcript), or continued on recycled history where the family allows (count).",
+            e)
+        self.engine_decode_slots_in_use = d.gauge(
+            "oasr_engine_decode_slots_in_use",
+            "Autoregressive decode rows in flight (count).",
+            e)
+        self.engine_decode_slots_capacity = d.gauge(
+            "oasr_engine_decode_slots_capacity",
+            "Most autoregressive decode rows allowed; 0 means no ceiling applies, the family is one-shot "
+            "and parks nothing (count).",
+            e)
+        self.engine_tokens_generated = d.counter(
+            "oasr_engine_tokens_generated_total",
+            "Tokens on finished outputs, counted once per request (count).",
+            e)
+        self.engine_search_overflow = d.counter(
+            "oasr_engine_search_overflow_total",
+            "Finished results whose decoder search hit a capacity limit it could not recover from, so the "
+            "transcript may miss words (RequestOutput.search_overflow; each is logged) (count).",
+            e)
+        self.engine_audio_seconds = d.counter(
+            "oasr_engine_audio_seconds_total",
+            "Audio admitted to the engine; the gap to oasr_audio_seconds_total is rejection before or at "
+            "admission (seconds).",
+            e)
+        self.engine_samples_dropped = d.counter(
+            "oasr_engine_metric_samples_dropped_total",
+            "Samples the engine's collector did not keep because a series was at its cap between two "
+            "drains: non-zero means a histogram here shows a truncated distribution (count).",
+            e)
+
+        d.section = "Batch jobs"
+        self.jobs = d.gauge(
             "oasr_jobs",
             "Jobs in the store by state; the store is shared by every replica on one database (count).",
-            ("state",),
-            registry=r,
-        )
-        self.jobs_queue_age = Gauge(
+            ("state",))
+        self.jobs_queue_age = d.gauge(
             "oasr_jobs_queue_age_seconds",
-            "Age of the oldest queued job, 0 when none waits, in seconds.",
-            registry=r,
-        )
-        self.job_duration = Histogram(
+            "Age of the oldest queued job, 0 when none waits, in seconds.")
+        self.job_duration = d.histogram(
             "oasr_job_duration_seconds",
-            "Wall time of one job attempt on this replica, by outcome: succeeded, failed, released, dropped, lost (seconds).",
-            ("outcome",),
-            buckets=JOB_DURATION_BUCKETS,
-            registry=r,
-        )
-        self.webhook_deliveries = Counter(
-            "oasr_webhook_deliveries",
-            "Webhook delivery attempts by outcome: delivered, retry (failed, will retry), failed (gave up) (count).",
-            ("outcome",),
-            registry=r,
-        )
+            "Wall time of one job attempt on this replica, by outcome: succeeded, failed, released, "
+            "dropped, lost (seconds).",
+            ("outcome",), JOB_DURATION_BUCKETS)
+        self.webhook_deliveries = d.counter(
+            "oasr_webhook_deliveries_total",
+            "Webhook delivery attempts by outcome: delivered, retry (failed, will retry), failed (gave up) "
+            "(count).",
+            ("outcome",))
+
+        d.section = "Build"
+        self.build_info = d.gauge(
+            "oasr_build_info",
+            "Always 1; labels name the server version and the loaded model.",
+            ("version", "model"))
+
+        self.gpu_memory_used: Gauge | None = None
+        self.gpu_memory_total: Gauge | None = None
+        self.gpu_utilization: Gauge | None = None
+
+    def declare_gpu(self) -> tuple[Gauge, Gauge, Gauge]:
+        """Add the device families (the engine runs on CUDA) and return them: memory used, memory
+        total, utilization. Idempotent."""
+        if self.gpu_memory_used and self.gpu_memory_total and self.gpu_utilization:
+            return self.gpu_memory_used, self.gpu_memory_total, self.gpu_utilization
+        d, e = self._declare, ENGINE_LABELS
+        d.section = "GPU"
+        self.gpu_memory_used = d.gauge(
+            "oasr_gpu_memory_used_bytes",
+            "Device memory in use on the engine's GPU, sampled once a second; device-wide, not this "
+            "process's (bytes).",
+            e)
+        self.gpu_memory_total = d.gauge(
+            "oasr_gpu_memory_total_bytes",
+            "Device memory of the engine's GPU (bytes).",
+            e)
+        self.gpu_utilization = d.gauge(
+            "oasr_gpu_utilization_ratio",
+            "NVML's fraction of its sampling window in which any kernel ran on the engine's GPU: a "
+            "saturation hint, not SM occupancy; absent when NVML cannot be read (no nvidia-ml-py) (ratio).",
+            e)
+        return self.gpu_memory_used, self.gpu_memory_total, self.gpu_utilization
 
     def set_build_info(self, version: str, model: str) -> None:
         """Publish the one oasr_build_info series (replacing a previous one)."""
         self.build_info.clear()
         self.build_info.labels(version=version, model=model).set(1)
 
+    def count_offline_audio(self, api: str, seconds: float) -> None:
+        """A whole clip accepted for recognition (before it is submitted)."""
+        self.audio_seconds.labels(api=api, mode="offline").inc(seconds)
+        self.request_audio_seconds.labels(api=api, mode="offline").observe(seconds)
+
+    def observe_grpc(self, method: str, code: str, seconds: float) -> None:
+        """One finished gRPC call: its status and its duration."""
+        self.grpc_requests.labels(method=method, code=code).inc()
+        self.grpc_request_duration.labels(method=method).observe(seconds)
+
     def names(self) -> tuple[str, ...]:
         """Exported family names as written in PromQL, in declaration order."""
-        out = []
-        for family in self.registry.collect():
-            # prometheus_client reports a counter's family without its '_total' suffix.
-            out.append(f"{family.name}_total" if family.type == "counter" else family.name)
-        return tuple(out)
+        return tuple(spec.name for spec in self.specs)
 
     def render(self) -> tuple[bytes, str]:
         """The Prometheus text exposition of every metric, and its Content-Type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
-METRIC_NAMES: tuple[str, ...] = Metrics().names()
-"""Every exported family name; deployment tests cross-check dashboards and alert rules against it."""
+def _all_names() -> tuple[str, ...]:
+    metrics = Metrics()
+    metrics.declare_gpu()
+    return metrics.names()
+
+
+METRIC_NAMES: tuple[str, ...] = _all_names()
+"""Every family name the server may export (the GPU ones only on CUDA); deployment tests
+cross-check dashboards and alert rules against it."""

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hmac
 import json
+import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 from starlette.routing import BaseRoute, Match
 
 from app.errors import ApiError, google_shaped
-from app.metrics import Metrics
+from app.metrics import UNMATCHED_ROUTE, Metrics
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -156,25 +157,34 @@ class BodyLimitMiddleware:
 
 
 class HttpMetricsMiddleware:
-    """Counts responses by method, matched route pattern (never the raw path) and status."""
+    """Per matched route pattern (never the raw path): responses by status, wall time to the last
+    body byte, and requests in flight."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, routes: Sequence[BaseRoute] = ()):
         self.app = app
         self.metrics = metrics
-        self.routes = routes  # to name the route of requests refused before routing (401, 413)
+        self.routes = routes  # the app's routes: requests refused before routing (401, 413) count under theirs
 
     def _pattern(self, scope: Scope) -> str:
-        route = scope.get("route")
-        if route is None:
-            # API-key and body-limit middleware answer before the router runs; match here so
-            # those refusals are counted under their route, not lost in 'unmatched'.
-            route = next((r for r in self.routes if r.matches(scope)[0] != Match.NONE), None)
-        return getattr(route, "path", None) or "unmatched"
+        """The route the router will pick: the first full match, else the first partial one (a
+        known path with another method: 405), else '<unmatched>'."""
+        partial = None
+        for route in self.routes:
+            match, _ = route.matches(scope)
+            if match == Match.FULL:
+                return getattr(route, "path", None) or UNMATCHED_ROUTE
+            if match == Match.PARTIAL and partial is None:
+                partial = route
+        return getattr(partial, "path", None) or UNMATCHED_ROUTE
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = time.perf_counter()
+        method, route = scope["method"], self._pattern(scope)
+        in_flight = self.metrics.http_requests_in_flight.labels(method=method, route=route)
+        in_flight.inc()
         status = 500
 
         async def recording_send(message: Message) -> None:
@@ -186,5 +196,7 @@ class HttpMetricsMiddleware:
         try:
             await self.app(scope, receive, recording_send)
         finally:
-            self.metrics.http_requests.labels(method=scope["method"], route=self._pattern(scope),
-                                              status=str(status)).inc()
+            in_flight.dec()
+            self.metrics.http_requests.labels(method=method, route=route, status=str(status)).inc()
+            self.metrics.http_request_duration.labels(method=method, route=route).observe(
+                time.perf_counter() - started)

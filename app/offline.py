@@ -50,34 +50,30 @@ async def run_offline(
     disconnect or a cancellation aborts the engine request. Errors map to ApiError."""
     metrics = service.metrics
     started = time.monotonic()
+    # counted before the submit: audio the engine refuses still reaches the throughput denominator
+    metrics.count_offline_audio(api, len(audio) / service.engine.sample_rate)
     try:
         stream = service.open_request(audio, decoding=options)
     except BaseException:
         if inspect.iscoroutine(disconnected):
             disconnected.close()  # never awaited now; closing it avoids a "never awaited" warning
         raise
-    metrics.audio_seconds.labels(api=api, mode="offline").inc(len(audio) / service.engine.sample_rate)
-    metrics.request_audio_seconds.observe(len(audio) / service.engine.sample_rate)
-    outcome = "error"
+    outcome = "error"  # a timeout and a draining server's 503 too: the server's problem to see
     try:
         out = await _await_final(stream, timeout, disconnected)
         if out is None:
             outcome = "cancelled"
-            metrics.requests_cancelled.inc()
+            service.series.requests_cancelled.inc()
             raise ApiError(499, "client disconnected")
         if out.finish_reason == "error":
             if out.error_stage == "shutdown":
-                outcome = "shutdown"
                 raise ApiError(503, "server is shutting down; the request was cancelled")
             raise ApiError(500, f"recognition failed at {out.error_stage}: {out.error}")
-        outcome = "ok" if out.finish_reason in ("stop", "length") else str(out.finish_reason)
+        outcome = "cancelled" if out.finish_reason == "abort" else "ok"
         return out
-    except RequestTimeout:
-        outcome = "timeout"
-        raise
     except asyncio.CancelledError:
         outcome = "cancelled"
-        metrics.requests_cancelled.inc()
+        service.series.requests_cancelled.inc()
         raise
     finally:
         service.close(stream.request_id)

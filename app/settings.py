@@ -209,16 +209,29 @@ def _attribute_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+def _is_tuple(annotation: Any) -> bool:
+    """`tuple[...]`, possibly optional."""
+    return any(typing.get_origin(a) is tuple for a in (annotation, *typing.get_args(annotation)))
+
+
 def _family_option_fields() -> dict[str, Any]:
-    """`<family>_<option>` settings, one per field of each family's options dataclass."""
+    """`<family>_<option>` settings, one per field of each family's options dataclass. A tuple
+    option is written comma-separated, like the server's other lists (`OASR_NEMO_STREAM_CONTEXT=10,2,2`)."""
     fields: dict[str, Any] = {}
     for entry in FAMILY_TABLE:
         options = load_family(entry.name).options
         hints, docs = typing.get_type_hints(options), _attribute_docs(options)
         for f in dataclasses.fields(options):
             doc = f"{entry.name} models: {docs.get(f.name, '')}"
-            fields[f"{entry.name}_{f.name}"] = (hints[f.name], Field(default=f.default, description=doc))
+            kind = Annotated[hints[f.name], NoDecode] if _is_tuple(hints[f.name]) else hints[f.name]
+            fields[f"{entry.name}_{f.name}"] = (kind, Field(default=f.default, description=doc))
     return fields
+
+
+def _split_tuple_options(value: object) -> object:
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip()) or None
+    return value
 
 
 def _family_setting_names() -> dict[str, dict[str, str]]:
@@ -229,7 +242,13 @@ def _family_setting_names() -> dict[str, dict[str, str]]:
     }
 
 
+_FAMILY_OPTION_FIELDS = _family_option_fields()
+_TUPLE_OPTIONS = [name for name, (kind, _) in _FAMILY_OPTION_FIELDS.items()
+                  if typing.get_origin(kind) is Annotated]  # the tuple options, wrapped with NoDecode
 Settings = create_model(  # type: ignore[call-overload]
-    "Settings", __base__=ServerSettings, __module__=__name__, **_family_option_fields()
+    "Settings", __base__=ServerSettings, __module__=__name__,
+    __validators__={"_split_tuple_options": field_validator(*_TUPLE_OPTIONS, mode="before")(_split_tuple_options)}
+    if _TUPLE_OPTIONS else {},
+    **_FAMILY_OPTION_FIELDS,
 )
 Settings.__doc__ = "Server settings, including every model family's options (see the module docstring)."

@@ -52,7 +52,7 @@ class SettingSpec:
         if self.default is None:
             return "unset"
         if self.kind == "list":
-            return ",".join(self.default) if self.default else "unset"
+            return ",".join(map(str, self.default)) if self.default else "unset"
         if self.kind == "bool":
             return "true" if self.default else "false"
         return str(self.default)
@@ -76,7 +76,7 @@ def _spec(name: str, field: FieldInfo) -> SettingSpec:
         choices = tuple(str(c) for c in typing.get_args(inner))
         kind: Kind = "choice"
         type_name = " \\| ".join(f"`{c}`" for c in choices)
-    elif origin is list:
+    elif origin is list or origin is tuple:
         kind, type_name = "list", "comma-separated list"
     elif inner in (bool, int, float, str):
         kind, type_name = inner.__name__, inner.__name__

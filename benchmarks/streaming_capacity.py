@@ -8,7 +8,7 @@ engines.
 In process (default), one thread drives the engine as the server does. With `--server`, each
 point starts a real streaming server (`uvicorn app.main:app`) and every stream is an OpenAI
 realtime WebSocket session sending base64 24 kHz PCM; the batching columns then come from the
-server's own `oasr_engine_stream_batch_size` histogram on /metrics, and the partial interval is
+server's own `oasr_engine_batch_size{mode="streaming"}` histogram on /metrics, and the partial interval is
 the gap between `delta` events (sent only when the text changed: an upper bound on the cadence).
 
     python -m benchmarks.streaming_capacity --sessions 1 2 4 8 --clip libri_2412-153948-0000
@@ -97,8 +97,7 @@ def run(n: int, audio: np.ndarray, max_batch_size: int, stagger_s: float, **conf
         if not engine.wait_for_work(timeout=0.5):
             continue
         outs = engine.step()
-        if engine.last_streams_stepped:
-            streams_stepped.append(engine.last_streams_stepped)
+        streams_stepped += engine.metrics.drain().batch_size.get("streaming", [])
         now = time.monotonic()
         for o in outs:
             s = sessions.get(o.request_id)
@@ -186,13 +185,17 @@ def run_server(n: int, audio: np.ndarray, max_batch_size: int, stagger_s: float,
 
 
 def stream_batch_histogram(base_url: str) -> dict[str, float]:
-    """The server's cumulative `oasr_engine_stream_batch_size` buckets by `le`, plus its sum."""
+    """The server's cumulative `oasr_engine_batch_size{mode="streaming"}` buckets by `le`, plus its sum:
+    the live streams one engine step advanced together."""
     text = httpx.get(f"{base_url}/metrics", timeout=10.0).text
-    out: dict[str, float] = {}
+    # zeros until the first streaming step creates the series
+    out: dict[str, float] = {**{str(float(b)): 0.0 for b in BATCH_SIZE_BUCKETS}, "+Inf": 0.0, "sum": 0.0}
     for family in text_string_to_metric_families(text):
-        if family.name != "oasr_engine_stream_batch_size":
+        if family.name != "oasr_engine_batch_size":
             continue
         for sample in family.samples:
+            if sample.labels.get("mode") != "streaming":
+                continue
             if sample.name.endswith("_bucket"):
                 out[sample.labels["le"]] = sample.value
             elif sample.name.endswith("_sum"):

@@ -76,9 +76,6 @@ class ASREngine:
         self._stop = threading.Event()
         self._shutdown = False
         self._counter = itertools.count()
-        self.last_batch_size = 0
-        self.last_streams_stepped = 0  # live streams the runner's forward advanced together in the last step
-        self.last_queue_waits: list[float] = []
         self.stats: dict[str, int] = {"steps": 0, "admitted": 0, "finished": 0, "errors": 0}
         self.metrics = EngineMetrics()
         """Engine-side counters and samples; the serving layer drains them after each step."""
@@ -269,11 +266,11 @@ class ASREngine:
             outputs = self._apply_commands()
             outputs += self._schedule()
             self._release_attached_audio()
-            self.last_streams_stepped = 0
             if self.runner.has_work():
                 with self.metrics.active():
                     outputs += self.runner.execute()
-                self.last_streams_stepped = self.runner.streams_stepped
+                if self.runner.streams_stepped:  # the rows of a streaming batch: streams advanced together
+                    self.metrics.observe_batch("streaming", self.runner.streams_stepped)
             self.stats["steps"] += 1
             return self._update(outputs)
 
@@ -364,8 +361,6 @@ class ASREngine:
             self._waiting.remove(r)
             r.status = RequestStatus.RUNNING
             r.first_scheduled_time = now
-        self.last_batch_size = len(admitted)
-        self.last_queue_waits = [now - r.arrival_time for r in admitted]
         self.stats["admitted"] += len(admitted)
         self._observe_admission(admitted, decision, now)
         if admitted:
@@ -374,12 +369,12 @@ class ASREngine:
         return outputs
 
     def _observe_admission(self, admitted: list[Request], decision: SchedulerOutput, now: float) -> None:
-        for mode, group in (("offline", [r for r in admitted if not r.streaming]),
-                            ("streaming", [r for r in admitted if r.streaming])):
-            if group:
-                self.metrics.observe_batch(mode, len(group), [now - r.arrival_time for r in group])
+        streams = [r for r in admitted if r.streaming]
+        if streams:  # their batch size is counted where they run together (step)
+            self.metrics.observe_queue_waits("streaming", [now - r.arrival_time for r in streams])
         offline = [r for r in admitted if not r.streaming]
-        if offline:
+        if offline:  # admitted together, encoded together: one offline batch
+            self.metrics.observe_batch("offline", len(offline), [now - r.arrival_time for r in offline])
             self.metrics.count_audio(sum(r.duration for r in offline))
             self.metrics.observe_padding(decision.padded_length, decision.useful_length)
 

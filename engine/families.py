@@ -47,6 +47,7 @@ class FamilyEntry:
 FAMILY_TABLE: tuple[FamilyEntry, ...] = (
     FamilyEntry("whisper", "engine.models.whisper"),
     FamilyEntry("wenet", "engine.models.wenet"),
+    FamilyEntry("nemo", "engine.models.nemo"),
     FamilyEntry("fake", "engine.models.fake"),
 )
 

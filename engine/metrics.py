@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 MAX_SAMPLES_PER_SERIES = 4096
@@ -53,7 +53,8 @@ class MetricsSnapshot:
     batch_padding_ratio: list[float] = field(default_factory=list)
     """Per admitted offline batch: padding / padded length, in [0, 1)."""
     batch_size: dict[str, list[int]] = field(default_factory=dict)
-    """mode ('offline' | 'streaming') -> requests admitted together."""
+    """mode -> rows in one executed batch: 'offline' requests admitted (and encoded) together,
+    'streaming' live streams one step's forward advanced together."""
     queue_wait_seconds: dict[str, list[float]] = field(default_factory=dict)
     """mode -> seconds from arrival to admission."""
 
@@ -90,8 +91,13 @@ class EngineMetrics:
     def observe_stage(self, stage: str, seconds: float) -> None:
         self._append(self._pending.stage_seconds.setdefault(stage, []), seconds)
 
-    def observe_batch(self, mode: str, size: int, queue_waits: list[float]) -> None:
+    def observe_batch(self, mode: str, size: int, queue_waits: Sequence[float] = ()) -> None:
         self._append(self._pending.batch_size.setdefault(mode, []), size)
+        self.observe_queue_waits(mode, queue_waits)
+
+    def observe_queue_waits(self, mode: str, queue_waits: Sequence[float]) -> None:
+        if not queue_waits:
+            return
         waits = self._pending.queue_wait_seconds.setdefault(mode, [])
         for wait in queue_waits:
             self._append(waits, wait)

@@ -48,7 +48,7 @@ from protos.oasr.speech.v1 import speech_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
-API = "grpc"
+API = "grpc_streaming"
 Event = pb.StreamingRecognizeResponse.SpeechEventType
 
 
@@ -137,7 +137,7 @@ class LiveCall:
         except (asyncio.CancelledError, GeneratorExit):
             outcome = "cancelled"
             if any(not t.turn.finished for t in self.turns):
-                self.metrics.requests_cancelled.inc()
+                self.service.series.requests_cancelled.inc()
             raise
         finally:
             reader.cancel()
@@ -146,6 +146,7 @@ class LiveCall:
             live.abort_all()
             self.metrics.request_duration.labels(api=API, mode="streaming", outcome=outcome).observe(
                 time.monotonic() - started)
+            self.metrics.request_audio_seconds.labels(api=API, mode="streaming").observe(self.samples_in / self.rate)
             logger.info("StreamingRecognize %s (live): %.2f s of audio, %d turn(s), %s", self.request_id,
                         self.samples_in / self.rate, len(self.turns), outcome)
 

@@ -1,6 +1,7 @@
 """The `oasr.speech.v1.Speech` servicer: Recognize and StreamingRecognize over `EngineService`.
 
-Every call is counted in `oasr_grpc_requests_total{method,code}`; a client that cancels
+Every call is counted in `oasr_grpc_requests_total{method,code}` and timed in
+`oasr_grpc_request_duration_seconds{method}` when it ends; a client that cancels
 (or whose deadline passes) cancels the handler task, whose `finally` aborts the engine request.
 """
 
@@ -45,6 +46,7 @@ from protos.oasr.speech.v1 import speech_pb2_grpc
 logger = logging.getLogger(__name__)
 
 API = "grpc"
+STREAMING_API = "grpc_streaming"  # the `api` label of StreamingRecognize, buffered or live
 
 
 def presented_keys(context: grpc.aio.ServicerContext) -> list[str]:
@@ -118,8 +120,8 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
             logger.exception("%s failed", method)
             return RpcError(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
 
-    def _count(self, method: str, code: grpc.StatusCode) -> None:
-        self.metrics.grpc_requests.labels(method=method, code=code.name).inc()
+    def _count(self, method: str, code: grpc.StatusCode, started: float) -> None:
+        self.metrics.observe_grpc(method, code.name, time.monotonic() - started)
 
     def _timeout(self, context: grpc.aio.ServicerContext) -> tuple[float, bool]:
         """The server's request timeout, or the client's deadline when that comes first (True)."""
@@ -133,6 +135,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
 
     async def Recognize(self, request: pb.RecognizeRequest, context: grpc.aio.ServicerContext) -> pb.RecognizeResponse:
         code = grpc.StatusCode.OK
+        started = time.monotonic()
         self._calls.enter()
         try:
             self._authorize(context)
@@ -147,7 +150,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
             raise  # not reached: abort raises
         finally:
             self._calls.leave()
-            self._count("Recognize", code)
+            self._count("Recognize", code, started)
 
     async def _recognize(self, request: pb.RecognizeRequest, context: grpc.aio.ServicerContext) -> pb.RecognizeResponse:
         config = request.config
@@ -173,11 +176,12 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         return pb.RecognizeResponse(request_id=rid, total_billed_time=billed(audio.duration),
                                     results=channel_results(outs, config, separate))
 
-    async def _run_offline(self, channels: list[Any], options: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def _run_offline(self, channels: list[Any], options: Any, context: grpc.aio.ServicerContext,
+                           api: str = API) -> Any:
         """`run_offline` on each waveform at once (one, unless per-channel); their outputs in order."""
         timeout, clients = self._timeout(context)
         try:
-            return await run_offline_channels(self.service, channels, options, api=API, timeout=timeout)
+            return await run_offline_channels(self.service, channels, options, api=api, timeout=timeout)
         except RequestTimeout as exc:
             message = "the call's deadline passed before recognition finished" if clients else exc.message
             raise RpcError(grpc.StatusCode.DEADLINE_EXCEEDED, message) from exc
@@ -191,6 +195,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         from app.jobs.grpc_operations import submit_operation
 
         code = grpc.StatusCode.OK
+        started = time.monotonic()
         try:
             self._authorize(context)
             return await submit_operation(self._state.jobs, request)
@@ -199,7 +204,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
             await context.abort(err.code, err.message)
             raise  # not reached: abort raises
         finally:
-            self._count("LongRunningRecognize", code)
+            self._count("LongRunningRecognize", code, started)
 
     # ------------------------------------------------------------------ StreamingRecognize
 
@@ -207,6 +212,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         self, request_iterator: AsyncIterator[pb.StreamingRecognizeRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.StreamingRecognizeResponse]:
         code = grpc.StatusCode.OK
+        started = time.monotonic()
         self._calls.enter()
         try:
             self._authorize(context)
@@ -221,7 +227,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
             await context.abort(err.code, err.message)
         finally:
             self._calls.leave()
-            self._count("StreamingRecognize", code)
+            self._count("StreamingRecognize", code, started)
 
     async def _streaming(
         self, requests: AsyncIterator[pb.StreamingRecognizeRequest], context: grpc.aio.ServicerContext
@@ -244,7 +250,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         rid = config.request_id or uuid.uuid4().hex
         audio_in = self._audio(it)
         async with inflight_permit(self.service):
-            gauge = self.metrics.stream_sessions_active.labels(api=API)
+            gauge = self.metrics.stream_sessions_active.labels(api=STREAMING_API)
             gauge.inc()
             try:
                 if config.enable_separate_recognition_per_channel:
@@ -288,7 +294,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         audio = await self.decoder.decode(b"".join(chunks), encoding=spec.encoding, sample_rate=spec.sample_rate,
                                           channels=spec.channels, max_seconds=self.settings.max_audio_seconds,
                                           keep_channels=True)
-        outs = await self._run_offline(waveforms(audio, True), options, context)
+        outs = await self._run_offline(waveforms(audio, True), options, context, api=STREAMING_API)
         results = [
             pb.StreamingRecognitionResult(alternatives=r.alternatives, is_final=True, result_end_time=r.result_end_time,
                                           language_code=r.language_code, channel_tag=r.channel_tag)
@@ -343,7 +349,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         samples = await buffer.finish(self.decoder)
         if not len(samples):
             raise invalid("the stream's audio holds no samples")
-        [out] = await self._run_offline([samples], options, context)
+        [out] = await self._run_offline([samples], options, context, api=STREAMING_API)
         logger.info("StreamingRecognize %s (buffered): %.2f s of audio in %.2f s", rid, out.duration,
                     time.monotonic() - started)
         result = pb.StreamingRecognitionResult(

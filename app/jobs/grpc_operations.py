@@ -53,6 +53,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
 
     async def _call(self, method: str, context: grpc.aio.ServicerContext, work: Callable[[], Awaitable[T]]) -> T:
         code = grpc.StatusCode.OK
+        started = time.monotonic()
         try:
             from app.grpc.speech import presented_keys
 
@@ -72,7 +73,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
             code = grpc.StatusCode.CANCELLED
             raise
         finally:
-            self._state.metrics.grpc_requests.labels(method=method, code=code.name).inc()
+            self._state.metrics.observe_grpc(method, code.name, time.monotonic() - started)
 
     async def GetOperation(self, request: operations_pb2.GetOperationRequest,
                            context: grpc.aio.ServicerContext) -> operations_pb2.Operation:

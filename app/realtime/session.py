@@ -182,13 +182,15 @@ class RealtimeSession:
 
     def abort_all(self) -> None:
         """Abort every engine request of the session (disconnect, shutdown). Idempotent."""
-        self.metrics.requests_cancelled.inc(self.live.abort_all())
+        self.service.series.requests_cancelled.inc(self.live.abort_all())
 
     def _turn_done(self, turn: Turn) -> None:
         self._answered.discard(turn)
         self._sent_tokens.pop(turn.id, None)
-        self.metrics.request_duration.labels(api=API, mode="streaming", outcome=turn.outcome).observe(
+        outcome = "error" if turn.outcome == "shutdown" else turn.outcome  # draining is the server's problem
+        self.metrics.request_duration.labels(api=API, mode="streaming", outcome=outcome).observe(
             time.monotonic() - turn.opened_at)
+        self.metrics.request_audio_seconds.labels(api=API, mode="streaming").observe(turn.fed / self.rate)
 
     def _turn_settings(self, config: SessionConfig) -> TurnSettings | None:
         td = config.turn_detection
@@ -319,7 +321,7 @@ class RealtimeSession:
     async def _clear(self) -> None:
         async with self._lock:
             if self.live.clear():
-                self.metrics.requests_cancelled.inc()
+                self.service.series.requests_cancelled.inc()
         await self.sender.send(ev.cleared())
 
     async def _check_idle(self) -> None:

@@ -161,6 +161,8 @@ async def _stream_transcription(
     try:
         data = await file.read()
         audio = await decoder.decode(data, max_seconds=settings.max_audio_seconds)
+        # counted before the submit, as run_offline does
+        service.metrics.count_offline_audio("openai", len(audio.samples) / service.engine.sample_rate)
         stream = service.open_request(audio.samples, decoding=options)
     except BaseException as exc:
         done()
@@ -168,9 +170,7 @@ async def _stream_transcription(
             raise to_api_error(exc) from exc
         raise
     request_id = stream.request_id
-    seconds = len(audio.samples) / service.engine.sample_rate  # counted as run_offline does
-    service.metrics.audio_seconds.labels(api="openai", mode="offline").inc(seconds)
-    service.metrics.request_audio_seconds.observe(seconds)
+
     async def done_on_loop() -> None:  # async: a sync background task would run in a worker thread
         done()
 
@@ -192,7 +192,7 @@ async def _sse(service: Any, stream: OutputStream, timeout: float, done: Callabl
             try:
                 out = await asyncio.wait_for(stream.get(), timeout=max(0.0, started + timeout - time.monotonic()))
             except TimeoutError:
-                outcome = "timeout"
+                outcome = "error"
                 yield _event({"type": "error", "error": {"message": RequestTimeout(timeout).message}})
                 yield "data: [DONE]\n\n"
                 return
@@ -218,7 +218,7 @@ async def _sse(service: Any, stream: OutputStream, timeout: float, done: Callabl
                 return
     except BaseException:
         outcome = "cancelled"
-        metrics.requests_cancelled.inc()
+        service.series.requests_cancelled.inc()
         raise
     finally:
         done()

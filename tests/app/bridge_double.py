@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from app.engine_metrics import EngineSeries
 from app.engine_service import OutputStream
 from app.metrics import Metrics
 from engine.errors import InvalidRequestError
@@ -16,6 +17,7 @@ from engine.errors import InvalidRequestError
 class ScriptedService:
     def __init__(self, sample_rate: int = 16000) -> None:
         self.metrics = Metrics()
+        self.series = EngineSeries(self.metrics, "scripted", "scripted")
         self.engine = type("E", (), {"sample_rate": sample_rate, "runner": self})()
         self.streams: dict[str, OutputStream] = {}
         self.fed: dict[str, list[tuple[int, bool]]] = {}

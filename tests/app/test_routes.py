@@ -27,8 +27,10 @@ from app.audio import AudioDecoder
 from app.engine_service import EngineService
 from app.main import create_app
 from app.settings import Settings
-from engine import DecodingOptions, RequestOutput
+from engine import DecodingOptions, EngineConfig, RequestOutput
 from engine.errors import UnsupportedError
+from engine.metrics import EngineMetrics
+from engine.runner import ModelInfo, RunnerStats
 from engine.types import Alternative, Segment, Word
 
 RATE = 16000  # Hz
@@ -55,6 +57,13 @@ def canned(request_id: str, audio: np.ndarray, options: DecodingOptions) -> Requ
     )
 
 
+class FakeRunner:
+    """The runner facts the bridge reads after a step: a family with no KV pool and no decode slots."""
+
+    def stats(self) -> RunnerStats:
+        return RunnerStats()
+
+
 @dataclass
 class FakeEngine:
     """The engine surface EngineService drives, scripted: every request is answered by
@@ -62,10 +71,13 @@ class FakeEngine:
 
     answer: Callable[[str, np.ndarray, DecodingOptions], RequestOutput | None] = canned
     sample_rate: int = RATE
-    runner: object = None
-    last_batch_size: int = 0
-    last_streams_stepped: int = 0
-    last_queue_waits: list[float] = field(default_factory=list)
+    config: EngineConfig = field(default_factory=lambda: EngineConfig(device="cpu"))
+    model_info: ModelInfo = field(default_factory=lambda: ModelInfo("fake", "fake-asr", RATE, ("en",),
+                                                                    decode_methods=("canned",), decode_method="canned"))
+    metrics: EngineMetrics = field(default_factory=EngineMetrics)
+    runner: FakeRunner = field(default_factory=lambda: FakeRunner())
+    taken: int = 0
+    """Requests the engine thread has taken from the inbox."""
     received: list[DecodingOptions] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
     _inbox: queue.SimpleQueue[tuple[str, str, Any, Any] | None] = field(default_factory=queue.SimpleQueue)
@@ -125,12 +137,14 @@ class FakeEngine:
                     self._held.discard(rid)
                     outputs.append(RequestOutput(rid, finished=True, finish_reason="abort"))
                 continue
-            self.last_batch_size += 1
+            self.taken += 1
+            self.metrics.observe_batch("offline", 1, [0.0])
             out = self.answer(rid, audio, options)
             if out is None:
                 self._held.add(rid)
             else:
                 outputs.append(out)
+        self.metrics.count_outputs(len(outputs))
         return outputs
 
     def fail_all(self, error: str, stage: str = "engine") -> list[RequestOutput]:
@@ -147,8 +161,9 @@ class Harness:
     service: EngineService
 
     def metric(self, name: str, **labels: str) -> float:
-        value = self.service.metrics.registry.get_sample_value(name, labels)
-        return float(value or 0.0)
+        """Sum of the samples of `name` whose labels include `labels`."""
+        return sum(s.value for family in self.service.metrics.registry.collect() for s in family.samples
+                   if s.name == name and labels.items() <= s.labels.items())
 
 
 @pytest.fixture
@@ -309,7 +324,7 @@ async def test_sse_request_timeout_ends_the_stream_and_aborts(h: Harness) -> Non
     assert "--request-timeout-secs" in json.loads(frames[0])["error"]["message"]
     assert frames[-1] == "[DONE]"
     await until(lambda: "fake-1" in h.engine.aborted)
-    assert h.metric("oasr_request_duration_seconds_count", api="openai", mode="offline", outcome="timeout") == 1
+    assert h.metric("oasr_request_duration_seconds_count", api="openai", mode="offline", outcome="error") == 1
     assert h.service.inflight == 0
 
 
@@ -377,7 +392,7 @@ async def test_request_timeout_is_408_and_aborts(h: Harness) -> None:
     error = openai_error(await transcribe(h), 408)
     assert "--request-timeout-secs" in error["message"]
     await until(lambda: "fake-1" in h.engine.aborted)  # the abort reaches the engine thread
-    assert h.metric("oasr_request_duration_seconds_count", api="openai", mode="offline", outcome="timeout") == 1
+    assert h.metric("oasr_request_duration_seconds_count", api="openai", mode="offline", outcome="error") == 1
     assert h.service.inflight == 0
 
 
@@ -442,7 +457,7 @@ async def test_readiness_holds_through_one_long_step_but_not_a_stuck_one(
     h.engine.answer = slow
     monkeypatch.setattr(bridge, "HEARTBEAT_MAX_AGE_S", 0.05)
     pending = asyncio.ensure_future(transcribe(h))
-    await until(lambda: h.engine.last_batch_size > 0)
+    await until(lambda: h.engine.taken > 0)
     await asyncio.sleep(0.2)  # the heartbeat is now older than its bound
     assert (await h.client.get("/readyz")).status_code == 200  # a step is running: busy, not dead
     monkeypatch.setattr(bridge, "STUCK_STEP_S", 0.1)
@@ -517,7 +532,7 @@ async def test_http_metrics_use_route_patterns(h: Harness) -> None:
     await h.client.post("/v1/speech:recognize", content=b"")
     assert h.metric("oasr_http_requests_total", method="GET", route="/v1/models", status="200") == 1
     assert h.metric("oasr_http_requests_total", method="POST", route="/v1/speech:recognize", status="400") == 1
-    assert h.metric("oasr_http_requests_total", method="GET", route="unmatched", status="404") == 1
+    assert h.metric("oasr_http_requests_total", method="GET", route="<unmatched>", status="404") == 1
     text = (await h.client.get("/metrics")).text
     assert "secret-path-42" not in text
 

@@ -47,3 +47,11 @@ def test_relative_links_resolve(doc: str) -> None:
     path = ROOT / doc
     for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", path.read_text()):
         assert (path.parent / target).exists(), f"{doc}: link to missing {target}"
+
+
+def test_operations_metric_tables_are_generated_from_the_registry() -> None:
+    from app.metrics_doc import DOC_PATH, render_page
+
+    page = DOC_PATH.read_text()
+    assert page == render_page(page), (
+        "docs/operations.md's metric tables are stale; regenerate them with: python -m app.metrics_doc")

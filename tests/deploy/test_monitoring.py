@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from prometheus_client.metrics import MetricWrapperBase
 
 from app.metrics import Metrics
 from tests.deploy import promql
@@ -29,13 +28,13 @@ SEVERITIES = {"page", "ticket"}
 
 
 def declared_series() -> dict[str, frozenset[str]]:
-    """Series name -> label names, for every metric app.metrics.Metrics declares."""
+    """Series name -> label names, for every metric app.metrics.Metrics declares (the GPU ones too)."""
+    metrics = Metrics()
+    metrics.declare_gpu()
     out: dict[str, frozenset[str]] = {}
-    for metric in vars(Metrics()).values():
-        if not isinstance(metric, MetricWrapperBase):
-            continue
-        labels = frozenset(metric._labelnames)
-        for name in promql.sample_names(metric._name, metric._type):
+    for spec in metrics.specs:
+        labels = frozenset(spec.labels)
+        for name in promql.sample_names(spec.name, spec.kind):
             out[name] = labels | {"le"} if name.endswith("_bucket") else labels
     return out
 
@@ -108,13 +107,18 @@ def test_alerts_cover_what_operators_must_hear_about() -> None:
     used = {
         s.name for where, expr in promql.alert_expressions().items() for s in promql.selectors(expr, where)
     }
-    must = {
+    must = {  # the reference design's "What to alert on" (seed 001), and ours
         "oasr_request_duration_seconds_count",  # error rate
         "oasr_time_to_first_partial_seconds_bucket",  # p99 time to first partial
-        "oasr_stream_realtime_factor_bucket",  # falling behind real time
-        "oasr_engine_kv_pool_usage_ratio",  # KV pool > 90 %
-        "oasr_engine_step_failures_total",
-        "oasr_deferred_events_total",
+        "oasr_audio_seconds_total",  # falling behind real time (RTFx)
+        "oasr_request_duration_seconds_sum",
+        "oasr_stream_realtime_factor_bucket",  # live streams falling behind
+        "oasr_engine_kv_blocks_used",  # KV pool about to truncate streams
+        "oasr_engine_kv_blocks_capacity",
+        "oasr_engine_kv_exhausted_total",  # already truncating them
+        "oasr_engine_step_failures_total",  # wedged engine
+        "oasr_events_deferred_total",  # clients cannot keep up
+        "oasr_engine_metric_samples_dropped_total",  # the metrics themselves are lying
         "oasr_engine_heartbeat_timestamp_seconds",  # engine stuck (readiness goes with it)
         "up",
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -82,6 +83,20 @@ def start_server(tmp_dir: Path, env: dict[str, str] | None = None, ready_timeout
         time.sleep(0.3)
     server.terminate()
     raise RuntimeError(f"server not ready after {ready_timeout}s:\n{server.log()[-3000:]}")
+
+
+def start_wenet_streaming_server(tmp_dir: Path) -> ServerProcess:
+    """A streaming server on a cache-aware WeNet Conformer-CTC checkpoint: the random-init one
+    `engine.models.wenet.testing` writes in the real on-disk format (no real WeNet weights can be
+    fetched here), so the engine, its paged KV pool and the server are real and the transcripts
+    meaningless."""
+    from engine.models.wenet.testing import write_checkpoint
+
+    ckpt = write_checkpoint(str(tmp_dir / "ckpt"))
+    # WeNet experiment dirs hold final.pt and avg.pt; with two .pt files the Whisper loader
+    # (which claims a dir with a single .pt) does not mistake the dir for an OpenAI checkpoint.
+    shutil.copy(f"{ckpt}/final.pt", f"{ckpt}/avg.pt")
+    return start_server(tmp_dir, env={"OASR_CKPT_DIR": ckpt, "OASR_SERVICE_MODE": "streaming"})
 
 
 @pytest.fixture(scope="module")

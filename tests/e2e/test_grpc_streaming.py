@@ -15,7 +15,6 @@ real grpcio stubs against a real server:
 from __future__ import annotations
 
 import itertools
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ import pytest
 
 from protos.oasr.speech.v1 import speech_pb2 as pb
 from protos.oasr.speech.v1 import speech_pb2_grpc
-from tests.e2e.conftest import ServerProcess, start_server
+from tests.e2e.conftest import ServerProcess, start_server, start_wenet_streaming_server
 from tests.e2e.test_grpc import clip_bytes, clip_row, clip_samples, metric_value, wer
 
 Enc = pb.RecognitionConfig.AudioEncoding
@@ -106,14 +105,7 @@ def seconds(d: Any) -> float:
 
 @pytest.fixture(scope="module")
 def wenet_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    from engine.models.wenet.testing import write_checkpoint
-
-    tmp = tmp_path_factory.mktemp("wenet")
-    ckpt = write_checkpoint(str(tmp / "ckpt"))
-    # WeNet experiment dirs hold final.pt and avg.pt; with two .pt files the Whisper loader
-    # (which claims a dir with a single .pt) does not mistake the dir for an OpenAI checkpoint.
-    shutil.copy(f"{ckpt}/final.pt", f"{ckpt}/avg.pt")
-    srv = start_server(tmp, env={"OASR_CKPT_DIR": ckpt, "OASR_SERVICE_MODE": "streaming"})
+    srv = start_wenet_streaming_server(tmp_path_factory.mktemp("wenet"))
     info = httpx.get(f"{srv.base_url}/v1/models", timeout=10).json()["data"][0]["info"]
     assert info["streaming_enabled"], info
     yield srv
@@ -128,7 +120,7 @@ def wenet_stub(wenet_server: ServerProcess) -> Iterator[speech_pb2_grpc.SpeechSt
 
 def test_interim_results_then_one_final(wenet_stub: speech_pb2_grpc.SpeechStub, wenet_server: ServerProcess) -> None:
     audio = clip_samples(FIRST, RATE)
-    first_partial = metric_value(wenet_server, "oasr_time_to_first_partial_seconds_count", api="grpc")
+    first_partial = metric_value(wenet_server, "oasr_time_to_first_partial_seconds_count", api="grpc_streaming")
     client = Client(pcm16(audio), streaming_config("live-1", interim_results=True))
     responses = client.run(wenet_stub)
     res = results(responses)
@@ -143,8 +135,8 @@ def test_interim_results_then_one_final(wenet_stub: speech_pb2_grpc.SpeechStub, 
     assert_committed_never_changes(partials, finals[0].alternatives[0].transcript)
     assert {r.request_id for _, r in responses} == {"live-1"}
     assert all(r.speech_event_type == Event.SPEECH_EVENT_UNSPECIFIED for _, r in responses)
-    assert metric_value(wenet_server, "oasr_time_to_first_partial_seconds_count", api="grpc") == first_partial + 1
-    assert metric_value(wenet_server, "oasr_stream_sessions_active", api="grpc") == 0
+    assert metric_value(wenet_server, "oasr_time_to_first_partial_seconds_count", api="grpc_streaming") == first_partial + 1
+    assert metric_value(wenet_server, "oasr_stream_sessions_active", api="grpc_streaming") == 0
 
 
 def test_without_interim_results_only_finals(wenet_stub: speech_pb2_grpc.SpeechStub) -> None:
@@ -235,7 +227,7 @@ def test_cancelled_stream_aborts_its_engine_request(wenet_stub: speech_pb2_grpc.
                        code="CANCELLED") == cancelled:
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    assert metric_value(wenet_server, "oasr_stream_sessions_active", api="grpc") == 0
+    assert metric_value(wenet_server, "oasr_stream_sessions_active", api="grpc_streaming") == 0
 
 
 # ----------------------------------------------------------------------------- Whisper streaming

@@ -2,7 +2,7 @@
 pace, against one streaming server (issue "Live streaming", must-show 4 without the clock: how fast
 they keep up is measured by `benchmarks/streaming_capacity.py --server`, not asserted here).
 
-What must hold whatever the machine's speed: the server's `oasr_engine_stream_batch_size` histogram
+What must hold whatever the machine's speed: the server's `oasr_engine_batch_size{mode="streaming"}` histogram
 shows live streams advanced together by one model forward; every session ends its one turn with
 exactly one completed transcript; committed text never changes; and the transcripts are as good as
 the same server's offline ones.
@@ -37,7 +37,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def stream_batches(server: ServerProcess) -> dict[str, float]:
-    """Cumulative `oasr_engine_stream_batch_size` buckets by `le` (the capacity benchmark's reader)."""
+    """Cumulative `oasr_engine_batch_size{mode="streaming"}` buckets by `le` (the capacity benchmark's reader)."""
     return stream_batch_histogram(server.base_url)
 
 

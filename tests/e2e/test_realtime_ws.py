@@ -354,8 +354,8 @@ async def test_other_intents_are_refused(server: ServerProcess) -> None:
 
 def cancelled_total(server: ServerProcess) -> float:
     text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
-    line = next(x for x in text.splitlines() if x.startswith("oasr_requests_cancelled_total "))
-    return float(line.split()[1])
+    line = next(x for x in text.splitlines() if x.startswith("oasr_requests_cancelled_total{"))
+    return float(line.split()[-1])
 
 
 async def test_disconnect_aborts_the_open_turn(server: ServerProcess) -> None:

@@ -35,6 +35,11 @@ def _wenet(tmp: Path) -> EngineConfig:
     return EngineConfig(ckpt_dir=write_checkpoint(str(tmp / "wenet")), chunk_size=8, max_num_blocks=512)
 
 
+def _nemo(tmp: Path) -> EngineConfig:
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "nemo" / "hybrid_cache_aware"
+    return EngineConfig(ckpt_dir=str(fixture))
+
+
 def _fake(tmp: Path) -> EngineConfig:
     from engine.models.fake import write_checkpoint
 
@@ -44,6 +49,7 @@ def _fake(tmp: Path) -> EngineConfig:
 CHECKPOINTS: dict[str, Callable[[Path], EngineConfig]] = {
     "whisper": _whisper,
     "wenet": _wenet,
+    "nemo": _nemo,
     "fake": _fake,
 }
 """How to build a servable checkpoint of each family (real or reference-written weights)."""

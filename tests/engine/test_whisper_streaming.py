@@ -188,8 +188,8 @@ def test_a_final_pass_starts_from_what_earlier_passes_heard(live_engine: Any, cl
 
 
 def test_streams_stepped_counts_the_live_streams_decoded_together(clips: list[Clip]) -> None:
-    """What `oasr_engine_stream_batch_size` observes: live streams in one decoder step, not rows
-    (an offline request decoded beside them is no live stream)."""
+    """What `oasr_engine_batch_size{mode="streaming"}` observes: live streams in one decoder step,
+    not rows (an offline request decoded beside them is no live stream)."""
     from engine import ASREngine, EngineConfig
 
     engine = ASREngine(EngineConfig(service_mode="streaming", max_batch_size=4))
@@ -202,7 +202,7 @@ def test_streams_stepped_counts_the_live_streams_decoded_together(clips: list[Cl
         stepped, finished = [], 0
         while finished < 3:
             finished += sum(o.finished for o in engine.step())
-            stepped.append(engine.last_streams_stepped)
+            stepped += engine.metrics.drain().batch_size.get("streaming", [])
         assert max(stepped) == 2, stepped
     finally:
         engine.shutdown()

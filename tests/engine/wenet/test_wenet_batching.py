@@ -120,7 +120,7 @@ def test_offline_audio_is_featurized_piecewise_with_the_same_result(
 
 
 def test_streams_stepped_counts_the_live_streams_of_each_forward(make_runner: Callable[..., WenetRunner]) -> None:
-    """What `oasr_engine_stream_batch_size` observes: the live streams one chunk forward advanced."""
+    """What `oasr_engine_batch_size{mode="streaming"}` observes: the live streams one chunk forward advanced."""
     runner = make_runner(chunk_size=4, max_batch_size=32)
     rows: list[int] = []
     forward = runner.model.forward_chunk_paged

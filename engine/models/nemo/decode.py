@@ -1,0 +1,94 @@
+"""Decoding a batch of encoder outputs for the requests they belong to: the transducer greedy
+search batched across requests and streams (its per-stream state read from and written back to
+the state slots), or each request's CTC search."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.models.nemo.checkpoint import NemoModel
+from engine.models.nemo.ctc import CtcDecoder
+from engine.models.nemo.greedy import greedy_label_looping
+from engine.models.nemo.outputs import Hypothesis
+from engine.models.nemo.state_slots import StateSlots
+from engine.models.nemo.transducer import TransducerState
+
+PRED_H, PRED_C, PRED_OUT = "pred_h", "pred_c", "pred_out"
+
+
+@dataclass(eq=False)
+class DecodeState:
+    """One request's search: transducer tokens + counters, or a CTC search."""
+
+    hyp: Hypothesis | None = None
+    ctc: CtcDecoder | None = None
+    slot: int | None = None
+    """Row of the state slots holding the prediction network state (streams only)."""
+    frames_decoded: int = 0
+    time_jump: int = 0
+    started: bool = False
+
+
+def transducer_slot_shapes(model: NemoModel) -> dict[str, tuple[int, ...]]:
+    tr = model.transducer
+    if tr is None:
+        return {}
+    layers, hidden = tr.cfg.pred_rnn_layers, tr.cfg.pred_hidden
+    return {PRED_H: (layers, hidden), PRED_C: (layers, hidden), PRED_OUT: (tr.cfg.joint_hidden,)}
+
+
+class BatchDecoder:
+    def __init__(self, model: NemoModel, method: str, slots: StateSlots, max_symbols: int) -> None:
+        self.model = model
+        self.method = method
+        self.slots = slots
+        self.max_symbols = max_symbols
+
+    @torch.inference_mode()
+    def decode(self, states: list[DecodeState], enc: torch.Tensor, lengths: torch.Tensor) -> None:
+        """enc (B, T, D) and valid frames (B,) of the requests behind `states`, in order."""
+        if self.method == "ctc":
+            assert self.model.ctc is not None
+            log_probs = self.model.ctc(enc).float().cpu()
+            for i, st in enumerate(states):
+                assert st.ctc is not None
+                st.ctc.advance(log_probs[i, : int(lengths[i])])
+            return
+        tr = self.model.transducer
+        assert tr is not None
+        device = enc.device
+        state = self._gather(states, device)
+        result, state = greedy_label_looping(tr, enc, lengths.to(device), state, self.max_symbols)
+        self._scatter(states, state)
+        for i, st in enumerate(states):
+            assert st.hyp is not None
+            st.hyp.extend(result.tokens[i], result.frames[i], result.logprobs[i])
+
+    def _gather(self, states: list[DecodeState], device: torch.device) -> TransducerState:
+        tr = self.model.transducer
+        assert tr is not None
+        fresh = tr.initial_state(len(states), device)
+        slotted = [i for i, st in enumerate(states) if st.slot is not None and st.started]
+        if slotted:
+            idx = torch.tensor([states[i].slot for i in slotted], device=device)  # type: ignore[misc]
+            rows = torch.tensor(slotted, device=device)
+            fresh.h[:, rows] = self.slots.gather(PRED_H, idx).transpose(0, 1).to(fresh.h.dtype)
+            fresh.c[:, rows] = self.slots.gather(PRED_C, idx).transpose(0, 1).to(fresh.c.dtype)
+            fresh.pred[rows] = self.slots.gather(PRED_OUT, idx).to(fresh.pred.dtype)
+        fresh.time_jump = torch.tensor([st.time_jump for st in states], device=device)
+        fresh.frames_decoded = torch.tensor([st.frames_decoded for st in states], device=device)
+        return fresh
+
+    def _scatter(self, states: list[DecodeState], state: TransducerState) -> None:
+        jumps, decoded = state.time_jump.tolist(), state.frames_decoded.tolist()
+        rows = [i for i, st in enumerate(states) if st.slot is not None]
+        for i, st in enumerate(states):
+            st.time_jump, st.frames_decoded, st.started = int(jumps[i]), int(decoded[i]), True
+        if rows:
+            idx = torch.tensor([states[i].slot for i in rows], device=state.h.device)  # type: ignore[misc]
+            sel = torch.tensor(rows, device=state.h.device)
+            self.slots.scatter(PRED_H, idx, state.h[:, sel].transpose(0, 1))
+            self.slots.scatter(PRED_C, idx, state.c[:, sel].transpose(0, 1))
+            self.slots.scatter(PRED_OUT, idx, state.pred[sel])

@@ -1,0 +1,91 @@
+"""A request's decoded tokens -> `RequestOutput` (partial or final): text, per-token times, words,
+confidence, log-probs, n-best."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from engine.models.nemo.ctc import CtcDecoder
+from engine.models.nemo.tokenizer import Tokenizer
+from engine.request import Request
+from engine.types import Alternative, FinishReason, RequestOutput, Segment
+
+
+@dataclass
+class Hypothesis:
+    """Greedy transducer tokens accumulated across chunks (committed: they never change)."""
+
+    tokens: list[int] = field(default_factory=list)
+    frames: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+    def extend(self, tokens: list[int], frames: list[int], logprobs: list[float]) -> None:
+        self.tokens += tokens
+        self.frames += frames
+        self.logprobs += logprobs
+
+
+@dataclass(frozen=True)
+class OutputBuilder:
+    tokenizer: Tokenizer
+    frame_seconds: float
+    """Seconds per encoder frame (hop x subsampling factor: 80 ms at 10 ms x 8)."""
+
+    def partial(self, req: Request, hyp: Hypothesis | None, ctc: CtcDecoder | None) -> RequestOutput:
+        tokens, _, _ = _best(hyp, ctc)
+        text = self.tokenizer.text(tokens)
+        stable = ctc.stable_tokens() if ctc is not None else tokens
+        committed = self.tokenizer.text(stable)
+        if not text.startswith(committed):  # SentencePiece decoding is prefix-stable; guard anyway
+            committed = ""
+        return RequestOutput(
+            request_id=req.request_id, text=text, tokens=list(tokens), committed=committed,
+            tentative=text[len(committed) :], duration=req.duration,
+        )  # fmt: skip
+
+    def final(
+        self, req: Request, hyp: Hypothesis | None, ctc: CtcDecoder | None, reason: FinishReason
+    ) -> RequestOutput:
+        tokens, frames, logprobs = _best(hyp, ctc)
+        text = self.tokenizer.text(tokens)
+        opts = req.decoding
+        mean_lp = sum(logprobs) / len(logprobs) if logprobs else 0.0
+        nbest = []
+        if ctc is not None and opts.beam_size > 1:
+            nbest = [Alternative(self.tokenizer.text(t), conf) for t, conf in ctc.nbest(opts.n_best)]
+        return RequestOutput(
+            request_id=req.request_id,
+            text=text,
+            tokens=list(tokens),
+            finished=True,
+            finish_reason=reason,
+            words=self.tokenizer.words(tokens, frames, logprobs, self.frame_seconds)
+            if opts.word_timestamps
+            else None,
+            segments=[
+                Segment(
+                    id=0, start=0.0, end=req.duration, text=text, tokens=list(tokens), avg_logprob=mean_lp
+                )
+            ],
+            nbest=nbest,
+            duration=req.duration,
+            committed=text,
+            confidence=math.exp(mean_lp) if logprobs else None,
+            timestamps=[round(f * self.frame_seconds, 3) for f in frames],
+            token_logprobs=list(logprobs) if opts.logprobs else None,
+        )
+
+
+def _best(hyp: Hypothesis | None, ctc: CtcDecoder | None) -> tuple[list[int], list[int], list[float]]:
+    if ctc is not None:
+        return ctc.best()
+    assert hyp is not None
+    return hyp.tokens, hyp.frames, hyp.logprobs
+
+
+def error_output(req: Request, stage: str, message: str) -> RequestOutput:
+    return RequestOutput(
+        request_id=req.request_id, finished=True, finish_reason="error", error=message, error_stage=stage,
+        duration=req.duration,
+    )  # fmt: skip

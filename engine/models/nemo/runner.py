@@ -1,0 +1,349 @@
+"""The NeMo model runner: offline requests, cache-aware streams and buffered streams, each kind
+advanced in one batched forward per engine step.
+
+Per `execute()`:
+1. ingest: audio queued since the last step becomes mel frames (cache-aware streams) or window
+   samples (buffered streams);
+2. offline: up to `max_batch_size` whole utterances through the model at once;
+3. streams: every stream with a runnable step (least recently advanced first, up to
+   `max_batch_size`) advances by one chunk (cache-aware) or one window (buffered) in one forward,
+   then one batched decode; partial outputs, or the final one when its input is exhausted.
+A stream's state (KV blocks, state slot) is released when it finishes, fails or is aborted.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+
+from engine.cache import BlockPool, BlockTable, KVSpec, plan_num_blocks
+from engine.config import EngineConfig
+from engine.device import resolve_device, resolve_dtype
+from engine.errors import InvalidRequestError, UnsupportedError
+from engine.models.nemo.buffered import BufferedEncoder, BufferedSchedule, BufferedStream
+from engine.models.nemo.cache_aware import CONV_CACHE, CacheAwareEncoder, CacheAwareStream, StreamGeometry
+from engine.models.nemo.checkpoint import NemoCheckpoint, load_checkpoint
+from engine.models.nemo.ctc import CtcDecoder
+from engine.models.nemo.decode import BatchDecoder, DecodeState, transducer_slot_shapes
+from engine.models.nemo.frontend import MelStream
+from engine.models.nemo.info import describe
+from engine.models.nemo.options import (
+    NemoOptions,
+    buffered_presets,
+    check_stream_context,
+    delay_preset,
+    refuse_stream_context,
+    request_context,
+    select_look_ahead,
+)
+from engine.models.nemo.outputs import Hypothesis, OutputBuilder, error_output
+from engine.models.nemo.state_slots import StateSlots
+from engine.request import Request
+from engine.runner import ModelInfo, RunnerStats
+from engine.types import DecodingOptions, FinishReason, RequestOutput
+
+logger = logging.getLogger(__name__)
+
+MAX_CTC_BEAM = 10
+Mode = Literal["offline", "cache_aware", "buffered"]
+
+
+@dataclass(eq=False)
+class _Job:
+    request: Request
+    mode: Mode
+    decode: DecodeState
+    ca: CacheAwareStream | None = None
+    buf: BufferedStream | None = None
+    last_advanced: int = -1
+
+
+class NemoRunner:
+    def __init__(
+        self, ckpt: NemoCheckpoint, config: EngineConfig, options: NemoOptions, device: torch.device
+    ) -> None:
+        self.ckpt, self.config, self.options, self.device = ckpt, config, options, device
+        cfg = ckpt.config
+        enc = cfg.encoder
+        self.sample_rate = cfg.mel.sample_rate
+        self.frame_seconds = cfg.mel.hop_length / cfg.mel.sample_rate * enc.subsampling_factor
+        self.method = self._decode_method(config.decode_method)
+        self.look_ahead: tuple[int, int] | None = None
+        self.streaming_kind: Mode | None = None
+        if enc.att_context_style == "chunked_limited":
+            self.look_ahead = select_look_ahead(enc, config.chunk_size, config.num_left_chunks)
+            if cfg.mel.per_feature:  # per_feature needs the whole utterance: not streamable
+                logger.warning("%s normalises features per utterance: served offline only", ckpt.path)
+            else:
+                self.streaming_kind = "cache_aware"
+        elif enc.att_context_style == "chunked_limited_with_rc":
+            self.streaming_kind = "buffered"
+        self.supports_streaming = self.streaming_kind is not None
+        self.presets = buffered_presets(enc)
+        self.default_context = options.stream_context or (delay_preset(self.presets, "medium") if self.presets
+                                                          else (70, 13, 13))  # fmt: skip
+        if self.streaming_kind == "buffered":
+            check_stream_context(enc, self.default_context)
+        dtype = next(ckpt.model.parameters()).dtype
+        shapes = transducer_slot_shapes(ckpt.model)
+        self.pool: BlockPool | None = None
+        self.ca_encoder: CacheAwareEncoder | None = None
+        self.geometry: StreamGeometry | None = None
+        max_streams = options.max_streams
+        if self.streaming_kind == "cache_aware" and self.look_ahead is not None:
+            geo = self.geometry = StreamGeometry.of(enc, self.look_ahead)
+            shapes[CONV_CACHE] = (enc.n_layers, enc.d_model, enc.conv_context[0])
+            self.blocks_per_stream = geo.num_left_chunks + 1
+            spec = KVSpec(enc.n_layers, enc.n_heads, enc.head_dim, dtype)
+            num_blocks = plan_num_blocks(
+                spec, geo.out_frames, self.blocks_per_stream,
+                max_num_blocks=config.max_num_blocks or max_streams * self.blocks_per_stream, device=device,
+                gpu_memory_utilization=config.gpu_memory_utilization, cpu_cache_bytes=config.cpu_cache_bytes,
+            )  # fmt: skip
+            max_streams = min(max_streams, num_blocks // self.blocks_per_stream)
+            self.pool = BlockPool(spec, max_streams * self.blocks_per_stream, geo.out_frames, device)
+        self.slots = StateSlots(max_streams, shapes, dtype, device)
+        if self.pool is not None and self.geometry is not None:
+            self.ca_encoder = CacheAwareEncoder(ckpt.model.encoder, self.geometry, self.pool, self.slots)
+        self.buffered_encoder = BufferedEncoder(ckpt)
+        self.decoder = BatchDecoder(ckpt.model, self.method, self.slots,
+                                    cfg.transducer.max_symbols if cfg.transducer else 0)  # fmt: skip
+        self.outputs = OutputBuilder(ckpt.tokenizer, self.frame_seconds)
+        self._jobs: dict[str, _Job] = {}
+        self._step = 0
+        self.streams_stepped = 0
+
+    @classmethod
+    def from_config(cls, config: EngineConfig, options: NemoOptions | None = None) -> NemoRunner:
+        device = resolve_device(config)
+        ckpt = load_checkpoint(config.resolved_ckpt_dir(), config.checkpoint_name, device,
+                               resolve_dtype(config, device))
+        return cls(ckpt, config, options or NemoOptions(), device)
+
+    def _decode_method(self, requested: str | None) -> str:
+        cfg = self.ckpt.config
+        methods = [m for m, present in (("rnnt", cfg.transducer), ("ctc", cfg.ctc_classes)) if present]
+        method = requested or methods[0]
+        if method not in methods:
+            raise InvalidRequestError(  # worded as the engine's own check (it cannot run before the runner exists)
+                f"decode_method {method!r} is not offered by this nemo model (it offers: {', '.join(methods)})"
+            )
+        return method
+
+    # ---- ModelRunner protocol ----
+
+    def info(self) -> ModelInfo:
+        return describe(self)
+
+    def check_options(self, options: DecodingOptions, streaming: bool) -> None:
+        if options.beam_size > 1 and self.method != "ctc":
+            raise UnsupportedError(
+                "the transducer decodes greedily (beam_size 1); CTC heads take beam_size <= 10"
+            )
+        if options.beam_size > MAX_CTC_BEAM:
+            raise UnsupportedError(f"CTC prefix beam search supports beam_size <= {MAX_CTC_BEAM}")
+        if options.temperature > 0:
+            raise UnsupportedError("this model does not sample: temperature must be 0")
+        if options.task != "transcribe":
+            raise UnsupportedError("this model only transcribes (task='translate' unsupported)")
+        if options.prompt:
+            raise UnsupportedError("this model takes no prompt")
+        if options.keywords:
+            raise UnsupportedError("keyword biasing is not implemented for NeMo checkpoints yet")
+        if options.stream_context is not None:
+            if self.streaming_kind != "buffered":
+                raise refuse_stream_context(self.look_ahead)
+            check_stream_context(self.ckpt.config.encoder, options.stream_context)
+
+    def free_slots(self) -> int:
+        return self.slots.num_free - sum(1 for j in self._jobs.values() if j.mode == "offline")
+
+    def admit(self, requests: list[Request]) -> list[RequestOutput]:
+        failed = []
+        for req in requests:
+            mode: Mode = self.streaming_kind if (req.streaming and self.streaming_kind) else "offline"
+            ctc = CtcDecoder(req.decoding.beam_size) if self.method == "ctc" else None
+            state = DecodeState(hyp=None if ctc else Hypothesis(), ctc=ctc)
+            job = _Job(req, mode, state)
+            if mode != "offline":
+                slot = self.slots.allocate()
+                if slot is None:
+                    failed.append(error_output(req, "admission", "no free stream slot"))
+                    continue
+                state.slot = slot
+                if mode == "cache_aware":
+                    assert self.geometry is not None
+                    job.ca = CacheAwareStream(MelStream(self.ckpt.frontend), BlockTable(self.geometry.out_frames),
+                                              slot, torch.zeros(self.ckpt.config.mel.n_mels, 0))  # fmt: skip
+                else:
+                    job.buf = self._buffered_stream(req.decoding)
+            req.runner_state = job
+            self._jobs[req.request_id] = job
+        return failed
+
+    def _buffered_stream(self, options: DecodingOptions) -> BufferedStream:
+        ctx = request_context(
+            self.ckpt.config.encoder, self.default_context, options.stream_context, options.delay
+        )
+        frame = round(self.frame_seconds * self.sample_rate)
+        return BufferedStream(BufferedSchedule(ctx[0] * frame, ctx[1] * frame, ctx[2] * frame, frame), ctx)
+
+    def has_work(self) -> bool:
+        return any(self._needs_ingest(j) or self._ready(j) or self._exhausted(j) for j in self._jobs.values())
+
+    def _needs_ingest(self, job: _Job) -> bool:
+        """Audio waiting, or a cache-aware stream whose end of input has not been turned into frames."""
+        req = job.request
+        if job.mode == "offline":
+            return False
+        return bool(req.pending_samples) or (
+            req.input_finished and job.ca is not None and not job.ca.finished
+        )
+
+    def release(self, request: Request) -> None:
+        job = self._jobs.pop(request.request_id, None)
+        if job is None:
+            return
+        if job.ca is not None and self.pool is not None:
+            job.ca.table.release(self.pool)
+        if job.decode.slot is not None:
+            self.slots.free(job.decode.slot)
+        request.runner_state = None
+
+    def shutdown(self) -> None:
+        for job in list(self._jobs.values()):
+            self.release(job.request)
+
+    def stats(self) -> RunnerStats:
+        return RunnerStats(
+            streams=sum(1 for j in self._jobs.values() if j.mode != "offline"),
+            kv_blocks_used=self.pool.num_blocks - self.pool.num_free if self.pool else 0,
+            kv_blocks_capacity=self.pool.num_blocks if self.pool else 0,
+            decode_slots_used=self.slots.num_slots - self.slots.num_free,
+            decode_slots_capacity=self.slots.num_slots,
+        )
+
+    # ---- one engine step ----
+
+    def execute(self) -> list[RequestOutput]:
+        self._step += 1
+        outputs: list[RequestOutput] = []
+        self._ingest(outputs)
+        offline = [j for j in self._jobs.values() if j.mode == "offline"][: self.config.max_batch_size]
+        if offline:
+            outputs += self._run_offline(offline)
+        ready = sorted((j for j in self._jobs.values() if j.mode != "offline" and self._ready(j)),
+                       key=lambda j: j.last_advanced)  # fmt: skip
+        done = [j for j in self._jobs.values() if j.mode != "offline" and self._exhausted(j)]
+        outputs += [self._finish(j, "stop") for j in done]
+        batch = ready[: self.config.max_batch_size]
+        self.streams_stepped = len(batch)
+        if batch:
+            outputs += self._run_streams(batch)
+        return outputs
+
+    def _ready(self, job: _Job) -> bool:
+        if job.mode == "offline":
+            return True
+        if job.ca is not None:
+            assert self.geometry is not None
+            return job.ca.next_chunk(self.geometry) is not None
+        assert job.buf is not None
+        finished = job.request.input_finished and not job.request.pending_samples
+        return job.buf.schedule.runnable(job.buf.received, finished)
+
+    def _exhausted(self, job: _Job) -> bool:
+        if job.mode == "offline" or job.request.pending_samples or not job.request.input_finished:
+            return False
+        if job.ca is not None:
+            assert self.geometry is not None
+            return job.ca.finished and job.ca.done(self.geometry)
+        assert job.buf is not None
+        return job.buf.schedule.finished_all(job.buf.received)
+
+    def _ingest(self, outputs: list[RequestOutput]) -> None:
+        for job in list(self._jobs.values()):
+            req = job.request
+            if not self._needs_ingest(job):
+                continue
+            try:
+                audio = torch.from_numpy(np.array(req.take_pending_audio(), dtype=np.float32))
+                if audio.ndim != 1:
+                    raise ValueError(f"expected mono 1-D audio, got shape {tuple(audio.shape)}")
+                if job.ca is not None:
+                    job.ca.add_features(job.ca.mel.feed(audio))
+                    if req.input_finished:
+                        job.ca.add_features(job.ca.mel.finish())
+                        job.ca.finished = True
+                elif job.buf is not None:
+                    job.buf.add_audio(audio)
+            except Exception as exc:
+                logger.exception("features failed for request %s", req.request_id)
+                outputs.append(self._fail(job, "features", exc))
+
+    def _run_offline(self, jobs: list[_Job]) -> list[RequestOutput]:
+        try:
+            audios = [torch.from_numpy(np.array(j.request.audio, dtype=np.float32)).reshape(-1) for j in jobs]
+            lengths = torch.tensor([len(a) for a in audios])
+            batch = torch.zeros(len(jobs), int(lengths.max()))
+            for i, a in enumerate(audios):
+                batch[i, : len(a)] = a
+            with torch.inference_mode():
+                mel, mel_len = self.ckpt.frontend(batch.to(self.device), lengths.to(self.device))
+                dtype = next(self.ckpt.model.parameters()).dtype
+                contexts = [list(self.look_ahead)] * len(jobs) if self.look_ahead else None
+                enc, enc_len = self.ckpt.model.encoder(mel.to(dtype), mel_len, contexts)
+            self.decoder.decode([j.decode for j in jobs], enc, enc_len)
+        except Exception as exc:
+            logger.exception("offline batch of %d failed", len(jobs))
+            return [self._fail(j, "encode", exc) for j in jobs]
+        return [self._finish(j, "stop") for j in jobs]
+
+    def _run_streams(self, batch: list[_Job]) -> list[RequestOutput]:
+        try:
+            if batch[0].ca is not None:
+                assert self.ca_encoder is not None and self.geometry is not None
+                streams = [j.ca for j in batch]
+                inputs = [s.take_input(self.geometry, s.next_chunk(self.geometry)) for s in streams]  # type: ignore[union-attr, arg-type]
+                with torch.inference_mode():
+                    enc, lengths = self.ca_encoder.step(streams, inputs)  # type: ignore[arg-type]
+            else:
+                steps = [
+                    j.buf.take_step(j.request.input_finished and not j.request.pending_samples) for j in batch
+                ]  # type: ignore[union-attr]
+                slices = self.buffered_encoder.step([j.buf for j in batch], steps)  # type: ignore[misc, arg-type]
+                lengths = torch.tensor([s.shape[0] for s in slices])
+                enc = torch.zeros(
+                    len(batch), max(int(lengths.max()), 1), slices[0].shape[1], dtype=slices[0].dtype
+                )
+                for i, s in enumerate(slices):
+                    enc[i, : s.shape[0]] = s
+            self.decoder.decode([j.decode for j in batch], enc, lengths)
+        except Exception as exc:
+            logger.exception("stream step failed for %d streams", len(batch))
+            return [self._fail(j, "encode", exc) for j in batch]
+        outputs = []
+        for job in batch:
+            job.last_advanced = self._step
+            if self._exhausted(job):
+                outputs.append(self._finish(job, "stop"))
+            else:
+                outputs.append(self.outputs.partial(job.request, job.decode.hyp, job.decode.ctc))
+        return outputs
+
+    def _finish(self, job: _Job, reason: FinishReason) -> RequestOutput:
+        try:
+            out = self.outputs.final(job.request, job.decode.hyp, job.decode.ctc, reason)
+        except Exception as exc:
+            logger.exception("output failed for request %s", job.request.request_id)
+            return self._fail(job, "postprocess", exc)
+        self.release(job.request)
+        return out
+
+    def _fail(self, job: _Job, stage: str, exc: Exception) -> RequestOutput:
+        self.release(job.request)
+        return error_output(job.request, stage, f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,54 @@
+"""The checkpoint's SentencePiece model: ids -> text, words with times from token frames."""
+
+from __future__ import annotations
+
+import math
+
+import sentencepiece as spm
+
+from engine.errors import CheckpointError
+from engine.types import Word
+
+WORD_START = "▁"
+"""SentencePiece's word-start marker."""
+
+
+class Tokenizer:
+    def __init__(self, model_proto: bytes, vocab_size: int) -> None:
+        self.sp = spm.SentencePieceProcessor()
+        try:
+            self.sp.LoadFromSerializedProto(model_proto)
+        except Exception as exc:  # sentencepiece raises RuntimeError/OSError for a bad proto
+            raise CheckpointError(f"the tokenizer model in the checkpoint cannot be read: {exc}") from exc
+        if self.sp.get_piece_size() != vocab_size:
+            raise CheckpointError(
+                f"tokenizer has {self.sp.get_piece_size()} pieces, the model's vocabulary {vocab_size}"
+            )
+        self.pieces = [self.sp.id_to_piece(i) for i in range(vocab_size)]
+
+    def text(self, tokens: list[int]) -> str:
+        return str(self.sp.decode_ids(tokens)) if tokens else ""
+
+    def words(
+        self, tokens: list[int], frames: list[int], logprobs: list[float], frame_seconds: float
+    ) -> list[Word]:
+        """Group pieces into words (a '▁' piece opens one): start at the first token's frame, end
+        one frame after the last token's, confidence the mean token probability."""
+        groups: list[list[int]] = []
+        for i, tok in enumerate(tokens):
+            if not groups or self.pieces[tok].startswith(WORD_START):
+                groups.append([i])
+            else:
+                groups[-1].append(i)
+        words = []
+        for group in groups:
+            text = self.text([tokens[i] for i in group]).strip()
+            if not text:
+                continue
+            words.append(Word(
+                word=text,
+                start=round(frames[group[0]] * frame_seconds, 3),
+                end=round((frames[group[-1]] + 1) * frame_seconds, 3),
+                confidence=sum(math.exp(logprobs[i]) for i in group) / len(group),
+            ))  # fmt: skip
+        return words
