@@ -52,8 +52,8 @@ class ServerSettings(BaseSettings):
     """'auto' (cuda when available, else cpu), 'cpu', 'cuda', 'cuda:1', ..."""
     dtype: str = "auto"
     """'auto' (float16 on cuda, float32 on cpu), 'float32', 'float16', 'bfloat16'."""
-    quantization: Literal["none", "int8_w8a8", "fp16", "bf16"] = "none"
-    """Weight quantization: int8_w8a8 (dynamic int8 linears, CPU) or fp16/bf16 (CUDA)."""
+    quantization: Literal["auto", "none", "int8_w8a8", "fp16", "bf16"] = "auto"
+    """Weight quantization: int8_w8a8 (int8 linears, CPU), fp16/bf16 (CUDA), none; 'auto' is int8_w8a8 on CPUs with VNNI, else none."""
     service_mode: Literal["offline", "streaming"] = "offline"
     """'streaming' decodes live streams incrementally (partials); 'offline' buffers streams to their end."""
     max_batch_size: int = 16

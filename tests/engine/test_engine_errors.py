@@ -134,16 +134,21 @@ def test_encoder_fault_fails_only_the_culprit(
     encoder = engine.runner.model.encoder
     poison_audio = (good[0].audio * 0.5).astype(np.float32)  # its own mel, unlike any batch mate's
     poison = _poisoned_mel(engine, poison_audio)
-    real_forward = encoder.forward
-    calls: list[int] = []
+    real_forward, real_encode = encoder.forward, engine.runner.context_encoder.encode
+    calls: list[int] = []  # windows per encoder batch (windows of one length share a forward)
 
-    def faulty_forward(mel: torch.Tensor) -> torch.Tensor:
-        calls.append(mel.shape[0])
-        if any(float((row - poison).abs().max()) < 1e-4 for row in mel):
+    def recorded_encode(mels: list[torch.Tensor]) -> list[torch.Tensor]:
+        calls.append(len(mels))
+        return real_encode(mels)  # type: ignore[no-any-return]
+
+    def faulty_forward(mel: torch.Tensor, *context: Any) -> torch.Tensor:
+        width = min(mel.shape[2], poison.shape[1])  # a short window is encoded at its own length
+        if any(float((row[:, :width] - poison[:, :width]).abs().max()) < 1e-4 for row in mel):
             raise RuntimeError("injected encoder fault")
-        return real_forward(mel)
+        return real_forward(mel, *context)
 
     monkeypatch.setattr(encoder, "forward", faulty_forward)
+    monkeypatch.setattr(engine.runner.context_encoder, "encode", recorded_encode)
     ids = [engine.add_request(good[1].audio), engine.add_request(poison_audio), engine.add_request(good[2].audio)]
     done = _run_until_done(engine, ids)
     culprit = done[ids[1]]

@@ -17,6 +17,7 @@ import torch
 from engine import ASREngine, CheckpointError, EngineConfig
 from engine.config import embedded_checkpoint_dir
 from engine.models.whisper.loader import hf_to_openai_name
+from engine.models.whisper.model import Whisper
 from tests.conftest import Clip
 
 CLIPS = ("libri_2412-153948-0000", "mfa_words", "ps_cards_001")
@@ -57,13 +58,18 @@ def openai_to_hf_name(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def embedded(engine: Any) -> dict[str, Any]:
-    """The shared engine's weights and the embedded checkpoint's side files."""
+def embedded() -> dict[str, Any]:
+    """The embedded checkpoint's float weights (as loaded, before any quantization) and side files."""
+    from engine.models.whisper.loader import load_checkpoint
+
     ckpt = embedded_checkpoint_dir()
     with open(os.path.join(ckpt, "config.json")) as f:
         config = json.load(f)
-    state = {k: v.detach().clone().contiguous() for k, v in engine.runner.model.state_dict().items()}
-    return {"dir": ckpt, "config": config, "state": state, "dims": asdict(engine.runner.dims)}
+    loaded = load_checkpoint(ckpt)
+    model = Whisper(loaded.dims)
+    model.load_state_dict(loaded.state_dict, strict=False)  # the encoder's sinusoids are computed
+    state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    return {"dir": ckpt, "config": config, "state": state, "dims": asdict(loaded.dims)}
 
 
 def _transcripts(ckpt_dir: str, clips: list[Clip]) -> tuple[list[str], str]:

@@ -64,6 +64,7 @@ def test_fit_context_equals_the_dense_silence_filled_encoding(live_engine: Any) 
     from engine.models.whisper.context import fit_frames
 
     runner = live_engine.runner
+    encoder = runner.model.encoder
     torch.manual_seed(0)
     short = torch.randn(runner.dims.n_mels, fit_frames(230)) * 0.5
     other = torch.randn(runner.dims.n_mels, fit_frames(700)) * 0.5
@@ -71,12 +72,18 @@ def test_fit_context_equals_the_dense_silence_filled_encoding(live_engine: Any) 
         alone = runner.context_encoder.encode([short])[0]
         together = runner.context_encoder.encode([other, short])[1]
         silence = runner.context_encoder.silence(short)
-        own = runner.model.encoder(short[None])[0]
+        layers = runner.context_encoder.silence_layers(short)
+        own = encoder(short[None], layers)[0]
+        # a window of padding attends to the rest of the padding as a 30 s window of padding does
+        padding = encoder(torch.zeros_like(short)[None], layers)[0]
     positions = short.shape[1] // 2
     assert alone.shape == silence.shape == (runner.dims.n_audio_ctx, runner.dims.n_audio_state)
     torch.testing.assert_close(alone[:positions], own)
     torch.testing.assert_close(alone[positions:], silence[positions:])
     assert torch.equal(alone, together), "a window's encoding must not depend on its batchmates"
+    # all but the last position: there the convolution sees the window's edge, not more padding
+    scale = float(silence.abs().max())
+    assert float((padding[:-1] - silence[: positions - 1]).abs().max()) <= 1e-4 * scale
 
 
 def test_shared_silence_cross_attention_matches_dense_attention(live_engine: Any) -> None:

@@ -58,7 +58,7 @@ def _offline(out: Any) -> dict[str, Any]:
 
 
 def offline_cases(engine: Any) -> dict[str, Any]:
-    """Every offline case, run on `engine` (a default-config ASREngine)."""
+    """Every offline case, run on `engine` (an ASREngine built with `pinned_config()`)."""
     from engine.types import DecodingOptions
 
     greedy = engine.transcribe_outputs([load_clip(c) for c in GREEDY_CLIPS])
@@ -94,15 +94,23 @@ def live_case(engine: Any) -> dict[str, Any]:
     }
 
 
-def compute() -> dict[str, Any]:
-    from engine import ASREngine, EngineConfig
+def pinned_config(**overrides: Any) -> Any:
+    """The engine the pins are computed on: the defaults, but float32 on every CPU (the default
+    quantization depends on the CPU's int8 kernel, and pins must mean the same everywhere)."""
+    from engine import EngineConfig
 
-    offline = ASREngine(EngineConfig())
+    return EngineConfig(quantization="none", **overrides)
+
+
+def compute() -> dict[str, Any]:
+    from engine import ASREngine
+
+    offline = ASREngine(pinned_config())
     try:
         pins = offline_cases(offline)
     finally:
         offline.shutdown()
-    live = ASREngine(EngineConfig(service_mode="streaming"))
+    live = ASREngine(pinned_config(service_mode="streaming"))
     try:
         pins["live"] = live_case(live)
     finally:

@@ -44,20 +44,18 @@ class DecodeBatch:
         audio_features: list[Tensor],
         audio_positions: list[int] | None = None,
         silence: tuple[list[Tensor], list[Tensor]] | None = None,
+        shared_silence: bool = True,
     ) -> None:
         """Prefill the prompts of new groups in one forward and add their rows.
-        audio_features[i] is (S, C) for groups[i]; with `audio_positions` and the shared
-        `silence` K/V, only its first audio_positions[i] positions are its own (context.py)."""
+        audio_features[i] is (S, C) for groups[i]; with `audio_positions` and the `silence` K/V,
+        only its first audio_positions[i] positions are its own (context.py; `shared_silence` as
+        in TextDecoder.new_cache)."""
         if not groups:
             return
-        feats = torch.stack(
-            [f for g, f in zip(groups, audio_features) for _ in range(g.num_rows)]
-        )  # (N_new, S, C)
-        rows_positions = None
-        if audio_positions is not None:
-            rows_positions = [p for g, p in zip(groups, audio_positions) for _ in range(g.num_rows)]
+        feats = torch.stack(audio_features)  # (G, S, C): a group's beams share its cross K/V
         max_len = max(len(g.prefix) for g in groups)
-        cache = self.decoder.new_cache(feats, capacity=max_len + 16, audio_positions=rows_positions, silence=silence)
+        cache = self.decoder.new_cache(feats, capacity=max_len + 16, audio_positions=audio_positions, silence=silence,
+                                       shared_silence=shared_silence, repeats=[g.num_rows for g in groups])
         tokens, positions, last_idx, sot_idx = [], [], [], []
         for g in groups:
             pad = max_len - len(g.prefix)

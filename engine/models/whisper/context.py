@@ -41,6 +41,7 @@ class ContextEncoder:
         self.encoder = encoder
         self.decoder = decoder
         self._silence: Tensor | None = None
+        self._silence_layers: list[tuple[Tensor, Tensor]] | None = None
         self._silence_kv: tuple[list[Tensor], list[Tensor]] | None = None
 
     def silence(self, like: Tensor) -> Tensor:
@@ -49,6 +50,12 @@ class ContextEncoder:
             zeros = like.new_zeros(1, like.shape[0], N_FRAMES)
             self._silence = self.encoder(zeros)[0]
         return self._silence
+
+    def silence_layers(self, like: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Per encoder block, the self-attention K/V (H, n_audio_ctx, Dh) of the all-padding window."""
+        if self._silence_layers is None:
+            self._silence_layers = self.encoder.layer_kv(like.new_zeros(like.shape[0], N_FRAMES))
+        return self._silence_layers
 
     def silence_kv(self, like: Tensor) -> tuple[list[Tensor], list[Tensor]]:
         """Per decoder layer, the cross K/V (H, n_audio_ctx, Dh) of `silence`, computed once."""
@@ -64,7 +71,11 @@ class ContextEncoder:
         for i, mel in enumerate(mels):
             by_length.setdefault(int(mel.shape[1]), []).append(i)
         for length, index in by_length.items():
-            feats = self.encoder(torch.stack([mels[i] for i in index]))
+            batch = torch.stack([mels[i] for i in index])
+            if length < N_FRAMES:
+                feats = self.encoder(batch, self.silence_layers(mels[index[0]]))
+            else:
+                feats = self.encoder(batch)
             if length < N_FRAMES:
                 fill = self.silence(mels[index[0]])[length // ENCODER_STRIDE :]
                 feats = torch.cat([feats, fill.expand(feats.shape[0], -1, -1)], dim=1)

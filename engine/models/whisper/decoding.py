@@ -145,7 +145,7 @@ class DecodeGroup:
             timestamps=not job.forced,
             max_new_tokens=max(1, max_new),
             forced=job.forced,
-            generator=job.owner.generator,
+            generator=job.generator if job.generator is not None else job.owner.generator,
         )
 
     # ---- per-step interface used by the batch ----

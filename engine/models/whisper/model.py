@@ -8,13 +8,14 @@ them, and reorders or compacts their rows when beams move or requests leave.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from engine.models.whisper.int8 import Int8Linear
 
 
 @dataclass(frozen=True)
@@ -72,9 +73,16 @@ class EncoderBlock(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(n_state, 4 * n_state), nn.GELU(), nn.Linear(4 * n_state, n_state))
         self.mlp_ln = nn.LayerNorm(n_state)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, context: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """x (B, T, C). `context`: K/V (H, S, Dh) of S more positions after x's own, shared by the
+        batch, that every position also attends to (the encoded silence completing a short
+        window to 30 s: see context.py)."""
         h = self.attn_ln(x)
         k, v = self.attn.project_kv(h)
+        if context is not None:
+            b = x.shape[0]
+            k = torch.cat([k, context[0].expand(b, -1, -1, -1)], dim=2)  # (B, H, T + S, Dh)
+            v = torch.cat([v, context[1].expand(b, -1, -1, -1)], dim=2)
         x = x + self.attn.attend(self.attn.split_heads(self.attn.query(h)), k, v)
         return x + self.mlp(self.mlp_ln(x))
 
@@ -101,15 +109,31 @@ class AudioEncoder(nn.Module):
         )
         self.ln_post = nn.LayerNorm(dims.n_audio_state)
 
-    def forward(self, mel: Tensor) -> Tensor:
-        """mel (B, n_mels, 2 × n_audio_ctx) -> (B, n_audio_ctx, C)."""
+    def forward(self, mel: Tensor, context: list[tuple[Tensor, Tensor]] | None = None) -> Tensor:
+        """mel (B, n_mels, 2 × T) -> (B, T, C), T <= n_audio_ctx. With `context` (per block, K/V
+        (H, n_audio_ctx, Dh) of another window at every position), positions T.. of that window
+        are attended to as well, as if they followed this one's."""
+        x = self._embed(mel)
+        t = x.shape[1]
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if context is None else (context[i][0][:, t:], context[i][1][:, t:]))
+        return self.ln_post(x)
+
+    def layer_kv(self, mel: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Per block, the self-attention K/V (H, T, Dh) of one window mel (n_mels, 2 × T)."""
+        x = self._embed(mel[None])
+        out = []
+        for block in self.blocks:
+            k, v = block.attn.project_kv(block.attn_ln(x))
+            out.append((k[0].contiguous(), v[0].contiguous()))
+            x = block(x)
+        return out
+
+    def _embed(self, mel: Tensor) -> Tensor:
         x = F.gelu(self.conv1(mel))
         x = F.gelu(self.conv2(x))
         x = x.transpose(1, 2)  # (B, T, C)
-        x = x + self.positional_embedding[: x.shape[1]].to(x.dtype)
-        for block in self.blocks:
-            x = block(x)
-        return self.ln_post(x)
+        return x + self.positional_embedding[: x.shape[1]].to(x.dtype)
 
 
 @dataclass
@@ -233,26 +257,45 @@ class TextDecoder(nn.Module):
         capacity: int,
         audio_positions: list[int] | None = None,
         silence: tuple[list[Tensor], list[Tensor]] | None = None,
+        shared_silence: bool = True,
+        repeats: list[int] | None = None,
     ) -> DecoderCache:
-        """Cross K/V for each row's audio (N, S, C) and empty self-attention storage. With
-        `audio_positions` and the shared `silence` K/V (see `silence_kv`), row i keeps only its
-        first audio_positions[i] positions: the rest of its features is that silence."""
-        n = audio_features.shape[0]
+        """Cross K/V for each item's audio (G, S, C) and empty self-attention storage, with item i
+        repeated `repeats[i]` times as rows (its beams: K/V are projected once per item).
+
+        With `audio_positions` and the `silence` K/V (see `silence_kv`), item i's own audio is its
+        first audio_positions[i] positions and the rest of its features is that silence, whose
+        K/V are copied rather than projected again. `shared_silence` keeps only the own positions
+        per row and attends to the silence once for all rows (less memory read per step: live
+        passes); without it every row holds all positions, so a row's attention has the same
+        shapes whatever its batch mates (offline: transcripts do not depend on the batch)."""
+        g = audio_features.shape[0]
+        rows = g if repeats is None else sum(repeats)
         head_dim = audio_features.shape[2] // self.n_head
-        cross_len = None
-        if audio_positions is not None and silence is not None and min(audio_positions) < audio_features.shape[1]:
+        short = audio_positions is not None and silence is not None and min(audio_positions) < audio_features.shape[1]
+        if short:
+            assert audio_positions is not None
             audio_features = audio_features[:, : max(audio_positions)]
-            cross_len = torch.tensor(audio_positions, dtype=torch.long, device=audio_features.device)
+        index = None if repeats is None else torch.repeat_interleave(
+            torch.arange(g, device=audio_features.device), torch.tensor(repeats, device=audio_features.device))
         self_k, self_v, cross_k, cross_v = [], [], [], []
-        for block in self.blocks:
-            k, v = block.cross_attn.project_kv(audio_features)
+        for layer, block in enumerate(self.blocks):
+            k, v = block.cross_attn.project_kv(audio_features)  # (G, H, S_own, Dh)
+            if short and not shared_silence:
+                assert silence is not None and audio_positions is not None
+                k, v = _complete_with(k, silence[0][layer], audio_positions), _complete_with(v, silence[1][layer],
+                                                                                            audio_positions)
+            if index is not None:
+                k, v = k.index_select(0, index), v.index_select(0, index)
             cross_k.append(k.contiguous())  # read every step: a strided layout costs 10x in matmuls
             cross_v.append(v.contiguous())
-            self_k.append(audio_features.new_zeros(n, self.n_head, capacity, head_dim))
-            self_v.append(audio_features.new_zeros(n, self.n_head, capacity, head_dim))
-        if cross_len is None:
+            self_k.append(audio_features.new_zeros(rows, self.n_head, capacity, head_dim))
+            self_v.append(audio_features.new_zeros(rows, self.n_head, capacity, head_dim))
+        if not short or not shared_silence:
             return DecoderCache(self_k, self_v, cross_k, cross_v)
-        assert silence is not None
+        assert silence is not None and audio_positions is not None
+        lengths = torch.tensor(audio_positions, dtype=torch.long, device=audio_features.device)
+        cross_len = lengths if index is None else lengths.index_select(0, index)
         return DecoderCache(self_k, self_v, cross_k, cross_v, cross_len, silence[0], silence[1])
 
     def silence_kv(self, silence_features: Tensor) -> tuple[list[Tensor], list[Tensor]]:
@@ -377,17 +420,18 @@ class TextDecoder(nn.Module):
         return (x @ self.token_embedding.weight.to(x.dtype).T).float()
 
     def quantize_output_projection(self) -> None:
-        """Use an int8 dynamically quantized copy of the tied embedding for the logits (CPU)."""
-        proj = nn.Linear(self.token_embedding.weight.shape[1], self.token_embedding.weight.shape[0], bias=False)
-        proj.weight = nn.Parameter(self.token_embedding.weight.detach().float().clone(), requires_grad=False)
-        self.output_projection = quantize_linear_layers(nn.Sequential(proj))  # it swaps children only
+        """Use an int8 copy of the tied embedding for the logits (CPU): this 51864-row matmul is
+        most of a decoder step, and int8 reads a quarter of the bytes."""
+        self.output_projection = Int8Linear(self.token_embedding.weight, None)
 
 
-def quantize_linear_layers(module: nn.Module) -> nn.Module:
-    """int8 dynamic quantization of every nn.Linear below `module` (CPU)."""
-    with warnings.catch_warnings():  # eager dynamic quantization is deprecated upstream, still the fastest here
-        warnings.simplefilter("ignore")
-        return torch.ao.quantization.quantize_dynamic(module, {nn.Linear}, dtype=torch.qint8)  # type: ignore[no-untyped-call,no-any-return]
+def _complete_with(own: Tensor, silence: Tensor, lengths: list[int]) -> Tensor:
+    """Per item i, own[i] (H, S_own, Dh) up to lengths[i] followed by silence (H, S_full, Dh)
+    from there on: (G, H, S_full, Dh)."""
+    out = silence.expand(own.shape[0], -1, -1, -1).clone()
+    for i, n in enumerate(lengths):
+        out[i, :, :n] = own[i, :, :n]
+    return out
 
 
 class Whisper(nn.Module):

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from engine.models.whisper.alignment import align_words
+from engine.models.whisper.context import fit_frames
 from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, pad_window
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.transcript import (
@@ -26,17 +27,21 @@ from engine.models.whisper.transcript import (
     split_segments,
     temperature_ladder,
 )
-from engine.models.whisper.window import WindowJob, WindowResult, attach_logprobs
+from engine.models.whisper.window import WindowJob, WindowResult, WindowUpdate, attach_logprobs
 from engine.request import Request
 from engine.types import Alternative, RequestOutput, Segment, Word
+
+FALLBACK_SEED_STRIDE = 1009  # seeds of a window's fallback attempts: seed + stride × window + ladder index
 
 
 class OfflineTranscription:
     """Transcribes one request's whole audio, window after window."""
 
-    def __init__(self, request: Request, mel: Tensor, parts: WhisperParts):
+    def __init__(self, request: Request, mel: Tensor, parts: WhisperParts, fit_context: bool = False):
+        """`fit_context`: a window shorter than 30 s is encoded with the 'fit' context (context.py)."""
         self.request = request
         self.parts = parts
+        self.fit_context = fit_context
         self.options = request.decoding
         self.mel = mel
         self.content_frames = mel.shape[1] - 1 if mel.shape[1] > 1 else mel.shape[1]
@@ -51,6 +56,8 @@ class OfflineTranscription:
         self.window_nbest: list[tuple[list[int], float]] = []
         self.windows = 0
         self.attempts: list[WindowResult] = []  # the current window's decodes that failed the checks
+        self.fallbacks: dict[int, WindowJob] = {}  # ladder index -> attempt decoding side by side
+        self.fallback_results: dict[int, WindowResult] = {}
         self.ladder = temperature_ladder(self.options.temperature, self.options.temperature_fallback)
         self.generator: torch.Generator | None = None
         if self.options.temperature > 0 or self.options.temperature_fallback:
@@ -78,32 +85,70 @@ class OfflineTranscription:
         prefix = ([tok.sot_prev, *prompt] if prompt else []) + sot
         return prefix, len(prefix) - len(sot)
 
-    def next_job(self, ladder_index: int = 0, reuse: WindowJob | None = None) -> WindowJob | None:
-        if reuse is None and self.seek >= self.content_frames:
+    def next_job(self) -> WindowJob | None:
+        """The job for the window at `seek`, at the first temperature of the ladder."""
+        if self.seek >= self.content_frames:
             return None
-        if reuse is not None:
-            job = WindowJob(self, reuse.mel, reuse.seek, reuse.frames, self.ladder[ladder_index], ladder_index,
-                            audio_features=reuse.audio_features)
-        else:
-            frames = min(N_FRAMES, self.content_frames - self.seek)
-            # only the content frames: the trailing frame (centred on the end padding) is zeroed like
-            # the padding, as openai/whisper and faster-whisper do; keeping it changes transcripts
-            window = pad_window(self.mel[:, : self.content_frames], self.seek)
-            job = WindowJob(self, window, self.seek, frames, self.ladder[0], 0)
+        frames = min(N_FRAMES, self.content_frames - self.seek)
+        length = fit_frames(frames) if self.fit_context else N_FRAMES
+        # only the content frames: the trailing frame (centred on the end padding) is zeroed like
+        # the padding, as openai/whisper and faster-whisper do; keeping it changes transcripts
+        window = pad_window(self.mel[:, : self.content_frames], self.seek, length)
+        job = WindowJob(self, window, self.seek, frames, self.ladder[0], 0)
         job.refresh_prefix()
         return job
 
+    def _fallback_jobs(self, first: WindowJob) -> list[WindowJob]:
+        """The window again at every hotter temperature of the ladder, decoded side by side
+        (openai/whisper tries them one after another; the first that passes is kept either way).
+        Each attempt samples from its own generator, seeded by the request's seed, the window and
+        the temperature, so what it draws does not depend on its batch mates or on timing."""
+        base = self.options.seed if self.options.seed is not None else 0
+        jobs = []
+        for index in range(1, len(self.ladder)):
+            generator = torch.Generator(device=self.parts.device)
+            generator.manual_seed(base + FALLBACK_SEED_STRIDE * (self.windows + 1) + index)
+            job = WindowJob(self, first.mel, first.seek, first.frames, self.ladder[index], index,
+                            audio_features=first.audio_features, generator=generator)
+            job.refresh_prefix()
+            jobs.append(job)
+        return jobs
+
     # ---- results ----
 
-    def on_window_done(self, job: WindowJob, result: WindowResult) -> tuple[WindowJob | None, RequestOutput | None]:
+    def on_window_done(self, job: WindowJob, result: WindowResult) -> WindowUpdate:
+        if job.ladder_index > 0:
+            return self._on_fallback_done(job, result)
+        if len(self.ladder) > 1 and self._fails(result):
+            self.attempts = [result]
+            self.fallbacks = {j.ladder_index: j for j in self._fallback_jobs(job)}
+            self.fallback_results = {}
+            return WindowUpdate(jobs=list(self.fallbacks.values()))
+        return self._accept(job, result)
+
+    def _on_fallback_done(self, job: WindowJob, result: WindowResult) -> WindowUpdate:
+        """Accept the coolest attempt that passes once every cooler one has failed; withdraw the
+        hotter ones still decoding. All failed: the best of them (`_best_attempt`)."""
+        if self.fallbacks.get(job.ladder_index) is not job:
+            return WindowUpdate()  # withdrawn after a cooler attempt passed
+        self.fallback_results[job.ladder_index] = result
+        for index in range(1, len(self.ladder)):
+            found = self.fallback_results.get(index)
+            if found is None:
+                return WindowUpdate()  # a cooler attempt is still decoding
+            if not self._fails(found):
+                withdrawn = [j for i, j in self.fallbacks.items() if i > index and i not in self.fallback_results]
+                return self._accept(self.fallbacks[index], found, withdrawn)
+        self.attempts += [self.fallback_results[i] for i in range(1, len(self.ladder))]
+        return self._accept(job, self._best_attempt())
+
+    def _fails(self, result: WindowResult) -> bool:
+        return needs_fallback(result, self.parts.tokenizer.decode(result.tokens), self.options.no_speech_threshold)
+
+    def _accept(self, job: WindowJob, result: WindowResult, withdrawn: list[WindowJob] | None = None) -> WindowUpdate:
         tok = self.parts.tokenizer
-        text = tok.decode(result.tokens)
-        if needs_fallback(result, text, self.options.no_speech_threshold):
-            self.attempts.append(result)
-            if job.ladder_index + 1 < len(self.ladder):
-                return self.next_job(job.ladder_index + 1, reuse=job), None
-            result = self._best_attempt()
         self.attempts = []
+        self.fallbacks, self.fallback_results = {}, {}
         self.windows += 1
         self.last_temperature = result.temperature
         window_start = job.seek / FRAMES_PER_SECOND
@@ -121,8 +166,8 @@ class OfflineTranscription:
                 self.window_nbest = result.nbest
         nxt = self.next_job()
         if nxt is None:
-            return None, self.finish()
-        return nxt, self.partial()
+            return WindowUpdate(output=self.finish(), withdrawn=withdrawn or [])
+        return WindowUpdate(jobs=[nxt], output=self.partial(), withdrawn=withdrawn or [])
 
     def _best_attempt(self) -> WindowResult:
         """Every temperature failed: keep the most confident decode that is not repetitive (or the

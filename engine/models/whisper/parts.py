@@ -16,6 +16,7 @@ from engine.models.whisper.build import build_model
 from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.decoding import TokenRules
 from engine.models.whisper.features import LogMelExtractor
+from engine.models.whisper.int8 import Int8Linear
 from engine.models.whisper.model import Whisper, WhisperDims
 from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.models.whisper.window import WindowJob
@@ -37,6 +38,8 @@ class WhisperParts:
     features: LogMelExtractor
     context: ContextEncoder
     checkpoint_format: str
+    quantization: str
+    """What the weights run as: 'int8_w8a8', or the float type's quantization setting ('none', 'fp16', 'bf16')."""
 
     @classmethod
     def load(cls, config: EngineConfig) -> WhisperParts:
@@ -52,7 +55,8 @@ class WhisperParts:
         rules = TokenRules.for_tokenizer(tokenizer, dims.n_vocab, ckpt.suppress_ids, ckpt.suppress_ids_begin, device)
         return cls(model=model, tokenizer=tokenizer, dims=dims, rules=rules, device=device, dtype=dtype,
                    alignment_heads=tuple(heads), features=LogMelExtractor(dims.n_mels, device),
-                   context=ContextEncoder(model.encoder, model.decoder), checkpoint_format=ckpt.format)
+                   context=ContextEncoder(model.encoder, model.decoder), checkpoint_format=ckpt.format,
+                   quantization=_quantization(config, model))
 
     @property
     def multilingual(self) -> bool:
@@ -103,3 +107,9 @@ class WhisperParts:
         lang_ids = torch.tensor(list(self.tokenizer.language_tokens.values()), device=self.device)
         codes = list(self.tokenizer.language_tokens)
         return [codes[b] for b in logits[:, lang_ids].argmax(dim=-1).tolist()]
+
+
+def _quantization(config: EngineConfig, model: Whisper) -> str:
+    if any(isinstance(m, Int8Linear) for m in model.modules()):
+        return "int8_w8a8"
+    return "none" if config.quantization == "auto" else config.quantization

@@ -88,7 +88,7 @@ class WindowPlanner:
         final_waiting = self.finals_pending(batch)
         while self.encode_queue and len(jobs) < self.max_encode_batch and self.encode_queue[0].rows <= budget:
             job = self.encode_queue[0]
-            if not job.final and job.audio_positions < self.n_audio_ctx:  # an interim live pass
+            if job.interim and job.audio_positions < self.n_audio_ctx:  # a short interim live pass
                 if final_waiting or (live_frames and live_frames + job.mel.shape[1] > LIVE_ENCODE_FRAMES):
                     break
                 live_frames += job.mel.shape[1]

@@ -56,7 +56,7 @@ class WhisperRunner:
         self.stream_chunk_samples = self.step_samples  # one pass's worth of new audio
         self.streams_stepped = 0
         logger.info("whisper %s loaded from %s (%s) on %s/%s, quantization=%s", self.parts.model_name, self.ckpt_dir,
-                    self.parts.checkpoint_format, self.parts.device, self.parts.dtype, config.quantization)
+                    self.parts.checkpoint_format, self.parts.device, self.parts.dtype, self.parts.quantization)
 
     # ---- facts (the parts, for tests and tools) ----
 
@@ -104,7 +104,7 @@ class WhisperRunner:
                 "tasks": ["transcribe", "translate"] if parts.multilingual else ["transcribe"],
                 "device": str(parts.device),
                 "dtype": str(parts.dtype).removeprefix("torch."),
-                "quantization": self.config.quantization,
+                "quantization": parts.quantization,
                 "max_batch_size": self.config.max_batch_size,
             },
         )
@@ -147,7 +147,11 @@ class WhisperRunner:
         for request, mel in zip(requests, mels):
             if mel is None:
                 continue
-            state = OfflineTranscription(request, mel.to(self.parts.dtype), self.parts)
+            # word timing reads cross-attention over the real audio, learnt on 30 s encodings: a
+            # request with word timestamps keeps them (measured: a 'fit' window moved a word 0.5 s
+            # into a pause of the long-form test recording)
+            fit = self.options.offline_encoder_context == "fit" and not request.decoding.word_timestamps
+            state = OfflineTranscription(request, mel.to(self.parts.dtype), self.parts, fit_context=fit)
             self.active[request.request_id] = state
             job = state.next_job()
             if job is None:
@@ -199,17 +203,20 @@ class WhisperRunner:
             if job.request_id not in self.active:
                 continue
             try:
-                nxt, out = state.on_window_done(job, result)
+                update = state.on_window_done(job, result)
             except Exception as exc:
                 logger.exception("post-processing failed for %s", job.request_id)
                 self._fail(state, "postprocess", exc, outputs)
                 continue
-            if out is not None:
-                outputs.append(out)
-                if out.finished:
+            for stale in update.withdrawn:
+                self.planner.drop(stale)
+                self.batch.remove_job(stale)
+            if update.output is not None:
+                outputs.append(update.output)
+                if update.output.finished:
                     self.active.pop(job.request_id, None)
                     self.streams.pop(job.request_id, None)
-            if nxt is not None:
+            for nxt in update.jobs:
                 self.planner.submit(nxt)
         return outputs
 
@@ -270,22 +277,28 @@ class WhisperRunner:
         self.planner.encoded(encoded)
 
     def _join(self, jobs: list[WindowJob], outputs: list[RequestOutput]) -> None:
-        """Prefill `jobs` into the decoder batch together (one by one if that fails)."""
-        if not jobs:
-            return
+        """Prefill `jobs` into the decoder batch: live passes together, offline windows together
+        (one by one if that fails). Live rows attend to the shared silence once for all rows;
+        offline rows hold their whole context, so no transcript depends on its batch mates."""
+        for live in (True, False):
+            group = [j for j in jobs if j.live == live]
+            if not group:
+                continue
+            try:
+                self._prefill(group, shared_silence=live)
+            except Exception as exc:
+                logger.warning("prefill of %d windows failed (%s); retrying one by one", len(group), exc)
+                for j in group:
+                    try:
+                        self._prefill([j], shared_silence=live)
+                    except Exception as one_exc:
+                        self._fail(j.owner, "decode", one_exc, outputs)
+
+    def _prefill(self, jobs: list[WindowJob], shared_silence: bool) -> None:
         parts = self.parts
-        try:
-            groups = [DecodeGroup.for_job(j, parts.rules, parts.dims.n_text_ctx) for j in jobs]
-            self.batch.join(groups, [j.audio_features for j in jobs], [j.audio_positions for j in jobs],  # type: ignore[misc]
-                            parts.silence_kv(jobs))
-        except Exception as exc:
-            logger.warning("prefill of %d windows failed (%s); retrying one by one", len(jobs), exc)
-            for j in jobs:
-                try:
-                    self.batch.join([DecodeGroup.for_job(j, parts.rules, parts.dims.n_text_ctx)], [j.audio_features],  # type: ignore[list-item]
-                                    [j.audio_positions], parts.silence_kv([j]))
-                except Exception as one_exc:
-                    self._fail(j.owner, "decode", one_exc, outputs)
+        groups = [DecodeGroup.for_job(j, parts.rules, parts.dims.n_text_ctx) for j in jobs]
+        self.batch.join(groups, [j.audio_features for j in jobs], [j.audio_positions for j in jobs],  # type: ignore[misc]
+                        parts.silence_kv(jobs), shared_silence=shared_silence)
 
     @contextlib.contextmanager
     def _decode_threads(self) -> Iterator[None]:

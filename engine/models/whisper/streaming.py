@@ -22,7 +22,7 @@ from engine.models.whisper.context import fit_frames
 from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.transcript import COMPRESSION_RATIO_THRESHOLD, compression_ratio, is_silence
-from engine.models.whisper.window import WindowJob, WindowResult, attach_logprobs
+from engine.models.whisper.window import WindowJob, WindowResult, WindowUpdate, attach_logprobs
 from engine.request import Request
 from engine.streaming.local_agreement import LocalAgreement, join_words, normalize_word
 from engine.types import Delay, RequestOutput, Segment, Word
@@ -157,7 +157,7 @@ class StreamingTranscription:
         self.in_flight = False
         self.current_job = None
 
-    def on_window_done(self, job: WindowJob, result: WindowResult) -> tuple[WindowJob | None, RequestOutput | None]:
+    def on_window_done(self, job: WindowJob, result: WindowResult) -> WindowUpdate:
         self.in_flight = False
         self.current_job = None
         self.heard_until = self.window_start + job.frames / FRAMES_PER_SECOND
@@ -173,8 +173,8 @@ class StreamingTranscription:
             # "word, word, word," it loops: decode without prompt (or forced words)
             self.unprompted = True
             if job.final and self.is_final_pass():
-                return self._retry(job), None
-            return None, None
+                return WindowUpdate([self._retry(job)])
+            return WindowUpdate()
         self.unprompted = self.unprompted and mute
         words = [] if silent else self._words(job, result)
         if job.final and self.is_final_pass():
@@ -182,7 +182,7 @@ class StreamingTranscription:
             self.agreement.finish(None if silent or mute else self._drop_reheard(words))
             self._collect_commits()
             self.final_done = True
-            return None, self._output(finished=True)
+            return WindowUpdate(output=self._output(finished=True))
         self.agreement.insert(self._drop_reheard(words))
         self._collect_commits()
         # audio is dropped only on Whisper's own silence verdict: the stricter prompted-pass rule
@@ -190,7 +190,7 @@ class StreamingTranscription:
         really_silent = is_silence(result, self.options.no_speech_threshold)
         if really_silent and not self.agreement.tentative and self.window.size > SILENCE_TRIM_AFTER_S * SAMPLE_RATE:
             self._trim_to(self.window_start + self.window.size / SAMPLE_RATE - SILENCE_KEEP_S)
-        return None, self._output(finished=False)
+        return WindowUpdate(output=self._output(finished=False))
 
     def _retry(self, job: WindowJob) -> WindowJob:
         """The same window, already encoded, decoded again with the prefix as it is now."""

@@ -60,9 +60,21 @@ class WindowOwner(Protocol):
         """The decoder prompt of the next window and the index of its start-of-transcript token."""
         ...
 
-    def on_window_done(self, job: WindowJob, result: WindowResult) -> tuple[WindowJob | None, RequestOutput | None]:
-        """Take a decoded window: the next job to run (or None) and an output to emit (or None)."""
+    def on_window_done(self, job: WindowJob, result: WindowResult) -> WindowUpdate:
+        """Take a decoded window: what to run next, what to emit, what is no longer needed."""
         ...
+
+
+@dataclass
+class WindowUpdate:
+    """An owner's answer to a decoded window."""
+
+    jobs: list[WindowJob] = field(default_factory=list)
+    """To run next (several at once: a window's temperature fallbacks decode side by side)."""
+    output: RequestOutput | None = None
+    withdrawn: list[WindowJob] = field(default_factory=list)
+    """Jobs queued or decoding whose result is no longer needed (a lower fallback temperature
+    passed): the runner drops them."""
 
 
 @dataclass(eq=False)
@@ -81,6 +93,8 @@ class WindowJob:
     forced: list[int] = field(default_factory=list)
     """Text tokens ending the prefix, decoded as if sampled (without timestamps): what a live
     stream's earlier passes heard, so its final pass decodes only what follows."""
+    generator: torch.Generator | None = None
+    """This job's own sampling generator (fallback attempts); None uses the owner's."""
 
     @property
     def audio_positions(self) -> int:

@@ -1,0 +1,89 @@
+"""int8 linear layers for the CPU: weights per output channel, activations per row.
+
+`quantize_dynamic` (the eager default) scales weights per tensor and activations per tensor:
+one outlier channel coarsens a whole layer, and a row's activation scale depends on the other
+rows of the batch, so a request's transcript depended on what it was batched with (measured on
+the dev set: int8 WER moved with the batch composition). Here each weight row (output channel)
+has its own scale, each activation row (one token of one request) gets its own scale on the
+fly, and the product is an exact int32 GEMM (`torch._int_mm`, oneDNN): a row's output depends
+on that row only, as CTranslate2's int8 does.
+
+oneDNN computes s8×s8 on CPUs without VNNI with 16-bit intermediate sums that saturate for
+full-range weights (measured: wrong sums under ONEDNN_MAX_CPU_ISA=AVX2). `int8_gemm_kind()`
+probes the kernel once: where full-range products are exact, weights use [-127, 127];
+elsewhere [-63, 63], whose pairwise sums cannot saturate (255 × 63 × 2 < 2**15).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import torch
+from torch import Tensor, nn
+
+logger = logging.getLogger(__name__)
+
+ACTIVATION_MAX = 127  # symmetric int8 activations
+FULL_WEIGHT_MAX = 127
+SAFE_WEIGHT_MAX = 63  # 7-bit weights: u8 × s8 pair sums stay within int16
+
+
+@functools.lru_cache(maxsize=1)
+def int8_gemm_kind() -> str:
+    """'vnni' when the int8 GEMM sums full-range products exactly, else 'no-vnni' (7-bit weights)."""
+    for m in (1, 4, 32):  # oneDNN picks gemv-like and blocked kernels by shape
+        x = torch.full((m, 256), ACTIVATION_MAX, dtype=torch.int8)
+        w = torch.full((256, 16), FULL_WEIGHT_MAX, dtype=torch.int8)
+        if not bool((torch._int_mm(x, w) == ACTIVATION_MAX * FULL_WEIGHT_MAX * 256).all()):
+            return "no-vnni"
+    return "vnni"
+
+
+def weight_max() -> int:
+    return FULL_WEIGHT_MAX if int8_gemm_kind() == "vnni" else SAFE_WEIGHT_MAX
+
+
+class Int8Linear(nn.Module):
+    """y = x Wᵀ + b with W stored int8 (N, K) plus a float scale per output channel."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None):
+        super().__init__()
+        w = weight.detach().float()
+        qmax = weight_max()
+        scale = w.abs().amax(dim=1).clamp(min=1e-12) / qmax  # (N,)
+        self.register_buffer("weight_int8", torch.round(w / scale[:, None]).clamp(-qmax, qmax).to(torch.int8))
+        self.register_buffer("weight_scale", scale)
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+        self.out_features, self.in_features = w.shape
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> Int8Linear:
+        return cls(linear.weight, linear.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        lead = x.shape[:-1]
+        rows = x.reshape(-1, self.in_features).float()  # (M, K)
+        if rows.shape[0] == 0:
+            return x.new_zeros(*lead, self.out_features)
+        row_scale = rows.abs().amax(dim=1, keepdim=True).clamp_(min=1e-12) / ACTIVATION_MAX  # (M, 1)
+        q = torch.round(rows / row_scale).to(torch.int8)
+        # (N, K) row-major passed transposed: measured faster than a contiguous (K, N) copy
+        acc = torch._int_mm(q, self.weight_int8.t())  # (M, N) int32, exact
+        out = acc.float().mul_(row_scale).mul_(self.weight_scale)
+        if self.bias is not None:
+            out.add_(self.bias)
+        return out.reshape(*lead, self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, kernel={int8_gemm_kind()}"
+
+
+def quantize_linear_layers(module: nn.Module) -> nn.Module:
+    """Replace every nn.Linear below `module` by an Int8Linear (in place; returns `module`)."""
+    for name, child in module.named_children():
+        if isinstance(child, nn.Linear):
+            setattr(module, name, Int8Linear.from_linear(child))
+        else:
+            quantize_linear_layers(child)
+    return module

@@ -1,0 +1,114 @@
+"""int8 Whisper: per-row × per-channel int8 linears are exact integer GEMMs within a derived error
+bound, independent of batch mates, safe on CPUs without VNNI, and keep the dev-set WER within
+half a point of float32."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from engine.models.whisper.int8 import ACTIVATION_MAX, Int8Linear, int8_gemm_kind, weight_max
+from tests.conftest import Clip, wer
+from tests.paths import REPO
+
+logger = logging.getLogger(__name__)
+
+WER_MARGIN = 0.5  # points: int8 may be at most this much worse than float32 on the dev set
+
+
+def _error_bound(x: torch.Tensor, layer: Int8Linear, weight: torch.Tensor) -> torch.Tensor:
+    """|x·w − x̂·ŵ| ≤ Σ_k |x_k|·Δw/2 + |w_k|·Δx/2 + Δx·Δw/4 per output, where Δx (per row) and Δw
+    (per output channel) are the quantization steps; plus the float32 rounding of both sides
+    (a K-term sum: at most K·2⁻²⁴ of Σ|x||w|, K = 384)."""
+    dx = x.abs().amax(dim=1, keepdim=True) / ACTIVATION_MAX  # (M, 1)
+    dw = layer.weight_scale[None, :]  # (1, N)
+    k = x.shape[1]
+    bound = x.abs() @ torch.ones(k, 1) * dw / 2 + dx / 2 * weight.abs().sum(dim=1)[None, :] + k * dx * dw / 4
+    reference = x.abs() @ weight.abs().T
+    return bound + 1e-4 * reference + 1e-6
+
+
+@pytest.mark.parametrize("qmax", [None, 63], ids=["probed", "7-bit"])
+def test_int8_linear_error_is_within_its_quantization_bound(qmax: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    if qmax is not None:
+        monkeypatch.setattr("engine.models.whisper.int8.weight_max", lambda: qmax)
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(384, 200)
+    x = torch.randn(37, 384) * torch.rand(37, 1) * 4  # rows of very different ranges
+    x[3, 7] = 60.0  # an outlier: only its own row's scale may coarsen
+    layer = Int8Linear.from_linear(linear)
+    with torch.inference_mode():
+        got = layer(x)
+        want = linear(x)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert bool(((got - want).abs() <= _error_bound(x, layer, linear.weight.detach())).all())
+
+
+def test_int8_rows_do_not_depend_on_their_batch_mates() -> None:
+    torch.manual_seed(1)
+    layer = Int8Linear.from_linear(torch.nn.Linear(384, 1536))
+    x = torch.randn(9, 384)
+    x[4] *= 50  # a loud row: with a per-tensor activation scale it would coarsen every other row
+    with torch.inference_mode():
+        together = layer(x)
+        alone = torch.cat([layer(x[i : i + 1]) for i in range(9)])
+        head = layer(x[:2])
+    assert torch.equal(together, alone)
+    assert torch.equal(together[:2], head)
+
+
+def test_the_probed_kernel_sums_full_range_products_exactly() -> None:
+    kind = int8_gemm_kind()
+    assert kind in ("vnni", "no-vnni")
+    q = weight_max()
+    x = torch.full((3, 512), ACTIVATION_MAX, dtype=torch.int8)
+    w = torch.full((512, 8), q, dtype=torch.int8)
+    assert bool((torch._int_mm(x, w) == ACTIVATION_MAX * q * 512).all()), kind
+
+
+def test_without_vnni_the_weights_narrow_and_sums_stay_exact() -> None:
+    """oneDNN limited to AVX2 (or AVX-512 without VNNI) saturates full-range int8 pair sums; the
+    probe must see that and choose 7-bit weights, whose products it sums exactly."""
+    code = (
+        "import torch\n"
+        "from engine.models.whisper.int8 import int8_gemm_kind, weight_max, Int8Linear\n"
+        "torch.manual_seed(0)\n"
+        "lin = torch.nn.Linear(384, 64)\n"
+        "x = torch.randn(5, 384)\n"
+        "layer = Int8Linear.from_linear(lin)\n"
+        "ref = (torch.round(x / (x.abs().amax(1, keepdim=True) / 127)).double()"
+        " @ layer.weight_int8.double().T).round()\n"
+        "q = torch.round(x / (x.abs().amax(1, keepdim=True).clamp(min=1e-12) / 127)).to(torch.int8)\n"
+        "exact = torch.equal(torch._int_mm(q, layer.weight_int8.t()).double(), ref)\n"
+        "print(int8_gemm_kind(), weight_max(), exact)\n"
+    )
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    kind, qmax, exact = out.stdout.split()
+    assert (kind, qmax, exact) == ("no-vnni", "63", "True"), out.stdout
+
+
+def test_int8_dev_set_wer_is_within_half_a_point_of_float32(clips: list[Clip]) -> None:
+    from engine import ASREngine, EngineConfig
+
+    scored = [c for c in clips if c.duration <= 30.0]
+    assert len(scored) >= 20, "the dev set should give a corpus, not a handful of clips"
+    refs = [c.text or "" for c in scored]
+    texts: dict[str, list[str]] = {}
+    for quantization in ("none", "int8_w8a8"):
+        eng = ASREngine(EngineConfig(quantization=quantization))  # type: ignore[arg-type]
+        try:
+            outs = eng.transcribe_outputs([c.audio for c in scored])
+        finally:
+            eng.shutdown()
+        assert all(o.finish_reason == "stop" for o in outs)
+        texts[quantization] = [o.text for o in outs]
+    float_wer, int8_wer = wer(refs, texts["none"]), wer(refs, texts["int8_w8a8"])
+    logger.info("dev set WER: float32 %.2f%%, int8 %.2f%% (%s kernel)", float_wer, int8_wer, int8_gemm_kind())
+    assert int8_wer <= float_wer + WER_MARGIN, (int8_wer, float_wer)
