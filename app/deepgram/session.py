@@ -154,7 +154,7 @@ class ListenSession:
     def abort_all(self) -> None:
         """Abort every engine request and the writer (disconnect, shutdown, error). Idempotent."""
         self.live.stop()
-        self.metrics.requests_cancelled.inc(self.live.abort_all())
+        self.service.series.requests_cancelled.inc(self.live.abort_all())
         if self._writer is not None:
             self._writer.cancel()
         self.audio.close()
