@@ -196,7 +196,7 @@ def merge_segments(bounds: Sequence[tuple[float, float]], outputs: Sequence[Requ
             words=shifted or None,
         ))
     want_words = any(out.words is not None for out in outputs)
-    return RequestOutput(
+    merged = RequestOutput(
         request_id=outputs[0].request_id if outputs else "",
         text=" ".join(s.text.strip() for s in segments),
         finished=True,
@@ -206,3 +206,8 @@ def merge_segments(bounds: Sequence[tuple[float, float]], outputs: Sequence[Requ
         language=next((o.language for o in outputs if o.language), None),
         duration=duration,
     )
+    if outputs and all(o.token_logprobs is not None and o.token_bytes is not None for o in outputs):
+        merged.tokens = [t for o in outputs for t in o.tokens]
+        merged.token_logprobs = [lp for o in outputs for lp in o.token_logprobs or []]
+        merged.token_bytes = [b for o in outputs for b in o.token_bytes or []]
+    return merged

@@ -28,7 +28,7 @@ from app.engine_service import EngineService
 from app.errors import ApiError, google_shaped
 from app.metrics import Metrics
 from app.middleware import ApiKeyMiddleware, BodyLimitMiddleware, HttpMetricsMiddleware
-from app.routes import google, health, openai, operations
+from app.routes import google, health, listen, openai, operations
 from app.settings import Settings
 from engine import ASREngine
 
@@ -171,7 +171,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   description="Open speech recognition: OpenAI- and Google-shaped APIs over one batched engine.")
     app.state.settings = settings
     app.state.metrics = Metrics()
-    routers = [health.router, openai.router, google.router, operations.router, *_optional_routers(settings)]
+    routers = [health.router, openai.router, google.router, operations.router, listen.router,
+               *_optional_routers(settings)]
     for router in routers:
         app.include_router(router)
 
@@ -214,11 +215,11 @@ def _optional_routers(settings: Settings) -> list[APIRouter]:
     """Surfaces that live in their own modules (realtime WebSocket, browser demo)."""
     routers = []
     try:
-        from app.routes import realtime
+        from app.routes import client_secrets, realtime
     except ImportError:
         realtime = None  # type: ignore[assignment]
     if realtime is not None:
-        routers.append(realtime.router)
+        routers += [realtime.router, client_secrets.router]
     if settings.demo:
         from app.routes import demo
 

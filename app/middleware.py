@@ -21,6 +21,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 DEMO_PREFIX = "/demo"  # the browser page is static and holds no secrets; its API calls carry the key
+REALTIME_PATH = "/v1/realtime"
+CLIENT_SECRET_PREFIX = "ek_"
+"""Ephemeral client secrets (app/realtime/secrets.py) open /v1/realtime without an API key; the
+route redeems them (single use, unexpired) and refuses the rest."""
 
 
 def _public(path: str) -> bool:
@@ -42,16 +46,20 @@ async def send_error(send: Send, path: str, err: ApiError, extra_headers: list[t
 def presented_keys(scope: Scope) -> list[str]:
     keys = []
     for name, value in scope.get("headers", []):
-        if name == b"authorization" and value.lower().startswith(b"bearer "):
-            keys.append(value[7:].decode("latin-1").strip())
+        if name == b"authorization" and value.lower().startswith((b"bearer ", b"token ")):
+            # 'Token <key>' is how Deepgram's clients (GET /v1/listen) send it
+            keys.append(value.split(b" ", 1)[1].decode("latin-1").strip())
         elif name == b"x-api-key":
             keys.append(value.decode("latin-1").strip())
         elif name == b"sec-websocket-protocol":
-            # browsers cannot set headers on WebSockets; OpenAI's clients pass the key as a subprotocol
-            for proto in value.decode("latin-1").split(","):
-                proto = proto.strip()
+            # browsers cannot set headers on WebSockets; OpenAI's clients pass the key as a subprotocol,
+            # Deepgram's as the protocol after 'token' (`new WebSocket(url, ["token", key])`)
+            protos = [p.strip() for p in value.decode("latin-1").split(",")]
+            for proto, following in zip(protos, [*protos[1:], None]):
                 if proto.startswith("openai-insecure-api-key."):
                     keys.append(proto.removeprefix("openai-insecure-api-key."))
+                elif proto.lower() in ("token", "bearer") and following:
+                    keys.append(following)
     return keys
 
 
@@ -63,6 +71,16 @@ def key_matches(presented: list[str], allowed: list[str]) -> bool:
     return ok
 
 
+def _realtime_credential(scope: Scope, presented: list[str]) -> bool:
+    """A /v1/realtime upgrade carrying a client secret or a resume token: the route checks it
+    (a resume token is the credential of the session it resumes)."""
+    if scope["type"] != "websocket" or scope["path"] != REALTIME_PATH:
+        return False
+    if any(k.startswith(CLIENT_SECRET_PREFIX) for k in presented):
+        return True
+    return b"resume_token=" in scope.get("query_string", b"")
+
+
 class ApiKeyMiddleware:
     def __init__(self, app: ASGIApp, keys: list[str]):
         self.app = app
@@ -72,7 +90,8 @@ class ApiKeyMiddleware:
         if scope["type"] not in ("http", "websocket") or not self.keys or _public(scope["path"]):
             await self.app(scope, receive, send)
             return
-        if key_matches(presented_keys(scope), self.keys):
+        presented = presented_keys(scope)
+        if key_matches(presented, self.keys) or _realtime_credential(scope, presented):
             await self.app(scope, receive, send)
             return
         if scope["type"] == "websocket":

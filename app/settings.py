@@ -111,7 +111,9 @@ class ServerSettings(BaseSettings):
     stream_idle_timeout_secs: float = 60.0
     """A live session without audio or events for this many seconds is closed."""
     max_stream_frame_kib: int = 1024
-    """Largest WebSocket message accepted from a realtime client, in KiB."""
+    """Largest WebSocket message accepted from a live client (/v1/realtime, /v1/listen), in KiB."""
+    realtime_resume_grace_secs: float = 30.0
+    """A /v1/realtime session whose client dropped is kept (engine stream included) this many seconds for it to resume; 0 disables resuming."""
 
     # ---- voice activity (server VAD) ----
     vad: Literal["silero", "energy"] = "silero"

@@ -122,6 +122,10 @@ class Word:
     end: float
     confidence: float
     """Mean token probability of the word, in [0, 1]."""
+    tokens: list[int] | None = None
+    """The word's token ids, for families that keep them per word (live Whisper with `logprobs`)."""
+    logprobs: list[float] | None = None
+    """Log-probability of each of `tokens` (requested with `DecodingOptions.logprobs`)."""
 
 
 @dataclass
@@ -178,6 +182,9 @@ class RequestOutput:
     """Start time in seconds of each token in `tokens`, where the family produces them."""
     token_logprobs: list[float] | None = None
     """Log-probability of each token in `tokens` (requested with `DecodingOptions.logprobs`)."""
+    token_bytes: list[bytes] | None = None
+    """UTF-8 bytes of each token in `tokens`, given with `token_logprobs` (a token may hold part
+    of a character, so its bytes, not its text, are exact)."""
     search_overflow: bool = False
     """The decoder's search hit a capacity limit it could not recover from: the transcript may be
     missing words. Counted by `oasr_engine_search_overflow_total`."""

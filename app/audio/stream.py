@@ -1,14 +1,23 @@
-"""`StreamResampler`: chunk-by-chunk resampling of live audio to the model rate."""
+"""Live audio, chunk by chunk, to float32 mono at the model rate.
+
+    StreamResampler   float32 mono at any rate -> the model rate, without buffering the stream
+    HeaderlessStream  headerless bytes (LINEAR16, LINEAR32F, MULAW, ALAW) cut anywhere -> samples
+
+Containers that arrive as a stream (WebM/Ogg Opus from a browser) are `ContainerStream`
+(app/audio/container_stream.py).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import soxr
 
-from app.audio.errors import AudioDecodeError
-from app.audio.limits import MODEL_SAMPLE_RATE_HZ, RESAMPLE_QUALITY, _check_rate
+from app.audio.encodings import _SAMPLE_WIDTH_BYTES, AudioEncoding, parse_encoding
+from app.audio.errors import AudioDecodeError, UnsupportedAudioError
+from app.audio.limits import MODEL_SAMPLE_RATE_HZ, RESAMPLE_QUALITY, _check_channels, _check_rate
+from app.audio.pcm import headerless_to_mono
 
-__all__ = ["StreamResampler"]
+__all__ = ["HeaderlessStream", "StreamResampler"]
 
 
 class StreamResampler:
@@ -23,12 +32,13 @@ class StreamResampler:
         _check_rate(out_rate, "A target sample rate")
         self.in_rate = in_rate
         self.out_rate = out_rate
-        self._stream = (
-            None
-            if in_rate == out_rate
-            else soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32", quality=RESAMPLE_QUALITY)
-        )
+        self._stream = self._new_stream()
         self._flushed = False
+
+    def _new_stream(self) -> soxr.ResampleStream | None:
+        if self.in_rate == self.out_rate:
+            return None
+        return soxr.ResampleStream(self.in_rate, self.out_rate, 1, dtype="float32", quality=RESAMPLE_QUALITY)
 
     def process(self, samples: np.ndarray) -> np.ndarray:
         """Resample the next chunk; returns whatever output is ready (possibly empty)."""
@@ -52,3 +62,51 @@ class StreamResampler:
             return np.zeros(0, dtype=np.float32)
         tail: np.ndarray = self._stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
         return tail
+
+    def cut(self) -> np.ndarray:
+        """The output still held back for look-ahead, as if the stream ended here; later chunks
+        start a fresh filter (a turn boundary: the turn gets all of its audio now)."""
+        tail = self.flush()
+        self._stream = self._new_stream()
+        self._flushed = False
+        return tail
+
+
+class HeaderlessStream:
+    """Headerless live audio (LINEAR16, LINEAR32F, MULAW, ALAW) -> float32 mono at `out_rate`.
+
+    Clients may cut messages anywhere, so a partial frame is carried to the next chunk; one
+    resampler per stream keeps the output identical to a whole-body decode."""
+
+    def __init__(self, encoding: AudioEncoding | str, sample_rate: int, channels: int = 1,
+                 out_rate: int = MODEL_SAMPLE_RATE_HZ) -> None:
+        self.encoding = parse_encoding(encoding)
+        if not self.encoding.headerless:
+            raise UnsupportedAudioError(f"{self.encoding.value} is not a headerless encoding")
+        _check_channels(channels)
+        self.channels = channels
+        self.frame_bytes = _SAMPLE_WIDTH_BYTES[self.encoding] * channels
+        self.resampler = StreamResampler(sample_rate, out_rate)
+        self._rest = b""
+
+    def push(self, data: bytes) -> np.ndarray:
+        """The next chunk's samples (a trailing partial frame waits for the next chunk)."""
+        data = self._rest + data if self._rest else data
+        whole = len(data) - len(data) % self.frame_bytes
+        self._rest = data[whole:]
+        if not whole:
+            return np.zeros(0, dtype=np.float32)
+        return self.resampler.process(headerless_to_mono(data[:whole], self.encoding, self.channels))
+
+    def cut(self) -> np.ndarray:
+        """Everything received so far that the resampler still holds (see `StreamResampler.cut`)."""
+        return self.resampler.cut()
+
+    def flush(self) -> np.ndarray:
+        """End of the stream: the resampler's tail. A stream that ends inside a frame is an error."""
+        if self._rest:
+            raise AudioDecodeError(
+                f"the stream ended inside a frame ({len(self._rest)} stray bytes; frames of {self.encoding.value} "
+                f"x {self.channels} channel(s) are {self.frame_bytes} bytes)"
+            )
+        return self.resampler.flush()

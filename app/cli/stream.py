@@ -1,10 +1,10 @@
-"""`oasr stream`: play a file through /v1/realtime as live PCM16, printing partials in place."""
+"""`oasr stream`: play a file through /v1/realtime as live PCM16, printing partials in place;
+a dropped connection is resumed (app/cli/realtime_client.py)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import logging
 import sys
@@ -12,6 +12,7 @@ import time
 from typing import Any, TextIO
 
 from app.cli.common import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, CliError, _check_files, _headers
+from app.cli.realtime_client import ResumeRefused, ResumingRealtimeClient
 
 logger = logging.getLogger(__name__)
 
@@ -53,57 +54,58 @@ class _LiveLine:
 
 
 async def _stream(args: argparse.Namespace, pcm: bytes) -> str:
+    """Play `pcm` through a resumable session: a dropped connection is resumed (docs/streaming.md),
+    so the transcript survives a network blip."""
     import websockets
 
-    headers = _headers(args)
     chunk_bytes = STREAM_RATE_HZ * STREAM_CHUNK_MS // 1000 * 2  # 16-bit mono
     line = _LiveLine(sys.stdout)
+    client = ResumingRealtimeClient(_ws_url(args.url), _headers(args), rate=STREAM_RATE_HZ)
     try:
-        ws = await websockets.connect(_ws_url(args.url), additional_headers=headers, max_size=None)
+        await client.connect()
     except (OSError, asyncio.TimeoutError) as exc:
         raise CliError(f"cannot reach the server at {args.url}: {exc}", EXIT_UNREACHABLE) from exc
     except websockets.InvalidURI as exc:
         raise CliError(f"--url {args.url} is not a valid server URL: {exc}", EXIT_USAGE) from exc
     except websockets.InvalidStatus as exc:
         raise CliError(f"the server refused the session: {_error_message_ws(exc)}") from exc
-    async with ws:
-        await ws.send(json.dumps({"type": "session.update", "session": {
-            "type": "transcription",
-            "audio": {"input": {"format": {"type": "audio/pcm", "rate": STREAM_RATE_HZ}, "turn_detection": None,
-                                "transcription": {"language": args.language}}},
-        }}))
+    await client.send_event({"type": "session.update", "session": {
+        "type": "transcription",
+        "audio": {"input": {"format": {"type": "audio/pcm", "rate": STREAM_RATE_HZ}, "turn_detection": None,
+                            "transcription": {"language": args.language}}},
+    }})
 
-        async def send_audio() -> None:
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            for i, offset in enumerate(range(0, len(pcm), chunk_bytes)):
-                # Paced against the start time, not by sleeping a fixed 20 ms, so delays never add up.
-                await asyncio.sleep(max(0.0, started + i * STREAM_CHUNK_MS / 1000 / args.speed - loop.time()))
-                chunk = pcm[offset: offset + chunk_bytes]
-                await ws.send(json.dumps({"type": "input_audio_buffer.append",
-                                          "audio": base64.b64encode(chunk).decode()}))
-            await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+    async def send_audio() -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for i, offset in enumerate(range(0, len(pcm), chunk_bytes)):
+            # Paced against the start time, not by sleeping a fixed 20 ms, so delays never add up.
+            await asyncio.sleep(max(0.0, started + i * STREAM_CHUNK_MS / 1000 / args.speed - loop.time()))
+            await client.send_audio(pcm[offset: offset + chunk_bytes])
+        await client.commit()
 
-        sender = asyncio.ensure_future(send_audio())
-        try:
-            async for message in ws:
-                event = json.loads(message)
-                kind = event.get("type")
-                if kind == "conversation.item.input_audio_transcription.delta":
-                    line.partial(event.get("text") or (event.get("committed", "") + event.get("tentative", "")))
-                elif kind == "conversation.item.input_audio_transcription.completed":
-                    transcript = str(event.get("transcript", ""))
-                    line.final(transcript)
-                    return transcript
-                elif kind == "conversation.item.input_audio_transcription.failed":
-                    raise CliError(f"transcription failed: {event['error']['message']}")
-                elif kind == "error":
-                    raise CliError(f"server error: {event['error']['message']}")
-        except websockets.ConnectionClosed as exc:
-            raise CliError(f"the server closed the session: {exc}") from exc
-        finally:
-            sender.cancel()
-        raise CliError("the server closed the session before the transcript was complete")
+    sender = asyncio.ensure_future(send_audio())
+    try:
+        async for event in client.events():
+            kind = event.get("type")
+            if kind == "conversation.item.input_audio_transcription.delta":
+                line.partial(event.get("text") or (event.get("committed", "") + event.get("tentative", "")))
+            elif kind == "conversation.item.input_audio_transcription.completed":
+                transcript = str(event.get("transcript", ""))
+                line.final(transcript)
+                return transcript
+            elif kind == "conversation.item.input_audio_transcription.failed":
+                raise CliError(f"transcription failed: {event['error']['message']}")
+            elif kind == "error":
+                raise CliError(f"server error: {event['error']['message']}")
+            elif kind == "session.resumed":
+                logger.info("connection dropped; session resumed at %d ms of audio", event["audio_end_ms"])
+    except (websockets.ConnectionClosed, ResumeRefused) as exc:
+        raise CliError(f"the server closed the session: {exc}") from exc
+    finally:
+        sender.cancel()
+        await client.close()
+    raise CliError("the server closed the session before the transcript was complete")
 
 
 def _error_message_ws(exc: Any) -> str:

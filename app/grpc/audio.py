@@ -6,11 +6,9 @@ from __future__ import annotations
 import grpc
 import numpy as np
 
-from app.audio import AudioDecodeError, AudioDecoder, AudioEncoding, StreamResampler, headerless_to_mono
+from app.audio import AudioDecoder, HeaderlessStream
 from app.grpc.convert import AudioSpec, RpcError
 from app.settings import Settings
-
-SAMPLE_BYTES = {AudioEncoding.LINEAR16: 2, AudioEncoding.LINEAR32F: 4, AudioEncoding.MULAW: 1, AudioEncoding.ALAW: 1}
 
 
 def too_long(seconds: float, settings: Settings) -> RpcError:
@@ -20,39 +18,24 @@ def too_long(seconds: float, settings: Settings) -> RpcError:
 
 
 class PcmChunker:
-    """Headerless chunks of any size -> float32 mono at the model rate, in order.
-
-    gRPC clients may cut chunks anywhere, so a partial frame is carried to the next chunk;
-    one `StreamResampler` per stream keeps the output identical to a whole-body decode."""
+    """Headerless chunks of any size -> float32 mono at the model rate, in order, bounded by
+    --max-audio-seconds (a `HeaderlessStream` that counts)."""
 
     def __init__(self, spec: AudioSpec, target_rate: int, settings: Settings):
         if not spec.encoding.headerless or not spec.sample_rate:
             raise ValueError(f"PcmChunker needs a headerless encoding with a rate, got {spec}")
         self.spec = spec
-        self.frame_bytes = SAMPLE_BYTES[spec.encoding] * spec.channels
-        self.resampler = StreamResampler(spec.sample_rate, target_rate)
+        self.stream = HeaderlessStream(spec.encoding, spec.sample_rate, spec.channels, target_rate)
         self.target_rate = target_rate
         self.max_samples = int(settings.max_audio_seconds * target_rate)
         self.settings = settings
         self.samples_out = 0
-        self._rest = b""
 
     def push(self, data: bytes) -> np.ndarray:
-        data = self._rest + data if self._rest else data
-        whole = len(data) - len(data) % self.frame_bytes
-        self._rest = data[whole:]
-        if not whole:
-            return np.zeros(0, dtype=np.float32)
-        mono = headerless_to_mono(data[:whole], self.spec.encoding, self.spec.channels)
-        return self._count(self.resampler.process(mono))
+        return self._count(self.stream.push(data))
 
     def flush(self) -> np.ndarray:
-        if self._rest:
-            raise AudioDecodeError(
-                f"the stream ended inside a frame ({len(self._rest)} stray bytes; frames of {self.spec.encoding.value} "
-                f"x {self.spec.channels} channel(s) are {self.frame_bytes} bytes)"
-            )
-        return self._count(self.resampler.flush())
+        return self._count(self.stream.flush())
 
     def _count(self, samples: np.ndarray) -> np.ndarray:
         self.samples_out += len(samples)

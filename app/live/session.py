@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -126,6 +127,15 @@ class LiveSession:
         self._detector = None
         self._origin = self.clock
         self._speech_id = None
+
+    def tune_turn_end(self, silence_duration_ms: int) -> None:
+        """Server VAD: the silence that ends the turn in progress and later ones, without
+        restarting detection (a surface deciding the end of a turn from what was said)."""
+        if self._settings is None:
+            return
+        self._settings = dataclasses.replace(self._settings, silence_duration_ms=silence_duration_ms)
+        if self._detector is not None:
+            self._detector.retune(silence_duration_ms)
 
     def stop(self) -> None:
         """Take no more audio: later `push` / `end_turn` calls, and the events left in the call

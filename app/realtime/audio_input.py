@@ -1,4 +1,5 @@
-"""Audio payloads of a realtime session -> float32 mono samples at the client's rate.
+"""Audio payloads of a realtime session -> float32 mono samples at the client's rate, and the
+pipeline that brings them to the model: resampling, then the session's noise reduction.
 
 A session takes headerless samples only. A payload that starts with a container header
 (a WAV, FLAC, Ogg, MP3-with-ID3 file...) is a file sent by mistake; decoding it as samples
@@ -12,8 +13,16 @@ import binascii
 
 import numpy as np
 
-from app.audio import AudioError, alaw_to_float, mulaw_to_float, pcm16_to_float, sniff_container
-from app.realtime.config import InputFormat
+from app.audio import (
+    AudioError,
+    StreamResampler,
+    alaw_to_float,
+    mulaw_to_float,
+    pcm16_to_float,
+    sniff_container,
+)
+from app.audio.denoise import NoiseReducer, NoiseReductionUnavailable
+from app.realtime.config import InputFormat, NoiseReduction
 from app.realtime.events import ProtocolError
 
 # Containers with unmistakable magic bytes. MP3/AAC frame syncs are left out: raw PCM can
@@ -60,3 +69,37 @@ def decode_chunk(data: bytes, fmt: InputFormat) -> np.ndarray:
         return alaw_to_float(data)
     except AudioError as exc:
         raise ProtocolError(str(exc), code="invalid_audio", param="audio") from exc
+
+
+class InputPipeline:
+    """Client-rate samples -> model-rate samples: resampled, then denoised when the session asks.
+    Output lags input (the resampler's and the denoiser's look-ahead) but is never shortened:
+    `flush` at the end of a turn hands on the rest, and the pipeline goes on for the next one."""
+
+    def __init__(self, fmt: InputFormat, model_rate: int, noise: NoiseReduction | None) -> None:
+        self.fmt = fmt
+        self.model_rate = model_rate
+        self._resampler = StreamResampler(fmt.rate, model_rate)
+        self._denoiser = make_denoiser(noise, model_rate)
+
+    def process(self, samples: np.ndarray) -> np.ndarray:
+        out = self._resampler.process(samples)
+        return self._denoiser.process(out) if self._denoiser is not None else out
+
+    def flush(self) -> np.ndarray:
+        tail = self._resampler.flush()
+        self._resampler = StreamResampler(self.fmt.rate, self.model_rate)
+        if self._denoiser is None:
+            return tail
+        return np.concatenate([self._denoiser.process(tail), self._denoiser.flush()])
+
+
+def make_denoiser(noise: NoiseReduction | None, rate: int) -> NoiseReducer | None:
+    """The session's noise reducer, or a ProtocolError when the server cannot reduce noise."""
+    if noise is None:
+        return None
+    try:
+        return NoiseReducer(noise.type, noise.strength, rate)
+    except NoiseReductionUnavailable as exc:
+        raise ProtocolError(f"noise_reduction is not available on this server ({exc}); set it to null",
+                            code="noise_reduction_unavailable", param="session.audio.input.noise_reduction") from exc

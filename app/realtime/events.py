@@ -11,6 +11,7 @@ two OASR extension fields that stock clients ignore:
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 ERROR_TYPE = "invalid_request_error"
@@ -78,6 +79,35 @@ def committed(item_id: str, previous_item_id: str | None) -> dict[str, Any]:
     return server_event("input_audio_buffer.committed", item_id=item_id, previous_item_id=previous_item_id)
 
 
+def timeout_triggered(item_id: str, audio_start_ms: int, audio_end_ms: int) -> dict[str, Any]:
+    """server_vad `idle_timeout_ms`: no speech from `audio_start_ms` to `audio_end_ms`."""
+    return server_event("input_audio_buffer.timeout_triggered", item_id=item_id, audio_start_ms=audio_start_ms,
+                        audio_end_ms=audio_end_ms)
+
+
+def user_audio_item(item_id: str, transcript: str | None) -> dict[str, Any]:
+    """The conversation item a committed turn becomes (its audio is not echoed back)."""
+    return {"id": item_id, "object": "realtime.item", "type": "message", "role": "user",
+            "status": "completed", "content": [{"type": "input_audio", "transcript": transcript}]}
+
+
+def item_added(item_id: str, previous_item_id: str | None, *, beta: bool) -> dict[str, Any]:
+    """At commit: GA `conversation.item.added`, beta `conversation.item.created`."""
+    name = "conversation.item.created" if beta else "conversation.item.added"
+    return server_event(name, previous_item_id=previous_item_id, item=user_audio_item(item_id, None))
+
+
+def item_done(item_id: str, transcript: str | None) -> dict[str, Any]:
+    """GA `conversation.item.done`: the item with its final transcript (null when it failed)."""
+    return server_event("conversation.item.done", item=user_audio_item(item_id, transcript))
+
+
+def logprob_entries(tokens: Sequence[bytes], logprobs: Sequence[float]) -> list[dict[str, Any]]:
+    """OpenAI's logprobs array: one {token, logprob, bytes} per token."""
+    return [{"token": b.decode("utf-8", errors="replace"), "logprob": lp, "bytes": list(b)}
+            for b, lp in zip(tokens, logprobs)]
+
+
 def cleared() -> dict[str, Any]:
     return server_event("input_audio_buffer.cleared")
 
@@ -91,12 +121,15 @@ def transcription_delta(
     tentative_text: str,
     audio_end_ms: int,
     server_ms: int,
+    logprobs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """An increment of the item's text. When text already sent is revised, `delta` is "" and
     `text` carries the item's whole current text. `committed` (extension) never changes except
     by growing; `tentative` may still be revised."""
     event = server_event("conversation.item.input_audio_transcription.delta", item_id=item_id, content_index=0,
                          delta=delta)
+    if logprobs is not None:
+        event["logprobs"] = logprobs
     if text is not None:
         event["text"] = text
     event.update(committed=committed_text, tentative=tentative_text, audio_end_ms=audio_end_ms,
@@ -113,10 +146,13 @@ def transcription_completed(
     language: str | None,
     audio_end_ms: int,
     server_ms: int,
+    logprobs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     event = server_event("conversation.item.input_audio_transcription.completed", item_id=item_id,
                          content_index=0, transcript=transcript,
                          usage={"type": "duration", "seconds": round(audio_seconds, 3)})
+    if logprobs is not None:
+        event["logprobs"] = logprobs
     if finish_reason:
         event["finish_reason"] = finish_reason
     if language:

@@ -1,14 +1,16 @@
 """One realtime transcription session: client events in, the live core's turn events out.
 
-    audio ─► decode ─► StreamResampler (→ model rate) ─► LiveSession (app/live): manual commits
-                                                         or server VAD cut turns
+    audio ─► decode ─► InputPipeline (resample to the model rate, noise reduction) ─► LiveSession
+             (app/live): manual commits, or server / semantic VAD, cut turns
     turn = one engine streaming request = one item; its events render as `speech_started` /
-    `speech_stopped` / `committed`, `delta`s, and exactly one `completed` (or `failed`) after
-    the item's `committed`.
+    `speech_stopped` / `committed` + `conversation.item.added`, `delta`s, and exactly one
+    `completed` (or `failed`) + `conversation.item.done` after the item's `committed`.
 
 The session clock is the resampled audio received so far (model-rate samples), so every
-`*_ms` field is audio time from the start of the session. The owner (the WebSocket route)
-calls `abort_all()` in its `finally`, which aborts every engine request the session still has open.
+`*_ms` field is audio time from the start of the session. A session may outlive its WebSocket
+(resumable sessions, app/routes/realtime.py): its events go through `EventSender`, which logs
+them for a reconnecting client. The owner calls `abort_all()` when the session ends, which
+aborts every engine request it still has open.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
+from fractions import Fraction
 from typing import Any
 
-from app.audio import StreamResampler
+from starlette.websockets import WebSocket
+
 from app.engine_service import EngineService
 from app.live import (
     InputClosed,
@@ -37,18 +42,15 @@ from app.live import (
     samples_ms,
 )
 from app.realtime import events as ev
-from app.realtime.audio_input import decode_base64, decode_chunk
-from app.realtime.config import (
-    SessionConfig,
-    TranscriptionConfig,
-    VadSettings,
-    parse_beta_update,
-    parse_ga_update,
-)
+from app.realtime.audio_input import InputPipeline, decode_base64, decode_chunk
+from app.realtime.config import SessionConfig, VadSettings
 from app.realtime.events import ProtocolError
+from app.realtime.options import decoding_options
+from app.realtime.semantic import base_silence_ms, silence_for
 from app.realtime.sender import EventSender
-from engine import DecodingOptions
-from engine.errors import EngineError, EngineShutdownError, InvalidRequestError
+from app.realtime.update import parse_beta_update, parse_ga_update
+from engine import DecodingOptions, RequestOutput
+from engine.errors import EngineError, EngineShutdownError
 from engine.vad import TurnSettings
 
 logger = logging.getLogger(__name__)
@@ -82,8 +84,12 @@ class RealtimeSession:
         vad: VadSettings,
         served_model_name: str | None = None,
         beta: bool = False,
+        session_id: str | None = None,
+        config: SessionConfig | None = None,
     ) -> None:
-        self.id = ev.new_id("sess")
+        """`config`: the session's starting configuration (a client secret's); by default server
+        VAD when the server has it."""
+        self.id = session_id or ev.new_id("sess")
         self.sender = sender
         self.service = service
         self.metrics = service.metrics
@@ -94,16 +100,33 @@ class RealtimeSession:
         self.live = LiveSession(service, self._on_event, options=DecodingOptions(task="transcribe"), vad=vad_batcher,
                                 new_turn_id=lambda: ev.new_id("item"), on_turn_done=self._turn_done,
                                 label=f"session {self.id}")
-        self.config = SessionConfig(server_vad=self.live.vad_available)
+        default = SessionConfig(turn_detection=vad.detection() if self.live.vad_available else None)
+        self.config = default
+        self._pipeline = InputPipeline(default.input_format, self.rate, None)
+        if config is not None:  # checked when the secret was minted; applied as an update would be
+            self._apply(config)
         self.live.detect_turns(self._turn_settings(self.config))
-        self._resampler = StreamResampler(self.config.input_format.rate, self.rate)
         self._previous_item_id: str | None = None
         self._answered: set[Turn] = set()
         """Turns whose terminal event (completed / failed) is out, or on its way."""
+        self._sent_tokens: dict[str, list[int]] = {}
+        """Per open item: the tokens whose log-probabilities went out with its deltas."""
         self._lock = asyncio.Lock()
+        self.input_lock = asyncio.Lock()
+        """Held while one client message is handled, and while a resumed connection takes over, so
+        no message of the connection it replaces lands after `audio_end_ms` was counted."""
+        self.commits_received = 0
+        """`input_audio_buffer.commit` events taken (a resumed client re-sends the ones after them)."""
         self.draining = False
         self.started = time.monotonic()
         self.audio_seconds = 0.0
+        self.received = Fraction(0)
+        """Client audio received so far, in seconds (exact: what a resumed client continues from)."""
+        self._skip = 0
+        """Samples of the next audio a resumed client re-sends that the session already has."""
+        self._in_speech = False
+        self._idle_from_ms = 0
+        """Session audio time (ms) since when no speech was heard (for `idle_timeout_ms`)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -113,12 +136,38 @@ class RealtimeSession:
         uncommitted turn does not count: a client that stops sending mid-turn is idle."""
         return self.live.busy
 
-    def render(self, beta: bool) -> dict[str, Any]:
-        return self.config.render_beta(self.id, self.vad) if beta else self.config.render_ga(self.id, self.vad)
+    @property
+    def audio_end_ms(self) -> int:
+        """Client audio the session holds, in ms (whole: a resumed client re-sends from here)."""
+        return math.floor(self.received * 1000)
 
-    async def start(self) -> None:
+    def render(self, beta: bool) -> dict[str, Any]:
+        return self.config.render(self.id, beta)
+
+    async def start(self, resume: dict[str, Any] | None = None) -> None:
+        """`session.created`; `resume` (token, grace) is the OASR extension for reconnecting."""
         name = "transcription_session.created" if self.beta else "session.created"
-        await self.sender.send(ev.server_event(name, session=self.render(self.beta)))
+        event = ev.server_event(name, session=self.render(self.beta))
+        if resume is not None:
+            event["resume"] = resume
+        await self.sender.send(event)
+
+    async def reattach(self, websocket: WebSocket, after: str, resume: dict[str, Any]) -> WebSocket | None:
+        """A client resumed: `session.resumed` (with `audio_end_ms`, where its audio goes on) and
+        every event after `after` go to `websocket`. Returns the connection it replaces, if any.
+        Under the input lock, so no message arrives between counting the audio and the greeting."""
+        async with self.input_lock:
+            rate = self.config.input_format.rate
+            # the client re-sends from sample floor(audio_end_ms x rate / 1000): what the session
+            # already has past it is skipped
+            self._skip = round(self.received * rate) - math.floor(Fraction(self.audio_end_ms * rate, 1000))
+
+            def greeting(replayed: int) -> dict[str, Any]:
+                return ev.server_event("session.resumed", session=self.render(self.beta),
+                                       audio_end_ms=self.audio_end_ms, commits_received=self.commits_received,
+                                       replayed=replayed, resume=resume)
+
+            return await self.sender.attach(websocket, after, greeting)
 
     async def drain(self) -> None:
         """Server shutdown: fail the committed items still being transcribed, close with 1001."""
@@ -137,16 +186,18 @@ class RealtimeSession:
 
     def _turn_done(self, turn: Turn) -> None:
         self._answered.discard(turn)
+        self._sent_tokens.pop(turn.id, None)
         outcome = "error" if turn.outcome == "shutdown" else turn.outcome  # draining is the server's problem
         self.metrics.request_duration.labels(api=API, mode="streaming", outcome=outcome).observe(
             time.monotonic() - turn.opened_at)
         self.metrics.request_audio_seconds.labels(api=API, mode="streaming").observe(turn.fed / self.rate)
 
     def _turn_settings(self, config: SessionConfig) -> TurnSettings | None:
-        if not config.server_vad:
+        td = config.turn_detection
+        if td is None:
             return None
-        return TurnSettings(threshold=self.vad.threshold, silence_duration_ms=self.vad.silence_duration_ms,
-                            prefix_padding_ms=self.vad.prefix_padding_ms)
+        silence = base_silence_ms(td.eagerness) if td.type == "semantic_vad" else td.silence_duration_ms
+        return TurnSettings(threshold=td.threshold, silence_duration_ms=silence, prefix_padding_ms=td.prefix_padding_ms)
 
     # ------------------------------------------------------------------ client events
 
@@ -191,6 +242,7 @@ class RealtimeSession:
         elif kind == "input_audio_buffer.append":
             await self._append(decode_base64(event.get("audio")))
         elif kind == "input_audio_buffer.commit":
+            self.commits_received += 1
             await self._commit()
         elif kind == "input_audio_buffer.clear":
             await self._clear()
@@ -205,37 +257,35 @@ class RealtimeSession:
     async def _update(self, config: SessionConfig, *, beta: bool) -> None:
         async with self._lock:
             old = self.config
-            audio_changed = config.input_format != old.input_format or config.server_vad != old.server_vad
+            audio_changed = (config.input_format, config.turn_detection, config.noise_reduction) != (
+                old.input_format, old.turn_detection, old.noise_reduction)
             if audio_changed and self.live.current is not None:
-                raise ProtocolError("the audio format and turn detection cannot change while a turn is open; "
-                                    "commit or clear the input audio buffer first",
+                raise ProtocolError("the audio format, noise reduction and turn detection cannot change while a "
+                                    "turn is open; commit or clear the input audio buffer first",
                                     code="session_update_with_buffered_audio", param="session")
             if config.server_vad and not self.live.vad_available:
                 raise ProtocolError("server VAD is not available on this server; use turn_detection null and "
                                     "commit turns yourself", code="server_vad_unavailable",
                                     param="session.turn_detection")
-            self.live.options = self._decoding_options(config.transcription, beta)
-            if config.input_format != old.input_format:
-                self._resampler = StreamResampler(config.input_format.rate, self.rate)
+            pipeline = self._pipeline
+            self._apply(config)
             if audio_changed:
+                held = pipeline.flush()
+                if held.size and old.server_vad:
+                    await self.live.push(held)  # silence the old detector was still to hear
                 self.live.detect_turns(self._turn_settings(config))
-            self.config = config
         name = "transcription_session.updated" if beta else "session.updated"
         await self.sender.send(ev.server_event(name, session=self.render(beta)))
 
-    def _decoding_options(self, tc: TranscriptionConfig, beta: bool) -> DecodingOptions:
-        param = "session.input_audio_transcription" if beta else "session.audio.input.transcription"
-        if self._served_model_name and tc.model and tc.model != self._served_model_name:
-            raise ProtocolError(f"model {tc.model!r} does not exist; this server serves {self._served_model_name!r}",
-                                code="model_not_found", param=f"{param}.model")
-        options = DecodingOptions(task="transcribe", language=tc.language.lower() if tc.language else None,
-                                  prompt=tc.prompt)
-        try:
-            options.validate()
-            self.service.engine.runner.check_options(options, True)
-        except InvalidRequestError as exc:
-            raise ProtocolError(str(exc), code="invalid_value", param=param) from exc
-        return options
+    def _apply(self, config: SessionConfig) -> None:
+        """Take `config` (validated whole first: a refused update changes nothing)."""
+        param = "session.input_audio_transcription" if self.beta else "session.audio.input.transcription"
+        options = decoding_options(config.transcription, logprobs=config.logprobs, runner=self.service.engine.runner,
+                                   served_model_name=self._served_model_name, param=param)
+        if (config.input_format, config.noise_reduction) != (self.config.input_format, self.config.noise_reduction):
+            self._pipeline = InputPipeline(config.input_format, self.rate, config.noise_reduction)
+        self.live.options = options
+        self.config = config
 
     # ------------------------------------------------------------------ audio
 
@@ -245,20 +295,23 @@ class RealtimeSession:
                 return
             fmt = self.config.input_format
             samples = decode_chunk(data, fmt)
+            if self._skip:  # a resumed client re-sends from a whole millisecond the session already has
+                dropped = min(self._skip, samples.size)
+                samples, self._skip = samples[dropped:], self._skip - dropped
             if samples.size == 0:
                 return
+            self.received += Fraction(samples.size, fmt.rate)
             self.audio_seconds += samples.size / fmt.rate
             self.metrics.audio_seconds.labels(api=API, mode="streaming").inc(samples.size / fmt.rate)
             try:
-                await self.live.push(self._resampler.process(samples))
+                await self.live.push(self._pipeline.process(samples))
             except EngineError as exc:  # manual turns: the new turn's request was refused
                 raise refused(exc) from exc
+            await self._check_idle()
 
     async def _commit(self) -> None:
         async with self._lock:
-            tail = self._resampler.flush()
-            self._resampler = StreamResampler(self.config.input_format.rate, self.rate)
-            closed = await self.live.end_turn(tail)
+            closed = await self.live.end_turn(self._pipeline.flush())
         if not closed:
             raise ProtocolError("the input audio buffer has no speech to commit; append audio first"
                                 if self.config.server_vad else
@@ -271,18 +324,46 @@ class RealtimeSession:
                 self.service.series.requests_cancelled.inc()
         await self.sender.send(ev.cleared())
 
+    async def _check_idle(self) -> None:
+        """server_vad `idle_timeout_ms`: that much audio without speech commits an empty item."""
+        td = self.config.turn_detection
+        if td is None or td.idle_timeout_ms is None or self._in_speech:
+            return
+        now = samples_ms(self.live.clock, self.rate)
+        if now - self._idle_from_ms < td.idle_timeout_ms:
+            return
+        item = ev.new_id("item")
+        await self.sender.send(ev.timeout_triggered(item, self._idle_from_ms, now))
+        await self._send_committed(item)
+        await self.sender.send(ev.transcription_completed(
+            item, "", audio_seconds=(now - self._idle_from_ms) / 1000, finish_reason=None, language=None,
+            audio_end_ms=now, server_ms=0, logprobs=[] if self.config.logprobs else None))
+        if not self.beta:
+            await self.sender.send(ev.item_done(item, ""))
+        self._idle_from_ms = now
+
     # ------------------------------------------------------------------ turn events
+
+    async def _send_committed(self, item_id: str) -> None:
+        previous, self._previous_item_id = self._previous_item_id, item_id
+        await self.sender.send(ev.committed(item_id, previous))
+        await self.sender.send(ev.item_added(item_id, previous, beta=self.beta))
 
     async def _on_event(self, event: LiveEvent) -> None:
         if isinstance(event, SpeechBegan):
+            self._in_speech = True
+            td = self.config.turn_detection
+            if td is not None and td.type == "semantic_vad":
+                self.live.tune_turn_end(base_silence_ms(td.eagerness))
             await self.sender.send(ev.speech_started(event.turn_id, event.audio_start_ms, event.speech_start_ms))
         elif isinstance(event, TurnRefused):
             await self.sender.send(refused(event.error).event())
         elif isinstance(event, SpeechEnded):
+            self._in_speech = False
+            self._idle_from_ms = event.audio_end_ms
             await self.sender.send(ev.speech_stopped(event.turn_id, event.audio_end_ms, event.speech_end_ms))
         elif isinstance(event, InputClosed):
-            await self.sender.send(ev.committed(event.turn.id, self._previous_item_id))
-            self._previous_item_id = event.turn.id
+            await self._send_committed(event.turn.id)
         elif isinstance(event, TurnPartial):
             await self._send_partial(event)
         elif isinstance(event, TurnFailed):
@@ -294,6 +375,8 @@ class RealtimeSession:
                 turn.id, f"recognition failed at {out.error_stage}: {out.error}",
                 code="server_shutting_down" if event.shutdown else "recognition_failed",
                 audio_end_ms=samples_ms(turn.start + turn.fed, self.rate), server_ms=self._server_ms(turn)))
+            if not self.beta and turn.input_closed_at is not None:
+                await self.sender.send(ev.item_done(turn.id, None))
         elif isinstance(event, TurnFinal):
             turn, out = event.turn, event.output
             await turn.closed.wait()  # `completed` comes after the item's `committed`
@@ -301,7 +384,9 @@ class RealtimeSession:
             await self.sender.send(ev.transcription_completed(
                 turn.id, out.text, audio_seconds=turn.fed / self.rate, finish_reason=out.finish_reason,
                 language=out.language, audio_end_ms=samples_ms(turn.start + turn.fed, self.rate),
-                server_ms=self._server_ms(turn)))
+                server_ms=self._server_ms(turn), logprobs=self._logprobs(out, 0)))
+            if not self.beta:
+                await self.sender.send(ev.item_done(turn.id, out.text))
         # TurnOpened needs no event; TurnAborted is the session's own abort, whose client has left
 
     async def _send_partial(self, event: TurnPartial) -> None:
@@ -313,10 +398,31 @@ class RealtimeSession:
             delta, full = "", text
         if turn.partials == 1:
             self.metrics.time_to_first_partial.labels(api=API).observe(time.monotonic() - turn.opened_at)
+        td = self.config.turn_detection
+        if td is not None and td.type == "semantic_vad" and turn is self.live.current:
+            self.live.tune_turn_end(silence_for(text, td.eagerness))
+        logprobs = None
+        if self.config.logprobs:  # the tokens this update added or changed
+            before = self._sent_tokens.get(turn.id, [])
+            same = next((i for i, (a, b) in enumerate(zip(before, out.tokens)) if a != b), min(len(before),
+                                                                                               len(out.tokens)))
+            logprobs = self._logprobs(out, same)
+            self._sent_tokens[turn.id] = list(out.tokens)
         covered = turn.covered(out, self.rate)
         await self.sender.send(ev.transcription_delta(
             turn.id, delta, text=full, committed_text=out.committed, tentative_text=out.tentative,
-            audio_end_ms=samples_ms(turn.start + covered, self.rate), server_ms=elapsed_ms(turn.fed_at(covered))))
+            audio_end_ms=samples_ms(turn.start + covered, self.rate), server_ms=elapsed_ms(turn.fed_at(covered)),
+            logprobs=logprobs))
+
+    def _logprobs(self, out: RequestOutput, start: int) -> list[dict[str, Any]] | None:
+        """Log-probabilities of the output's tokens from `start` (an empty list when the model
+        reports none); None unless the session includes them."""
+        if not self.config.logprobs:
+            return None
+        if out.token_logprobs is None or out.token_bytes is None:
+            return []
+        return ev.logprob_entries(out.token_bytes[start:], out.token_logprobs[start:])
 
     def _server_ms(self, turn: Turn) -> int:
         return elapsed_ms(turn.input_closed_at if turn.input_closed_at is not None else turn.opened_at)
+

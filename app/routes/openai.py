@@ -20,6 +20,7 @@ from app.engine_service import OutputStream
 from app.errors import ApiError, to_api_error
 from app.formats import to_srt, to_verbose_json, to_vtt, usage
 from app.offline import RequestTimeout, inflight_permit, run_offline, take_permit
+from app.realtime.events import logprob_entries
 from app.settings import Settings
 from engine import DecodingOptions
 from engine.errors import InvalidRequestError
@@ -29,6 +30,7 @@ router = APIRouter(tags=["openai"])
 
 RESPONSE_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
 GRANULARITIES = ("word", "segment")
+INCLUDES = ("logprobs",)
 
 
 def check_model(settings: Settings, model: str | None) -> None:
@@ -45,6 +47,7 @@ def build_options(
     temperature: float | None,
     word_timestamps: bool,
     beam_size: int | None = None,
+    logprobs: bool = False,
 ) -> DecodingOptions:
     try:
         options = DecodingOptions(
@@ -54,6 +57,7 @@ def build_options(
             temperature=float(temperature) if temperature is not None else 0.0,
             word_timestamps=word_timestamps,
             beam_size=beam_size or 1,
+            logprobs=logprobs,
         )
         options.validate()
     except InvalidRequestError as exc:
@@ -78,6 +82,7 @@ async def _transcribe(
     stream: bool,
     beam_size: int | None,
     chunking: ChunkingStrategy | None = None,
+    include: list[str] | None = None,
 ) -> Response:
     check_model(settings, model)
     if response_format not in RESPONSE_FORMATS:
@@ -93,9 +98,15 @@ async def _transcribe(
         raise ApiError(400, "stream=true supports response_format json or text", param="stream")
     if stream and chunking is not None:  # chunking_strategy: VAD segments (app/chunking.py)
         raise ApiError(400, "chunking_strategy is not supported with stream=true", param="chunking_strategy")
+    unknown = [i for i in include or [] if i not in INCLUDES]
+    if unknown:
+        raise ApiError(400, f"include[] accepts {', '.join(INCLUDES)}, got {unknown}", param="include")
+    logprobs = "logprobs" in (include or [])
+    if logprobs and response_format != "json":
+        raise ApiError(400, "include[]=logprobs needs response_format=json", param="include")
     words = "word" in granularities
     options = build_options(task=task, language=language, prompt=prompt, temperature=temperature,
-                            word_timestamps=words, beam_size=beam_size)
+                            word_timestamps=words, beam_size=beam_size, logprobs=logprobs)
     if stream:
         return await _stream_transcription(service, decoder, file, options, settings)
     async with inflight_permit(service):
@@ -122,7 +133,10 @@ async def _transcribe(
         return PlainTextResponse(to_vtt(out), media_type="text/vtt")
     if response_format == "verbose_json":
         return JSONResponse(to_verbose_json(out, task, words=words, segments=True))
-    return JSONResponse({"text": out.text, "usage": usage(out)})
+    body: dict[str, Any] = {"text": out.text}
+    if logprobs:
+        body["logprobs"] = logprob_entries(out.token_bytes or [], out.token_logprobs or [])
+    return JSONResponse({**body, "usage": usage(out)})
 
 
 async def _stream_transcription(
@@ -160,16 +174,19 @@ async def _stream_transcription(
     async def done_on_loop() -> None:  # async: a sync background task would run in a worker thread
         done()
 
-    return StreamingResponse(_sse(service, stream, settings.request_timeout_secs, done),
+    return StreamingResponse(_sse(service, stream, settings.request_timeout_secs, done, options.logprobs),
                              media_type="text/event-stream", background=BackgroundTask(done_on_loop))
 
 
-async def _sse(service: Any, stream: OutputStream, timeout: float, done: Callable[[], None]) -> AsyncIterator[str]:
-    """Server-sent events: text deltas as windows are decoded, then the full text and [DONE]."""
+async def _sse(service: Any, stream: OutputStream, timeout: float, done: Callable[[], None],
+               logprobs: bool) -> AsyncIterator[str]:
+    """Server-sent events: text deltas as windows are decoded, then the full text and [DONE].
+    With logprobs, each delta carries those of the tokens it added, and the done event all."""
     metrics = service.metrics
     started = time.monotonic()
     outcome = "error"
     sent = ""
+    sent_tokens = 0
     try:
         while True:
             try:
@@ -181,14 +198,22 @@ async def _sse(service: Any, stream: OutputStream, timeout: float, done: Callabl
                 return
             text = out.text
             if text.startswith(sent) and len(text) > len(sent):
-                yield _event({"type": "transcript.text.delta", "delta": text[len(sent):]})
+                delta: dict[str, Any] = {"type": "transcript.text.delta", "delta": text[len(sent):]}
+                if logprobs:
+                    delta["logprobs"] = logprob_entries((out.token_bytes or [])[sent_tokens:],
+                                                        (out.token_logprobs or [])[sent_tokens:])
+                    sent_tokens = len(out.token_logprobs or [])
+                yield _event(delta)
                 sent = text
             if out.finished:
                 if out.finish_reason == "error":
                     yield _event({"type": "error", "error": {"message": out.error or "recognition failed"}})
                 else:
                     outcome = "ok"
-                    yield _event({"type": "transcript.text.done", "text": out.text, "usage": usage(out)})
+                    final: dict[str, Any] = {"type": "transcript.text.done", "text": out.text}
+                    if logprobs:
+                        final["logprobs"] = logprob_entries(out.token_bytes or [], out.token_logprobs or [])
+                    yield _event({**final, "usage": usage(out)})
                 yield "data: [DONE]\n\n"
                 return
     except BaseException:
@@ -206,6 +231,7 @@ def _event(payload: dict[str, Any]) -> str:
 
 
 Granularities = Annotated[list[str] | None, Form(alias="timestamp_granularities[]")]
+Include = Annotated[list[str] | None, Form(alias="include[]")]
 
 
 @router.post("/v1/audio/transcriptions")
@@ -223,12 +249,14 @@ async def create_transcription(
     timestamp_granularities: Granularities = None,
     stream: Annotated[bool, Form()] = False,
     beam_size: Annotated[int | None, Form()] = None,
+    include: Include = None,
 ) -> Response:
     return await _transcribe(
         request, settings, service, decoder, task="transcribe", file=file, model=model, language=language,
         prompt=prompt, response_format=response_format, temperature=temperature,
         granularities=timestamp_granularities or [], stream=stream, beam_size=beam_size,
         chunking=await chunking_from_request(request),  # "auto" | {"type": "server_vad", ...} | absent
+        include=include,
     )
 
 

@@ -1,4 +1,4 @@
-"""LocalAgreement-2: the commit policy of live transcription.
+"""LocalAgreement-n: the commit policy of live transcription (n = 2 by default).
 
 A live stream is re-decoded over its uncommitted audio window every step. Two consecutive
 hypotheses agree on a prefix (word level); that prefix is committed and never changes, the
@@ -9,6 +9,9 @@ owns the audio and the model; this class owns only words.
     pass k-1:  [committed ...] the cat sat on
     pass k:    [committed ...] the cat sat in the
                                └─ committed ─┘ └ tentative ┘
+
+With `agreement=n`, a word commits once the last n hypotheses agree on it (a slower, steadier
+policy; `DecodingOptions.delay` picks n per stream).
 
 Word texts follow Whisper's convention: a word carries its leading space (" cat"), scripts
 written without spaces carry none. Words are compared normalized (case-folded, punctuation
@@ -22,7 +25,7 @@ import math
 import unicodedata
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from engine.types import Word
 
@@ -107,11 +110,15 @@ class LocalAgreement:
     """
 
     prompt_chars: int = DEFAULT_PROMPT_CHARS
+    agreement: int = 2
+    """Consecutive hypotheses that must agree on a word before it commits (LocalAgreement-n)."""
     committed_text: str = ""
     """Everything committed so far; only ever extended."""
     committed_until: float = 0.0
     """End (s) of the last committed word."""
     _tentative: list[Word] = field(default_factory=list)
+    _older: list[list[Word]] = field(default_factory=list)
+    """With agreement > 2: the uncommitted tails of the hypotheses before the last one."""
     _recent: deque[Word] = field(default_factory=lambda: deque(maxlen=MAX_OVERLAP_WORDS))
     _untaken: list[Word] = field(default_factory=list)
 
@@ -132,13 +139,18 @@ class LocalAgreement:
     def insert(self, words: Sequence[Word], offset: float = 0.0) -> AgreementUpdate:
         """Take the hypothesis of one pass (word times relative to `offset`, in seconds)."""
         fresh = self._new_words(words, offset)
-        agreed = 0
-        for old, new in zip(self._tentative, fresh, strict=False):
-            if normalize_word(old.word) != normalize_word(new.word):
-                break
-            agreed += 1
+        earlier = [*self._older, self._tentative]
+        if len(earlier) < self.agreement - 1:  # not yet enough hypotheses to agree
+            agreed = 0
+        else:
+            agreed = 0
+            for column in zip(*earlier, fresh, strict=False):
+                if len({normalize_word(w.word) for w in column}) != 1:
+                    break
+                agreed += 1
         committed = fresh[:agreed]
         self._commit(committed)
+        self._older = [tail[agreed:] for tail in earlier][-(self.agreement - 2):] if self.agreement > 2 else []
         self._tentative = fresh[agreed:]
         return AgreementUpdate(committed=committed, tentative=list(self._tentative), trim_to=self.committed_until)
 
@@ -146,7 +158,7 @@ class LocalAgreement:
         """End of input: commit all of the final hypothesis (or, without one, the tentative tail)."""
         committed = self._new_words(words, offset) if words is not None else self._tentative
         self._commit(committed)
-        self._tentative = []
+        self._tentative, self._older = [], []
         return AgreementUpdate(committed=list(committed), tentative=[], trim_to=self.committed_until)
 
     def force_commit_before(self, time: float) -> AgreementUpdate:
@@ -159,6 +171,7 @@ class LocalAgreement:
         while n < len(self._tentative) and self._tentative[n].end <= time:
             n += 1
         committed, self._tentative = self._tentative[:n], self._tentative[n:]
+        self._older = [tail[n:] for tail in self._older]
         self._commit(committed)
         return AgreementUpdate(committed=committed, tentative=list(self._tentative), trim_to=self.committed_until)
 
@@ -186,7 +199,7 @@ class LocalAgreement:
         if not math.isfinite(offset):
             raise ValueError(f"offset must be a finite number of seconds, got {offset!r}")
         fresh = [
-            Word(word=w.word, start=w.start + offset, end=w.end + offset, confidence=w.confidence)
+            replace(w, start=w.start + offset, end=w.end + offset)
             for w in words
             if w.word.strip()
         ]

@@ -17,7 +17,7 @@ import enum
 import logging
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -272,6 +272,13 @@ class TurnDetector:
         self._unscored = np.zeros(0, dtype=np.float32)
         self._history = _History()
         return self._take_events()
+
+    def retune(self, silence_duration_ms: int) -> None:
+        """Change the silence that ends a turn, also for the turn in progress (semantic turn
+        detection sets it from the transcript so far)."""
+        settings = replace(self.settings, silence_duration_ms=silence_duration_ms)
+        settings.validate()
+        self.settings = self._gate.settings = settings
 
     def clear(self) -> None:
         """Drop held and unscored audio and any turn in progress, keeping the stream clock.

@@ -213,12 +213,14 @@ def test_models_lists_the_served_model(server: ServerProcess) -> None:
 
 
 def test_stream_prints_partials_in_place_then_the_transcript(server: ServerProcess) -> None:
+    # Half speed: a loaded machine still gets interim passes back while the audio plays (at real
+    # time, on 2 busy cores, every pass could still be in flight when the final supersedes it).
     c = clip(CLIP_IDS[0])
     started = time.monotonic()
-    result = run_oasr("stream", "--url", server.base_url, str(c.path))
+    result = run_oasr("stream", "--url", server.base_url, "--speed", "0.5", str(c.path))
     took = time.monotonic() - started
     assert result.returncode == EXIT_OK, result.stderr
-    assert took >= c.duration * 0.9, f"{c.duration:.1f} s of audio played in {took:.1f} s: not real time"
+    assert took >= c.duration * 2 * 0.9, f"{c.duration:.1f} s of audio played at half speed in {took:.1f} s"
     frames = result.stdout.split("\r")
     assert len([f for f in frames if f.strip()]) >= 3, f"expected partials before the final: {frames}"
     final = frames[-1]

@@ -1,7 +1,8 @@
-"""The realtime protocol without a server: session.update parsing in both shapes, server-VAD
-knobs refused with the server flag, audio payload decoding and container refusal, and a
-session driven by a scripted engine bridge to pin how partials become delta events
-(increments, revisions, committed text) and how a turn ends."""
+"""The realtime protocol without a server: session.update parsing in both shapes (formats, VAD
+knobs, semantic VAD, keywords, languages, delay, noise reduction, include), audio payload
+decoding and container refusal, and a session driven by a scripted engine bridge to pin how
+partials become delta events (increments, revisions, committed text, logprobs), how a turn
+ends, the idle timeout, and the event log a resumed connection replays."""
 
 from __future__ import annotations
 
@@ -19,14 +20,17 @@ from app.audio.g711 import mulaw_to_float
 from app.realtime.audio_input import container_of, decode_base64, decode_chunk
 from app.realtime.config import (
     InputFormat,
+    NoiseReduction,
     SessionConfig,
     TranscriptionConfig,
+    TurnDetection,
     VadSettings,
-    parse_beta_update,
-    parse_ga_update,
 )
 from app.realtime.events import ProtocolError, error_event, server_event
+from app.realtime.semantic import silence_for
+from app.realtime.sender import EventSender
 from app.realtime.session import RealtimeSession
+from app.realtime.update import parse_beta_update, parse_ga_update
 from engine import RequestOutput
 from tests.app.bridge_double import ScriptedService
 
@@ -71,12 +75,19 @@ def test_ga_bad_formats_name_the_field(fmt: dict[str, Any], param: str) -> None:
 
 
 def test_ga_update_changes_only_what_it_names() -> None:
-    start = SessionConfig(InputFormat("pcm16", 16000), server_vad=True, transcription=TranscriptionConfig("m", "en"))
+    start = SessionConfig(InputFormat("pcm16", 16000), transcription=TranscriptionConfig("m", "en"))
     config = parse_ga_update(ga({"turn_detection": None}), start, VAD)
-    assert config == SessionConfig(InputFormat("pcm16", 16000), server_vad=False,
+    assert config == SessionConfig(InputFormat("pcm16", 16000), turn_detection=None,
                                    transcription=TranscriptionConfig("m", "en"))
     config = parse_ga_update(ga({"transcription": {"prompt": "Kubernetes"}}), config, VAD)
     assert config.transcription == TranscriptionConfig("m", "en", "Kubernetes")
+    config = parse_ga_update(ga({"transcription": {"keywords": ["Kubernetes", " etcd "], "delay": "high"}},
+                                include=["item.input_audio_transcription.logprobs"]), config, VAD)
+    assert config.transcription == TranscriptionConfig("m", "en", "Kubernetes", keywords=("Kubernetes", "etcd"),
+                                                       delay="high")
+    assert config.logprobs and config.render_ga("s")["include"] == ["item.input_audio_transcription.logprobs"]
+    config = parse_ga_update(ga({"transcription": {"languages": ["en"]}}), config, VAD)
+    assert (config.transcription.language, config.transcription.languages) == (None, ("en",))
 
 
 def test_only_transcription_sessions() -> None:
@@ -84,31 +95,63 @@ def test_only_transcription_sessions() -> None:
     assert err.param == "session.type"
 
 
-def test_server_vad_with_the_servers_values_is_accepted() -> None:
-    event = ga({"turn_detection": {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300,
-                                   "silence_duration_ms": 500, "create_response": True}})
-    assert parse_ga_update(event, SessionConfig(server_vad=False), VAD).server_vad is True
+def test_server_vad_knobs_are_per_session_with_the_servers_as_defaults() -> None:
+    event = ga({"turn_detection": {"type": "server_vad", "threshold": 0.7, "silence_duration_ms": 200,
+                                   "idle_timeout_ms": 5000, "create_response": True}})
+    td = parse_ga_update(event, SessionConfig(turn_detection=None), VAD).turn_detection
+    assert td == TurnDetection("server_vad", 0.7, VAD.prefix_padding_ms, 200, idle_timeout_ms=5000)
+    beta = {"type": "transcription_session.update", "session": {"turn_detection": {"type": "server_vad"}}}
+    assert parse_beta_update(beta, SessionConfig(turn_detection=None), VAD).turn_detection == VAD.detection()
 
 
-@pytest.mark.parametrize(("key", "value", "flag", "env"), [
-    ("threshold", 0.7, "--vad-threshold", "OASR_VAD_THRESHOLD"),
-    ("silence_duration_ms", 200, "--vad-silence-duration-ms", "OASR_VAD_SILENCE_DURATION_MS"),
-    ("prefix_padding_ms", 0, "--vad-prefix-padding-ms", "OASR_VAD_PREFIX_PADDING_MS"),
-])
-def test_changing_a_server_vad_knob_names_the_server_flag(key: str, value: float, flag: str, env: str) -> None:
-    for event, param in (
-        (ga({"turn_detection": {"type": "server_vad", key: value}}), f"session.audio.input.turn_detection.{key}"),
-        ({"type": "transcription_session.update", "session": {"turn_detection": {"type": "server_vad", key: value}}},
-         f"session.turn_detection.{key}"),
-    ):
-        parse = parse_ga_update if event["type"] == "session.update" else parse_beta_update
-        err = raises("server_vad_setting", parse, event, SessionConfig(), VAD)
-        assert flag in err.message and env in err.message and err.param == param
+@pytest.mark.parametrize(("key", "value"), [("threshold", 1.5), ("threshold", True), ("silence_duration_ms", -1),
+                                            ("prefix_padding_ms", 2.5), ("idle_timeout_ms", 10)])
+def test_bad_server_vad_knobs_name_the_field(key: str, value: Any) -> None:
+    err = raises("invalid_value", parse_ga_update, ga({"turn_detection": {"type": "server_vad", key: value}}),
+                 SessionConfig(), VAD)
+    assert err.param == f"session.audio.input.turn_detection.{key}"
 
 
-def test_semantic_vad_is_refused() -> None:
-    raises("unsupported_turn_detection", parse_ga_update, ga({"turn_detection": {"type": "semantic_vad"}}),
+def test_semantic_vad_and_its_eagerness() -> None:
+    td = parse_ga_update(ga({"turn_detection": {"type": "semantic_vad", "eagerness": "high"}}), SessionConfig(),
+                         VAD).turn_detection
+    assert td is not None and (td.type, td.eagerness) == ("semantic_vad", "high")
+    assert td.render() == {"type": "semantic_vad", "eagerness": "high"}
+    raises("invalid_value", parse_ga_update, ga({"turn_detection": {"type": "semantic_vad", "eagerness": "now"}}),
            SessionConfig(), VAD)
+    raises("unsupported_turn_detection", parse_ga_update, ga({"turn_detection": {"type": "push_to_talk"}}),
+           SessionConfig(), VAD)
+
+
+def test_semantic_silence_follows_the_transcript_and_eagerness() -> None:
+    assert silence_for("", "auto") == silence_for("", "medium") == 800
+    assert silence_for("I hardly know her.", "medium") == 400  # a sentence ended: sooner
+    assert silence_for("I hardly know her", "medium") == 800  # a clause complete, no punctuation
+    assert silence_for("I went to the", "medium") == 3200  # mid-clause: wait
+    assert silence_for("and then, um", "high") == 1600
+    assert silence_for("so I said,", "low") == 6000
+    assert silence_for("Well.", "high") < silence_for("Well.", "medium") < silence_for("Well.", "low")
+
+
+@pytest.mark.parametrize("word", ["<b>bold</b>", "a > b", "two\nlines"])
+def test_a_bad_keyword_rejects_the_whole_update(word: str) -> None:
+    event = ga({"format": {"type": "audio/pcmu"}, "transcription": {"keywords": ["fine", word]}})
+    err = raises("invalid_value", parse_ga_update, event, SessionConfig(), VAD)
+    assert err.param == "session.audio.input.transcription.keywords[1]"
+
+
+def test_language_with_languages_delay_include_and_noise_reduction_are_checked() -> None:
+    both = ga({"transcription": {"language": "en", "languages": ["en"]}})
+    assert raises("invalid_value", parse_ga_update, both, SessionConfig(), VAD).param.endswith(".languages")
+    raises("invalid_value", parse_ga_update, ga({"transcription": {"delay": "later"}}), SessionConfig(), VAD)
+    raises("invalid_value", parse_ga_update, ga({}, include=["item.other"]), SessionConfig(), VAD)
+    raises("invalid_value", parse_ga_update, ga({"noise_reduction": {"type": "studio"}}), SessionConfig(), VAD)
+    config = parse_ga_update(ga({"noise_reduction": {"type": "far_field"}}), SessionConfig(), VAD)
+    assert config.noise_reduction == NoiseReduction("far_field", 1.0)
+    config = parse_ga_update(ga({"noise_reduction": {"strength": 0.5}}), config, VAD)  # keeps the type
+    assert config.noise_reduction == NoiseReduction("far_field", 0.5)
+    beta = {"session": {"input_audio_noise_reduction": {"type": "near_field"}, "include": None}}
+    assert parse_beta_update(beta, config, VAD).noise_reduction == NoiseReduction("near_field", 0.5)
 
 
 @pytest.mark.parametrize(("name", "expected"), [
@@ -120,17 +163,18 @@ def test_beta_formats(name: str, expected: InputFormat) -> None:
         "input_audio_format": name, "input_audio_transcription": {"model": "whisper-1", "language": "en"},
         "turn_detection": None}}
     config = parse_beta_update(event, SessionConfig(), VAD)
-    assert config == SessionConfig(expected, server_vad=False, transcription=TranscriptionConfig("whisper-1", "en"))
+    assert config == SessionConfig(expected, turn_detection=None, transcription=TranscriptionConfig("whisper-1", "en"))
     raises("invalid_value", parse_beta_update, {"session": {"input_audio_format": "opus"}}, SessionConfig(), VAD)
 
 
 def test_rendered_sessions_parse_back_to_the_same_config() -> None:
-    config = SessionConfig(InputFormat("pcma", 8000), server_vad=True, transcription=TranscriptionConfig(None, "en"))
-    ga_session = config.render_ga("sess_1", VAD)
+    config = SessionConfig(InputFormat("pcma", 8000), turn_detection=TurnDetection(idle_timeout_ms=4000),
+                           transcription=TranscriptionConfig(None, "en", keywords=("OASR",), delay="low"),
+                           noise_reduction=NoiseReduction("near_field", 0.75), logprobs=True)
+    ga_session = config.render_ga("sess_1")
     assert parse_ga_update({"session": ga_session}, SessionConfig(), VAD) == config
-    beta_session = config.render_beta("sess_1", VAD)
+    beta_session = config.render_beta("sess_1")
     assert parse_beta_update({"session": beta_session}, SessionConfig(), VAD) == config
-    assert ga_session["audio"]["input"]["turn_detection"] == {**VAD.turn_detection()}
 
 
 def test_transcription_fields_must_be_strings() -> None:
@@ -229,14 +273,19 @@ async def test_partials_become_increments_and_revisions_and_one_completed() -> N
     await settle()
     kinds = [e["type"] for e in sender.events]
     delta, done = "conversation.item.input_audio_transcription.delta", "conversation.item.input_audio_transcription.completed"
-    assert kinds == ["session.created", "session.updated", delta, delta, delta, "input_audio_buffer.committed", done]
+    assert kinds == ["session.created", "session.updated", delta, delta, delta, "input_audio_buffer.committed",
+                     "conversation.item.added", done, "conversation.item.done"]
     d1, d2, d3 = sender.events[2:5]
     assert (d1["delta"], d1.get("text")) == ("Hello war", None)
     assert (d2["delta"], d2["text"]) == ("", "Hello word")  # tentative "war" was revised
     assert (d3["delta"], d3.get("text")) == (" now", None)
     assert [d["committed"] for d in (d1, d2, d3)] == ["", "Hello ", "Hello word "]
     assert d1["audio_end_ms"] == 250 and d1["server_ms"] >= 0
-    done = sender.events[-1]
+    added, done, item = sender.events[-3:]
+    assert added["item"]["content"] == [{"type": "input_audio", "transcript": None}]
+    assert item["item"]["id"] == done["item_id"] == d1["item_id"]
+    assert item["item"]["content"] == [{"type": "input_audio", "transcript": "Hello word now."}]
+    assert "logprobs" not in done and "logprobs" not in d1  # not asked for
     assert done["transcript"] == "Hello word now." and done["audio_end_ms"] == 500
     assert done["usage"] == {"type": "duration", "seconds": 0.5} and done["finish_reason"] == "stop"
     assert service.fed[rid][-1] == (0, True)  # the commit ended the engine request's input
@@ -257,7 +306,8 @@ async def test_unsupported_language_and_engine_failure() -> None:
     service.streams[rid].put(RequestOutput(rid, finished=True, finish_reason="error", error="boom",
                                            error_stage="decode"))
     await settle()
-    failed = sender.events[-1]
+    failed = sender.events[-2]
+    assert sender.events[-1]["type"] == "conversation.item.done"
     assert failed["type"] == "conversation.item.input_audio_transcription.failed"
     assert failed["error"]["code"] == "recognition_failed" and "boom" in failed["error"]["message"]
 
@@ -381,7 +431,7 @@ async def test_manual_commit_under_server_vad_closes_the_turn_in_progress(clips:
         await session.handle_binary(pcm[i : i + 640])
     assert [e["type"] for e in sender.events][-1] == "input_audio_buffer.speech_started"
     await session.handle_text(json.dumps({"type": "input_audio_buffer.commit"}))
-    stopped, committed = sender.events[-2:]
+    stopped, committed, _ = sender.events[-3:]
     assert stopped["type"] == "input_audio_buffer.speech_stopped" and committed["type"] == "input_audio_buffer.committed"
     assert stopped["audio_end_ms"] == 2000 and stopped["item_id"] == committed["item_id"]
     (rid,) = service.streams
@@ -391,5 +441,94 @@ async def test_manual_commit_under_server_vad_closes_the_turn_in_progress(clips:
     assert service.fed[rid][-1] == (0, True)
     service.streams[rid].put(RequestOutput(rid, text="go forward", finished=True, finish_reason="stop"))
     await settle()
-    assert sender.events[-1]["type"] == "conversation.item.input_audio_transcription.completed"
-    assert sender.events[-1]["audio_end_ms"] == 2000
+    assert sender.events[-2]["type"] == "conversation.item.input_audio_transcription.completed"
+    assert sender.events[-2]["audio_end_ms"] == 2000
+
+
+async def test_logprobs_go_with_deltas_and_the_completed_transcript() -> None:
+    service, sender = ScriptedService(), ListSender()
+    session = RealtimeSession(sender, service, vad_batcher=None, vad=VAD)  # type: ignore[arg-type]
+    await session.handle_text(json.dumps(ga({"turn_detection": None}, include=["item.input_audio_transcription.logprobs"])))
+    await session.handle_binary(np.zeros(4800, dtype="<i2").tobytes())
+    (rid,) = service.streams
+
+    def out(pieces: list[bytes], **fields: Any) -> RequestOutput:
+        text = b"".join(pieces).decode().strip()
+        return RequestOutput(rid, text=text, tokens=list(range(len(pieces))), token_bytes=pieces,
+                             token_logprobs=[-0.1 * (i + 1) for i in range(len(pieces))], duration=0.2, **fields)
+
+    service.streams[rid].put(out([b" Hello", b" war"], committed="", tentative="Hello war"))
+    await settle()
+    revised = out([b" Hello", b" word"], committed="Hello ", tentative="word")
+    revised.tokens = [0, 7]  # the second token changed
+    service.streams[rid].put(revised)
+    await settle()
+    await session.handle_text(json.dumps({"type": "input_audio_buffer.commit"}))
+    service.streams[rid].put(out([b" Hello", b" world", b"."], finished=True, finish_reason="stop"))
+    await settle()
+    deltas = [e for e in sender.events if e["type"].endswith("transcription.delta")]
+    assert [[lp["token"] for lp in d["logprobs"]] for d in deltas] == [[" Hello", " war"], [" word"]]
+    assert deltas[0]["logprobs"][0] == {"token": " Hello", "logprob": -0.1, "bytes": list(b" Hello")}
+    done = next(e for e in sender.events if e["type"].endswith("transcription.completed"))
+    assert [lp["token"] for lp in done["logprobs"]] == [" Hello", " world", "."]
+
+
+async def test_idle_timeout_commits_an_empty_item_per_silent_stretch(clips: Any) -> None:
+    from app.live.vad import VadBatcher
+    from engine.vad import load_vad_model
+
+    service, sender = ScriptedService(), ListSender()
+    session = RealtimeSession(sender, service, vad_batcher=VadBatcher(load_vad_model("silero")),  # type: ignore[arg-type]
+                              vad=VAD)
+    await session.handle_text(json.dumps(ga({"format": {"type": "audio/pcm", "rate": 16000},
+                                             "turn_detection": {"type": "server_vad", "idle_timeout_ms": 1000}})))
+    quiet = (np.random.default_rng(0).standard_normal(16000 * 5 // 2) * 30).astype("<i2").tobytes()  # 2.5 s
+    for i in range(0, len(quiet), 640):
+        await session.handle_binary(quiet[i : i + 640])
+    timeouts = [e for e in sender.events if e["type"] == "input_audio_buffer.timeout_triggered"]
+    assert [(t["audio_start_ms"], t["audio_end_ms"]) for t in timeouts] == [(0, 1000), (1000, 2000)]
+    kinds = [e["type"] for e in sender.events[1:6]]  # after session.updated
+    assert kinds == ["input_audio_buffer.timeout_triggered", "input_audio_buffer.committed", "conversation.item.added",
+                     "conversation.item.input_audio_transcription.completed", "conversation.item.done"]
+    assert sender.events[4]["transcript"] == "" and not service.streams  # no engine request for silence
+
+
+class FakeSocket:
+    """What EventSender needs of a WebSocket; `fail` makes sends raise (a dropped client)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        from starlette.websockets import WebSocketState
+
+        self.application_state = WebSocketState.CONNECTED
+        self.sent: list[dict[str, Any]] = []
+        self.fail = fail
+
+    async def send_text(self, text: str) -> None:
+        if self.fail:
+            raise ConnectionResetError("gone")
+        self.sent.append(json.loads(text))
+
+
+async def test_a_resumed_connection_gets_every_later_event_exactly_once() -> None:
+    first = FakeSocket()
+    sender = EventSender(first, replay=100)  # type: ignore[arg-type]
+    events = [server_event("e", n=i) for i in range(6)]
+    for e in events[:3]:
+        await sender.send(e)
+    first.fail = True  # dropped: events 3.. are only logged
+    for e in events[3:5]:
+        await sender.send(e)
+    assert sender.detach(first)  # type: ignore[arg-type]
+    await sender.send(events[5])
+    second = FakeSocket()
+    await sender.attach(second, events[1]["event_id"], lambda n: server_event("session.resumed", replayed=n))  # type: ignore[arg-type]
+    assert [e.get("n") for e in second.sent] == [None, 2, 3, 4, 5] and second.sent[0]["replayed"] == 4
+    # resuming after the greeting means: after the event it was sent for (what it replayed may be lost)
+    third = FakeSocket()
+    old = await sender.attach(third, second.sent[0]["event_id"], lambda n: server_event("session.resumed", replayed=n))  # type: ignore[arg-type]
+    assert old is second and [e.get("n") for e in third.sent] == [None, 2, 3, 4, 5]
+    assert not sender.knows("event_nope")
+    small = EventSender(FakeSocket(), replay=2)  # type: ignore[arg-type]
+    for e in events:
+        await small.send(e)
+    assert not small.knows(events[3]["event_id"]) and small.knows(events[4]["event_id"])

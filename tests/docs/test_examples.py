@@ -76,7 +76,8 @@ def test_example_runs(block: Block, server: ServerProcess, tmp_path: Path) -> No
 def test_api_reference_runs_every_kind_of_client() -> None:
     tested = "\n".join(b.code for b in blocks("docs/api.md"))
     for client in ("curl ", "from openai import OpenAI", "speech_pb2_grpc", "import websockets",
-                   "/v1/speech:recognize", "grpc_health", "/v1/models", "/metrics", "stream=true"):
+                   "/v1/speech:recognize", "grpc_health", "/v1/models", "/metrics", "stream=true",
+                   "AsyncDeepgramClient"):
         assert client in tested, f"docs/api.md has no tested example using {client!r}"
 
 

@@ -53,9 +53,9 @@ def sdk(server: ServerProcess) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.base_url + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT_S)
 
 
-def _stream_events(client: openai.OpenAI, path: Path) -> list[Any]:
+def _stream_events(client: openai.OpenAI, path: Path, **kwargs: Any) -> list[Any]:
     with path.open("rb") as f:
-        return list(client.audio.transcriptions.create(model="whisper-1", file=f, stream=True))
+        return list(client.audio.transcriptions.create(model="whisper-1", file=f, stream=True, **kwargs))
 
 
 def _create(client: openai.OpenAI, path: Path, **kwargs: Any) -> Any:
@@ -75,6 +75,8 @@ def sdk_answers(sdk: openai.OpenAI) -> dict[str, Future[Any]]:
         "verbose_json": lambda: _create(sdk, path, response_format="verbose_json"),
         "words": lambda: _create(sdk, path, response_format="verbose_json", timestamp_granularities=["word"]),
         "stream": lambda: _stream_events(sdk, path),
+        "logprobs": lambda: _create(sdk, path, include=["logprobs"]),
+        "stream-logprobs": lambda: _stream_events(sdk, path, include=["logprobs"]),
     }
     pool = ThreadPoolExecutor(max_workers=len(calls))
     futures = {name: pool.submit(call) for name, call in calls.items()}
@@ -176,6 +178,23 @@ def test_sdk_stream_sends_deltas_then_done(sdk_answers: dict[str, Future[Any]]) 
     done = events[-1].text
     assert "".join(deltas) == done
     assert wer([_reference()], [done]) <= MAX_WER, done
+
+
+def test_sdk_include_logprobs_with_usage(sdk_answers: dict[str, Future[Any]]) -> None:
+    out = _answer(sdk_answers, "logprobs")
+    assert out.logprobs and all(lp.logprob <= 0 for lp in out.logprobs)
+    assert b"".join(bytes(int(b) for b in lp.bytes) for lp in out.logprobs).decode().strip() == out.text.strip()
+    assert out.usage.type == "duration" and out.usage.seconds >= 1
+    assert out.text == _answer(sdk_answers, "json").text  # asking for logprobs changes nothing else
+
+
+def test_sdk_stream_with_logprobs(sdk_answers: dict[str, Future[Any]]) -> None:
+    events = _answer(sdk_answers, "stream-logprobs")
+    deltas = [e for e in events if e.type == "transcript.text.delta"]
+    done = events[-1]
+    assert deltas and done.type == "transcript.text.done" and done.logprobs, [e.type for e in events]
+    assert [lp.token for d in deltas for lp in d.logprobs or []] == [lp.token for lp in done.logprobs]
+    assert done.usage is not None and done.usage.type == "duration"
 
 
 def test_sdk_translation_names_the_english_only_limit(sdk: openai.OpenAI) -> None:
@@ -283,6 +302,9 @@ BAD_INPUT = [
     ("stream-srt", {"stream": "true", "response_format": "srt"}, lambda: _wav(16000), 400, "stream",
      ["stream", "json", "text"]),
     ("language-on-english-only", {"language": "fr"}, lambda: _wav(16000), 400, None, ["english-only", "'fr'"]),
+    ("include-unknown", {"include[]": "tokens"}, lambda: _wav(16000), 400, "include", ["include", "logprobs"]),
+    ("logprobs-with-srt", {"include[]": "logprobs", "response_format": "srt"}, lambda: _wav(16000), 400, "include",
+     ["response_format=json"]),
     ("language-on-english-only-stream", {"language": "fr", "stream": "true"}, lambda: _wav(16000), 400, None,
      ["english-only", "'fr'"]),
 ]

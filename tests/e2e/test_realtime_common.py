@@ -107,9 +107,11 @@ def check_session_events(events: Sequence[dict[str, Any]]) -> None:
 
 
 async def sdk_session(ws_url: str, pcm: bytes, *, rate: int = 24000, chunk_ms: int = 20,
-                      server_vad: bool = False, timeout: float = 120.0) -> SessionLog:
+                      server_vad: bool = False, timeout: float = 120.0, hold_at_s: float | None = None) -> SessionLog:
     """Stream `pcm` through the official SDK's realtime client at real-time pace, commit at the
-    end (manual turn detection) and collect events until every committed item has ended."""
+    end (manual turn detection) and collect events until every committed item has ended.
+    `hold_at_s`: once that much audio is out, wait for the first delta before sending the rest
+    (a streaming server answers while the audio is still coming, however slow the machine)."""
     import openai
 
     client = openai.AsyncOpenAI(api_key="x", websocket_base_url=ws_url + "/v1")
@@ -126,10 +128,13 @@ async def sdk_session(ws_url: str, pcm: bytes, *, rate: int = 24000, chunk_ms: i
             }},
         })
         done = asyncio.Event()
+        first_delta = asyncio.Event()
 
         async def receive() -> None:
             async for event in conn:
                 log.add(event.to_dict())
+                if log.events[-1]["type"] == DELTA and log.events[-1].get("delta"):
+                    first_delta.set()
                 committed = {e["item_id"] for e in log.of_type(COMMITTED)}
                 ended = {e["item_id"] for e in log.events if e["type"] in TERMINAL}
                 if done.is_set() and committed and committed <= ended:
@@ -137,7 +142,14 @@ async def sdk_session(ws_url: str, pcm: bytes, *, rate: int = 24000, chunk_ms: i
 
         receiver = asyncio.create_task(receive())
 
+        hold = None if hold_at_s is None else round(hold_at_s * 1000 / chunk_ms)
+        sent = 0
+
         async def append(chunk: bytes) -> None:
+            nonlocal sent
+            if sent == hold:
+                await asyncio.wait_for(first_delta.wait(), timeout)
+            sent += 1
             await conn.input_audio_buffer.append(audio=base64.b64encode(chunk).decode())
 
         log.audio_end = await send_paced(append, chunks_of(pcm, chunk_bytes), chunk_ms / 1000)

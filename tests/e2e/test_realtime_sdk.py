@@ -52,7 +52,9 @@ def test_offline_server_answers_each_turn_with_one_completed(logs: dict[str, Ses
     for log in logs.values():
         check_session_events(log.events)
         kinds = [e["type"] for e in log.events]
-        assert kinds == ["session.created", "session.updated", COMMITTED, TERMINAL[0]], kinds
+        assert kinds[:5] == ["session.created", "session.updated", COMMITTED, "conversation.item.added",
+                             TERMINAL[0]], kinds
+        assert kinds[5:] in ([], ["conversation.item.done"]), kinds  # the client stops at the transcript
         assert not log.of_type(DELTA)
         session = log.events[1]["session"]
         assert session["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}

@@ -1,4 +1,4 @@
-"""LocalAgreement-2 over scripted and random hypothesis sequences."""
+"""LocalAgreement-2 (and -n) over scripted and random hypothesis sequences."""
 
 from __future__ import annotations
 
@@ -41,6 +41,22 @@ def test_commits_the_common_prefix_in_the_newer_surface_form() -> None:
     assert third.committed[0].start == pytest.approx(1.5)
     assert agreement.committed_text == "Hello, world! This was it"
     assert texts(third.tentative) == [" fine"]
+
+
+def test_three_pass_agreement_commits_only_what_three_passes_said() -> None:
+    agreement = LocalAgreement(agreement=3)
+    assert agreement.insert(hyp("the cat sat")).committed == []
+    assert agreement.insert(hyp("the cat sat on")).committed == []  # two passes are not enough
+    third = agreement.insert(hyp("the cat sit on the"))
+    assert texts(third.committed) == [" the", " cat"]  # "sat" / "sit": the third pass disagrees
+    assert texts(third.tentative) == [" sit", " on", " the"]
+    # the older passes' tails are kept past the commit: "sit on" must now agree three times
+    fourth = agreement.insert(hyp("cat sit on the mat", start=0.5))
+    assert texts(fourth.committed) == []  # pass two said "sat"
+    fifth = agreement.insert(hyp("cat sit on the mat", start=0.5))
+    assert texts(fifth.committed) == [" sit", " on", " the"]
+    assert agreement.committed_text == "the cat sit on the"
+    assert agreement.finish().committed[0].word == " mat"
 
 
 def test_untrimmed_window_reemitting_committed_words() -> None:
@@ -197,13 +213,13 @@ def _noisy_hypothesis(rng: random.Random, truth: list[str], heard: int, counter:
     return words[:wrong_from] + garbled
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_random_sequences_commit_only_agreed_prefixes(seed: int) -> None:
+@pytest.mark.parametrize(("seed", "passes"), [(s, 2) for s in range(20)] + [(s, 3) for s in range(5)])
+def test_random_sequences_commit_only_agreed_prefixes(seed: int, passes: int) -> None:
     rng = random.Random(seed)
     # Distinct words: a repeated n-gram right at the commit point is indistinguishable from a
     # re-emission and is dropped by design (see the scripted repeat tests).
     truth = rng.sample([f"{a}{b}" for a in ("ka", "to", "ri", "mu", "se") for b in ("n", "m", "l", "p", "t", "k")], 30)
-    agreement = LocalAgreement()
+    agreement = LocalAgreement(agreement=passes)
     counter = [0]
     history: list[str] = []
     offset, heard, previous = 0.0, 0, [""]

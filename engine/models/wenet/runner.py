@@ -191,6 +191,8 @@ class WenetRunner:
             raise UnsupportedError("CTC decoding takes no prompt")
         for keyword in options.keywords:
             self.speller.spell(keyword)
+        if options.logprobs:
+            raise UnsupportedError("this CTC model does not report per-token log-probabilities")
 
     def free_slots(self) -> int:
         return self.pool.num_free // self.blocks_per_chunk

@@ -119,7 +119,9 @@ class DecodeGroup:
         self.num_rows = self.beam
         self.tokens: list[list[int]] = [[] for _ in range(self.num_rows)]
         self.sum_logprobs = [0.0] * self.num_rows
+        self.token_logprobs: list[list[float]] = [[] for _ in range(self.num_rows)]
         self.finished_beams: dict[tuple[int, ...], float] = {}
+        self.finished_logprobs: dict[tuple[int, ...], list[float]] = {}
         self.no_speech_prob = 0.0
         self.done = False
         self.result: WindowResult | None = None
@@ -175,6 +177,7 @@ class DecodeGroup:
         if not self.tokens[0] or self.tokens[0][-1] != self.rules.eot:
             self.sum_logprobs[0] += lp
         self.tokens[0].append(token)
+        self.token_logprobs[0].append(lp)
         if token == self.rules.eot or len(self.tokens[0]) >= self.max_new_tokens:
             self._finish_single()
         return [0]
@@ -196,7 +199,7 @@ class DecodeGroup:
 
     def _advance_beam(self, logprobs: Tensor) -> list[int]:
         eot = self.rules.eot
-        candidates: dict[tuple[int, ...], tuple[float, int]] = {}
+        candidates: dict[tuple[int, ...], tuple[float, int, float]] = {}
         first_step = not self.tokens[0]
         rows = 1 if first_step else self.num_rows  # all beams are identical before the first token
         top_lp, top_tok = logprobs[:rows].topk(self.beam + 1, dim=-1)
@@ -205,21 +208,24 @@ class DecodeGroup:
                 seq = (*self.tokens[i], tok)
                 score = self.sum_logprobs[i] + lp
                 if seq not in candidates or candidates[seq][0] < score:
-                    candidates[seq] = (score, i)
+                    candidates[seq] = (score, i, lp)
         sources: list[int] = []
         new_tokens: list[list[int]] = []
         new_sums: list[float] = []
-        for seq, (score, src) in sorted(candidates.items(), key=lambda kv: kv[1][0], reverse=True):
+        new_lps: list[list[float]] = []
+        for seq, (score, src, lp) in sorted(candidates.items(), key=lambda kv: kv[1][0], reverse=True):
             if seq[-1] == eot:
                 if len(self.finished_beams) < self.beam:
                     self.finished_beams[seq[:-1]] = score
+                    self.finished_logprobs[seq[:-1]] = self.token_logprobs[src]
             else:
                 sources.append(src)
                 new_tokens.append(list(seq))
                 new_sums.append(score)
+                new_lps.append([*self.token_logprobs[src], lp])
             if len(new_tokens) == self.beam:
                 break
-        self.tokens, self.sum_logprobs = new_tokens, new_sums
+        self.tokens, self.sum_logprobs, self.token_logprobs = new_tokens, new_sums, new_lps
         if len(self.finished_beams) >= self.beam or len(self.tokens[0]) >= self.max_new_tokens:
             self._finish_beam()
         return sources
@@ -237,14 +243,17 @@ class DecodeGroup:
             avg_logprob=total / (len(toks) + 1),
             no_speech_prob=self.no_speech_prob,
             temperature=self.temperature,
+            token_logprobs=self.token_logprobs[0][: len(toks)],
         )
         self.done = True
 
     def _finish_beam(self) -> None:
         finished = dict(self.finished_beams)
+        logprobs = dict(self.finished_logprobs)
         if not finished:  # ran out of length: take the live beams
-            for seq, lp in zip(self.tokens, self.sum_logprobs):
+            for seq, lp, lps in zip(self.tokens, self.sum_logprobs, self.token_logprobs):
                 finished[tuple(seq)] = lp
+                logprobs[tuple(seq)] = lps
         ranked = sorted(finished.items(), key=lambda kv: kv[1] / max(1, len(kv[0])), reverse=True)
         best, best_lp = ranked[0]
         self.result = WindowResult(
@@ -254,6 +263,7 @@ class DecodeGroup:
             no_speech_prob=self.no_speech_prob,
             temperature=self.temperature,
             nbest=[(list(seq), lp / max(1, len(seq))) for seq, lp in ranked],
+            token_logprobs=logprobs[best],
         )
         self.done = True
 

@@ -27,7 +27,7 @@ from engine.models.whisper.transcript import (
     split_segments,
     temperature_ladder,
 )
-from engine.models.whisper.window import WindowJob, WindowResult, WindowUpdate
+from engine.models.whisper.window import WindowJob, WindowResult, WindowUpdate, attach_logprobs
 from engine.request import Request
 from engine.types import Alternative, RequestOutput, Segment, Word
 
@@ -49,8 +49,10 @@ class OfflineTranscription:
         self.language: str | None = (self.options.language or None) if parts.multilingual else "en"
         tok = parts.tokenizer
         self.initial_prompt = tok.encode(" " + self.options.prompt.strip()) if self.options.prompt else []
+        self.keywords = tok.keyword_tokens(self.options.keywords)
         self.history: list[int] = []  # text+timestamp tokens of accepted windows, for conditioning
         self.segments: list[Segment] = []
+        self.segment_logprobs: list[list[float]] = []  # per segment, each of its tokens' log-probability
         self.window_nbest: list[tuple[list[int], float]] = []
         self.windows = 0
         self.attempts: list[WindowResult] = []  # the current window's decodes that failed the checks
@@ -78,7 +80,7 @@ class OfflineTranscription:
     def build_prefix(self) -> tuple[list[int], int]:
         tok = self.parts.tokenizer
         prompt = self.initial_prompt + (self.history if self.options.condition_on_previous_text else [])
-        prompt = prompt[-(self.parts.dims.n_text_ctx // 2 - 1):]
+        prompt = self.keywords + prompt[-(self.parts.dims.n_text_ctx // 2 - 1 - len(self.keywords)):]
         sot = tok.sot_sequence(self.language, self.options.task, timestamps=True)
         prefix = ([tok.sot_prev, *prompt] if prompt else []) + sot
         return prefix, len(prefix) - len(sot)
@@ -180,13 +182,19 @@ class OfflineTranscription:
         tok = self.parts.tokenizer
         duration = self.request.duration
         kept: list[tuple[list[int], list[int], str, float, float]] = []  # tokens, text tokens, text, start, end
+        kept_logprobs: list[list[float]] = []
+        offset = 0  # the raw segments are consecutive slices of result.tokens
         for seg in raw:
+            lps = result.token_logprobs[offset : offset + len(seg.tokens)]
+            offset += len(seg.tokens)
             text_tokens = [t for t in seg.tokens if t < tok.eot]
             text = tok.decode(text_tokens)
             if not text.strip():
                 continue
             start = max(0.0, min(seg.start, duration))
             kept.append((seg.tokens, text_tokens, text, start, max(start, min(seg.end, duration))))
+            kept_logprobs.append([lp for t, lp in zip(seg.tokens, lps) if t < tok.eot])
+        self.segment_logprobs.extend(kept_logprobs)
         words: list[list[Word] | None] = [None] * len(kept)
         if self.options.word_timestamps and kept:
             words = list(self._align(job, [(k[1], k[3], k[4]) for k in kept]))
@@ -238,7 +246,7 @@ class OfflineTranscription:
         return "".join(s.text for s in self.segments).strip()
 
     def partial(self) -> RequestOutput:
-        return RequestOutput(
+        out = RequestOutput(
             request_id=self.request.request_id,
             text=self._text(),
             finished=False,
@@ -247,6 +255,15 @@ class OfflineTranscription:
             committed=self._text(),
             segments=list(self.segments),
         )
+        self._attach_logprobs(out)
+        return out
+
+    def _attach_logprobs(self, out: RequestOutput) -> None:
+        if not self.options.logprobs:
+            return
+        eot = self.parts.tokenizer.eot
+        tokens = [t for s in self.segments for t in s.tokens if t < eot]
+        attach_logprobs(out, self.parts.tokenizer, tokens, [lp for lps in self.segment_logprobs for lp in lps])
 
     def finish(self) -> RequestOutput:
         tok = self.parts.tokenizer
@@ -264,7 +281,7 @@ class OfflineTranscription:
             logprobs = [s.avg_logprob for s in self.segments]
             conf = math.exp(sum(logprobs) / len(logprobs)) if logprobs else 0.0
             nbest = [Alternative(text, round(conf, 4))]
-        return RequestOutput(
+        out = RequestOutput(
             request_id=self.request.request_id,
             text=text,
             tokens=tokens,
@@ -278,3 +295,5 @@ class OfflineTranscription:
             duration=self.request.duration,
             committed=text,
         )
+        self._attach_logprobs(out)
+        return out

@@ -12,10 +12,12 @@ from typing import Literal
 
 from engine.errors import InvalidRequestError
 
+EncoderContext = Literal["fit", "full"]
+
 
 @dataclass(frozen=True)
 class WhisperOptions:
-    offline_encoder_context: Literal["fit", "full"] = "fit"
+    offline_encoder_context: EncoderContext = "fit"
     """Offline windows shorter than 30 s: 'fit' encodes the audio plus 1 s of padding and
     completes Whisper's 30 s context with the encoding of silence, which the window's positions
     also attend to in every encoder layer, as they would in a 30 s window (context.py); 'full'

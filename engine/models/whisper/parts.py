@@ -92,6 +92,9 @@ class WhisperParts:
         half_ctx = self.dims.n_text_ctx // 2
         if options.prompt is not None and len(self.tokenizer.encode(options.prompt)) > half_ctx:
             raise InvalidRequestError(f"prompt is longer than {half_ctx} tokens")
+        keywords = len(self.tokenizer.keyword_tokens(options.keywords))
+        if keywords > half_ctx // 2:  # they head every window's prompt: leave room for the text
+            raise InvalidRequestError(f"keywords take {keywords} tokens; at most {half_ctx // 2} fit Whisper's prompt")
 
     def detect_languages(self, audio_features: list[Tensor]) -> list[str]:
         """The most likely language code of each window (S, C), from the decoder's first step."""

@@ -10,6 +10,7 @@ stream is bounded: the window audio and the committed text.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import replace
 from itertools import takewhile
 
@@ -21,10 +22,10 @@ from engine.models.whisper.context import fit_frames
 from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.transcript import COMPRESSION_RATIO_THRESHOLD, compression_ratio, is_silence
-from engine.models.whisper.window import WindowJob, WindowResult, WindowUpdate
+from engine.models.whisper.window import WindowJob, WindowResult, WindowUpdate, attach_logprobs
 from engine.request import Request
 from engine.streaming.local_agreement import LocalAgreement, join_words, normalize_word
-from engine.types import RequestOutput, Segment, Word
+from engine.types import Delay, RequestOutput, Segment, Word
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,17 @@ REHEARD_TOLERANCE_S = 0.6  # a re-heard committed word ends this close to where 
 UNSETTLED_TAIL_S = 1.0  # the last words of a pass, this close to its audio's end, are not forced on the final
 FORCED_TRIM_KEEP_S = 5.0  # a window at its cap keeps this much uncommitted audio
 TOKENS_PER_SECOND_CAP = 8  # fast speech is ~4 text tokens/s; the rest is room for timestamps
+
+DELAYS: dict[Delay, tuple[float, int]] = {
+    "minimal": (0.5, 2),
+    "low": (1.0, 2),
+    "medium": (1.0, 3),
+    "high": (2.0, 3),
+    "xhigh": (3.0, 4),
+}
+"""`DecodingOptions.delay` -> (pass cadence as a multiple of the engine's stream_step_ms, passes
+that must agree before words commit). Shorter cadence: faster partials for proportionally more
+compute; more agreeing passes: fewer committed mistakes, later commits. No delay is 'low'."""
 
 
 class StreamingTranscription:
@@ -59,7 +71,11 @@ class StreamingTranscription:
         self.new_samples = 0
         self.in_flight = False
         self.final_done = False
-        self.agreement = LocalAgreement()
+        self.cadence, agree = DELAYS[self.options.delay or "low"]
+        """cadence: the engine's pass step is multiplied by it (the delay's pass cadence)."""
+        self.agreement = LocalAgreement(agreement=agree)
+        self.keywords = parts.tokenizer.keyword_tokens(self.options.keywords)
+        self._forced_words: list[Word] = []  # the words a final pass is forced with (logprobs known)
         self.committed_words: list[Word] = []
         self.passes = 0
         self.current_job: WindowJob | None = None  # the pass in flight
@@ -75,11 +91,12 @@ class StreamingTranscription:
             self.new_samples += int(chunk.size)
 
     def ready(self, step_samples: int) -> bool:
-        """Due a pass: `step_samples` of new audio (absorbed or not yet), or the end of input."""
+        """Due a pass: `step_samples` of new audio times the delay's cadence (absorbed or not
+        yet), or the end of input."""
         if self.in_flight or self.final_done:
             return False
         pending = self.new_samples + self.request.pending_samples
-        return pending >= step_samples or self.request.input_finished
+        return pending >= round(step_samples * self.cadence) or self.request.input_finished
 
     def is_final_pass(self) -> bool:
         return self.request.input_finished and not self.request.pending_audio
@@ -121,6 +138,8 @@ class StreamingTranscription:
         before = [w for w in self.committed_words if w.end <= self.window_start + 1e-3]
         prompt_text = "" if self.unprompted else (self.options.prompt or "") + join_words(before)
         prompt = tok.encode(" " + prompt_text[-PROMPT_CHARS:].strip()) if prompt_text.strip() else []
+        if not self.unprompted:
+            prompt = self.keywords + prompt
         forced = self.current_job.forced if self.current_job is not None else []
         sot = tok.sot_sequence(self.language, self.options.task, timestamps=not forced)
         prefix = ([tok.sot_prev, *prompt] if prompt else []) + sot
@@ -143,8 +162,9 @@ class StreamingTranscription:
         self.current_job = None
         self.heard_until = self.window_start + job.frames / FRAMES_PER_SECOND
         looping = self._looping(result.tokens)
-        if job.forced:
-            result = replace(result, tokens=job.forced + result.tokens)
+        if job.forced:  # forced tokens were read, not chosen: their log-probabilities come from the words
+            result = replace(result, tokens=job.forced + result.tokens,
+                             token_logprobs=[math.nan] * len(job.forced) + result.token_logprobs)
         silent = self._silent(result)
         mute = not silent and not any(t < self.parts.tokenizer.eot for t in result.tokens)
         if (mute or looping) and (job.sot_index or job.forced) and not self.unprompted:
@@ -209,6 +229,7 @@ class StreamingTranscription:
         if final:
             settled = self.heard_until - UNSETTLED_TAIL_S
             inside += list(takewhile(lambda w: w.end <= settled, self.agreement.tentative))
+        self._forced_words = inside
         text = join_words(inside).strip()
         return self.parts.tokenizer.encode(" " + text) if text else []
 
@@ -231,8 +252,31 @@ class StreamingTranscription:
         words = align_words(self.parts.model.decoder, tok, self.parts.alignment_heads, sot[:-1], text_tokens,
                            job.audio_features, job.frames, self.window_start, job.audio_positions,
                            self.parts.silence_kv([job]), confidence=self.options.word_timestamps)
+        if self.options.logprobs:
+            self._attach_word_logprobs(words, result, forced=len(job.forced) > 0)
         # punctuation alone is what tiny.en says over a pause: committing it prints ". . . ."
         return [w for w in words if any(ch.isalnum() for ch in w.word)]
+
+    def _attach_word_logprobs(self, words: list[Word], result: WindowResult, forced: bool) -> None:
+        """Give each word its tokens and their log-probabilities. Forced words were read, not
+        chosen: they take the values of the words they repeat, from the pass that chose them."""
+        tok = self.parts.tokenizer
+        lps = [lp for t, lp in zip(result.tokens, result.token_logprobs) if t < tok.eot]
+        _, pieces = tok.split_to_word_tokens([t for t in result.tokens if t < tok.eot])
+        offset = 0
+        known = iter(self._forced_words if forced else [])
+        for word, tokens in zip(words, pieces):
+            mine = lps[offset : offset + len(tokens)]
+            offset += len(tokens)
+            word.tokens, word.logprobs = tokens, mine
+            unknown = sum(math.isnan(lp) for lp in mine)
+            if unknown:
+                source = next(known, None)
+                if source is not None and source.logprobs is not None and len(source.logprobs) == unknown:
+                    filled = iter(source.logprobs)
+                    word.logprobs = [next(filled) if math.isnan(lp) else lp for lp in mine]
+                else:  # the forced text tokenized differently: the word is reported without log-probabilities
+                    word.tokens, word.logprobs = None, None
 
     def _drop_reheard(self, words: list[Word]) -> list[Word]:
         """The window still holds audio of committed words (it is trimmed at sentence ends), so a
@@ -317,4 +361,9 @@ class StreamingTranscription:
             if self.committed_words:
                 out.segments = [Segment(id=0, start=self.committed_words[0].start, end=self.committed_words[-1].end,
                                         text=" " + committed.strip(), tokens=out.tokens)]
+        if self.options.logprobs:
+            words = self.committed_words + ([] if finished else self.agreement.tentative)
+            scored = [w for w in words if w.tokens is not None and w.logprobs is not None]
+            attach_logprobs(out, self.parts.tokenizer, [t for w in scored for t in w.tokens or []],
+                          [lp for w in scored for lp in w.logprobs or []])
         return out

@@ -45,6 +45,21 @@ class WhisperTokenizer:
     def decode_token(self, token: int) -> str:
         return str(self.tokenizer.decode([token])) if token < self.eot else ""
 
+    def keyword_tokens(self, keywords: tuple[str, ...]) -> list[int]:
+        """A request's keywords as the head of every window's prompt: Whisper copies the spelling
+        of words it was prompted with (the biasing OpenAI documents for whisper-1's prompt). They
+        are kept whole ahead of the previous text, which is what gets cut when the prompt is full."""
+        return self.encode(" " + ", ".join(k.strip() for k in keywords) + ".") if keywords else []
+
+    def token_bytes(self, token: int) -> bytes:
+        """The exact bytes of a text token (a byte-level BPE piece may hold part of a character,
+        which `decode_token` would show as U+FFFD)."""
+        if token >= self.eot:
+            return b""
+        piece = self.tokenizer.id_to_token(token) or ""
+        table = _unicode_to_byte()
+        return bytes(table[ch] for ch in piece if ch in table)
+
     def sot_sequence(self, language: str | None, task: str, timestamps: bool) -> list[int]:
         seq = [self.sot]
         if self.multilingual:
@@ -72,3 +87,18 @@ class WhisperTokenizer:
                 words[-1] += piece
                 word_tokens[-1].append(t)
         return words, word_tokens
+
+
+@functools.cache
+def _unicode_to_byte() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, reversed: the printable character each byte is stored as in
+    tokenizer.json -> the byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = list(printable)
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars)}

@@ -7,7 +7,7 @@ owners all speak in these types, and it imports none of them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import Tensor
@@ -15,6 +15,9 @@ from torch import Tensor
 from engine.models.whisper.features import ENCODER_STRIDE
 from engine.request import Request
 from engine.types import DecodingOptions, RequestOutput
+
+if TYPE_CHECKING:
+    from engine.models.whisper.tokenizer import WhisperTokenizer
 
 
 @dataclass
@@ -27,6 +30,15 @@ class WindowResult:
     temperature: float
     nbest: list[tuple[list[int], float]] = field(default_factory=list)
     """(tokens, length-normalized logprob) best first, beam search only."""
+    token_logprobs: list[float] = field(default_factory=list)
+    """Log-probability of each of `tokens` under the ruled distribution it was chosen from."""
+
+
+def attach_logprobs(out: RequestOutput, tokenizer: WhisperTokenizer, tokens: list[int], logprobs: list[float]) -> None:
+    """Give an output its tokens with their log-probabilities and exact bytes (`logprobs`)."""
+    out.tokens = tokens
+    out.token_logprobs = [round(lp, 6) for lp in logprobs]
+    out.token_bytes = [tokenizer.token_bytes(t) for t in tokens]
 
 
 class WindowOwner(Protocol):

@@ -1,0 +1,265 @@
+"""GA transcription sessions end to end on a streaming-mode server with an API key, through the
+official `openai` SDK (issue 15 must-show 1) and raw `websockets` clients:
+
+- a session with keywords, include logprobs, delay, G.711 µ-law input and server VAD on a
+  two-utterance dev recording: one `completed` per turn with usage, deltas with logprobs, the
+  keyword spelled right, and every server event valid against the GA schemas (tests/schemas);
+- ephemeral client secrets (GA and beta routes) open a session bound to their configuration,
+  once; a reused or unknown secret gets 401;
+- semantic_vad and noise_reduction sessions.
+
+Pacing: audio goes out at real time, and at a hold point in each turn the client waits for the
+turn's first delta before sending the rest, so a slow (loaded) server still gets to send
+partials while the turn is open; nothing here asserts on wall-clock time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import soxr
+import websockets
+
+from tests.audio_variants import encode_variant
+from tests.conftest import load_clip, manifest, wer
+from tests.e2e.conftest import ServerProcess, start_server
+from tests.e2e.test_realtime_common import (
+    DELTA,
+    PAUSE_CLIPS,
+    TERMINAL,
+    SessionLog,
+    check_session_events,
+    chunks_of,
+    pcm16_at,
+    recording_with_pauses,
+    send_paced,
+)
+from tests.realtime_schema import check_schema
+
+API_KEY = "ga-test-key"
+KEYWORD = "Montreal Forced Aligner"  # the second turn says it; tiny.en misspells it without the keyword
+CHUNK_MS = 20
+HOLD_AFTER_MS = 1500  # into each turn's speech, the client waits for the turn's first delta
+TIMEOUT_S = 180.0
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = start_server(tmp_path_factory.mktemp("realtime-ga"), env={
+        "OASR_SERVICE_MODE": "streaming", "OASR_API_KEY": API_KEY, "OASR_VAD": "silero"})
+    yield srv
+    srv.terminate()
+
+
+def mulaw_recording() -> tuple[bytes, list[tuple[float, float]]]:
+    recording, speech = recording_with_pauses()
+    return encode_variant(soxr.resample(recording, 16000, 8000), 8000, "mulaw"), speech
+
+
+async def sdk_ga_session(server: ServerProcess) -> SessionLog:
+    import openai
+
+    client = openai.AsyncOpenAI(api_key=API_KEY, websocket_base_url=server.ws_url + "/v1")
+    audio, speech = mulaw_recording()
+    chunk = 8000 * CHUNK_MS // 1000  # µ-law: one byte per sample
+    holds = {int((on + HOLD_AFTER_MS) / CHUNK_MS) for on, _ in speech}
+    log = SessionLog()
+    async with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
+        await conn.session.update(session={  # type: ignore[arg-type,typeddict-item]
+            "type": "transcription",
+            "audio": {"input": {
+                "format": {"type": "audio/pcmu"},
+                "transcription": {"model": "whisper-1", "language": "en", "keywords": [KEYWORD], "delay": "minimal"},
+                "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
+            }},
+            "include": ["item.input_audio_transcription.logprobs"],
+        })
+        arrived = asyncio.Event()
+
+        async def receive() -> None:
+            async for event in conn:
+                log.add(event.to_dict())
+                arrived.set()
+                if len(log.of_type("conversation.item.done")) == len(speech):  # the last event of each turn
+                    return
+
+        def heard(turn: int) -> bool:
+            """The turn's speech has started and a delta of it came back."""
+            started = log.of_type("input_audio_buffer.speech_started")
+            return len(started) > turn and any(d["item_id"] == started[turn]["item_id"] for d in log.of_type(DELTA))
+
+        receiver = asyncio.create_task(receive())
+        sent = 0
+
+        async def append(data: bytes) -> None:
+            nonlocal sent
+            if sent in holds:
+                turn = sorted(holds).index(sent)
+                while True:  # cleared before each look, so an event arriving meanwhile is not missed
+                    arrived.clear()
+                    if heard(turn):
+                        break
+                    await asyncio.wait_for(arrived.wait(), TIMEOUT_S)
+            sent += 1
+            await conn.input_audio_buffer.append(audio=base64.b64encode(data).decode())
+
+        await send_paced(append, chunks_of(audio, chunk), CHUNK_MS / 1000)
+        await asyncio.wait_for(receiver, TIMEOUT_S)
+    return log
+
+
+@pytest.fixture(scope="module")
+def ga_log(server: ServerProcess) -> SessionLog:
+    return asyncio.run(sdk_ga_session(server))
+
+
+def test_sdk_ga_session_events_match_the_ga_schemas(ga_log: SessionLog) -> None:
+    check_schema(ga_log.events)
+    check_session_events(ga_log.events)
+    updated = ga_log.of_type("session.updated")[-1]["session"]
+    assert updated["include"] == ["item.input_audio_transcription.logprobs"]
+    assert updated["audio"]["input"]["format"]["type"] == "audio/pcmu"
+    transcription = updated["audio"]["input"]["transcription"]
+    assert (transcription["keywords"], transcription["delay"]) == ([KEYWORD], "minimal")
+
+
+def test_sdk_ga_session_one_completed_per_turn_with_usage_and_logprobs(ga_log: SessionLog) -> None:
+    started = ga_log.of_type("input_audio_buffer.speech_started")
+    completed = ga_log.of_type(TERMINAL[0])
+    assert len(started) == len(completed) == 2, [e["type"] for e in ga_log.events]
+    assert [c["item_id"] for c in completed] == [s["item_id"] for s in started]
+    for event in completed:
+        assert event["usage"]["type"] == "duration" and event["usage"]["seconds"] > 1.0
+        assert event["logprobs"] and b"".join(bytes(lp["bytes"]) for lp in event["logprobs"]).decode().strip() == \
+            event["transcript"].strip()
+    deltas = ga_log.of_type(DELTA)
+    assert {d["item_id"] for d in deltas} == {s["item_id"] for s in started}  # each turn had partials
+    assert all(d["logprobs"] is not None and all(lp["logprob"] <= 0 for lp in d["logprobs"]) for d in deltas)
+    assert any(d["logprobs"] for d in deltas)
+    refs = [next(c.text or "" for c in manifest() if c.id == clip) for clip in PAUSE_CLIPS]
+    hyps = [c["transcript"] for c in completed]
+    assert wer(refs, hyps) <= 30.0, hyps
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    assert "forced aligner" in EnglishTextNormalizer()(hyps[1]), hyps  # the keyword's spelling
+    done = ga_log.of_type("conversation.item.done")
+    assert [d["item"]["content"][0]["transcript"] for d in done] == hyps
+
+
+# ---------------------------------------------------------------- client secrets
+
+
+def connect_with(server: ServerProcess, key: str, **kwargs: Any) -> Any:
+    return websockets.connect(server.ws_url + "/v1/realtime?intent=transcription", max_size=None,
+                              subprotocols=["realtime", f"openai-insecure-api-key.{key}"], **kwargs)  # type: ignore[list-item]
+
+
+async def test_client_secret_opens_one_session_with_its_configuration(server: ServerProcess) -> None:
+    import openai
+
+    client = openai.AsyncOpenAI(api_key=API_KEY, base_url=server.base_url + "/v1")
+    minted = await client.realtime.client_secrets.create(
+        expires_after={"anchor": "created_at", "seconds": 60},
+        session={"type": "transcription", "audio": {"input": {  # type: ignore[typeddict-item]
+            "format": {"type": "audio/pcmu"}, "turn_detection": None,
+            "transcription": {"language": "en", "keywords": ["OASR"]}}}})
+    assert minted.value.startswith("ek_") and minted.session.type == "transcription"
+    async with connect_with(server, minted.value) as ws:
+        created = json.loads(await ws.recv())
+        check_schema([created])
+        assert created["session"]["id"] == minted.session.id
+        assert created["session"]["audio"]["input"]["format"]["type"] == "audio/pcmu"
+        assert created["session"]["audio"]["input"]["transcription"]["keywords"] == ["OASR"]
+        mulaw = encode_variant(soxr.resample(load_clip("ps_cards_001"), 16000, 8000), 8000, "mulaw")
+        await ws.send(mulaw)
+        await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        while (event := json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT_S)))["type"] not in TERMINAL:
+            pass
+        assert event["type"] == TERMINAL[0] and "club" in event["transcript"].lower(), event
+    for key in (minted.value, "ek_not-a-secret"):  # used once already / never minted
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            async with connect_with(server, key):
+                pass
+        assert refused.value.response.status_code == 401
+    assert b"already used" in refused.value.response.body or b"unknown" in refused.value.response.body
+
+
+async def test_beta_transcription_sessions_route_and_bad_requests(server: ServerProcess) -> None:
+    import httpx
+
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    async with httpx.AsyncClient(base_url=server.base_url, headers=auth, timeout=30) as http:
+        r = await http.post("/v1/realtime/transcription_sessions", json={
+            "input_audio_format": "g711_ulaw", "input_audio_transcription": {"model": "whisper-1"},
+            "turn_detection": {"type": "server_vad", "silence_duration_ms": 300}, "modalities": ["text"]})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["input_audio_format"] == "g711_ulaw" and body["client_secret"]["value"].startswith("ek_")
+        assert body["turn_detection"]["silence_duration_ms"] == 300
+        assert body["client_secret"]["expires_at"] > time.time()
+        for payload, param in (
+            ({"session": {"type": "realtime"}}, "session.type"),
+            ({"expires_after": {"seconds": 5}}, "expires_after.seconds"),
+            ({"session": {"type": "transcription", "audio": {"input": {"transcription": {"keywords": ["<x>"]}}}}},
+             "session.audio.input.transcription.keywords[0]"),
+        ):
+            r = await http.post("/v1/realtime/client_secrets", json=payload)
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+        r = await http.post("/v1/realtime/client_secrets", json={}, headers={"Authorization": "Bearer wrong"})
+        assert r.status_code == 401  # minting needs the API key
+    async with connect_with(server, body["client_secret"]["value"], additional_headers={"OpenAI-Beta": "realtime=v1"}) as ws:
+        created = json.loads(await ws.recv())
+        assert created["type"] == "transcription_session.created"
+        assert created["session"]["turn_detection"]["silence_duration_ms"] == 300
+
+
+# ---------------------------------------------------------------- semantic VAD, noise reduction
+
+
+async def raw_session(server: ServerProcess, update: dict[str, Any], audio: np.ndarray, turns: int) -> list[dict[str, Any]]:
+    """Send 16 kHz `audio` as 24 kHz PCM in 100 ms frames after `update`; events until `turns` items ended."""
+    events: list[dict[str, Any]] = []
+    async with connect_with(server, API_KEY) as ws:
+        await ws.send(json.dumps({"type": "session.update", "session": {"type": "transcription", **update}}))
+        for frame in chunks_of(pcm16_at(audio, 24000), 4800):
+            await ws.send(frame)
+        if update["audio"]["input"].get("turn_detection", {}) is None:
+            await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        while sum(e["type"] in TERMINAL for e in events) < turns:
+            events.append(json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT_S)))
+            assert events[-1]["type"] != "error", events[-1]
+    check_schema(events)
+    check_session_events(events)
+    return events
+
+
+async def test_semantic_vad_cuts_the_recording_into_its_two_turns(server: ServerProcess) -> None:
+    recording, speech = recording_with_pauses()
+    events = await raw_session(server, {"audio": {"input": {
+        "turn_detection": {"type": "semantic_vad", "eagerness": "high"}}}}, recording, turns=2)
+    started = [e["audio_start_ms"] for e in events if e["type"] == "input_audio_buffer.speech_started"]
+    stopped = [e["audio_end_ms"] for e in events if e["type"] == "input_audio_buffer.speech_stopped"]
+    assert len(started) == len(stopped) == 2
+    assert stopped[0] < speech[1][0] < stopped[1]  # the pause between the clips ended the first turn
+    updated = next(e for e in events if e["type"] == "session.updated")
+    assert updated["session"]["audio"]["input"]["turn_detection"] == {"type": "semantic_vad", "eagerness": "high"}
+
+
+async def test_noise_reduction_session_still_transcribes_noisy_speech(server: ServerProcess) -> None:
+    clip = load_clip(PAUSE_CLIPS[0])
+    noisy = clip + np.random.default_rng(0).standard_normal(clip.size).astype(np.float32) * 0.01
+    events = await raw_session(server, {"audio": {"input": {
+        "turn_detection": None, "noise_reduction": {"type": "near_field"}}}}, noisy.astype(np.float32), turns=1)
+    updated = next(e for e in events if e["type"] == "session.updated")
+    assert updated["session"]["audio"]["input"]["noise_reduction"] == {"type": "near_field", "strength": 1.0}
+    (done,) = [e for e in events if e["type"] == TERMINAL[0]]
+    ref = next(c.text or "" for c in manifest() if c.id == PAUSE_CLIPS[0])
+    assert wer([ref], [done["transcript"]]) <= 35.0, done["transcript"]
+    assert abs(done["audio_end_ms"] - clip.size / 16) <= 30  # denoising delays audio, never drops it
