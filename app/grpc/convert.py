@@ -134,6 +134,9 @@ def alternatives_wanted(config: pb.RecognitionConfig) -> int:
 def decoding_options(config: pb.RecognitionConfig) -> DecodingOptions:
     """RecognitionConfig (+ DecodingExtensions) -> DecodingOptions, validated.
 
+    Google's speech_contexts phrases become the request's keywords; the extension's
+    stream_context and delay pass through to the engine, which checks them against the model.
+
     max_alternatives > 1 turns on beam search with at least that many beams, since the
     alternatives are the beam's n-best list."""
     ext = config.decoding
@@ -142,6 +145,9 @@ def decoding_options(config: pb.RecognitionConfig) -> DecodingOptions:
     if n_alt > 1:
         beam = max(beam, n_alt)
     task: Task = "translate" if ext.task == pb.DecodingExtensions.TRANSLATE else "transcribe"
+    keywords = tuple(phrase for context in config.speech_contexts for phrase in context.phrases)
+    window = ext.stream_context
+    stream_context = (window.left, window.chunk, window.right) if ext.HasField("stream_context") else None
     try:
         options = DecodingOptions(
             beam_size=beam,
@@ -154,6 +160,9 @@ def decoding_options(config: pb.RecognitionConfig) -> DecodingOptions:
             seed=ext.seed if ext.HasField("seed") else None,
             language=language_of(config.language_code),
             word_timestamps=config.enable_word_time_offsets or config.enable_word_confidence,
+            keywords=keywords,
+            stream_context=stream_context,
+            delay=ext.delay or None,  # type: ignore[arg-type]
         )
         if n_alt > 1:
             options = replace(options, n_best=n_alt)

@@ -112,6 +112,20 @@ def test_decoding_extensions_map_to_options() -> None:
     assert (unset.seed, unset.top_k, unset.top_p, unset.prompt, unset.language) == (None, None, None, None, None)
 
 
+def test_speech_contexts_become_keywords_and_the_window_passes_through() -> None:
+    config = pb.RecognitionConfig(
+        speech_contexts=[pb.SpeechContext(phrases=["Kubernetes", "OASR"]), pb.SpeechContext(phrases=["Parakeet"])],
+        decoding=pb.DecodingExtensions(stream_context=pb.StreamContext(left=70, chunk=2, right=2), delay="low"),
+    )
+    opts = decoding_options(config)
+    assert opts.keywords == ("Kubernetes", "OASR", "Parakeet")
+    assert (opts.stream_context, opts.delay) == ((70, 2, 2), "low")
+    unset = decoding_options(pb.RecognitionConfig())
+    assert (unset.keywords, unset.stream_context, unset.delay) == ((), None, None)
+    with pytest.raises(RpcError) as err:
+        decoding_options(pb.RecognitionConfig(decoding=pb.DecodingExtensions(delay="instant")))
+    assert err.value.code == Code.INVALID_ARGUMENT
+
 @pytest.mark.parametrize("ext", [pb.DecodingExtensions(temperature=3.0), pb.DecodingExtensions(top_p=1.5),
                                  pb.DecodingExtensions(beam_size=99), pb.DecodingExtensions(max_new_tokens=-2)])
 def test_bad_decoding_values_are_invalid_argument(ext: pb.DecodingExtensions) -> None:

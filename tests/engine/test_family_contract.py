@@ -174,6 +174,22 @@ def test_stream_fed_in_chunks_commits_monotonically(engine: ASREngine) -> None:
     _assert_idle(engine)
 
 
+def test_attached_audio_streams_like_a_live_feed(engine: ASREngine) -> None:
+    audio = load_clip(CLIPS[2])
+    assert engine.runner.stream_chunk_samples > 0
+    (attached,) = engine.transcribe_outputs(audio, streaming=True)
+    rid = engine.add_streaming_request()
+    n = engine.runner.stream_chunk_samples
+    for start in range(0, len(audio), n):  # what the engine releases of attached audio: a chunk a step
+        engine.feed_chunk(rid, audio[start : start + n])
+        engine.step()
+    engine.feed_chunk(rid, np.zeros(0, np.float32), is_last=True)
+    (fed,) = [o for o in engine.run() if o.request_id == rid]
+    assert attached.finish_reason == fed.finish_reason == "stop"
+    assert attached.text == fed.text
+    _assert_idle(engine)
+
+
 def test_shutdown_refuses_new_work_and_is_idempotent(config: EngineConfig) -> None:
     eng = ASREngine(config)
     rid = eng.add_request(load_clip(CLIPS[0]))

@@ -89,6 +89,11 @@ class NemoRunner:
                                                           else (70, 13, 13))  # fmt: skip
         if self.streaming_kind == "buffered":
             check_stream_context(enc, self.default_context)
+        frame_samples = round(self.frame_seconds * self.sample_rate)
+        self.stream_chunk_samples = frame_samples * (
+            self.look_ahead[1] + 1 if self.look_ahead is not None else self.default_context[1]
+        )
+        """One streaming chunk of audio: the cache-aware chunk, or the buffered default chunk."""
         dtype = next(ckpt.model.parameters()).dtype
         shapes = transducer_slot_shapes(ckpt.model)
         self.pool: BlockPool | None = None

@@ -29,7 +29,7 @@ class RecognitionAudio(_message.Message):
     def __init__(self, content: _Optional[bytes] = ..., uri: _Optional[str] = ...) -> None: ...
 
 class RecognitionConfig(_message.Message):
-    __slots__ = ("encoding", "sample_rate_hertz", "language_code", "max_alternatives", "audio_channel_count", "enable_word_time_offsets", "enable_automatic_punctuation", "enable_separate_recognition_per_channel", "model", "enable_word_confidence", "decoding", "request_id")
+    __slots__ = ("encoding", "sample_rate_hertz", "language_code", "max_alternatives", "audio_channel_count", "enable_word_time_offsets", "enable_automatic_punctuation", "enable_separate_recognition_per_channel", "model", "enable_word_confidence", "speech_contexts", "decoding", "request_id")
     class AudioEncoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ENCODING_UNSPECIFIED: _ClassVar[RecognitionConfig.AudioEncoding]
@@ -64,6 +64,7 @@ class RecognitionConfig(_message.Message):
     ENABLE_SEPARATE_RECOGNITION_PER_CHANNEL_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ENABLE_WORD_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    SPEECH_CONTEXTS_FIELD_NUMBER: _ClassVar[int]
     DECODING_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     encoding: RecognitionConfig.AudioEncoding
@@ -76,12 +77,21 @@ class RecognitionConfig(_message.Message):
     enable_separate_recognition_per_channel: bool
     model: str
     enable_word_confidence: bool
+    speech_contexts: _containers.RepeatedCompositeFieldContainer[SpeechContext]
     decoding: DecodingExtensions
     request_id: str
-    def __init__(self, encoding: _Optional[_Union[RecognitionConfig.AudioEncoding, str]] = ..., sample_rate_hertz: _Optional[int] = ..., language_code: _Optional[str] = ..., max_alternatives: _Optional[int] = ..., audio_channel_count: _Optional[int] = ..., enable_word_time_offsets: _Optional[bool] = ..., enable_automatic_punctuation: _Optional[bool] = ..., enable_separate_recognition_per_channel: _Optional[bool] = ..., model: _Optional[str] = ..., enable_word_confidence: _Optional[bool] = ..., decoding: _Optional[_Union[DecodingExtensions, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, encoding: _Optional[_Union[RecognitionConfig.AudioEncoding, str]] = ..., sample_rate_hertz: _Optional[int] = ..., language_code: _Optional[str] = ..., max_alternatives: _Optional[int] = ..., audio_channel_count: _Optional[int] = ..., enable_word_time_offsets: _Optional[bool] = ..., enable_automatic_punctuation: _Optional[bool] = ..., enable_separate_recognition_per_channel: _Optional[bool] = ..., model: _Optional[str] = ..., enable_word_confidence: _Optional[bool] = ..., speech_contexts: _Optional[_Iterable[_Union[SpeechContext, _Mapping]]] = ..., decoding: _Optional[_Union[DecodingExtensions, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class SpeechContext(_message.Message):
+    __slots__ = ("phrases", "boost")
+    PHRASES_FIELD_NUMBER: _ClassVar[int]
+    BOOST_FIELD_NUMBER: _ClassVar[int]
+    phrases: _containers.RepeatedScalarFieldContainer[str]
+    boost: float
+    def __init__(self, phrases: _Optional[_Iterable[str]] = ..., boost: _Optional[float] = ...) -> None: ...
 
 class DecodingExtensions(_message.Message):
-    __slots__ = ("beam_size", "temperature", "prompt", "task", "top_k", "top_p", "max_new_tokens", "seed")
+    __slots__ = ("beam_size", "temperature", "prompt", "task", "top_k", "top_p", "max_new_tokens", "seed", "stream_context", "delay")
     class Task(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         TASK_UNSPECIFIED: _ClassVar[DecodingExtensions.Task]
@@ -98,6 +108,8 @@ class DecodingExtensions(_message.Message):
     TOP_P_FIELD_NUMBER: _ClassVar[int]
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    STREAM_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    DELAY_FIELD_NUMBER: _ClassVar[int]
     beam_size: int
     temperature: float
     prompt: str
@@ -106,7 +118,19 @@ class DecodingExtensions(_message.Message):
     top_p: float
     max_new_tokens: int
     seed: int
-    def __init__(self, beam_size: _Optional[int] = ..., temperature: _Optional[float] = ..., prompt: _Optional[str] = ..., task: _Optional[_Union[DecodingExtensions.Task, str]] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., max_new_tokens: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
+    stream_context: StreamContext
+    delay: str
+    def __init__(self, beam_size: _Optional[int] = ..., temperature: _Optional[float] = ..., prompt: _Optional[str] = ..., task: _Optional[_Union[DecodingExtensions.Task, str]] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., max_new_tokens: _Optional[int] = ..., seed: _Optional[int] = ..., stream_context: _Optional[_Union[StreamContext, _Mapping]] = ..., delay: _Optional[str] = ...) -> None: ...
+
+class StreamContext(_message.Message):
+    __slots__ = ("left", "chunk", "right")
+    LEFT_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    RIGHT_FIELD_NUMBER: _ClassVar[int]
+    left: int
+    chunk: int
+    right: int
+    def __init__(self, left: _Optional[int] = ..., chunk: _Optional[int] = ..., right: _Optional[int] = ...) -> None: ...
 
 class RecognizeResponse(_message.Message):
     __slots__ = ("results", "total_billed_time", "request_id")
