@@ -102,11 +102,13 @@ class TranscriptionConfig:
     languages: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()
     delay: Delay | None = None
+    stream_context: tuple[int, int, int] | None = None
+    """Buffered streaming's window (left, chunk, right) in encoder frames (OASR extension)."""
 
     def render(self) -> dict[str, Any]:
         return {"model": self.model, "language": self.language, "prompt": self.prompt,
                 "languages": list(self.languages) or None, "keywords": list(self.keywords) or None,
-                "delay": self.delay}
+                "delay": self.delay, "stream_context": list(self.stream_context) if self.stream_context else None}
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ def decoding_options(tc: TranscriptionConfig, *, logprobs: bool, runner: Any, se
                                 code="unsupported_value", param=f"{param}.languages")
         language = tc.languages[0]
     options = DecodingOptions(task="transcribe", language=language.lower() if language else None, prompt=tc.prompt,
-                              keywords=tc.keywords, logprobs=logprobs, delay=tc.delay)
+                              keywords=tc.keywords, logprobs=logprobs, delay=tc.delay,
+                              stream_context=tc.stream_context)
     try:
         options.validate()
         runner.check_options(options, True)

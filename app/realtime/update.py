@@ -206,7 +206,20 @@ def _transcription(value: Any, current: TranscriptionConfig, param: str) -> Tran
         if delay is not None and delay not in DELAYS:
             raise _invalid(f"delay must be one of {', '.join(DELAYS)}, got {delay!r}", f"{param}.delay")
         config = dataclasses.replace(config, delay=delay)
+    if "stream_context" in tc:
+        config = dataclasses.replace(config, stream_context=_stream_context(tc["stream_context"], f"{param}.stream_context"))
     return config
+
+
+def _stream_context(value: Any, param: str) -> tuple[int, int, int] | None:
+    """[left, chunk, right] in encoder frames; whether the model trained it is the engine's check."""
+    if value is None:
+        return None
+    if (not isinstance(value, list) or len(value) != 3
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)):
+        raise _invalid("stream_context must be [left, chunk, right]: three non-negative integers", param)
+    left, chunk, right = value
+    return (left, chunk, right)
 
 
 def _keywords(words: tuple[str, ...], param: str) -> tuple[str, ...]:

@@ -144,6 +144,12 @@ def test_language_with_languages_delay_include_and_noise_reduction_are_checked()
     both = ga({"transcription": {"language": "en", "languages": ["en"]}})
     assert raises("invalid_value", parse_ga_update, both, SessionConfig(), VAD).param.endswith(".languages")
     raises("invalid_value", parse_ga_update, ga({"transcription": {"delay": "later"}}), SessionConfig(), VAD)
+    window = parse_ga_update(ga({"transcription": {"stream_context": [70, 2, 2]}}), SessionConfig(), VAD)
+    assert window.transcription.stream_context == (70, 2, 2)
+    assert window.render_ga("s")["audio"]["input"]["transcription"]["stream_context"] == [70, 2, 2]
+    for bad in ([70, 2], [70, -1, 2], [70, 2.5, 2], "70,2,2", [True, 2, 2]):
+        err = raises("invalid_value", parse_ga_update, ga({"transcription": {"stream_context": bad}}), SessionConfig(), VAD)
+        assert err.param.endswith(".stream_context")
     raises("invalid_value", parse_ga_update, ga({}, include=["item.other"]), SessionConfig(), VAD)
     raises("invalid_value", parse_ga_update, ga({"noise_reduction": {"type": "studio"}}), SessionConfig(), VAD)
     config = parse_ga_update(ga({"noise_reduction": {"type": "far_field"}}), SessionConfig(), VAD)

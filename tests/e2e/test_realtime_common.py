@@ -107,11 +107,13 @@ def check_session_events(events: Sequence[dict[str, Any]]) -> None:
 
 
 async def sdk_session(ws_url: str, pcm: bytes, *, rate: int = 24000, chunk_ms: int = 20,
-                      server_vad: bool = False, timeout: float = 120.0, hold_at_s: float | None = None) -> SessionLog:
+                      server_vad: bool = False, timeout: float = 120.0, hold_at_s: float | None = None,
+                      transcription: dict[str, Any] | None = None) -> SessionLog:
     """Stream `pcm` through the official SDK's realtime client at real-time pace, commit at the
     end (manual turn detection) and collect events until every committed item has ended.
     `hold_at_s`: once that much audio is out, wait for the first delta before sending the rest
-    (a streaming server answers while the audio is still coming, however slow the machine)."""
+    (a streaming server answers while the audio is still coming, however slow the machine).
+    `transcription`: more session transcription settings (keywords, delay, stream_context)."""
     import openai
 
     client = openai.AsyncOpenAI(api_key="x", websocket_base_url=ws_url + "/v1")
@@ -123,7 +125,7 @@ async def sdk_session(ws_url: str, pcm: bytes, *, rate: int = 24000, chunk_ms: i
             "type": "transcription",
             "audio": {"input": {
                 "format": {"type": "audio/pcm", "rate": rate},
-                "transcription": {"model": "whisper-1", "language": "en"},
+                "transcription": {"model": "whisper-1", "language": "en", **(transcription or {})},
                 "turn_detection": {"type": "server_vad"} if server_vad else None,
             }},
         })

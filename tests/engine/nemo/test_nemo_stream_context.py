@@ -1,11 +1,13 @@
 """A stream's own buffered-streaming window, end to end: gRPC StreamingRecognize carries
-`decoding.stream_context` (and `decoding.delay`) to a real server on the NeMo-written unified
+`decoding.stream_context` (and `decoding.delay`), a /v1/realtime session its transcription's
+`stream_context`, to a real server on the NeMo-written unified
 (`chunked_limited_with_rc`) fixture; each window's transcript equals the in-process engine's with
 the same window, different windows give NeMo's different outputs, and an untrained window is
 INVALID_ARGUMENT naming the trained choices."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ from engine import ASREngine, DecodingOptions, EngineConfig
 from protos.oasr.speech.v1 import speech_pb2 as pb
 from protos.oasr.speech.v1 import speech_pb2_grpc
 from tests.e2e.conftest import ServerProcess, start_server
+from tests.e2e.test_realtime_common import TERMINAL, sdk_session
 from tests.engine.nemo.conftest import FIXTURES, clip, reference
 
 pytestmark = pytest.mark.slow  # starts a real server
@@ -103,3 +106,25 @@ def test_an_untrained_window_is_invalid_argument(server: ServerProcess) -> None:
     with pytest.raises(grpc.RpcError) as err:
         stream(server, audio, pb.DecodingExtensions(delay="instant"))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "delay" in (err.value.details() or "")
+
+
+def test_realtime_sessions_run_with_their_own_window(server: ServerProcess, engine: ASREngine) -> None:
+    audio = pcm16(clip(NAME, CLIP))
+    samples = pcm16_to_float(audio)
+    presets = [tuple(p) for p in engine.info()["stream_settings"]["presets"]][:2]
+    got = []
+    for window in presets:
+        log = asyncio.run(sdk_session(server.ws_url, audio, rate=RATE, transcription={"stream_context": list(window)}))
+        assert not log.of_type("error"), log.of_type("error")
+        (completed,) = [e for e in log.events if e["type"] == TERMINAL[0]]
+        want = engine.transcribe(samples, streaming=True, decoding=DecodingOptions(stream_context=window))
+        assert completed["transcript"] == want
+        got.append(completed["transcript"])
+    assert got[0] != got[1], "both sessions ran with one window"
+
+
+def test_realtime_refuses_an_untrained_window(server: ServerProcess) -> None:
+    audio = pcm16(clip(NAME, CLIP))[: RATE * 2]
+    log = asyncio.run(sdk_session(server.ws_url, audio, rate=RATE, transcription={"stream_context": [10, 3, 3]}))
+    (error,) = log.of_type("error")
+    assert error["error"]["code"] == "invalid_value" and "not trained" in error["error"]["message"]
