@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.models.nemo.ctc import CtcDecoder
 from engine.models.nemo.tokenizer import Tokenizer
@@ -33,7 +34,7 @@ class OutputBuilder:
     """Seconds per encoder frame (hop x subsampling factor: 80 ms at 10 ms x 8)."""
 
     def partial(self, req: Request, hyp: Hypothesis | None, ctc: CtcDecoder | None) -> RequestOutput:
-        tokens, _, _ = _best(hyp, ctc)
+        tokens, _, logprobs = _best(hyp, ctc)
         text = self.tokenizer.text(tokens)
         stable = ctc.stable_tokens() if ctc is not None else tokens
         committed = self.tokenizer.text(stable)
@@ -42,6 +43,7 @@ class OutputBuilder:
         return RequestOutput(
             request_id=req.request_id, text=text, tokens=list(tokens), committed=committed,
             tentative=text[len(committed) :], duration=req.duration,
+            **self._logprobs(req, tokens, logprobs),
         )  # fmt: skip
 
     def final(
@@ -73,8 +75,14 @@ class OutputBuilder:
             committed=text,
             confidence=math.exp(mean_lp) if logprobs else None,
             timestamps=[round(f * self.frame_seconds, 3) for f in frames],
-            token_logprobs=list(logprobs) if opts.logprobs else None,
+            **self._logprobs(req, tokens, logprobs),
         )
+
+    def _logprobs(self, req: Request, tokens: list[int], logprobs: list[float]) -> dict[str, Any]:
+        """`token_logprobs` and `token_bytes` when the request asks for log-probabilities."""
+        if not req.decoding.logprobs:
+            return {}
+        return {"token_logprobs": list(logprobs), "token_bytes": self.tokenizer.token_bytes(tokens)}
 
 
 def _best(hyp: Hypothesis | None, ctc: CtcDecoder | None) -> tuple[list[int], list[int], list[float]]:

@@ -43,6 +43,23 @@ def test_offline_transcription_fields(streaming_engine: ASREngine) -> None:
     assert all(0 <= w.start < w.end <= out.duration + 0.08 for w in out.words)
 
 
+
+def test_live_logprobs_come_with_each_tokens_bytes(streaming_engine: ASREngine) -> None:
+    audio = clip("hybrid_cache_aware", "libri_61-70968-0000")
+    rid = streaming_engine.add_streaming_request(decoding=DecodingOptions(logprobs=True))
+    outputs = []
+    for start in range(0, len(audio), 3200):
+        streaming_engine.feed_chunk(rid, audio[start : start + 3200], is_last=start + 3200 >= len(audio))
+        outputs += [o for o in streaming_engine.step() if o.request_id == rid]
+    while not (outputs and outputs[-1].finished):
+        outputs += [o for o in streaming_engine.step() if o.request_id == rid]
+    assert outputs[-1].text and sum(not o.finished for o in outputs) > 3
+    for out in outputs:
+        assert out.token_logprobs is not None and out.token_bytes is not None
+        assert len(out.token_logprobs) == len(out.token_bytes) == len(out.tokens)
+        assert all(lp <= 0.0 for lp in out.token_logprobs)
+        assert b"".join(out.token_bytes).decode().strip() == out.text
+
 def test_streaming_through_the_engine(streaming_engine: ASREngine) -> None:
     audio = clip("hybrid_cache_aware", "libri_61-70968-0000")
     rid = streaming_engine.add_streaming_request()
