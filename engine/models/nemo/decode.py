@@ -1,6 +1,7 @@
 """Decoding a batch of encoder outputs for the requests they belong to: the transducer greedy
 search batched across requests and streams (its per-stream state read from and written back to
-the state slots), or each request's CTC search."""
+the state slots), or each request's CTC search. `peek` decodes frames past the committed ones
+(a buffered stream's right context) without writing the state back."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 
 from engine.models.nemo.checkpoint import NemoModel
 from engine.models.nemo.ctc import CtcDecoder
-from engine.models.nemo.greedy import greedy_label_looping
+from engine.models.nemo.greedy import GreedyResult, greedy_label_looping
 from engine.models.nemo.outputs import Hypothesis
 from engine.models.nemo.state_slots import StateSlots
 from engine.models.nemo.transducer import TransducerState
@@ -65,6 +66,16 @@ class BatchDecoder:
         for i, st in enumerate(states):
             assert st.hyp is not None
             st.hyp.extend(result.tokens[i], result.frames[i], result.logprobs[i])
+
+    @torch.inference_mode()
+    def peek(self, states: list[DecodeState], enc: torch.Tensor, lengths: torch.Tensor) -> GreedyResult:
+        """Transducer tokens of enc (B, T, D) decoded from a copy of each request's state: the
+        state (slots, counters) stays where the committed frames left it."""
+        tr = self.model.transducer
+        assert tr is not None and self.method != "ctc"
+        result, _ = greedy_label_looping(tr, enc, lengths.to(enc.device), self._gather(states, enc.device),
+                                         self.max_symbols)  # fmt: skip
+        return result
 
     def _gather(self, states: list[DecodeState], device: torch.device) -> TransducerState:
         tr = self.model.transducer

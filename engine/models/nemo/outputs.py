@@ -33,11 +33,19 @@ class OutputBuilder:
     frame_seconds: float
     """Seconds per encoder frame (hop x subsampling factor: 80 ms at 10 ms x 8)."""
 
-    def partial(self, req: Request, hyp: Hypothesis | None, ctc: CtcDecoder | None) -> RequestOutput:
+    def partial(
+        self, req: Request, hyp: Hypothesis | None, ctc: CtcDecoder | None, tentative: Hypothesis | None = None
+    ) -> RequestOutput:
+        """`tentative`: tokens decoded past the committed ones (a buffered stream's right context),
+        shown after the committed text and revised by later steps."""
         tokens, _, logprobs = _best(hyp, ctc)
-        text = self.tokenizer.text(tokens)
         stable = ctc.stable_tokens() if ctc is not None else tokens
         committed = self.tokenizer.text(stable)
+        if tentative is not None and tentative.tokens:
+            with_tentative = self.tokenizer.text(tokens + tentative.tokens)
+            if with_tentative.startswith(committed):  # else (a byte-fallback piece split) show committed only
+                tokens, logprobs = tokens + tentative.tokens, logprobs + tentative.logprobs
+        text = self.tokenizer.text(tokens)
         if not text.startswith(committed):  # SentencePiece decoding is prefix-stable; guard anyway
             committed = ""
         return RequestOutput(
