@@ -46,6 +46,7 @@ class BatchDecoder:
         self.method = method
         self.slots = slots
         self.max_symbols = max_symbols
+        self._start: dict[torch.device, TransducerState] = {}
 
     @torch.inference_mode()
     def decode(self, states: list[DecodeState], enc: torch.Tensor, lengths: torch.Tensor) -> None:
@@ -78,9 +79,7 @@ class BatchDecoder:
         return result
 
     def _gather(self, states: list[DecodeState], device: torch.device) -> TransducerState:
-        tr = self.model.transducer
-        assert tr is not None
-        fresh = tr.initial_state(len(states), device)
+        fresh = self._start_state(len(states), device)
         slotted = [i for i, st in enumerate(states) if st.slot is not None and st.started]
         if slotted:
             idx = torch.tensor([states[i].slot for i in slotted], device=device)  # type: ignore[misc]
@@ -91,6 +90,18 @@ class BatchDecoder:
         fresh.time_jump = torch.tensor([st.time_jump for st in states], device=device)
         fresh.frames_decoded = torch.tensor([st.frames_decoded for st in states], device=device)
         return fresh
+
+    def _start_state(self, batch: int, device: torch.device) -> TransducerState:
+        """The state after the start symbol for `batch` rows: one prediction-network step, computed
+        once per device (not once per call, for rows that mostly come from the slots)."""
+        start = self._start.get(device)
+        if start is None:
+            tr = self.model.transducer
+            assert tr is not None
+            start = self._start[device] = tr.initial_state(1, device)
+        zeros = torch.zeros(batch, dtype=torch.long, device=device)
+        return TransducerState(start.h.repeat(1, batch, 1), start.c.repeat(1, batch, 1), start.pred.repeat(batch, 1),
+                               zeros, zeros.clone())  # fmt: skip
 
     def _scatter(self, states: list[DecodeState], state: TransducerState) -> None:
         jumps, decoded = state.time_jump.tolist(), state.frames_decoded.tolist()
