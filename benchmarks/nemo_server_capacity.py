@@ -13,7 +13,8 @@ back: `served_audio`) and records each step's partial text and the samples that 
 (benchmarks/nemo_capacity.py). A delta belongs to the first step whose partial is at least as long
 as the text so far. Its partial latency is from the moment the client had sent the audio
 that step needed to the delta's arrival: queueing, compute, the WebSocket and the server's
-resampler, not the model's look-ahead (seed 003's definition). `final_alike_min` is the least
+resampler, not the model's look-ahead (seed 003's definition). `server_cpu_cores` is the server
+process's CPU time (user + system, all its threads) over the point's wall time. `final_alike_min` is the least
 similar session's final against the reference's (difflib ratio): 1 unless the server changed the
 text; a server that falls behind delivers the same text later.
 """
@@ -30,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
+import psutil
 import soxr
 
 from app.audio import pcm16_to_float
@@ -137,6 +139,8 @@ def run_point(server: ServerProcess, n: int, audio: np.ndarray, ref: Reference, 
     piece_s = piece / SAMPLE_RATE
     sessions = [_Session() for _ in range(n)]
     before = stream_batch_histogram(server.base_url)
+    proc = psutil.Process(server.proc.pid)
+    cpu_before, wall_before = sum(proc.cpu_times()[:2]), time.perf_counter()
     t0 = time.perf_counter() + 0.5
 
     def client(k: int) -> None:
@@ -159,6 +163,7 @@ def run_point(server: ServerProcess, n: int, audio: np.ndarray, ref: Reference, 
         th.start()
     for th in threads:
         th.join()
+    server_cores = (sum(proc.cpu_times()[:2]) - cpu_before) / (time.perf_counter() - wall_before)
     after = stream_batch_histogram(server.base_url)
     errors = [s.error for s in sessions if s.error]
     if errors:
@@ -185,6 +190,7 @@ def run_point(server: ServerProcess, n: int, audio: np.ndarray, ref: Reference, 
         "partial_p95_s": round(percentile(latencies, 0.95), 3) if latencies else float("nan"),
         "drift_s_per_s": round(drift, 3), "final_p50_s": round(statistics.median(finals), 3),
         "final_p95_s": round(percentile(finals, 0.95), 3),
+        "server_cpu_cores": round(server_cores, 2),
         "mean_streams_per_step": round((after["sum"] - before["sum"]) / steps, 2) if steps else 0.0,
         "final_alike_min": round(min(alike), 3), "keeps_up": drift <= KEEPS_UP_DRIFT,
     }  # fmt: skip
