@@ -18,29 +18,11 @@ from typing import Any
 from app.audio import ChannelSplitter
 from app.engine_service import EngineService
 from app.grpc.convert import AudioSpec, invalid
-from app.grpc.live import LiveCall
+from app.grpc.live import DONE, LiveCall, until_done
 from app.live import VadModelCache
 from app.settings import Settings
 from engine import DecodingOptions
 from protos.oasr.speech.v1 import speech_pb2 as pb
-
-
-class _End:
-    """End marker of one channel's queue."""
-
-
-END = _End()
-
-
-async def _drain(queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:
-    """A queue's items up to END; an exception in it is raised where it stands."""
-    while True:
-        item = await queue.get()
-        if item is END:
-            return
-        if isinstance(item, BaseException):
-            raise item
-        yield item
 
 
 class ChannelCalls:
@@ -77,7 +59,7 @@ class ChannelCalls:
             ended = 0
             while ended < len(self.calls):
                 item = await merged.get()
-                if item is END:
+                if item is DONE:
                     ended += 1
                 elif isinstance(item, BaseException):
                     raise item
@@ -102,15 +84,15 @@ class ChannelCalls:
             for queue in inputs:
                 queue.put_nowait(exc)
         for queue in inputs:
-            queue.put_nowait(END)
+            queue.put_nowait(DONE)
 
     @staticmethod
     async def _channel(tag: int, call: LiveCall, audio: asyncio.Queue[Any], merged: asyncio.Queue[Any]) -> None:
         try:
-            async for response in call.run(_drain(audio)):
+            async for response in call.run(until_done(audio)):
                 for result in response.results:
                     result.channel_tag = tag
                 merged.put_nowait(response)
-            merged.put_nowait(END)
+            merged.put_nowait(DONE)
         except Exception as exc:
             merged.put_nowait(exc)
