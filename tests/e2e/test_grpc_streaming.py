@@ -174,7 +174,20 @@ def test_per_channel_live_stream_matches_each_channel_alone(wenet_stub: speech_p
     config.config.audio_channel_count = 2
     config.config.enable_separate_recognition_per_channel = True
     stereo = pcm16(np.stack(channels, axis=1))  # interleaved frames; 3333-byte messages split them
-    got = [r.results[0] for r in _stream_finals(wenet_stub, stereo, config) if r.results]
+    both_interim = threading.Event()
+
+    def requests() -> Iterator[pb.StreamingRecognizeRequest]:
+        yield pb.StreamingRecognizeRequest(streaming_config=config)
+        for i in range(0, len(stereo), 3333):
+            if i >= len(stereo) // 2:  # a live microphone: the rest comes once both channels showed text
+                both_interim.wait(TIMEOUT_S)
+            yield pb.StreamingRecognizeRequest(audio_content=stereo[i : i + 3333])
+
+    got = []
+    for response in wenet_stub.StreamingRecognize(requests(), timeout=TIMEOUT_S):
+        got += list(response.results[:1])
+        if {r.channel_tag for r in got if not r.is_final} == {1, 2}:
+            both_interim.set()
     assert {r.channel_tag: r.alternatives[0].transcript for r in got if r.is_final} == alone
     assert [r.channel_tag for r in got if r.is_final].count(1) == 1 == [r.channel_tag for r in got if r.is_final].count(2)
     assert {r.channel_tag for r in got if not r.is_final} == {1, 2}  # both channels stream interim results
