@@ -172,7 +172,7 @@ def run_point(server: ServerProcess, n: int, audio: np.ndarray, ref: Reference, 
     for s in sessions:
         assert s.stream is not None and s.stream.final_t is not None
         finals.append(s.stream.final_t - s.audio_end)
-        alike.append(difflib.SequenceMatcher(None, s.stream.final_text, ref.final, autojunk=False).ratio())
+        alike.append(difflib.SequenceMatcher(None, s.stream.result(0.0), ref.final, autojunk=False).ratio())
         points = []
         for t, text in s.stream.partials:
             step = min(bisect.bisect_left(ref.lengths, len(text.strip())), len(ref.needed) - 1)

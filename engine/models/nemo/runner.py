@@ -330,11 +330,11 @@ class NemoRunner:
                 with torch.inference_mode(), stage_timer("streaming.encode"):
                     enc, lengths = self.ca_encoder.step(streams, inputs)  # type: ignore[arg-type]
             else:
-                steps = [
-                    j.buf.take_step(j.request.input_finished and not j.request.pending_samples) for j in batch
-                ]  # type: ignore[union-attr]
+                bufs = [j.buf for j in batch if j.buf is not None]
+                steps = [b.take_step(j.request.input_finished and not j.request.pending_samples)
+                         for b, j in zip(bufs, batch, strict=True)]  # fmt: skip
                 with stage_timer("streaming.encode"):
-                    windows = self.buffered_encoder.step([j.buf for j in batch], steps)  # type: ignore[misc, arg-type]
+                    windows = self.buffered_encoder.step(bufs, steps)  # type: ignore[arg-type]
                 enc, lengths = _pad([w.chunk for w in windows])
             with stage_timer("streaming.decode"):
                 self.decoder.decode([j.decode for j in batch], enc, lengths)
