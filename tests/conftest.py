@@ -134,7 +134,12 @@ def fw_model() -> Any:
 
 
 def fw_transcribe(model: Any, audio: np.ndarray, **kwargs: Any) -> str:
-    """Greedy faster-whisper transcript of one waveform (vad off, default conditioning)."""
+    """Greedy faster-whisper transcript of one waveform (vad off, default conditioning). Its
+    temperature fallback samples with CTranslate2's global generator: seeded per call, so the peer's
+    transcript of a clip that falls back (mfa_long) is the same on every run."""
+    import ctranslate2
+
+    ctranslate2.set_random_seed(0)
     options = {"beam_size": 1, "vad_filter": False, "language": "en", **kwargs}
     segments, _ = model.transcribe(audio, **options)
     return "".join(s.text for s in segments).strip()

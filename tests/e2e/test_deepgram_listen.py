@@ -38,7 +38,9 @@ IDLE_S = 3.0
 CLIP = "libri_2412-153948-0000"  # 11.7 s, two sentences
 SHORT_CLIP = "ps_cards_005"  # 3.5 s
 CHUNK_S = 0.1
-WER_SLACK = 2.0  # points over the file API's transcript of the same audio
+WER_SLACK_WORDS = 1
+"""Live may get one more word of the clip wrong than the file API's transcript of the same audio:
+the live path decodes growing prefixes (LocalAgreement), and on one ~18-word clip a word is 5.6 points."""
 MAX_WER = 25.0  # percent: tiny.en on 8 kHz G.711 or Opus writes "force weiner" for "forced aligner"
 WORD_SLACK_S = 0.05
 VAD_TOLERANCE_MS = 200
@@ -174,7 +176,8 @@ def test_sdk_transcribes_a_clip_with_interim_and_final_results_and_word_times(
                                      for w in f["channel"]["alternatives"][0]["words"])
     live = listened.transcript()
     offline = offline_transcript(server, load_clip(CLIP))
-    assert wer([reference(CLIP)], [live]) <= wer([reference(CLIP)], [offline]) + WER_SLACK, (live, offline)
+    slack = 100.0 * WER_SLACK_WORDS / len(reference(CLIP).split())
+    assert wer([reference(CLIP)], [live]) <= wer([reference(CLIP)], [offline]) + slack, (live, offline)
     meta = listened.messages[-1]
     assert meta["type"] == "Metadata" and meta["channels"] == 1
     assert meta["sha256"] == hashlib.sha256(listened.sent).hexdigest()
