@@ -124,6 +124,7 @@ def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None
     sessions: dict[str, Session] = {}
     streams_stepped: list[int] = []
     stage_seconds: dict[str, float] = {}  # engine stage -> host seconds over the run
+    passes_shed = 0
     lock = threading.Lock()
     t0 = time.monotonic()
     chunk = int(CHUNK_S * SAMPLE_RATE)
@@ -152,6 +153,7 @@ def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None
             continue
         outs = engine.step()
         snap = engine.metrics.drain()
+        passes_shed = snap.stream_passes_shed_total
         streams_stepped += snap.batch_size.get("streaming", [])
         for stage, times in snap.stage_seconds.items():
             stage_seconds[stage] = stage_seconds.get(stage, 0.0) + sum(times)
@@ -177,6 +179,7 @@ def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None
                      histogram, len(streams_stepped), sum(streams_stepped), max(streams_stepped, default=0),
                      live_wer=_live_wer(references, finals, n))
     row["wall_s"] = round(time.monotonic() - t0, 1)
+    row["passes_shed"] = passes_shed
     row["stage_s"] = {stage: round(t, 1) for stage, t in sorted(stage_seconds.items(), key=lambda kv: -kv[1])}
     return row
 

@@ -8,6 +8,7 @@ It computes nothing itself: the runner runs the encoder and the batch on what it
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Container
 
@@ -39,6 +40,7 @@ class WindowPlanner:
     def submit(self, job: WindowJob) -> None:
         """Queue a job: an encoded one (a retry of its window) waits to join the decoder; a live
         stream's final pass goes ahead of the other windows to encode (the client waits on it)."""
+        job.queued_at = time.monotonic()
         if job.audio_features is not None:
             self.prefill_queue.append(job)
         elif job.final:
@@ -66,6 +68,19 @@ class WindowPlanner:
 
     # ---- what runs next ----
 
+    @staticmethod
+    def overdue(job: WindowJob, now: float) -> bool:
+        """An interim pass held back for finals longer than its stream's pass period: it goes
+        ahead anyway, so a stream waits at most one period (finals first, but not forever: with
+        streams ending one after another, finals are pending most of the time under load)."""
+        return now - job.queued_at >= job.patience_s
+
+    def interims_overdue(self) -> bool:
+        """An interim pass waits to be encoded for longer than its stream's pass period: the
+        engine is behind its streams' cadence."""
+        now = time.monotonic()
+        return any(j.interim and self.overdue(j, now) for j in self.encode_queue)
+
     def finals_pending(self, batch: DecodeBatch) -> bool:
         """A live stream's final pass is encoded and waiting or decoding: a client waits on it."""
         return any(j.final for j in self.prefill_queue) or any(g.job.final for g in batch.groups if not g.done)
@@ -84,17 +99,22 @@ class WindowPlanner:
         budget = self.max_rows - batch.num_rows - sum(j.rows for j in self.prefill_queue)
         jobs: list[WindowJob] = []
         live_frames = 0
-        # a client waits on every final pass: no new interim pass joins the decoder until they are done
+        # a client waits on every final pass: no new interim pass (short of overdue) is encoded with
+        # one or joins the decoder until they are done
         final_waiting = self.finals_pending(batch)
+        now = time.monotonic()
         while self.encode_queue and len(jobs) < self.max_encode_batch and self.encode_queue[0].rows <= budget:
             job = self.encode_queue[0]
             if job.interim and job.audio_positions < self.n_audio_ctx:  # a short interim live pass
-                if final_waiting or (live_frames and live_frames + job.mel.shape[1] > LIVE_ENCODE_FRAMES):
+                if final_waiting and not self.overdue(job, now):
+                    break
+                if live_frames and live_frames + job.mel.shape[1] > LIVE_ENCODE_FRAMES:
                     break
                 live_frames += job.mel.shape[1]
             self.encode_queue.popleft()
             budget -= job.rows
             jobs.append(job)
+            final_waiting = final_waiting or job.final
         if jobs:
             self.steps_since_encode = 0
         return jobs
@@ -105,11 +125,12 @@ class WindowPlanner:
         jobs: list[WindowJob] = []
         held: list[WindowJob] = []
         finals_first = self.finals_pending(batch)
+        now = time.monotonic()
         while self.prefill_queue and self.prefill_queue[0].rows <= budget:
             job = self.prefill_queue.popleft()
             if job.request_id not in active:
                 continue
-            if finals_first and job.interim:  # every decoder step it adds delays the finals
+            if finals_first and job.interim and not self.overdue(job, now):  # each step it adds delays the finals
                 held.append(job)
                 continue
             budget -= job.rows
@@ -119,10 +140,12 @@ class WindowPlanner:
 
     def results(self, finished: list[DecodeGroup], batch: DecodeBatch) -> list[tuple[WindowJob, WindowResult]]:
         """The decoded windows to hand to their owners now. While finals are pending, interim
-        passes wait (their word alignment can; the finals cannot)."""
+        passes wait (their word alignment can; the finals cannot), up to their pass period."""
         done = [(g.job, g.result) for g in finished if g.result is not None]
         if self.finals_pending(batch):
-            self.deferred.extend((j, r) for j, r in done if j.interim)
-            return [(j, r) for j, r in done if not j.interim]
+            now = time.monotonic()
+            waits = [*self.deferred, *done]
+            self.deferred = [(j, r) for j, r in waits if j.interim and not self.overdue(j, now)]
+            return [(j, r) for j, r in waits if not j.interim or self.overdue(j, now)]
         done, self.deferred = [*self.deferred, *done], []
         return done

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from engine.config import EngineConfig
-from engine.metrics import stage_timer
+from engine.metrics import count_passes_shed, stage_timer
 from engine.models.whisper.batch import DecodeBatch
 from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.decoding import DecodeGroup
@@ -59,6 +59,8 @@ class WhisperRunner:
         self.step_samples = int(config.stream_step_ms * SAMPLE_RATE / 1000)
         self.stream_chunk_samples = self.step_samples  # one pass's worth of new audio
         self.streams_stepped = 0
+        self.passes_shed = 0  # interim passes shed because the engine was behind (see _pick_stream_passes)
+        self._shed_periods: dict[str, int] = {}  # stream -> pass periods already counted as shed
         logger.info("whisper %s loaded from %s (%s) on %s/%s, quantization=%s", self.parts.model_name, self.ckpt_dir,
                     self.parts.checkpoint_format, self.parts.device, self.parts.dtype, self.parts.quantization)
 
@@ -172,6 +174,7 @@ class WhisperRunner:
                 self.planner.submit(job)
 
     def release(self, request: Request) -> None:
+        self._shed_periods.pop(request.request_id, None)
         self.collating = [r for r in self.collating if r is not request]
         self.streams.pop(request.request_id, None)
         state = self.active.pop(request.request_id, None)
@@ -262,7 +265,9 @@ class WhisperRunner:
                     self._fail(stream, "features", exc, outputs)
                 return
         for (stream, _), mel in zip(passes, mels):
-            self.planner.submit(stream.make_job(mel.to(self.parts.dtype)))
+            job = stream.make_job(mel.to(self.parts.dtype))
+            job.patience_s = stream.pass_samples(self.step_samples) / SAMPLE_RATE
+            self.planner.submit(job)
 
     def _pick_stream_passes(self, outputs: list[RequestOutput]) -> list[tuple[StreamingTranscription, np.ndarray]]:
         """The streams due a pass and the audio of their windows (a stream ended with nothing
@@ -274,7 +279,19 @@ class WhisperRunner:
                 self.batch.remove_job(stale)
                 stream.drop_pass()
         passes: list[tuple[StreamingTranscription, np.ndarray]] = []
-        for stream in [s for s in self.streams.values() if s.ready(self.step_samples)]:
+        # when interim passes already wait longer than a pass period, new ones are shed: the stream
+        # keeps its audio and gets one pass over all of it once the engine catches up (fresher
+        # text than a queue of stale passes, for less work); final passes are never shed
+        behind = self.planner.interims_overdue()
+        due = [s for s in self.streams.values() if s.ready(self.step_samples)]
+        if behind:
+            for stream in (s for s in due if not s.request.input_finished):
+                self._count_shed(stream)
+            due = [s for s in due if s.request.input_finished]
+        # the streams that waited longest go first
+        due.sort(key=lambda s: -(s.new_samples + s.request.pending_samples))
+        for stream in due:
+            self._shed_periods.pop(stream.request.request_id, None)
             stream.absorb()
             audio = stream.window_audio()
             if audio.size == 0:
@@ -286,6 +303,15 @@ class WhisperRunner:
                 continue
             passes.append((stream, audio))
         return passes
+
+    def _count_shed(self, stream: StreamingTranscription) -> None:
+        """Count the pass periods a shed stream has gone without its pass (each once)."""
+        rid = stream.request.request_id
+        periods = (stream.new_samples + stream.request.pending_samples) // stream.pass_samples(self.step_samples)
+        shed = max(0, periods - self._shed_periods.get(rid, 0))
+        self.passes_shed += shed
+        count_passes_shed(shed)
+        self._shed_periods[rid] = max(periods, self._shed_periods.get(rid, 0))
 
     def _encode(self, jobs: list[WindowJob], outputs: list[RequestOutput]) -> None:
         """Encode `jobs` in one batch (one by one if the batch fails: only the culprit fails)."""
