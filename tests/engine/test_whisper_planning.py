@@ -1,6 +1,6 @@
 """The Whisper window planner's live rules (engine/models/whisper/planning.py), on stand-in jobs:
-finals first, a final encoded without interim batch-mates, an interim pass held back for finals
-at most its pass period, and the runner's count of shed passes."""
+finals first, a final encoded without interim batch-mates, an interim pass waiting longer than
+its pass period marks the engine as behind, and the runner's count of shed passes."""
 
 from __future__ import annotations
 
@@ -41,25 +41,23 @@ def test_a_final_pass_is_encoded_without_interim_batch_mates() -> None:
     assert p.take_encode(idle_batch()) == [a, b]
 
 
-def test_interim_passes_wait_for_finals_at_most_their_pass_period() -> None:
+def test_interim_passes_wait_for_finals_and_an_overdue_one_says_the_engine_is_behind() -> None:
     decoding_final = live_job("f", final=True)
     p = planner()
     patient, due = live_job("a"), live_job("b", patience_s=0.0)
-    p.submit(due)
     p.submit(patient)
-    assert p.interims_overdue()  # b has waited its (zero) period
-    # a final decodes: the overdue pass goes ahead, the patient one is held
-    assert p.take_encode(idle_batch(decoding_final)) == [due]
-    assert p.take_encode(idle_batch(decoding_final)) == []
-    assert p.take_encode(idle_batch()) == [patient]  # no final left: it goes
+    assert not p.interims_overdue()
+    p.submit(due)
+    assert p.interims_overdue()  # b has waited its (zero) period: streams coming due are shed
+    assert p.take_encode(idle_batch(decoding_final)) == []  # a final decodes: partials wait
+    assert p.take_encode(idle_batch()) == [patient, due]
     p.encoded([patient, due])
-    assert p.take_join(idle_batch(decoding_final), active={"a", "b"}) == [due]
-    assert list(p.prefill_queue) == [patient]
+    assert p.take_join(idle_batch(decoding_final), active={"a", "b"}) == []
+    assert p.take_join(idle_batch(), active={"a", "b"}) == [patient, due]
     result = WindowResult(tokens=[], sum_logprob=0.0, avg_logprob=0.0, no_speech_prob=0.0, temperature=0.0)
     finished = [SimpleNamespace(job=j, result=result) for j in (patient, due)]
-    handed = p.results(finished, idle_batch(decoding_final))  # type: ignore[arg-type]
-    assert [j for j, _ in handed] == [due] and [j for j, _ in p.deferred] == [patient]
-    assert [j for j, _ in p.results([], idle_batch())] == [patient]  # finals done: the held one follows
+    assert p.results(finished, idle_batch(decoding_final)) == []  # type: ignore[arg-type]
+    assert [j for j, _ in p.results([], idle_batch())] == [patient, due]  # finals done: their alignment follows
 
 
 def test_the_runner_counts_each_shed_pass_period_once(engine: Any) -> None:

@@ -70,9 +70,7 @@ class WindowPlanner:
 
     @staticmethod
     def overdue(job: WindowJob, now: float) -> bool:
-        """An interim pass held back for finals longer than its stream's pass period: it goes
-        ahead anyway, so a stream waits at most one period (finals first, but not forever: with
-        streams ending one after another, finals are pending most of the time under load)."""
+        """An interim pass that has waited longer than its stream's pass period."""
         return now - job.queued_at >= job.patience_s
 
     def interims_overdue(self) -> bool:
@@ -99,14 +97,13 @@ class WindowPlanner:
         budget = self.max_rows - batch.num_rows - sum(j.rows for j in self.prefill_queue)
         jobs: list[WindowJob] = []
         live_frames = 0
-        # a client waits on every final pass: no new interim pass (short of overdue) is encoded with
-        # one or joins the decoder until they are done
+        # a client waits on every final pass: no new interim pass is encoded with one or joins the
+        # decoder until they are done
         final_waiting = self.finals_pending(batch)
-        now = time.monotonic()
         while self.encode_queue and len(jobs) < self.max_encode_batch and self.encode_queue[0].rows <= budget:
             job = self.encode_queue[0]
             if job.interim and job.audio_positions < self.n_audio_ctx:  # a short interim live pass
-                if final_waiting and not self.overdue(job, now):
+                if final_waiting:
                     break
                 if live_frames and live_frames + job.mel.shape[1] > LIVE_ENCODE_FRAMES:
                     break
@@ -125,12 +122,11 @@ class WindowPlanner:
         jobs: list[WindowJob] = []
         held: list[WindowJob] = []
         finals_first = self.finals_pending(batch)
-        now = time.monotonic()
         while self.prefill_queue and self.prefill_queue[0].rows <= budget:
             job = self.prefill_queue.popleft()
             if job.request_id not in active:
                 continue
-            if finals_first and job.interim and not self.overdue(job, now):  # each step it adds delays the finals
+            if finals_first and job.interim:  # every decoder step it adds delays the finals
                 held.append(job)
                 continue
             budget -= job.rows
@@ -140,12 +136,10 @@ class WindowPlanner:
 
     def results(self, finished: list[DecodeGroup], batch: DecodeBatch) -> list[tuple[WindowJob, WindowResult]]:
         """The decoded windows to hand to their owners now. While finals are pending, interim
-        passes wait (their word alignment can; the finals cannot), up to their pass period."""
+        passes wait (their word alignment can; the finals cannot)."""
         done = [(g.job, g.result) for g in finished if g.result is not None]
         if self.finals_pending(batch):
-            now = time.monotonic()
-            waits = [*self.deferred, *done]
-            self.deferred = [(j, r) for j, r in waits if j.interim and not self.overdue(j, now)]
-            return [(j, r) for j, r in waits if not j.interim or self.overdue(j, now)]
+            self.deferred.extend((j, r) for j, r in done if j.interim)
+            return [(j, r) for j, r in done if not j.interim]
         done, self.deferred = [*self.deferred, *done], []
         return done

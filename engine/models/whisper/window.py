@@ -97,7 +97,8 @@ class WindowJob:
     generator: torch.Generator | None = None
     """This job's own sampling generator (fallback attempts); None uses the owner's."""
     patience_s: float = math.inf
-    """How long an interim live pass may be held back for finals (its stream's pass period)."""
+    """An interim live pass waiting longer than this (its stream's pass period) to be encoded
+    means the engine is behind its streams' cadence (WindowPlanner.interims_overdue)."""
     queued_at: float = 0.0  # time.monotonic() when the planner took it
 
     @property
