@@ -19,7 +19,8 @@ This module has no web-framework imports; routes map `status_code` themselves.
 
 Modules, by responsibility: `errors` (the hierarchy above), `limits` (rate/channel bounds),
 `encodings` (names and magic-byte sniffing), `pcm` (headerless samples), `decode`
-(`decode_audio`), `pool` (`AudioDecoder`), `stream` (`StreamResampler`, `HeaderlessStream`),
+(`decode_audio`), `pool` (`AudioDecoder`), `stream` (`StreamResampler`, `HeaderlessStream`,
+`ChannelSplitter`),
 `container_stream` (`ContainerStream`: WebM/Ogg and other containers arriving live).
 """
 
@@ -43,7 +44,7 @@ from app.audio.pcm import (
     pcm16_to_float,
 )
 from app.audio.pool import DEFAULT_MAX_CONCURRENT_DECODES, AudioDecoder
-from app.audio.stream import HeaderlessStream, StreamResampler
+from app.audio.stream import ChannelSplitter, HeaderlessStream, StreamResampler
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENT_DECODES",
@@ -57,6 +58,7 @@ __all__ = [
     "AudioEncoding",
     "AudioError",
     "AudioTooLongError",
+    "ChannelSplitter",
     "DecodedAudio",
     "HeaderlessStream",
     "StreamResampler",

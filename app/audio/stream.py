@@ -2,6 +2,7 @@
 
     StreamResampler   float32 mono at any rate -> the model rate, without buffering the stream
     HeaderlessStream  headerless bytes (LINEAR16, LINEAR32F, MULAW, ALAW) cut anywhere -> samples
+    ChannelSplitter   interleaved headerless bytes -> one byte stream per channel
 
 Containers that arrive as a stream (WebM/Ogg Opus from a browser) are `ContainerStream`
 (app/audio/container_stream.py).
@@ -17,7 +18,7 @@ from app.audio.errors import AudioDecodeError, UnsupportedAudioError
 from app.audio.limits import MODEL_SAMPLE_RATE_HZ, RESAMPLE_QUALITY, _check_channels, _check_rate
 from app.audio.pcm import headerless_to_mono
 
-__all__ = ["HeaderlessStream", "StreamResampler"]
+__all__ = ["ChannelSplitter", "HeaderlessStream", "StreamResampler"]
 
 
 class StreamResampler:
@@ -110,3 +111,35 @@ class HeaderlessStream:
                 f"x {self.channels} channel(s) are {self.frame_bytes} bytes)"
             )
         return self.resampler.flush()
+
+
+class ChannelSplitter:
+    """Interleaved headerless audio -> one byte stream per channel, in the same encoding (for
+    per-channel recognition of a live stream). Clients may cut messages anywhere: a partial frame
+    waits for the next chunk."""
+
+    def __init__(self, encoding: AudioEncoding | str, channels: int) -> None:
+        self.encoding = parse_encoding(encoding)
+        if not self.encoding.headerless:
+            raise UnsupportedAudioError(f"{self.encoding.value} is not a headerless encoding")
+        _check_channels(channels)
+        self.channels = channels
+        self.width = _SAMPLE_WIDTH_BYTES[self.encoding]
+        self._rest = b""
+
+    def push(self, data: bytes) -> list[bytes]:
+        """Each channel's bytes of the whole frames received so far (empty until a frame is whole)."""
+        data = self._rest + data if self._rest else data
+        frame_bytes = self.width * self.channels
+        whole = len(data) - len(data) % frame_bytes
+        self._rest = data[whole:]
+        frames = np.frombuffer(data[:whole], dtype=np.uint8).reshape(-1, self.channels, self.width)
+        return [frames[:, c, :].tobytes() for c in range(self.channels)]
+
+    def finish(self) -> None:
+        """End of the stream: one that ends inside a frame is an error."""
+        if self._rest:
+            raise AudioDecodeError(
+                f"the stream ended inside a frame ({len(self._rest)} stray bytes; frames of {self.encoding.value} "
+                f"x {self.channels} channel(s) are {self.width * self.channels} bytes)"
+            )

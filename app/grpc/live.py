@@ -59,7 +59,7 @@ class _Done:
 DONE = _Done()
 
 
-async def _until_done(queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:
+async def until_done(queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:
     """A queue's items up to its DONE marker; an exception in it is raised where it stands."""
     while True:
         item = await queue.get()
@@ -125,9 +125,9 @@ class LiveCall:
         self.live = live = await self._live_session()
         reader = asyncio.ensure_future(self._read(audio_in, live))
         try:
-            async for item in _until_done(self.items):
+            async for item in until_done(self.items):
                 if isinstance(item, _TurnResults):
-                    async for response in _until_done(item.queue):
+                    async for response in until_done(item.queue):
                         yield response
                     if self.single:
                         break  # END_OF_SINGLE_UTTERANCE: no more results

@@ -20,6 +20,7 @@ from app.audio import AudioDecoder
 from app.channels import channel_results, run_offline_channels, waveforms
 from app.engine_service import EngineService
 from app.grpc.audio import BufferedAudio
+from app.grpc.channels import ChannelCalls
 from app.grpc.convert import (
     AudioSpec,
     RpcError,
@@ -253,12 +254,12 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
             gauge = self.metrics.stream_sessions_active.labels(api=STREAMING_API)
             gauge.inc()
             try:
-                if config.enable_separate_recognition_per_channel:
-                    if self._live(streaming_config, spec):
-                        raise RpcError(grpc.StatusCode.UNIMPLEMENTED,
-                                       "per-channel recognition of a live stream is not implemented; send the "
-                                       "stream to an offline server without single_utterance and voice activity "
-                                       "events, where it is recognized per channel after half-close")
+                if config.enable_separate_recognition_per_channel and self._live(streaming_config, spec):
+                    channels = ChannelCalls(self.service, self.settings, streaming_config, spec, options, rid,
+                                            VadModelCache.of(self._state))
+                    async for response in channels.run(audio_in):
+                        yield response
+                elif config.enable_separate_recognition_per_channel:
                     yield await self._buffered_channels(audio_in, spec, options, config, rid, context)
                 elif self._live(streaming_config, spec):
                     call = LiveCall(self.service, self.settings, streaming_config, spec, options, rid,

@@ -99,7 +99,8 @@ def parse_beta_update(event: dict[str, Any], current: SessionConfig, vad: VadSet
 def _ga_format(value: Any) -> InputFormat:
     param = "session.audio.input.format"
     fmt = _object(value, param)
-    encoding = GA_TYPES.get(fmt.get("type", "audio/pcm"))
+    kind = fmt.get("type", "audio/pcm")
+    encoding = GA_TYPES.get(kind) if isinstance(kind, str) else None
     if encoding is None:
         raise _invalid(f"{param}.type must be one of {', '.join(GA_TYPES)} (headerless audio; POST files to "
                        f"/v1/audio/transcriptions), got {fmt.get('type')!r}", f"{param}.type")

@@ -46,6 +46,8 @@ async def longrunningrecognize(request: Request, jobs: JobsDep) -> JSONResponse:
     body = await request.body()
     try:
         payload = json.loads(body)
+        if not isinstance(payload, dict):
+            raise ValueError(f"a JSON object is expected, not {type(payload).__name__}")
         message = json_format.ParseDict(payload, pb.LongRunningRecognizeRequest())
     except (ValueError, json_format.ParseError) as exc:
         raise ApiError(400, f"the body must be a LongRunningRecognizeRequest in JSON "

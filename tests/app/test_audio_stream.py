@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import soxr
 
-from app.audio import AudioDecodeError, HeaderlessStream, StreamResampler, pcm16_to_float
+from app.audio import AudioDecodeError, ChannelSplitter, HeaderlessStream, StreamResampler, pcm16_to_float
 from app.audio.container_stream import ContainerStream
 from tests.audio_variants import encode_variant
 
@@ -123,3 +123,20 @@ async def test_close_ends_a_thread_waiting_for_bytes() -> None:
 def test_unknown_container_is_refused() -> None:
     with pytest.raises(AudioDecodeError, match="cannot be a mp4"):
         ContainerStream("mp4")
+
+
+@pytest.mark.parametrize(("encoding", "width"), [("LINEAR16", 2), ("LINEAR32F", 4), ("MULAW", 1)])
+def test_channel_splitter_deals_frames_cut_anywhere(encoding: str, width: int) -> None:
+    rng = np.random.default_rng(0)
+    channels = 3
+    body = rng.integers(0, 256, size=width * channels * 1000, dtype=np.uint8).tobytes()
+    frames = np.frombuffer(body, np.uint8).reshape(-1, channels, width)
+    splitter = ChannelSplitter(encoding, channels)
+    got: list[bytes] = [b""] * channels
+    for a, b in itertools.pairwise([0, 1, 5, 6, 777, 2048, 2049, len(body)]):
+        got = [g + part for g, part in zip(got, splitter.push(body[a:b]))]
+    splitter.finish()
+    assert got == [frames[:, c, :].tobytes() for c in range(channels)]
+    splitter.push(b"\x00")
+    with pytest.raises(AudioDecodeError, match="inside a frame"):
+        splitter.finish()

@@ -68,6 +68,8 @@ def test_ga_formats(fmt: dict[str, Any], expected: InputFormat) -> None:
     ({"type": "audio/pcm", "rate": True}, "session.audio.input.format.rate"),
     ({"type": "audio/pcmu", "rate": 16000}, "session.audio.input.format.rate"),
     ({"type": "audio/wav"}, "session.audio.input.format.type"),
+    ({"type": []}, "session.audio.input.format.type"),
+    ({"type": {}}, "session.audio.input.format.type"),
 ])
 def test_ga_bad_formats_name_the_field(fmt: dict[str, Any], param: str) -> None:
     err = raises("invalid_value", parse_ga_update, ga({"format": fmt}), SessionConfig(), VAD)

@@ -36,8 +36,7 @@ def fresh_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(scope="session")
 def dev_data() -> None:
-    if not DEV_MANIFEST.is_file():
-        pytest.skip(f"shared speech data not present at {DEV_MANIFEST}")
+    assert DEV_MANIFEST.is_file(), f"shared speech data not present at {DEV_MANIFEST}"
 
 
 @pytest.fixture(scope="session")

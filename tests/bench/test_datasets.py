@@ -96,7 +96,6 @@ def test_ljspeech_is_found_through_the_documented_variables(fresh_dirs: Path, mo
 
 
 def test_earnings21_indexes_a_local_parquet_shard(fresh_dirs: Path) -> None:
-    pytest.importorskip("pyarrow")
     shard = corpora.earnings21_shard(fresh_dirs / "e21" / "full" / "test-00000-of-00001.parquet")
     assert cli.main(["prepare", "earnings21", "--source-dir", str(shard.parent)]) == 0
     ds = datasets.load("earnings21/test")

@@ -31,7 +31,6 @@ def clips_manifest(bench_dirs: Path) -> str:
 
 def test_transformers_on_our_weights_is_the_drift_reference(clips_manifest: str,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("transformers")
     assert cli.main(["validate", "--backend", "transformers", "--dataset", clips_manifest]) == 0
     reference = records.list_validations()[0]
     ref_report = json.loads((reference / "validation.json").read_text())
@@ -48,7 +47,6 @@ def test_transformers_on_our_weights_is_the_drift_reference(clips_manifest: str,
 
 def test_transformers_uses_whisper_ckpt_when_it_is_a_transformers_directory(
         clips_manifest: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("transformers")
     from benchmarks.asrbench.peers.hf_whisper import is_hf_whisper, transformers_model_dir
 
     converted = transformers_model_dir()
@@ -59,7 +57,6 @@ def test_transformers_uses_whisper_ckpt_when_it_is_a_transformers_directory(
 
 def test_whisper_cpp_runs_our_weights_as_ggml_and_declares_its_gaps(clips_manifest: str,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("pywhispercpp")
     tiny = {"name": "peer-cpp", "description": "test", "defaults": {"primary": clips_manifest},
             "workloads": {"clips": {"dataset": "${primary}", "sampling": "all", "require_text": True}},
             "benchmarks": [{"name": "single", "kind": "single", "workload": "clips", "warmup": 0},

@@ -7,7 +7,6 @@ pod would.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import signal
@@ -22,20 +21,12 @@ import httpx
 
 from tests.deploy.manifests import ROOT
 
-__all__ = ["LiveServer", "server_missing", "start_server"]
+__all__ = ["LiveServer", "start_server"]
 
 logger = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 180.0  # model load on a busy 2-core CI machine
 POLL_S = 0.25
-
-
-def server_missing() -> str | None:
-    """Why the server cannot run yet (its modules are written by others), or None."""
-    for module, what in (("app.main", "the app"), ("app.grpc.service", "the gRPC listener the probes use")):
-        if importlib.util.find_spec(module) is None:
-            return f"{module.replace('.', '/')}.py ({what}) is not written yet"
-    return None
 
 
 def _free_port() -> int:

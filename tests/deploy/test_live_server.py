@@ -22,13 +22,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.metrics import Metrics
+from app.settings import Settings
 from tests.deploy import promql
-from tests.deploy.live_server import LiveServer, server_missing, start_server
+from tests.deploy.live_server import LiveServer, start_server
 from tests.deploy.manifests import ROOT, dockerfile_cmd_option, one, render
-
-pytestmark = pytest.mark.skipif(
-    server_missing() is not None, reason=f"{server_missing()}: static checks still run"
-)
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +107,6 @@ def test_sigterm_shuts_down_cleanly_within_the_pods_grace(server: LiveServer) ->
     code = server.stop(timeout_s=pod["terminationGracePeriodSeconds"])
     took = time.monotonic() - started
     assert code == 0, f"exit code {code} after SIGTERM:\n{server.log()}"
-    # Idle, nothing should wait for a grace period at all.
-    assert took < 10, f"idle shutdown took {took:.1f} s"
+    # Idle, nothing waits for the drain's grace period (what a loaded machine adds is far less)
+    assert took < Settings().shutdown_grace_secs, f"idle shutdown took {took:.1f} s: it waited for the grace period"
     assert "Traceback" not in server.log(), server.log()

@@ -152,6 +152,56 @@ def test_without_interim_results_only_finals(wenet_stub: speech_pb2_grpc.SpeechS
     assert seconds(responses[0].results[0].result_end_time) == pytest.approx(len(audio) / 8000, abs=0.05)
 
 
+
+def _stream_finals(stub: speech_pb2_grpc.SpeechStub, body: bytes, config: pb.StreamingRecognitionConfig,
+                   cut: int = 3333) -> list[pb.StreamingRecognizeResponse]:
+    requests = [pb.StreamingRecognizeRequest(streaming_config=config)] + [
+        pb.StreamingRecognizeRequest(audio_content=body[i : i + cut]) for i in range(0, len(body), cut)]
+    return list(stub.StreamingRecognize(iter(requests), timeout=TIMEOUT_S))
+
+
+def test_per_channel_live_stream_matches_each_channel_alone(wenet_stub: speech_pb2_grpc.SpeechStub) -> None:
+    left, right = clip_samples(FIRST, RATE), clip_samples(SECOND, RATE)
+    n = max(len(left), len(right))
+    channels = [np.pad(c, (0, n - len(c))) for c in (left, right)]
+    alone = {}
+    for tag, mono in enumerate(channels, start=1):
+        responses = _stream_finals(wenet_stub, pcm16(mono), streaming_config())
+        alone[tag] = responses[-1].results[0].alternatives[0].transcript
+    assert alone[1] != alone[2]
+
+    config = streaming_config("stereo", interim_results=True)
+    config.config.audio_channel_count = 2
+    config.config.enable_separate_recognition_per_channel = True
+    stereo = pcm16(np.stack(channels, axis=1))  # interleaved frames; 3333-byte messages split them
+    both_interim = threading.Event()
+
+    def requests() -> Iterator[pb.StreamingRecognizeRequest]:
+        yield pb.StreamingRecognizeRequest(streaming_config=config)
+        for i in range(0, len(stereo), 3333):
+            if i >= len(stereo) // 2:  # a live microphone: the rest comes once both channels showed text
+                both_interim.wait(TIMEOUT_S)
+            yield pb.StreamingRecognizeRequest(audio_content=stereo[i : i + 3333])
+
+    got = []
+    for response in wenet_stub.StreamingRecognize(requests(), timeout=TIMEOUT_S):
+        got += list(response.results[:1])
+        if {r.channel_tag for r in got if not r.is_final} == {1, 2}:
+            both_interim.set()
+    assert {r.channel_tag: r.alternatives[0].transcript for r in got if r.is_final} == alone
+    assert [r.channel_tag for r in got if r.is_final].count(1) == 1 == [r.channel_tag for r in got if r.is_final].count(2)
+    assert {r.channel_tag for r in got if not r.is_final} == {1, 2}  # both channels stream interim results
+    for tag in (1, 2):  # each channel's results in order, its final last
+        assert [r.is_final for r in got if r.channel_tag == tag][-1]
+
+    for bad, message in ((stereo[:-1], "inside a frame"), (stereo, "single_utterance")):
+        bad_config = pb.StreamingRecognitionConfig()
+        bad_config.CopyFrom(config)
+        bad_config.single_utterance = message == "single_utterance"
+        with pytest.raises(grpc.RpcError) as err:
+            _stream_finals(wenet_stub, bad, bad_config)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in (err.value.details() or "")
+
 @pytest.mark.parametrize("voice_events", [False, True])
 def test_live_stream_without_audio_is_invalid(wenet_stub: speech_pb2_grpc.SpeechStub, voice_events: bool) -> None:
     requests = iter([pb.StreamingRecognizeRequest(streaming_config=streaming_config(

@@ -19,7 +19,7 @@ from google.longrunning import operations_pb2, operations_pb2_grpc
 from app.jobs.webhooks import verify
 from protos.oasr.speech.v1 import speech_pb2 as pb
 from protos.oasr.speech.v1 import speech_pb2_grpc
-from tests.conftest import DATA_DIR, load_clip, manifest
+from tests.conftest import load_clip, manifest, require_speech_data
 from tests.e2e.conftest import ServerProcess, start_server
 from tests.e2e.jobs_helpers import (
     WebhookReceiver,
@@ -31,6 +31,7 @@ from tests.e2e.jobs_helpers import (
     wait_done,
     wav_bytes,
 )
+from tests.e2e.test_grpc import metric_value
 
 SPOOL_MAX_MIB = 6.0
 LEFT, RIGHT = "libri_61-70968-0000", "mfa_thoughts"  # two speakers, two texts
@@ -51,8 +52,7 @@ def uri_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, uri_root: Path) -> Iterator[ServerProcess]:
-    if not (DATA_DIR / "manifest.jsonl").exists():
-        pytest.skip("speech data not found")
+    require_speech_data()
     tmp = tmp_path_factory.mktemp("jobs-server")
     srv = start_server(tmp, {
         "OASR_DATA_DIR": str(tmp / "data"),
@@ -77,6 +77,7 @@ def submit(server: ServerProcess, body: dict[str, Any]) -> dict[str, Any]:
 
 def spool_files(server: ServerProcess) -> list[Path]:
     data = Path(server.log_path.parent / "data" / "spool")
+    assert data.is_dir(), f"the spool is not at {data}"
     return sorted(p for p in data.rglob("*") if p.is_file())
 
 
@@ -123,6 +124,7 @@ def test_per_channel_on_the_dev_sets_stereo_recording(server: ServerProcess) -> 
     assert data.shape[1] == 2
     data = pcm16(data)
     alone = {tag: recognize_text(server.base_url, wav_bytes(data[:, tag - 1], rate)).get(0, "") for tag in (1, 2)}
+    assert any(alone.values()), "neither channel of the stereo recording was transcribed"
     got = recognize_text(server.base_url, wav_bytes(data, rate), enable_separate_recognition_per_channel="true")
     assert got == {tag: text for tag, text in alone.items() if text}
 
@@ -156,6 +158,13 @@ def test_cancelling_a_finished_operation_is_a_failed_precondition(server: Server
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         got = ops.GetOperation(operations_pb2.GetOperationRequest(name=op["name"]), timeout=10)
     assert got.done and got.HasField("response")
+
+
+@pytest.mark.parametrize("body", [b"5", b"null", b"[]", b'"text"', b"{not json"])
+def test_a_body_that_is_not_a_request_object_is_400(server: ServerProcess, body: bytes) -> None:
+    r = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize", content=body,
+                   headers={"content-type": "application/json"}, timeout=10)
+    assert r.status_code == 400 and r.json()["error"]["status"] == "INVALID_ARGUMENT", r.text
 
 
 @pytest.mark.parametrize("uri", [
@@ -230,7 +239,9 @@ def test_webhook_is_delivered_once_per_job_with_a_valid_signature(server: Server
         final = [wait_done(server.base_url, n) for n in names]
         _wait_for(lambda: all(httpx.get(f"{server.base_url}/v1/operations/{n}").json()["metadata"]["webhook"]["state"]
                               == "DELIVERED" for n in names))
-        time.sleep(1.0)  # a duplicate would arrive within the 0.2 s backoff
+        # delivered at the first attempt: no retry can follow a recorded delivery
+        assert [httpx.get(f"{server.base_url}/v1/operations/{n}").json()["metadata"]["webhook"]["attempts"]
+                for n in names] == [1, 1]
         assert len(receiver.deliveries) == 2
         by_name = {p["name"]: d for p, d in zip(receiver.payloads(), receiver.deliveries)}
         assert set(by_name) == set(names)
@@ -284,13 +295,15 @@ def test_cancel_a_queued_and_a_running_job(server: ServerProcess) -> None:
     _wait_for(lambda: httpx.get(f"{server.base_url}/v1/operations/{running}").json()["metadata"]["state"]
               == "RUNNING")
     assert httpx.get(f"{server.base_url}/v1/operations/{queued}").json()["metadata"]["state"] == "QUEUED"
+    attempts_ended = metric_value(server, "oasr_job_duration_seconds_count")
     for name in (queued, running):
         r = httpx.post(f"{server.base_url}/v1/operations/{name}:cancel", timeout=10)
         assert r.status_code == 200 and r.json() == {}, r.text
         op = httpx.get(f"{server.base_url}/v1/operations/{name}").json()
         assert op["done"] and op["error"]["code"] == 1 and op["metadata"]["state"] == "CANCELLED"
         assert "response" not in op
-    time.sleep(1.0)  # the cancelled runner must not overwrite the cancellation
+    # once the running attempt has ended (the queued job never ran), it must not have overwritten the cancellation
+    _wait_for(lambda: metric_value(server, "oasr_job_duration_seconds_count") >= attempts_ended + 1)
     assert httpx.get(f"{server.base_url}/v1/operations/{running}").json()["metadata"]["state"] == "CANCELLED"
     listed = httpx.get(f"{server.base_url}/v1/operations", params={"filter": "state=CANCELLED"}).json()
     assert {running, queued} <= {o["name"] for o in listed["operations"]}

@@ -10,11 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-import pytest
 
 from app.jobs.backends import open_store
 from app.jobs.model import AttemptOutcome
-from tests.conftest import DATA_DIR, manifest
+from tests.conftest import manifest, require_speech_data
 from tests.e2e.conftest import start_server
 from tests.e2e.jobs_helpers import lro_body, recognize_text, transcripts, wait_done
 from tests.postgres import PostgresServer, postgres_server  # noqa: F401 - fixture
@@ -26,8 +25,7 @@ LEASE_S = 3.0
 def test_two_replicas_share_the_queue_and_take_over_a_dead_ones_lease(
     tmp_path: Path, postgres_server: PostgresServer  # noqa: F811
 ) -> None:
-    if not (DATA_DIR / "manifest.jsonl").exists():
-        pytest.skip("speech data not found")
+    require_speech_data()
     url = postgres_server.new_database()
     common = {"OASR_JOBS_DATABASE_URL": url, "OASR_JOBS_SPOOL_DIR": str(tmp_path / "spool"),
               "OASR_JOBS_MAX_RUNNING": "4", "OASR_JOBS_LEASE_SECS": str(LEASE_S),
@@ -58,6 +56,9 @@ def test_two_replicas_share_the_queue_and_take_over_a_dead_ones_lease(
             time.sleep(0.02)
         b.proc.kill()
         b.proc.wait()
+        # what b held when it died (it may have finished some of running_b between the check and the kill)
+        victims = [n for n in names if store.get(n).lease_owner == "replica-b"]
+        assert victims, "replica-b finished every job it held before the kill; nothing was handed over"
 
         done = [wait_done(a.base_url, n, timeout=600) for n in names]
         distinct = sorted(set(clips), key=lambda c: c.id)
@@ -75,7 +76,7 @@ def test_two_replicas_share_the_queue_and_take_over_a_dead_ones_lease(
             assert len(succeeded) == 1, attempts  # each job completed exactly once
             owners.add(succeeded[0].owner)
         assert owners == {"replica-a", "replica-b"}  # both drained the queue
-        for victim in running_b:  # the dead replica's leases expired and replica-a took its jobs over
+        for victim in victims:  # the dead replica's leases expired and replica-a took its jobs over
             attempts = store.attempts(victim)
             assert [(x.owner, x.outcome) for x in attempts[-2:]] == [
                 ("replica-b", AttemptOutcome.EXPIRED), ("replica-a", AttemptOutcome.SUCCEEDED)], attempts

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-import pytest
 
 from app.jobs.backends import open_store
 from app.jobs.model import AttemptOutcome, JobState
-from tests.conftest import DATA_DIR, load_clip, manifest
+from tests.conftest import load_clip, manifest, require_speech_data
 from tests.e2e.conftest import start_server
 from tests.e2e.jobs_helpers import lro_body, recognize_text, transcripts, wait_done, wav_bytes
 
@@ -21,8 +20,7 @@ QUEUED_CLIPS = ("libri_61-70968-0000", "mfa_thoughts", "ps_cards_005")
 
 
 def test_sigkill_loses_no_job_and_none_completes_twice(tmp_path: Path) -> None:
-    if not (DATA_DIR / "manifest.jsonl").exists():
-        pytest.skip("speech data not found")
+    require_speech_data()
     data = tmp_path / "data"
     env = {"OASR_DATA_DIR": str(data), "OASR_JOBS_MAX_RUNNING": "1", "OASR_JOBS_POLL_INTERVAL_SECS": "0.1"}
     audios = [wav_bytes(np.concatenate([load_clip("jfk_inaugural")] * 3), fmt="FLAC")]  # 33 s: runs a while
@@ -72,8 +70,7 @@ def test_sigkill_loses_no_job_and_none_completes_twice(tmp_path: Path) -> None:
 
 
 def test_sigterm_gives_a_running_job_back_to_the_queue(tmp_path: Path) -> None:
-    if not (DATA_DIR / "manifest.jsonl").exists():
-        pytest.skip("speech data not found")
+    require_speech_data()
     data = tmp_path / "data"
     server = start_server(tmp_path, {"OASR_DATA_DIR": str(data), "OASR_JOBS_POLL_INTERVAL_SECS": "0.1"})
     try:

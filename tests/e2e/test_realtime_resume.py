@@ -29,6 +29,7 @@ import websockets
 from app.cli.realtime_client import ResumingRealtimeClient
 from tests.conftest import load_clip, manifest
 from tests.e2e.conftest import REPO, ServerProcess, free_port, start_server
+from tests.e2e.test_grpc import metric_value
 from tests.e2e.test_realtime_common import COMMITTED, TERMINAL, check_session_events, chunks_of, pcm16_at
 from tests.realtime_schema import check_schema
 
@@ -154,11 +155,6 @@ def test_a_session_cut_three_times_gets_every_event_exactly_once(
         r["resume"]["token"] == created["resume"]["token"] for r in resumed)
 
 
-def metric(server: ServerProcess, name: str) -> float:
-    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
-    return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
-
-
 async def closed_with(address: str) -> tuple[int | None, str]:
     async with websockets.connect(address) as ws:
         with pytest.raises(websockets.ConnectionClosedError) as closed:
@@ -184,7 +180,7 @@ async def test_wrong_token_and_expired_grace_are_refused_and_free_the_stream(ser
     code, reason = await closed_with(f"{url(server)}&resume_token={token}&last_event_id=event_unknown")
     assert code == 4400 and "last_event_id" in reason  # the session is still parked: only the request was bad
     deadline = time.monotonic() + GRACE_S + 60
-    while (metric(server, "oasr_engine_running"), httpx.get(f"{server.base_url}/readyz").json()["inflight"]) != (0, 0):
+    while (metric_value(server, "oasr_engine_running"), httpx.get(f"{server.base_url}/readyz").json()["inflight"]) != (0, 0):
         assert time.monotonic() < deadline, "the parked session was never freed"
         await asyncio.sleep(0.2)
     code, reason = await closed_with(f"{url(server)}&resume_token={token}&last_event_id={last}")

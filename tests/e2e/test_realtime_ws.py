@@ -23,6 +23,7 @@ import websockets
 from tests.audio_variants import encode_variant
 from tests.conftest import load_clip, manifest, wer
 from tests.e2e.conftest import ServerProcess, start_server
+from tests.e2e.test_grpc import metric_value
 from tests.e2e.test_realtime_common import (
     COMMITTED,
     DELTA,
@@ -145,13 +146,8 @@ def test_sdk_session_transcribes_like_offline(server: ServerProcess, sdk_logs: d
         assert abs(done["audio_end_ms"] - len(load_clip(c)) / 16) <= 30
 
 
-def test_sdk_session_deltas_arrive_before_audio_ends(request: pytest.FixtureRequest, server: ServerProcess,
-                                                     sdk_logs: dict[str, SessionLog]) -> None:
-    if not streaming_enabled(server):
-        request.applymarker(pytest.mark.xfail(
-            reason="the engine's Whisper streaming runtime is not in yet: /v1/models reports "
-                   "streaming_enabled=false, so a streaming-mode server still buffers to the commit",
-            strict=False))
+def test_sdk_session_deltas_arrive_before_audio_ends(server: ServerProcess, sdk_logs: dict[str, SessionLog]) -> None:
+    assert streaming_enabled(server), "a streaming-mode server must report streaming_enabled in /v1/models"
     for clip_id, log in sdk_logs.items():
         clip_ms = len(load_clip(clip_id)) / 16
         if clip_ms < LIVE_DELTA_MIN_AUDIO_S * 1000:
@@ -353,9 +349,7 @@ async def test_other_intents_are_refused(server: ServerProcess) -> None:
 
 
 def cancelled_total(server: ServerProcess) -> float:
-    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
-    line = next(x for x in text.splitlines() if x.startswith("oasr_requests_cancelled_total{"))
-    return float(line.split()[-1])
+    return metric_value(server, "oasr_requests_cancelled_total")
 
 
 async def test_disconnect_aborts_the_open_turn(server: ServerProcess) -> None:
@@ -370,7 +364,9 @@ async def test_disconnect_aborts_the_open_turn(server: ServerProcess) -> None:
         await raw.next("input_audio_buffer.cleared")
         for chunk in audio:  # a new turn, never committed
             await ws.send(chunk)
-        await asyncio.sleep(0.5)
+        # a round trip behind the audio: the server has taken it (and opened the turn) before the hang-up
+        await raw.send({"type": "session.update", "session": {"type": "transcription"}, "event_id": "sync2"})
+        await raw.next("session.updated")
     # the client hung up mid-turn: its engine request is aborted and its permit returned
     state = await wait_idle(server)
     assert (state["inflight"], state["running"], state["waiting"]) == (0, 0, 0), state
@@ -386,7 +382,7 @@ async def test_idle_session_is_closed(server: ServerProcess) -> None:
         await ws.send(pcm16_at(load_clip("ps_cards_001")[:8000], 16000))  # opens a turn, then silence
         started = time.monotonic()
         err = await raw.error("idle_timeout")
-        assert IDLE_S - 0.5 <= time.monotonic() - started <= IDLE_S + 5
+        assert time.monotonic() - started >= IDLE_S - 0.5  # not before the timeout (how late: the load's)
         with pytest.raises(websockets.ConnectionClosedOK) as closed:
             await ws.recv()
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000

@@ -6,7 +6,6 @@ up mid-request, the limits and API keys of a configured server, and SIGTERM unde
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import signal
 import socket
 import time
@@ -369,9 +368,8 @@ LONG_REQUEST_S = 600.0  # twenty windows cannot finish within the grace: these m
 
 
 def test_sigterm_under_load_completes_or_503s_and_exits_0(tmp_path: Path) -> None:
-    # With app/grpc/service.py present the drain also stops the gRPC listener; until then, HTTP only.
-    env = {} if importlib.util.find_spec("app.grpc.service") else dict(HTTP_ONLY)
-    srv = start_server(tmp_path, env={**env, "OASR_SHUTDOWN_GRACE_SECS": str(GRACE_S)})
+    # the drain stops the gRPC listener too
+    srv = start_server(tmp_path, env={"OASR_SHUTDOWN_GRACE_SECS": str(GRACE_S)})
     try:
         short = [c for c in reference_clips() if c.duration <= 5.0][:7]
         long_body = long_linear16(LONG_REQUEST_S)

@@ -46,7 +46,7 @@ def test_migrate_is_idempotent_and_versioned(store: SqlJobStore) -> None:
 
 
 def test_claim_takes_oldest_first_and_each_job_once(store_url: str | None, store: SqlJobStore, tmp_path: Path) -> None:
-    for i in range(5):
+    for i in reversed(range(5)):  # created job4 first: age, not name order, decides
         store.create(new(f"job{i}"))
         time.sleep(0.002)  # distinct created_at
     other = open_store(store_url, tmp_path)  # a second replica: its own connection
@@ -55,8 +55,8 @@ def test_claim_takes_oldest_first_and_each_job_once(store_url: str | None, store
         second = other.claim("b", 10, LEASE_S)
     finally:
         other.close()
-    assert [j.name for j in first] == ["job0", "job1"]
-    assert [j.name for j in second] == ["job2", "job3", "job4"]
+    assert [j.name for j in first] == ["job4", "job3"]
+    assert [j.name for j in second] == ["job2", "job1", "job0"]
     assert all(j.state is JobState.RUNNING and j.attempts == 1 for j in first + second)
     assert store.claim("a", 10, LEASE_S) == []
 
@@ -114,7 +114,7 @@ def test_failed_finish_records_the_error(store: SqlJobStore) -> None:
 
 
 def test_list_pages_newest_first_and_filters_by_state(store: SqlJobStore) -> None:
-    for i in range(7):
+    for i in reversed(range(7)):  # created p6 first: age, not name order, decides
         store.create(new(f"p{i}"))
         time.sleep(0.002)
     store.cancel("p3")
@@ -125,7 +125,7 @@ def test_list_pages_newest_first_and_filters_by_state(store: SqlJobStore) -> Non
         token = page.next_token
         if not token:
             break
-    assert seen == [f"p{i}" for i in reversed(range(7))]
+    assert seen == [f"p{i}" for i in range(7)]
     cancelled = store.list(page_size=10, states=frozenset({JobState.CANCELLED}))
     assert [j.name for j in cancelled.jobs] == ["p3"]
     assert store.counts()[JobState.QUEUED] == 6

@@ -50,7 +50,8 @@ class OasrEngineBackend(Backend):
         "engine": Option({}, "further EngineConfig fields, e.g. -o \"engine={max_wait_time: 0.05}\""),
         "service_mode": Option("streaming", "engine service mode", ("streaming", "offline")),
         "max_batch_size": Option(16, "requests decoded together (EngineConfig.max_batch_size)"),
-        "quantization": Option("none", "EngineConfig.quantization", ("none", "int8_w8a8")),
+        "quantization": Option("auto", "EngineConfig.quantization (auto: the engine's default, int8 on CPUs with VNNI)",
+                               ("auto", "none", "int8_w8a8")),
         "num_threads": Option(0, "torch intra-op threads; 0 = torch default"),
         "beam_size": Option(1, "beams per window (1 = greedy)"),
         "concurrency": Option(0, "requests the throughput kind keeps in flight; 0 = max_batch_size"),
@@ -70,7 +71,7 @@ class OasrEngineBackend(Backend):
     @property
     def label(self) -> str:
         q = self.options["quantization"]
-        return "oasr_engine" + (f"[{q}]" if q != "none" else "")
+        return "oasr_engine" + (f"[{q}]" if q != "auto" else "")
 
     def capabilities(self) -> dict[str, Capability]:
         caps = {k: supported() for k in KINDS}

@@ -3,7 +3,7 @@
 Per session: `session.update` (GA transcription session, `audio/pcm` at 24 kHz as the protocol
 specifies, turn detection none or server VAD), then `input_audio_buffer.append` events with
 base64 PCM16, then `input_audio_buffer.commit` at the end. Transcription `delta` events are
-partials; the final is the moment every committed item has its `completed` transcript and
+partials (appended, or the whole text in `text` when the server revised what it had sent); the final is the moment every committed item has its `completed` transcript and
 the server has answered our commit (a `committed` item, or `input_audio_buffer_commit_empty`
 when server VAD had already closed every turn). With turn detection none (the default) a
 session is exactly one item, so the final is unambiguous.
@@ -114,7 +114,10 @@ class RealtimeStream(StreamSession):
                         item = event.get("item_id", "")
                         if item not in self._items:
                             self._items.append(item)
-                        self._deltas[item] = self._deltas.get(item, "") + event.get("delta", "")
+                        if event.get("text") is not None:  # the server revised text it had sent: the whole text
+                            self._deltas[item] = event["text"]
+                        else:
+                            self._deltas[item] = self._deltas.get(item, "") + event.get("delta", "")
                         self._partial(self._text_so_far())
                     elif kind == "conversation.item.input_audio_transcription.completed":
                         item = event.get("item_id", "")

@@ -11,7 +11,8 @@ exactly, including the left context trimmed by samples on the last step.
 
 `BufferedEncoder.step` runs the windows of several streams in one forward: mel over each window
 (normalised over it for per_feature models), the encoder under each row's window-relative
-[L, C, R] mask.
+[L, C, R] mask. It returns each window's chunk frames (decoded and committed) and its right-context
+frames (decoded from a copy of the decoder state for a tentative partial; seed 004).
 """
 
 from __future__ import annotations
@@ -144,13 +145,21 @@ class BufferedStream:
         return step
 
 
+@dataclass(frozen=True)
+class EncodedWindow:
+    chunk: torch.Tensor
+    """(n, D) the frames this step commits."""
+    right: torch.Tensor
+    """(r, D) the right-context frames after them (none on the last step)."""
+
+
 class BufferedEncoder:
     def __init__(self, ckpt: NemoCheckpoint) -> None:
         self.ckpt = ckpt
 
     @torch.inference_mode()
-    def step(self, streams: list[BufferedStream], steps: list[BufferedStep]) -> list[torch.Tensor]:
-        """Encode each stream's window; returns the decoded slice (n, D) of each."""
+    def step(self, streams: list[BufferedStream], steps: list[BufferedStep]) -> list[EncodedWindow]:
+        """Encode each stream's window; returns its chunk and right-context frames."""
         device = next(self.ckpt.model.parameters()).device
         lengths = torch.tensor([s.window_samples for s in steps], device=device)
         audio = torch.zeros(len(streams), int(lengths.max()), device=device)
@@ -166,5 +175,7 @@ class BufferedEncoder:
                 if st.chunk_frames >= 0
                 else int(enc_len[i]) - stream.schedule.batch_left_frames()
             )
-            out.append(enc[i, st.decode_from : st.decode_from + max(n, 0)])
+            end = st.decode_from + max(n, 0)
+            right_end = end if st.is_last else int(enc_len[i])
+            out.append(EncodedWindow(enc[i, st.decode_from : end], enc[i, end:right_end]))
         return out

@@ -1,6 +1,7 @@
 """Decoding a batch of encoder outputs for the requests they belong to: the transducer greedy
 search batched across requests and streams (its per-stream state read from and written back to
-the state slots), or each request's CTC search."""
+the state slots), or each request's CTC search. `peek` decodes frames past the committed ones
+(a buffered stream's right context) without writing the state back."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 
 from engine.models.nemo.checkpoint import NemoModel
 from engine.models.nemo.ctc import CtcDecoder
-from engine.models.nemo.greedy import greedy_label_looping
+from engine.models.nemo.greedy import GreedyResult, greedy_label_looping
 from engine.models.nemo.outputs import Hypothesis
 from engine.models.nemo.state_slots import StateSlots
 from engine.models.nemo.transducer import TransducerState
@@ -45,6 +46,7 @@ class BatchDecoder:
         self.method = method
         self.slots = slots
         self.max_symbols = max_symbols
+        self._start: dict[torch.device, TransducerState] = {}
 
     @torch.inference_mode()
     def decode(self, states: list[DecodeState], enc: torch.Tensor, lengths: torch.Tensor) -> None:
@@ -66,10 +68,18 @@ class BatchDecoder:
             assert st.hyp is not None
             st.hyp.extend(result.tokens[i], result.frames[i], result.logprobs[i])
 
-    def _gather(self, states: list[DecodeState], device: torch.device) -> TransducerState:
+    @torch.inference_mode()
+    def peek(self, states: list[DecodeState], enc: torch.Tensor, lengths: torch.Tensor) -> GreedyResult:
+        """Transducer tokens of enc (B, T, D) decoded from a copy of each request's state: the
+        state (slots, counters) stays where the committed frames left it."""
         tr = self.model.transducer
-        assert tr is not None
-        fresh = tr.initial_state(len(states), device)
+        assert tr is not None and self.method != "ctc"
+        result, _ = greedy_label_looping(tr, enc, lengths.to(enc.device), self._gather(states, enc.device),
+                                         self.max_symbols)  # fmt: skip
+        return result
+
+    def _gather(self, states: list[DecodeState], device: torch.device) -> TransducerState:
+        fresh = self._start_state(len(states), device)
         slotted = [i for i, st in enumerate(states) if st.slot is not None and st.started]
         if slotted:
             idx = torch.tensor([states[i].slot for i in slotted], device=device)  # type: ignore[misc]
@@ -80,6 +90,18 @@ class BatchDecoder:
         fresh.time_jump = torch.tensor([st.time_jump for st in states], device=device)
         fresh.frames_decoded = torch.tensor([st.frames_decoded for st in states], device=device)
         return fresh
+
+    def _start_state(self, batch: int, device: torch.device) -> TransducerState:
+        """The state after the start symbol for `batch` rows: one prediction-network step, computed
+        once per device (not once per call, for rows that mostly come from the slots)."""
+        start = self._start.get(device)
+        if start is None:
+            tr = self.model.transducer
+            assert tr is not None
+            start = self._start[device] = tr.initial_state(1, device)
+        zeros = torch.zeros(batch, dtype=torch.long, device=device)
+        return TransducerState(start.h.repeat(1, batch, 1), start.c.repeat(1, batch, 1), start.pred.repeat(batch, 1),
+                               zeros, zeros.clone())  # fmt: skip
 
     def _scatter(self, states: list[DecodeState], state: TransducerState) -> None:
         jumps, decoded = state.time_jump.tolist(), state.frames_decoded.tolist()

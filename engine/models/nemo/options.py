@@ -33,6 +33,11 @@ class NemoOptions:
     that name none; unset is the 'medium' delay preset of the checkpoint's trained choices."""
     max_streams: int = 256
     """Live streams (and queued offline requests) at once: rows of the per-stream state slots."""
+    tentative_partials: bool = True
+    """Buffered streaming: a partial also decodes the window's right context from a copy of the
+    decoder state and shows those tokens as tentative text after the committed ones."""
+    # Costs one more greedy decode of R frames a step: +5-30 % CPU a step on a 256 x 16 model
+    # (benchmarks/nemo_capacity.py --tentative-cost); off trades that text for capacity.
     keyword_boost: float = 3.0
     """CTC decoding: bonus (log-probability) per matched token of a request's keywords in the
     prefix beam search (contextual biasing; the transducer decodes greedily and takes none)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.models.nemo.ctc import CtcDecoder
 from engine.models.nemo.tokenizer import Tokenizer
@@ -32,16 +33,25 @@ class OutputBuilder:
     frame_seconds: float
     """Seconds per encoder frame (hop x subsampling factor: 80 ms at 10 ms x 8)."""
 
-    def partial(self, req: Request, hyp: Hypothesis | None, ctc: CtcDecoder | None) -> RequestOutput:
-        tokens, _, _ = _best(hyp, ctc)
-        text = self.tokenizer.text(tokens)
+    def partial(
+        self, req: Request, hyp: Hypothesis | None, ctc: CtcDecoder | None, tentative: Hypothesis | None = None
+    ) -> RequestOutput:
+        """`tentative`: tokens decoded past the committed ones (a buffered stream's right context),
+        shown after the committed text and revised by later steps."""
+        tokens, _, logprobs = _best(hyp, ctc)
         stable = ctc.stable_tokens() if ctc is not None else tokens
         committed = self.tokenizer.text(stable)
+        if tentative is not None and tentative.tokens:
+            with_tentative = self.tokenizer.text(tokens + tentative.tokens)
+            if with_tentative.startswith(committed):  # else (a byte-fallback piece split) show committed only
+                tokens, logprobs = tokens + tentative.tokens, logprobs + tentative.logprobs
+        text = self.tokenizer.text(tokens)
         if not text.startswith(committed):  # SentencePiece decoding is prefix-stable; guard anyway
             committed = ""
         return RequestOutput(
             request_id=req.request_id, text=text, tokens=list(tokens), committed=committed,
             tentative=text[len(committed) :], duration=req.duration,
+            **self._logprobs(req, tokens, logprobs),
         )  # fmt: skip
 
     def final(
@@ -73,8 +83,14 @@ class OutputBuilder:
             committed=text,
             confidence=math.exp(mean_lp) if logprobs else None,
             timestamps=[round(f * self.frame_seconds, 3) for f in frames],
-            token_logprobs=list(logprobs) if opts.logprobs else None,
+            **self._logprobs(req, tokens, logprobs),
         )
+
+    def _logprobs(self, req: Request, tokens: list[int], logprobs: list[float]) -> dict[str, Any]:
+        """`token_logprobs` and `token_bytes` when the request asks for log-probabilities."""
+        if not req.decoding.logprobs:
+            return {}
+        return {"token_logprobs": list(logprobs), "token_bytes": self.tokenizer.token_bytes(tokens)}
 
 
 def _best(hyp: Hypothesis | None, ctc: CtcDecoder | None) -> tuple[list[int], list[int], list[float]]:

@@ -61,6 +61,8 @@ class _Job:
     ca: CacheAwareStream | None = None
     buf: BufferedStream | None = None
     last_advanced: int = -1
+    tentative: Hypothesis | None = None
+    """A buffered stream's right-context tokens of its last step (shown, never committed)."""
 
 
 class NemoRunner:
@@ -328,19 +330,16 @@ class NemoRunner:
                 with torch.inference_mode(), stage_timer("streaming.encode"):
                     enc, lengths = self.ca_encoder.step(streams, inputs)  # type: ignore[arg-type]
             else:
-                steps = [
-                    j.buf.take_step(j.request.input_finished and not j.request.pending_samples) for j in batch
-                ]  # type: ignore[union-attr]
+                bufs = [j.buf for j in batch if j.buf is not None]
+                steps = [b.take_step(j.request.input_finished and not j.request.pending_samples)
+                         for b, j in zip(bufs, batch, strict=True)]  # fmt: skip
                 with stage_timer("streaming.encode"):
-                    slices = self.buffered_encoder.step([j.buf for j in batch], steps)  # type: ignore[misc, arg-type]
-                lengths = torch.tensor([s.shape[0] for s in slices])
-                enc = torch.zeros(
-                    len(batch), max(int(lengths.max()), 1), slices[0].shape[1], dtype=slices[0].dtype
-                )
-                for i, s in enumerate(slices):
-                    enc[i, : s.shape[0]] = s
+                    windows = self.buffered_encoder.step(bufs, steps)  # type: ignore[arg-type]
+                enc, lengths = _pad([w.chunk for w in windows])
             with stage_timer("streaming.decode"):
                 self.decoder.decode([j.decode for j in batch], enc, lengths)
+                if batch[0].buf is not None:
+                    self._decode_tentative(batch, [w.right for w in windows])
         except Exception as exc:
             logger.exception("stream step failed for %d streams", len(batch))
             return [self._fail(j, "encode", exc) for j in batch]
@@ -350,8 +349,23 @@ class NemoRunner:
             if self._exhausted(job):
                 outputs.append(self._finish(job, "stop"))
             else:
-                outputs.append(self.outputs.partial(job.request, job.decode.hyp, job.decode.ctc))
+                outputs.append(self.outputs.partial(job.request, job.decode.hyp, job.decode.ctc, job.tentative))
         return outputs
+
+    def _decode_tentative(self, batch: list[_Job], rights: list[torch.Tensor]) -> None:
+        """Each buffered stream's right-context frames, decoded from a copy of its state after the
+        committed ones: the tentative tail of its partial (seed 004), never committed."""
+        for job in batch:
+            job.tentative = None
+        if not self.options.tentative_partials or self.method == "ctc":
+            return
+        rows = [i for i, r in enumerate(rights) if r.shape[0]]
+        if not rows:
+            return
+        enc, lengths = _pad([rights[i] for i in rows])
+        result = self.decoder.peek([batch[i].decode for i in rows], enc, lengths)
+        for k, i in enumerate(rows):
+            batch[i].tentative = Hypothesis(result.tokens[k], result.frames[k], result.logprobs[k])
 
     def _finish(self, job: _Job, reason: FinishReason) -> RequestOutput:
         try:
@@ -365,3 +379,12 @@ class NemoRunner:
     def _fail(self, job: _Job, stage: str, exc: Exception) -> RequestOutput:
         self.release(job.request)
         return error_output(job.request, stage, f"{type(exc).__name__}: {exc}")
+
+
+def _pad(frames: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n_i, D) frame runs -> zero-padded (B, max n, D) and their lengths (B,)."""
+    lengths = torch.tensor([f.shape[0] for f in frames])
+    out = torch.zeros(len(frames), max(int(lengths.max()), 1), frames[0].shape[1], dtype=frames[0].dtype)
+    for i, f in enumerate(frames):
+        out[i, : f.shape[0]] = f
+    return out, lengths

@@ -30,6 +30,17 @@ class Tokenizer:
         """Piece ids of `text` (a keyword to bias toward)."""
         return [int(t) for t in self.sp.encode_as_ids(text)]
 
+    def token_bytes(self, tokens: list[int]) -> list[bytes]:
+        """Each piece's UTF-8 bytes, '▁' as a space; a byte-fallback piece (`<0xE2>`) is its byte."""
+        out = []
+        for tok in tokens:
+            piece = self.pieces[tok]
+            if self.sp.is_byte(tok):
+                out.append(bytes([int(piece[3:5], 16)]))
+            else:
+                out.append(piece.replace(WORD_START, " ").encode())
+        return out
+
     def text(self, tokens: list[int]) -> str:
         return str(self.sp.decode_ids(tokens)) if tokens else ""
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -29,7 +28,6 @@ from engine.fbank import KaldiFbank, frames_for
 from engine.metrics import stage_timer
 from engine.models.wenet.checkpoint import WenetCheckpoint, load_checkpoint
 from engine.models.wenet.ctc import CTCState, Detokenizer, advance_batch
-from engine.models.wenet.decoder import rescore
 from engine.models.wenet.keywords import KeywordSpeller
 from engine.models.wenet.model import (
     RIGHT_CONTEXT,
@@ -40,9 +38,11 @@ from engine.models.wenet.model import (
     window_frames,
 )
 from engine.models.wenet.options import WenetOptions
+from engine.models.wenet.outputs import OutputBuilder
+from engine.models.wenet.stream import WenetStream
 from engine.request import Request
 from engine.runner import ModelInfo, RunnerStats
-from engine.types import DecodingOptions, FinishReason, RequestOutput, Segment
+from engine.types import DecodingOptions, FinishReason, RequestOutput
 
 logger = logging.getLogger(__name__)
 
@@ -59,34 +59,6 @@ OFFLINE_PIECE_SAMPLES = 30 * 16000
 """Most offline audio featurized per step (30 s at 16 kHz); a step consumes one chunk anyway."""
 MIN_WINDOW = RIGHT_CONTEXT + 1
 """Feature frames that yield one encoder frame (the smallest flushable window)."""
-
-
-@dataclass(eq=False)
-class _Stream:
-    request: Request
-    table: BlockTable
-    cnn_cache: torch.Tensor
-    """(layers, D, lorder): the last conv inputs of every layer."""
-    ctc: CTCState
-    wave_tail: torch.Tensor
-    """Scaled samples not yet covered by a whole fbank frame."""
-    feats: torch.Tensor
-    """(n, F) normalized features not yet consumed; the next window starts at row 0."""
-    offline_audio: np.ndarray | None = None
-    last_advanced: int = -1
-    hit_ceiling: bool = False
-    encoder_out: list[torch.Tensor] | None = None
-    """Encoder output chunks, kept only when the final n-best will be attention-rescored."""
-
-    @property
-    def input_done(self) -> bool:
-        req = self.request
-        if not req.streaming:
-            return self.offline_audio is None
-        return req.input_finished and req.pending_samples == 0
-
-    def has_pending_audio(self) -> bool:
-        return self.offline_audio is not None or self.request.pending_samples > 0
 
 
 class WenetRunner:
@@ -130,7 +102,7 @@ class WenetRunner:
         )  # fmt: skip
         self.pool = BlockPool(spec, num_blocks, block_size, device)
         self.stream_ceiling = config.max_stream_blocks or num_blocks
-        self._streams: dict[str, _Stream] = {}
+        self._streams: dict[str, WenetStream] = {}
         self._step = 0
         self.streams_stepped = 0
         self.kv_exhausted_total = 0
@@ -141,6 +113,7 @@ class WenetRunner:
         self.decode_method = config.decode_method or self.decode_methods[-1]
         self.rescoring = self.decode_method == ATTENTION_RESCORING
         self.speller = KeywordSpeller(ckpt.units)
+        self.outputs = OutputBuilder(ckpt, self.detok, self.frame_seconds, self.options.ctc_weight)
 
     @classmethod
     def from_config(cls, config: EngineConfig, options: WenetOptions | None = None) -> WenetRunner:
@@ -213,7 +186,7 @@ class WenetRunner:
                 table.release(self.pool)
                 failed.append(_error(req, "admission", "no free KV blocks to admit the stream"))
                 continue
-            stream = _Stream(
+            stream = WenetStream(
                 request=req,
                 table=table,
                 cnn_cache=torch.zeros(
@@ -290,7 +263,7 @@ class WenetRunner:
         return outputs
 
     def _featurize(self, outputs: list[RequestOutput]) -> None:
-        todo: list[_Stream] = []
+        todo: list[WenetStream] = []
         waves: list[torch.Tensor] = []
         for stream in list(self._streams.values()):
             if not stream.has_pending_audio():
@@ -348,7 +321,7 @@ class WenetRunner:
             need -= 1
         return True
 
-    def _reserve(self, stream: _Stream, frames: int) -> bool:
+    def _reserve(self, stream: WenetStream, frames: int) -> bool:
         table = stream.table
         if self.num_left_chunks >= 0:  # frames left of the attention window are never read again
             table.drop_before(table.end - self.num_left_chunks * self.chunk_size, self.pool)
@@ -365,7 +338,7 @@ class WenetRunner:
                 )  # fmt: skip
         return ok
 
-    def _forward(self, batch: list[tuple[_Stream, int]]) -> list[RequestOutput]:
+    def _forward(self, batch: list[tuple[WenetStream, int]]) -> list[RequestOutput]:
         dev = self.device
         dtype = self.pool.spec.dtype
         b, c_max = len(batch), max(c for _, c in batch)
@@ -414,7 +387,7 @@ class WenetRunner:
         with stage_timer("streaming.decode"):
             return self._advance(batch, log_probs, new_cnn, enc)
 
-    def _advance(self, batch: list[tuple[_Stream, int]], log_probs: torch.Tensor, new_cnn: torch.Tensor,
+    def _advance(self, batch: list[tuple[WenetStream, int]], log_probs: torch.Tensor, new_cnn: torch.Tensor,
                  enc: torch.Tensor) -> list[RequestOutput]:
         """Commit the chunk each stream just encoded and run their CTC searches over it."""
         for i, (stream, c) in enumerate(batch):
@@ -436,8 +409,8 @@ class WenetRunner:
         return outputs
 
     def _advance_ctc(
-        self, streams: list[_Stream], log_probs: torch.Tensor, lengths: list[int]
-    ) -> dict[_Stream, Exception]:
+        self, streams: list[WenetStream], log_probs: torch.Tensor, lengths: list[int]
+    ) -> dict[WenetStream, Exception]:
         """CTC-decode every stream's chunk: log_probs (B, C, V), row i valid for lengths[i]
         frames; all beam searches of a step in one operator call. If that fails, each stream is
         retried alone so that one bad stream fails only itself. Returns the failed streams."""
@@ -446,7 +419,7 @@ class WenetRunner:
             return {}
         except Exception:
             logger.exception("batched CTC decoding failed for %d streams; retrying one by one", len(streams))
-        failed: dict[_Stream, Exception] = {}
+        failed: dict[WenetStream, Exception] = {}
         for i, stream in enumerate(streams):
             try:
                 advance_batch([stream.ctc], log_probs[i : i + 1], lengths[i : i + 1])
@@ -457,74 +430,23 @@ class WenetRunner:
 
     # ---- outputs ----
 
-    def _partial(self, stream: _Stream) -> RequestOutput:
-        hyp = stream.ctc.best()
-        text = self.detok.text(hyp.tokens)
-        committed = self.detok.text(stream.ctc.stable_tokens())
-        if not text.startswith(committed):  # detokenization is prefix-stable; guard anyway
-            committed = ""
-        return RequestOutput(
-            request_id=stream.request.request_id,
-            text=text,
-            tokens=list(hyp.tokens),
-            committed=committed,
-            tentative=text[len(committed) :],
-            duration=stream.request.duration,
-        )
+    def _partial(self, stream: WenetStream) -> RequestOutput:
+        return self.outputs.partial(stream.request, stream.ctc)
 
-    def _rescore(self, stream: _Stream) -> None:
-        """Reorder the CTC n-best by attention rescoring against the whole encoder output."""
-        ctc = stream.ctc
-        hyps = [h for h in ctc.beams if h.tokens]
-        if not stream.encoder_out or len(hyps) < 2 or self.ckpt.decoder is None:
-            return
-        scores = rescore(  # the CTC side includes the bonus of completed keywords (WeNet's total score)
-            self.ckpt.decoder, torch.cat(stream.encoder_out), [h.tokens for h in hyps],
-            [h.score + h.context_score for h in hyps],
-            sos_eos=len(self.ckpt.units) - 1, ctc_weight=self.options.ctc_weight,
-            reverse_weight=self.ckpt.reverse_weight,
-        )  # fmt: skip
-        ranked = [h for _, h in sorted(zip(scores, hyps, strict=True), key=lambda sh: -sh[0])]
-        ctc.beams = ranked + [h for h in ctc.beams if not h.tokens]
-
-    def _finish(self, stream: _Stream, reason: FinishReason) -> RequestOutput:
+    def _finish(self, stream: WenetStream, reason: FinishReason) -> RequestOutput:
         with stage_timer("streaming.finalize"):
-            return self._final_output(stream, reason)
+            req = stream.request
+            try:
+                stream.ctc.finalize()
+                self.outputs.rescore(stream.ctc, stream.encoder_out)
+            except Exception as exc:
+                logger.exception("attention rescoring failed for request %s", req.request_id)
+                return self._fail(stream, "postprocess", exc)
+            out = self.outputs.final(req, stream.ctc, reason)
+            self.release(req)
+            return out
 
-    def _final_output(self, stream: _Stream, reason: FinishReason) -> RequestOutput:
-        req = stream.request
-        ctc = stream.ctc
-        try:
-            ctc.finalize()
-            self._rescore(stream)
-        except Exception as exc:
-            logger.exception("attention rescoring failed for request %s", req.request_id)
-            return self._fail(stream, "postprocess", exc)
-        hyp = ctc.best()
-        text = self.detok.text(hyp.tokens)
-        opts = req.decoding
-        duration = req.duration
-        avg_logprob = hyp.score / ctc.frames if ctc.frames else 0.0
-        out = RequestOutput(
-            request_id=req.request_id,
-            text=text,
-            tokens=list(hyp.tokens),
-            finished=True,
-            finish_reason=reason,
-            words=self.detok.words(hyp, self.frame_seconds) if opts.word_timestamps else None,
-            segments=[
-                Segment(
-                    id=0, start=0.0, end=duration, text=text, tokens=list(hyp.tokens), avg_logprob=avg_logprob
-                )
-            ],
-            nbest=self.detok.nbest(ctc, opts.n_best),
-            duration=duration,
-            committed=text,
-        )
-        self.release(req)
-        return out
-
-    def _fail(self, stream: _Stream, stage: str, exc: Exception) -> RequestOutput:
+    def _fail(self, stream: WenetStream, stage: str, exc: Exception) -> RequestOutput:
         self.release(stream.request)
         return _error(stream.request, stage, f"{type(exc).__name__}: {exc}")
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine import ASREngine, EngineConfig
-from engine.types import DecodingOptions
+from engine.types import DecodingOptions, RequestOutput
 from tests.engine.nemo.conftest import FIXTURES, clip, reference
 
 
@@ -20,6 +20,17 @@ def streaming_engine() -> ASREngine:
                                     num_threads=1))  # fmt: skip
     yield engine
     engine.shutdown()
+
+
+def feed_in_chunks(engine: ASREngine, rid: str, audio: np.ndarray) -> list[RequestOutput]:
+    """Feed 200 ms at a time with a step after each, then step until the stream's final."""
+    outputs = []
+    for start in range(0, len(audio), 3200):
+        engine.feed_chunk(rid, audio[start : start + 3200], is_last=start + 3200 >= len(audio))
+        outputs += [o for o in engine.step() if o.request_id == rid]
+    while not (outputs and outputs[-1].finished):
+        outputs += [o for o in engine.step() if o.request_id == rid]
+    return outputs
 
 
 def test_family_is_detected_and_described(streaming_engine: ASREngine) -> None:
@@ -43,15 +54,23 @@ def test_offline_transcription_fields(streaming_engine: ASREngine) -> None:
     assert all(0 <= w.start < w.end <= out.duration + 0.08 for w in out.words)
 
 
+
+def test_live_logprobs_come_with_each_tokens_bytes(streaming_engine: ASREngine) -> None:
+    audio = clip("hybrid_cache_aware", "libri_61-70968-0000")
+    rid = streaming_engine.add_streaming_request(decoding=DecodingOptions(logprobs=True))
+    outputs = feed_in_chunks(streaming_engine, rid, audio)
+    assert outputs[-1].text and sum(not o.finished for o in outputs) > 3
+    for out in outputs:
+        assert out.token_logprobs is not None and out.token_bytes is not None
+        assert len(out.token_logprobs) == len(out.token_bytes) == len(out.tokens)
+        assert all(lp <= 0.0 for lp in out.token_logprobs)
+        assert b"".join(out.token_bytes).decode().strip() == out.text
+
+
 def test_streaming_through_the_engine(streaming_engine: ASREngine) -> None:
     audio = clip("hybrid_cache_aware", "libri_61-70968-0000")
     rid = streaming_engine.add_streaming_request()
-    outputs = []
-    for start in range(0, len(audio), 3200):
-        streaming_engine.feed_chunk(rid, audio[start : start + 3200], is_last=start + 3200 >= len(audio))
-        outputs += [o for o in streaming_engine.step() if o.request_id == rid]
-    while not (outputs and outputs[-1].finished):
-        outputs += [o for o in streaming_engine.step() if o.request_id == rid]
+    outputs = feed_in_chunks(streaming_engine, rid, audio)
     assert [o.finished for o in outputs].count(True) == 1
     expected = next(c for c in reference("hybrid_cache_aware")["cache_aware"]
                     if c["look_ahead"] == [12, 3] and c["head"] == "rnnt" and c["clip"] == "libri_61-70968-0000")  # fmt: skip

@@ -13,6 +13,8 @@ from tests.engine.nemo.conftest import clip, make_runner
 def _churn(name: str, total: int, options: dict[str, object], seed: int) -> dict[str, str]:
     rng = np.random.default_rng(seed)
     runner = make_runner(name, max_batch_size=16, family_options={"nemo": {"max_streams": 24, **options}})
+    # cache-aware streams keep their attention cache in the paged pool; buffered ones have none
+    assert (runner.pool is not None) == (runner.streaming_kind == "cache_aware"), runner.streaming_kind
     initial_blocks = runner.pool.free_ids() if runner.pool else set()
     initial_slots = runner.slots.free_ids()
     speech = np.asarray(clip(name, "libri_61-70968-0000"))

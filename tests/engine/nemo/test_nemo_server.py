@@ -66,7 +66,7 @@ def in_process() -> tuple[RequestOutput, RequestOutput]:
 
 def test_openai_sdk_realtime_session(server: ServerProcess, in_process: tuple[RequestOutput, RequestOutput]) -> None:
     streamed, _ = in_process
-    log = asyncio.run(sdk_session(server.ws_url, pcm16(clip("hybrid_cache_aware", CLIP)), rate=RATE))
+    log = asyncio.run(sdk_session(server.ws_url, pcm16(clip("hybrid_cache_aware", CLIP)), rate=RATE, hold_at_s=1.0))
     check_session_events(log.events)
     deltas = log.of_type(DELTA)
     completed = [e for e in log.events if e["type"] == TERMINAL[0]]

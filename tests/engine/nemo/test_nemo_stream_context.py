@@ -3,7 +3,8 @@
 `stream_context`, to a real server on the NeMo-written unified
 (`chunked_limited_with_rc`) fixture; each window's transcript equals the in-process engine's with
 the same window, different windows give NeMo's different outputs, and an untrained window is
-INVALID_ARGUMENT naming the trained choices."""
+INVALID_ARGUMENT naming the trained choices. Realtime deltas carry each partial's right-context
+tokens as `tentative` text, and the session still completes with the engine's transcript."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from engine import ASREngine, DecodingOptions, EngineConfig
 from protos.oasr.speech.v1 import speech_pb2 as pb
 from protos.oasr.speech.v1 import speech_pb2_grpc
 from tests.e2e.conftest import ServerProcess, start_server
-from tests.e2e.test_realtime_common import TERMINAL, sdk_session
+from tests.e2e.test_realtime_common import DELTA, TERMINAL, sdk_session
 from tests.engine.nemo.conftest import FIXTURES, clip, reference
 
 pytestmark = pytest.mark.slow  # starts a real server
@@ -119,6 +120,12 @@ def test_realtime_sessions_run_with_their_own_window(server: ServerProcess, engi
         (completed,) = [e for e in log.events if e["type"] == TERMINAL[0]]
         want = engine.transcribe(samples, streaming=True, decoding=DecodingOptions(stream_context=window))
         assert completed["transcript"] == want
+        deltas = [e for e in log.events if e["type"] == DELTA]
+        assert any(e["tentative"] for e in deltas), "no delta showed the window's right context as tentative"
+        shown = ""  # the item's text as a client assembles it: deltas append, a revision replaces
+        for e in deltas:
+            shown = e["text"] if "text" in e else shown + e["delta"]
+            assert shown == e["committed"] + e["tentative"]
         got.append(completed["transcript"])
     assert got[0] != got[1], "both sessions ran with one window"
 
