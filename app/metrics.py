@@ -344,6 +344,13 @@ class Metrics:
             "Audio admitted to the engine; the gap to oasr_audio_seconds_total is rejection before or at "
             "admission (seconds).",
             e)
+        self.engine_stream_passes_shed = d.counter(
+            "oasr_engine_stream_passes_shed_total",
+            "Interim passes of live streams not run because the engine was behind their cadence: a "
+            "re-decoding stream (Whisper) sheds partial passes before it delays a final, and gets one "
+            "pass over all its new audio once the engine catches up; a steady rate means fewer partials "
+            "than stream_step_ms promises (count).",
+            e)
         self.engine_samples_dropped = d.counter(
             "oasr_engine_metric_samples_dropped_total",
             "Samples the engine's collector did not keep because a series was at its cap between two "

@@ -123,6 +123,8 @@ def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None
     engine.transcribe_outputs(np.zeros(SAMPLE_RATE, dtype=np.float32))  # warm-up
     sessions: dict[str, Session] = {}
     streams_stepped: list[int] = []
+    stage_seconds: dict[str, float] = {}  # engine stage -> host seconds over the run
+    passes_shed = 0
     lock = threading.Lock()
     t0 = time.monotonic()
     chunk = int(CHUNK_S * SAMPLE_RATE)
@@ -150,7 +152,11 @@ def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None
         if not engine.wait_for_work(timeout=0.5):
             continue
         outs = engine.step()
-        streams_stepped += engine.metrics.drain().batch_size.get("streaming", [])
+        snap = engine.metrics.drain()
+        passes_shed = snap.stream_passes_shed_total
+        streams_stepped += snap.batch_size.get("streaming", [])
+        for stage, times in snap.stage_seconds.items():
+            stage_seconds[stage] = stage_seconds.get(stage, 0.0) + sum(times)
         now = time.monotonic()
         for o in outs:
             s = sessions.get(o.request_id)
@@ -167,11 +173,15 @@ def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None
     engine.shutdown()
     histogram = {b: sum(1 for x in streams_stepped if x <= b) for b in BATCH_SIZE_BUCKETS}
     finals = {s.index: s.texts[-1] for s in sessions.values() if s.texts}
-    return summarize(n, max_batch_size, [s.final for s in sessions.values() if s.final is not None],
+    row = summarize(n, max_batch_size, [s.final for s in sessions.values() if s.final is not None],
                      [s.first_partial for s in sessions.values() if s.first_partial is not None],
                      [b - a for s in sessions.values() for a, b in itertools.pairwise(s.partial_times)],
                      histogram, len(streams_stepped), sum(streams_stepped), max(streams_stepped, default=0),
                      live_wer=_live_wer(references, finals, n))
+    row["wall_s"] = round(time.monotonic() - t0, 1)
+    row["passes_shed"] = passes_shed
+    row["stage_s"] = {stage: round(t, 1) for stage, t in sorted(stage_seconds.items(), key=lambda kv: -kv[1])}
+    return row
 
 
 def _live_wer(references: list[str] | None, finals: dict[int, str], n: int) -> float:

@@ -48,6 +48,9 @@ class MetricsSnapshot:
     """Audio admitted to the engine (offline at admission, streams as fed)."""
     samples_dropped_total: int = 0
     """Samples not stored because a series was at its cap."""
+    stream_passes_shed_total: int = 0
+    """Interim passes of live streams not run because the engine was behind their cadence (a
+    re-decoding family sheds them before it delays a final; see `count_passes_shed`)."""
     stage_seconds: dict[str, list[float]] = field(default_factory=dict)
     """stage -> host wall times (s)."""
     batch_padding_ratio: list[float] = field(default_factory=list)
@@ -79,6 +82,9 @@ class EngineMetrics:
 
     def count_audio(self, seconds: float) -> None:
         self._totals.audio_seconds_total += seconds
+
+    def count_passes_shed(self, n: int) -> None:
+        self._totals.stream_passes_shed_total += n
 
     # ---- sampling ----
 
@@ -134,6 +140,7 @@ class EngineMetrics:
         pending.search_overflow_total = t.search_overflow_total
         pending.audio_seconds_total = t.audio_seconds_total
         pending.samples_dropped_total = t.samples_dropped_total
+        pending.stream_passes_shed_total = t.stream_passes_shed_total
         return pending
 
 
@@ -151,4 +158,11 @@ def stage_timer(name: str) -> Iterator[None]:
         yield
 
 
-__all__ = ["MAX_SAMPLES_PER_SERIES", "STAGES", "EngineMetrics", "MetricsSnapshot", "stage_timer"]
+def count_passes_shed(n: int) -> None:
+    """Count interim live passes the running step shed (a no-op outside a step)."""
+    collector = _active.get()
+    if collector is not None and n:
+        collector.count_passes_shed(n)
+
+
+__all__ = ["MAX_SAMPLES_PER_SERIES", "STAGES", "EngineMetrics", "MetricsSnapshot", "count_passes_shed", "stage_timer"]

@@ -49,3 +49,25 @@ def test_a_step_counts_outputs_tokens_audio_and_batches(tmp_path) -> None:  # ty
         assert snap.outputs_total >= 3 and "streaming.allocate" in snap.stage_seconds
     finally:
         engine.shutdown()
+
+
+def test_whisper_times_its_offline_and_streaming_stages(engine, clips) -> None:  # type: ignore[no-untyped-def]
+    """A Whisper request through the engine leaves samples of every stage it ran: an offline
+    request its collate/encode/prefill/decode/advance, a live stream its pass stages."""
+    audio = next(c for c in clips if c.id == "jfk_inaugural").audio[:48000]  # 3 s: one window, few tokens
+    engine.metrics.drain()
+    out = engine.transcribe_outputs(audio)[0]
+    offline = engine.metrics.drain().stage_seconds
+    assert out.finish_reason == "stop" and out.text
+    assert {f"offline.{s}" for s in ("collate", "encode", "prefill", "decode", "advance")} <= set(offline)
+    assert not any(stage.startswith("streaming.") for stage in offline)
+
+    stream = engine.add_streaming_request()
+    for start in range(0, audio.size, 8000):
+        engine.feed_chunk(stream, audio[start : start + 8000], is_last=start + 8000 >= audio.size)
+        while engine.has_work():
+            engine.step()
+    live = engine.metrics.drain().stage_seconds
+    wanted = {"allocate", "schedule", "features", "encode", "decode", "finalize"}
+    assert {f"streaming.{s}" for s in wanted} <= set(live)
+    assert set(live) <= set(STAGES) and all(t >= 0 for times in live.values() for t in times)

@@ -21,6 +21,7 @@ from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.transcript import (
     COMPRESSION_RATIO_THRESHOLD,
     PROMPT_RESET_TEMPERATURE,
+    RawSegment,
     compression_ratio,
     is_silence,
     needs_fallback,
@@ -156,10 +157,13 @@ class OfflineTranscription:
             self.seek += job.frames
         else:
             raw, advance = split_segments(result.tokens, tok, window_start, job.frames)
-            self._add_segments(job, raw, result)
+            kept = self._add_segments(job, raw, result)
             self.seek += advance
             if result.temperature <= PROMPT_RESET_TEMPERATURE:
-                self.history.extend(result.tokens)
+                # the kept segments' tokens only, as openai/whisper and faster-whisper condition:
+                # the unfinished tail after the last timestamp pair is decoded again by the next
+                # window, and in its prompt it told the model that audio was already transcribed
+                self.history.extend(t for seg in kept for t in seg.tokens)
             else:
                 self.history = []
             if result.nbest:
@@ -178,19 +182,23 @@ class OfflineTranscription:
         best = max(below or self.attempts, key=lambda r: r.avg_logprob)
         return replace(best, temperature=self.attempts[-1].temperature)
 
-    def _add_segments(self, job: WindowJob, raw: list, result: WindowResult) -> None:  # type: ignore[type-arg]
+    def _add_segments(self, job: WindowJob, raw: list[RawSegment], result: WindowResult) -> list[RawSegment]:
+        """Add the window's segments that hold text and take time (openai/whisper and
+        faster-whisper drop the others); returns them."""
         tok = self.parts.tokenizer
         duration = self.request.duration
         kept: list[tuple[list[int], list[int], str, float, float]] = []  # tokens, text tokens, text, start, end
         kept_logprobs: list[list[float]] = []
+        kept_raw: list[RawSegment] = []
         offset = 0  # the raw segments are consecutive slices of result.tokens
         for seg in raw:
             lps = result.token_logprobs[offset : offset + len(seg.tokens)]
             offset += len(seg.tokens)
             text_tokens = [t for t in seg.tokens if t < tok.eot]
             text = tok.decode(text_tokens)
-            if not text.strip():
+            if not text.strip() or seg.start == seg.end:
                 continue
+            kept_raw.append(seg)
             start = max(0.0, min(seg.start, duration))
             kept.append((seg.tokens, text_tokens, text, start, max(start, min(seg.end, duration))))
             kept_logprobs.append([lp for t, lp in zip(seg.tokens, lps) if t < tok.eot])
@@ -213,6 +221,7 @@ class OfflineTranscription:
                     words=seg_words,
                 )
             )
+        return kept_raw
 
     def _align(self, job: WindowJob, segments: list[tuple[list[int], float, float]]) -> list[list[Word]]:
         """Words of each (text tokens, start, end) segment of one window. The whole window's text is

@@ -8,6 +8,7 @@ It computes nothing itself: the runner runs the encoder and the batch on what it
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Container
 
@@ -39,6 +40,7 @@ class WindowPlanner:
     def submit(self, job: WindowJob) -> None:
         """Queue a job: an encoded one (a retry of its window) waits to join the decoder; a live
         stream's final pass goes ahead of the other windows to encode (the client waits on it)."""
+        job.queued_at = time.monotonic()
         if job.audio_features is not None:
             self.prefill_queue.append(job)
         elif job.final:
@@ -66,6 +68,17 @@ class WindowPlanner:
 
     # ---- what runs next ----
 
+    @staticmethod
+    def overdue(job: WindowJob, now: float) -> bool:
+        """An interim pass that has waited longer than its stream's pass period."""
+        return now - job.queued_at >= job.patience_s
+
+    def interims_overdue(self) -> bool:
+        """An interim pass waits to be encoded for longer than its stream's pass period: the
+        engine is behind its streams' cadence."""
+        now = time.monotonic()
+        return any(j.interim and self.overdue(j, now) for j in self.encode_queue)
+
     def finals_pending(self, batch: DecodeBatch) -> bool:
         """A live stream's final pass is encoded and waiting or decoding: a client waits on it."""
         return any(j.final for j in self.prefill_queue) or any(g.job.final for g in batch.groups if not g.done)
@@ -84,17 +97,21 @@ class WindowPlanner:
         budget = self.max_rows - batch.num_rows - sum(j.rows for j in self.prefill_queue)
         jobs: list[WindowJob] = []
         live_frames = 0
-        # a client waits on every final pass: no new interim pass joins the decoder until they are done
+        # a client waits on every final pass: no new interim pass is encoded with one or joins the
+        # decoder until they are done
         final_waiting = self.finals_pending(batch)
         while self.encode_queue and len(jobs) < self.max_encode_batch and self.encode_queue[0].rows <= budget:
             job = self.encode_queue[0]
             if job.interim and job.audio_positions < self.n_audio_ctx:  # a short interim live pass
-                if final_waiting or (live_frames and live_frames + job.mel.shape[1] > LIVE_ENCODE_FRAMES):
+                if final_waiting:
+                    break
+                if live_frames and live_frames + job.mel.shape[1] > LIVE_ENCODE_FRAMES:
                     break
                 live_frames += job.mel.shape[1]
             self.encode_queue.popleft()
             budget -= job.rows
             jobs.append(job)
+            final_waiting = final_waiting or job.final
         if jobs:
             self.steps_since_encode = 0
         return jobs

@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from contextlib import nullcontext
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from engine.config import EngineConfig
+from engine.metrics import count_passes_shed, stage_timer
 from engine.models.whisper.batch import DecodeBatch
 from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.decoding import DecodeGroup
@@ -29,7 +31,7 @@ from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.planning import WindowPlanner
 from engine.models.whisper.streaming import StreamingTranscription
 from engine.models.whisper.tokenizer import WhisperTokenizer
-from engine.models.whisper.window import WindowJob, WindowOwner
+from engine.models.whisper.window import WindowJob, WindowOwner, WindowResult
 from engine.request import Request
 from engine.runner import ModelInfo, RunnerStats
 from engine.types import DecodingOptions, RequestOutput
@@ -52,10 +54,13 @@ class WhisperRunner:
         self.planner = WindowPlanner(max(config.max_decode_rows, config.max_batch_size), config.max_batch_size,
                                      self.parts.dims.n_audio_ctx)
         self.active: dict[str, WindowOwner] = {}
+        self.collating: list[Request] = []  # offline requests admitted since the last execute()
         self.streams: dict[str, StreamingTranscription] = {}
         self.step_samples = int(config.stream_step_ms * SAMPLE_RATE / 1000)
         self.stream_chunk_samples = self.step_samples  # one pass's worth of new audio
         self.streams_stepped = 0
+        self.passes_shed = 0  # interim passes shed because the engine was behind (see _pick_stream_passes)
+        self._shed_periods: dict[str, int] = {}  # stream -> pass periods already counted as shed
         logger.info("whisper %s loaded from %s (%s) on %s/%s, quantization=%s", self.parts.model_name, self.ckpt_dir,
                     self.parts.checkpoint_format, self.parts.device, self.parts.dtype, self.parts.quantization)
 
@@ -124,18 +129,23 @@ class WhisperRunner:
     def free_slots(self) -> int:
         # live streams are bounded by the server's inflight permits, not by batch slots: an idle
         # stream waiting for audio must not keep offline work out
-        return max(0, self.config.max_batch_size - (len(self.active) - len(self.streams)))
+        return max(0, self.config.max_batch_size - (len(self.active) + len(self.collating) - len(self.streams)))
 
     def admit(self, requests: list[Request]) -> list[RequestOutput]:
-        failed: list[RequestOutput] = []
         for r in (r for r in requests if r.streaming):
             stream = StreamingTranscription(r, self.parts, self.config.stream_window_s,
                                             fit_context=self.config.stream_encoder_context == "fit")
             self.active[r.request_id] = stream
             self.streams[r.request_id] = stream
-        requests = [r for r in requests if not r.streaming]
-        if not requests:
-            return failed
+        # offline requests are collated (features, window plan) by the next execute(), where
+        # the engine's step times it as offline.collate
+        self.collating.extend(r for r in requests if not r.streaming)
+        return []
+
+    def _collate(self, outputs: list[RequestOutput]) -> None:
+        """Log-mel features of the admitted offline requests in one call; each becomes an
+        offline transcription whose first window waits to be encoded."""
+        requests, self.collating = self.collating, []
         try:
             mels: list[Tensor | None] = list(self.parts.features([r.audio for r in requests]))  # type: ignore[misc]
         except Exception as exc:  # isolate: extract one by one
@@ -146,7 +156,7 @@ class WhisperRunner:
                     mels.append(self.parts.features([r.audio])[0])  # type: ignore[list-item]
                 except Exception as one_exc:
                     mels.append(None)
-                    failed.append(_error_output(r, "features", one_exc))
+                    outputs.append(_error_output(r, "features", one_exc))
         for request, mel in zip(requests, mels):
             if mel is None:
                 continue
@@ -158,13 +168,14 @@ class WhisperRunner:
             self.active[request.request_id] = state
             job = state.next_job()
             if job is None:
-                failed.append(state.finish())
+                outputs.append(state.finish())
                 del self.active[request.request_id]
             else:
                 self.planner.submit(job)
-        return failed
 
     def release(self, request: Request) -> None:
+        self._shed_periods.pop(request.request_id, None)
+        self.collating = [r for r in self.collating if r is not request]
         self.streams.pop(request.request_id, None)
         state = self.active.pop(request.request_id, None)
         if state is None:
@@ -175,11 +186,12 @@ class WhisperRunner:
                 self.batch.remove_job(g.job)
 
     def has_work(self) -> bool:
-        if self.planner.has_work() or self.batch.groups:
+        if self.collating or self.planner.has_work() or self.batch.groups:
             return True
         return any(s.ready(self.step_samples) for s in self.streams.values())
 
     def shutdown(self) -> None:
+        self.collating.clear()
         self.active.clear()
         self.streams.clear()
         self.planner.clear()
@@ -192,40 +204,74 @@ class WhisperRunner:
 
     @torch.inference_mode()
     def execute(self) -> list[RequestOutput]:
+        """One step. Stages are timed as offline.* or streaming.*; a batch holding both offline
+        windows and live passes is timed under offline.* (see `_mode`)."""
         outputs: list[RequestOutput] = []
-        self._start_stream_passes(outputs)
-        if self.planner.may_encode(self.batch):
-            self._encode(self.planner.take_encode(self.batch), outputs)
+        if self.collating:
+            with stage_timer("offline.collate"):
+                self._collate(outputs)
+        if self.streams:
+            self._start_stream_passes(outputs)
+        jobs = self.planner.take_encode(self.batch) if self.planner.may_encode(self.batch) else []
+        if jobs:
+            with stage_timer(f"{_mode(jobs)}.encode"):
+                self._encode(jobs, outputs)
         with self._decode_threads():
             self._join(self.planner.take_join(self.batch, self.active), outputs)
             self.planner.steps_since_encode += 1
             self.streams_stepped = len({id(g.job.owner) for g in self.batch.groups if not g.done and g.job.live})
-            finished = self.batch.step(lambda g, exc: self._fail(g.job.owner, "decode", exc, outputs))
+            with stage_timer(f"{_mode([g.job for g in self.batch.groups])}.decode") if self.batch.groups else nullcontext():
+                finished = self.batch.step(lambda g, exc: self._fail(g.job.owner, "decode", exc, outputs))
         for job, result in self.planner.results(finished, self.batch):
-            state = job.owner
-            if job.request_id not in self.active:
-                continue
-            try:
-                update = state.on_window_done(job, result)
-            except Exception as exc:
-                logger.exception("post-processing failed for %s", job.request_id)
-                self._fail(state, "postprocess", exc, outputs)
-                continue
-            for stale in update.withdrawn:
-                self.planner.drop(stale)
-                self.batch.remove_job(stale)
-            if update.output is not None:
-                outputs.append(update.output)
-                if update.output.finished:
-                    self.active.pop(job.request_id, None)
-                    self.streams.pop(job.request_id, None)
-            for nxt in update.jobs:
-                self.planner.submit(nxt)
+            # a live pass's result becomes its stream's partial or final (word alignment included);
+            # an offline window's result advances its request to the next window
+            with stage_timer("streaming.finalize" if job.live else "offline.advance"):
+                self._hand_over(job, result, outputs)
         return outputs
+
+    def _hand_over(self, job: WindowJob, result: WindowResult, outputs: list[RequestOutput]) -> None:
+        state = job.owner
+        if job.request_id not in self.active:
+            return
+        try:
+            update = state.on_window_done(job, result)
+        except Exception as exc:
+            logger.exception("post-processing failed for %s", job.request_id)
+            self._fail(state, "postprocess", exc, outputs)
+            return
+        for stale in update.withdrawn:
+            self.planner.drop(stale)
+            self.batch.remove_job(stale)
+        if update.output is not None:
+            outputs.append(update.output)
+            if update.output.finished:
+                self.active.pop(job.request_id, None)
+                self.streams.pop(job.request_id, None)
+        for nxt in update.jobs:
+            self.planner.submit(nxt)
 
     def _start_stream_passes(self, outputs: list[RequestOutput]) -> None:
         """Every stream with enough new audio (or at its end) gets a pass; their windows'
         features are extracted in one call and they join the encoder queue together."""
+        with stage_timer("streaming.schedule"):
+            passes = self._pick_stream_passes(outputs)
+        if not passes:
+            return
+        with stage_timer("streaming.features"):
+            try:
+                mels = self.parts.features([audio for _, audio in passes])
+            except Exception as exc:
+                for stream, _ in passes:
+                    self._fail(stream, "features", exc, outputs)
+                return
+        for (stream, _), mel in zip(passes, mels):
+            job = stream.make_job(mel.to(self.parts.dtype))
+            job.patience_s = stream.pass_samples(self.step_samples) / SAMPLE_RATE
+            self.planner.submit(job)
+
+    def _pick_stream_passes(self, outputs: list[RequestOutput]) -> list[tuple[StreamingTranscription, np.ndarray]]:
+        """The streams due a pass and the audio of their windows (a stream ended with nothing
+        left to decode finishes here)."""
         for stream in self.streams.values():
             stale = stream.superseded_pass()
             if stale is not None:
@@ -233,7 +279,19 @@ class WhisperRunner:
                 self.batch.remove_job(stale)
                 stream.drop_pass()
         passes: list[tuple[StreamingTranscription, np.ndarray]] = []
-        for stream in [s for s in self.streams.values() if s.ready(self.step_samples)]:
+        # when interim passes already wait longer than a pass period, new ones are shed: the stream
+        # keeps its audio and gets one pass over all of it once the engine catches up (fresher
+        # text than a queue of stale passes, for less work); final passes are never shed
+        behind = self.planner.interims_overdue()
+        due = [s for s in self.streams.values() if s.ready(self.step_samples)]
+        if behind:
+            for stream in (s for s in due if not s.request.input_finished):
+                self._count_shed(stream)
+            due = [s for s in due if s.request.input_finished]
+        # the streams that waited longest go first
+        due.sort(key=lambda s: -(s.new_samples + s.request.pending_samples))
+        for stream in due:
+            self._shed_periods.pop(stream.request.request_id, None)
             stream.absorb()
             audio = stream.window_audio()
             if audio.size == 0:
@@ -244,21 +302,19 @@ class WhisperRunner:
                     self.streams.pop(stream.request.request_id, None)
                 continue
             passes.append((stream, audio))
-        if not passes:
-            return
-        try:
-            mels = self.parts.features([audio for _, audio in passes])
-        except Exception as exc:
-            for stream, _ in passes:
-                self._fail(stream, "features", exc, outputs)
-            return
-        for (stream, _), mel in zip(passes, mels):
-            self.planner.submit(stream.make_job(mel.to(self.parts.dtype)))
+        return passes
+
+    def _count_shed(self, stream: StreamingTranscription) -> None:
+        """Count the pass periods a shed stream has gone without its pass (each once)."""
+        rid = stream.request.request_id
+        periods = (stream.new_samples + stream.request.pending_samples) // stream.pass_samples(self.step_samples)
+        shed = max(0, periods - self._shed_periods.get(rid, 0))
+        self.passes_shed += shed
+        count_passes_shed(shed)
+        self._shed_periods[rid] = max(periods, self._shed_periods.get(rid, 0))
 
     def _encode(self, jobs: list[WindowJob], outputs: list[RequestOutput]) -> None:
         """Encode `jobs` in one batch (one by one if the batch fails: only the culprit fails)."""
-        if not jobs:
-            return
         try:
             feats: list[Tensor | None] = list(self.parts.context.encode([j.mel for j in jobs]))
         except Exception as exc:
@@ -288,7 +344,8 @@ class WhisperRunner:
             if not group:
                 continue
             try:
-                self._prefill(group, shared_silence=live)
+                with stage_timer("streaming.decode" if live else "offline.prefill"):  # no streaming.prefill stage
+                    self._prefill(group, shared_silence=live)
             except Exception as exc:
                 logger.warning("prefill of %d windows failed (%s); retrying one by one", len(group), exc)
                 for j in group:
@@ -326,6 +383,11 @@ class WhisperRunner:
         logger.error("request %s failed at %s: %s", rid, stage, exc)
         self.release(state.request)
         outputs.append(_error_output(state.request, stage, exc))
+
+
+def _mode(jobs: list[WindowJob]) -> str:
+    """The stage prefix of work over `jobs`: 'streaming' when every job is a live pass."""
+    return "streaming" if jobs and all(j.live for j in jobs) else "offline"
 
 
 def _error_output(request: Request, stage: str, exc: Exception) -> RequestOutput:

@@ -90,13 +90,16 @@ class StreamingTranscription:
             self.window = np.concatenate([self.window, chunk]) if self.window.size else chunk
             self.new_samples += int(chunk.size)
 
+    def pass_samples(self, step_samples: int) -> int:
+        """New audio that makes a pass due: the engine's step times the delay's cadence."""
+        return max(1, round(step_samples * self.cadence))
+
     def ready(self, step_samples: int) -> bool:
-        """Due a pass: `step_samples` of new audio times the delay's cadence (absorbed or not
-        yet), or the end of input."""
+        """Due a pass: `pass_samples` of new audio (absorbed or not yet), or the end of input."""
         if self.in_flight or self.final_done:
             return False
         pending = self.new_samples + self.request.pending_samples
-        return pending >= round(step_samples * self.cadence) or self.request.input_finished
+        return pending >= self.pass_samples(step_samples) or self.request.input_finished
 
     def is_final_pass(self) -> bool:
         return self.request.input_finished and not self.request.pending_audio

@@ -6,6 +6,7 @@ owners all speak in these types, and it imports none of them."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -95,6 +96,10 @@ class WindowJob:
     stream's earlier passes heard, so its final pass decodes only what follows."""
     generator: torch.Generator | None = None
     """This job's own sampling generator (fallback attempts); None uses the owner's."""
+    patience_s: float = math.inf
+    """An interim live pass waiting longer than this (its stream's pass period) to be encoded
+    means the engine is behind its streams' cadence (WindowPlanner.interims_overdue)."""
+    queued_at: float = 0.0  # time.monotonic() when the planner took it
 
     @property
     def audio_positions(self) -> int:

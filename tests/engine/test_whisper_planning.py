@@ -1,0 +1,74 @@
+"""The Whisper window planner's live rules (engine/models/whisper/planning.py), on stand-in jobs:
+finals first, a final encoded without interim batch-mates, an interim pass waiting longer than
+its pass period marks the engine as behind, and the runner's count of shed passes."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from engine.models.whisper.planning import WindowPlanner
+from engine.models.whisper.window import WindowJob, WindowResult
+
+MEL_FRAMES = 200  # a 2 s pass: a short window
+
+
+def live_job(name: str, final: bool = False, patience_s: float = math.inf) -> WindowJob:
+    owner = SimpleNamespace(request=SimpleNamespace(request_id=name), options=SimpleNamespace(beam_size=1))
+    job = WindowJob(owner, torch.zeros(80, MEL_FRAMES), 0, MEL_FRAMES, 0.0, 0, live=True, final=final)  # type: ignore[arg-type]
+    job.patience_s = patience_s
+    return job
+
+
+def idle_batch(*final_groups: WindowJob) -> Any:
+    groups = [SimpleNamespace(job=j, done=False) for j in final_groups]
+    return SimpleNamespace(groups=groups, num_rows=len(groups))
+
+
+def planner() -> WindowPlanner:
+    return WindowPlanner(max_rows=64, max_encode_batch=16, n_audio_ctx=1500)
+
+
+def test_a_final_pass_is_encoded_without_interim_batch_mates() -> None:
+    p = planner()
+    a, b, final = live_job("a"), live_job("b"), live_job("c", final=True)
+    for job in (a, b, final):
+        p.submit(job)
+    assert p.take_encode(idle_batch()) == [final]  # the final went ahead and keeps the batch short
+    assert p.take_encode(idle_batch()) == [a, b]
+
+
+def test_interim_passes_wait_for_finals_and_an_overdue_one_says_the_engine_is_behind() -> None:
+    decoding_final = live_job("f", final=True)
+    p = planner()
+    patient, due = live_job("a"), live_job("b", patience_s=0.0)
+    p.submit(patient)
+    assert not p.interims_overdue()
+    p.submit(due)
+    assert p.interims_overdue()  # b has waited its (zero) period: streams coming due are shed
+    assert p.take_encode(idle_batch(decoding_final)) == []  # a final decodes: partials wait
+    assert p.take_encode(idle_batch()) == [patient, due]
+    p.encoded([patient, due])
+    assert p.take_join(idle_batch(decoding_final), active={"a", "b"}) == []
+    assert p.take_join(idle_batch(), active={"a", "b"}) == [patient, due]
+    result = WindowResult(tokens=[], sum_logprob=0.0, avg_logprob=0.0, no_speech_prob=0.0, temperature=0.0)
+    finished = [SimpleNamespace(job=j, result=result) for j in (patient, due)]
+    assert p.results(finished, idle_batch(decoding_final)) == []  # type: ignore[arg-type]
+    assert [j for j, _ in p.results([], idle_batch())] == [patient, due]  # finals done: their alignment follows
+
+
+def test_the_runner_counts_each_shed_pass_period_once(engine: Any) -> None:
+    runner = engine.runner
+    step = runner.step_samples
+    request = SimpleNamespace(request_id="shed-test", pending_samples=0)
+    stream = SimpleNamespace(request=request, new_samples=step, pass_samples=lambda s: s)
+    before = runner.passes_shed
+    runner._count_shed(stream)  # one period due and shed
+    runner._count_shed(stream)  # the same period again: not counted twice
+    request.pending_samples = 2 * step  # two more periods arrive while the engine is behind
+    runner._count_shed(stream)
+    assert runner.passes_shed - before == 3
+    runner._shed_periods.pop("shed-test")
