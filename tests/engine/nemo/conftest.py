@@ -23,6 +23,7 @@ from engine.models.wenet.testing import drive_alone as _drive_alone
 from engine.request import Request
 from engine.types import DecodingOptions, RequestOutput
 from tests.conftest import load_clip
+from tests.e2e.conftest import ServerProcess, start_server
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nemo"
 NAMES = ("hybrid_cache_aware", "unified_rc", "ctc_striding_bn", "tdt")
@@ -88,3 +89,8 @@ def transcribe_offline(
     outputs = runner.execute()
     assert len(outputs) == 1 and outputs[0].finished
     return outputs[0]
+
+
+def start_streaming_server(tmp: Path, name: str) -> ServerProcess:
+    """A real streaming-mode server on the fixture checkpoint `name`."""
+    return start_server(tmp, env={"OASR_CKPT_DIR": str(FIXTURES / name), "OASR_SERVICE_MODE": "streaming"})

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import grpc
 import httpx
-import numpy as np
 import pytest
 
 from app.audio import pcm16_to_float
@@ -22,9 +21,16 @@ from engine import ASREngine, EngineConfig
 from engine.types import RequestOutput
 from protos.oasr.speech.v1 import speech_pb2 as pb
 from protos.oasr.speech.v1 import speech_pb2_grpc
-from tests.e2e.conftest import ServerProcess, start_server
-from tests.e2e.test_realtime_common import COMMITTED, DELTA, TERMINAL, check_session_events, sdk_session
-from tests.engine.nemo.conftest import FIXTURES, clip
+from tests.e2e.conftest import ServerProcess
+from tests.e2e.test_realtime_common import (
+    COMMITTED,
+    DELTA,
+    TERMINAL,
+    check_session_events,
+    pcm16_at,
+    sdk_session,
+)
+from tests.engine.nemo.conftest import FIXTURES, clip, start_streaming_server
 
 pytestmark = pytest.mark.slow  # starts a real server
 
@@ -34,14 +40,9 @@ CKPT = FIXTURES / "hybrid_cache_aware"
 TIMEOUT_S = 120.0
 
 
-def pcm16(samples: np.ndarray) -> bytes:
-    return (np.clip(samples, -1.0, 1.0) * 32767).astype("<i2").tobytes()
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = start_server(Path(tmp_path_factory.mktemp("nemo-server")),
-                       env={"OASR_CKPT_DIR": str(CKPT), "OASR_SERVICE_MODE": "streaming"})  # fmt: skip
+    srv = start_streaming_server(Path(tmp_path_factory.mktemp("nemo-server")), "hybrid_cache_aware")
     yield srv
     srv.terminate()
 
@@ -49,7 +50,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 @pytest.fixture(scope="module")
 def in_process() -> tuple[RequestOutput, RequestOutput]:
     """(streamed, offline) outputs of the engine in this process on the PCM16 the clients send."""
-    audio = pcm16_to_float(pcm16(clip("hybrid_cache_aware", CLIP)))
+    audio = pcm16_to_float(pcm16_at(clip("hybrid_cache_aware", CLIP), RATE))
     eng = ASREngine(EngineConfig(ckpt_dir=str(CKPT), service_mode="streaming"))
     try:
         rid = eng.add_streaming_request()
@@ -66,7 +67,7 @@ def in_process() -> tuple[RequestOutput, RequestOutput]:
 
 def test_openai_sdk_realtime_session(server: ServerProcess, in_process: tuple[RequestOutput, RequestOutput]) -> None:
     streamed, _ = in_process
-    log = asyncio.run(sdk_session(server.ws_url, pcm16(clip("hybrid_cache_aware", CLIP)), rate=RATE, hold_at_s=1.0))
+    log = asyncio.run(sdk_session(server.ws_url, pcm16_at(clip("hybrid_cache_aware", CLIP), RATE), rate=RATE, hold_at_s=1.0))
     check_session_events(log.events)
     deltas = log.of_type(DELTA)
     completed = [e for e in log.events if e["type"] == TERMINAL[0]]
@@ -79,7 +80,7 @@ def test_openai_sdk_realtime_session(server: ServerProcess, in_process: tuple[Re
 
 def test_grpc_streaming_recognize(server: ServerProcess, in_process: tuple[RequestOutput, RequestOutput]) -> None:
     streamed, _ = in_process
-    audio = pcm16(clip("hybrid_cache_aware", CLIP))
+    audio = pcm16_at(clip("hybrid_cache_aware", CLIP), RATE)
     config = pb.StreamingRecognitionConfig(
         config=pb.RecognitionConfig(encoding=pb.RecognitionConfig.AudioEncoding.LINEAR16, sample_rate_hertz=RATE),
         interim_results=True,
@@ -107,7 +108,7 @@ def test_openai_file_api(server: ServerProcess, in_process: tuple[RequestOutput,
 
     _, offline = in_process
     buf = io.BytesIO()
-    sf.write(buf, pcm16_to_float(pcm16(clip("hybrid_cache_aware", CLIP))), RATE, format="WAV", subtype="PCM_16")
+    sf.write(buf, pcm16_to_float(pcm16_at(clip("hybrid_cache_aware", CLIP), RATE)), RATE, format="WAV", subtype="PCM_16")
     r = httpx.post(f"{server.base_url}/v1/audio/transcriptions", files={"file": ("a.wav", buf.getvalue())},
                    data={"response_format": "verbose_json", "timestamp_granularities[]": "word"}, timeout=TIMEOUT_S)
     assert r.status_code == 200, r.text

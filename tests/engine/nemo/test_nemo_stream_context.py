@@ -14,16 +14,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-import numpy as np
 import pytest
 
 from app.audio import pcm16_to_float
 from engine import ASREngine, DecodingOptions, EngineConfig
 from protos.oasr.speech.v1 import speech_pb2 as pb
 from protos.oasr.speech.v1 import speech_pb2_grpc
-from tests.e2e.conftest import ServerProcess, start_server
-from tests.e2e.test_realtime_common import DELTA, TERMINAL, sdk_session
-from tests.engine.nemo.conftest import FIXTURES, clip, reference
+from tests.e2e.conftest import ServerProcess
+from tests.e2e.test_realtime_common import DELTA, TERMINAL, pcm16_at, sdk_session
+from tests.engine.nemo.conftest import FIXTURES, clip, reference, start_streaming_server
 
 pytestmark = pytest.mark.slow  # starts a real server
 
@@ -34,14 +33,9 @@ CLIP = "libri_61-70968-0000"
 TIMEOUT_S = 120.0
 
 
-def pcm16(samples: np.ndarray) -> bytes:
-    return (np.clip(samples, -1.0, 1.0) * 32767).astype("<i2").tobytes()
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = start_server(Path(tmp_path_factory.mktemp("nemo-rc")),
-                       env={"OASR_CKPT_DIR": str(CKPT), "OASR_SERVICE_MODE": "streaming"})  # fmt: skip
+    srv = start_streaming_server(Path(tmp_path_factory.mktemp("nemo-rc")), NAME)
     yield srv
     srv.terminate()
 
@@ -75,7 +69,7 @@ def stream(server: ServerProcess, audio: bytes, decoding: pb.DecodingExtensions)
 
 
 def test_each_stream_runs_with_its_own_window(server: ServerProcess, engine: ASREngine) -> None:
-    audio = pcm16(clip(NAME, CLIP))
+    audio = pcm16_at(clip(NAME, CLIP), RATE)
     samples = pcm16_to_float(audio)
     presets = [tuple(p) for p in engine.info()["stream_settings"]["presets"]]
     assert len(presets) >= 2
@@ -93,13 +87,13 @@ def test_each_stream_runs_with_its_own_window(server: ServerProcess, engine: ASR
 
 
 def test_delay_picks_a_preset(server: ServerProcess, engine: ASREngine) -> None:
-    audio = pcm16(clip(NAME, CLIP))
+    audio = pcm16_at(clip(NAME, CLIP), RATE)
     text = stream(server, audio, pb.DecodingExtensions(delay="minimal"))
     assert text == engine.transcribe(pcm16_to_float(audio), streaming=True, decoding=DecodingOptions(delay="minimal"))
 
 
 def test_an_untrained_window_is_invalid_argument(server: ServerProcess) -> None:
-    audio = pcm16(clip(NAME, CLIP))[: RATE * 2]
+    audio = pcm16_at(clip(NAME, CLIP), RATE)[: RATE * 2]
     with pytest.raises(grpc.RpcError) as err:
         stream(server, audio, pb.DecodingExtensions(stream_context=pb.StreamContext(left=10, chunk=3, right=3)))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -110,7 +104,7 @@ def test_an_untrained_window_is_invalid_argument(server: ServerProcess) -> None:
 
 
 def test_realtime_sessions_run_with_their_own_window(server: ServerProcess, engine: ASREngine) -> None:
-    audio = pcm16(clip(NAME, CLIP))
+    audio = pcm16_at(clip(NAME, CLIP), RATE)
     samples = pcm16_to_float(audio)
     presets = [tuple(p) for p in engine.info()["stream_settings"]["presets"]][:2]
     got = []
@@ -131,7 +125,7 @@ def test_realtime_sessions_run_with_their_own_window(server: ServerProcess, engi
 
 
 def test_realtime_refuses_an_untrained_window(server: ServerProcess) -> None:
-    audio = pcm16(clip(NAME, CLIP))[: RATE * 2]
+    audio = pcm16_at(clip(NAME, CLIP), RATE)[: RATE * 2]
     log = asyncio.run(sdk_session(server.ws_url, audio, rate=RATE, transcription={"stream_context": [10, 3, 3]}))
     (error,) = log.of_type("error")
     assert error["error"]["code"] == "invalid_value" and "not trained" in error["error"]["message"]
