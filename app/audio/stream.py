@@ -1,7 +1,8 @@
 """Live audio, chunk by chunk, to float32 mono at the model rate.
 
     StreamResampler   float32 mono at any rate -> the model rate, without buffering the stream
-    HeaderlessStream  headerless bytes (LINEAR16, LINEAR32F, MULAW, ALAW) cut anywhere -> samples
+    HeaderlessFrames  headerless bytes (LINEAR16, LINEAR32F, MULAW, ALAW) cut anywhere -> whole frames
+    HeaderlessStream  the same bytes -> float32 mono at the model rate
     ChannelSplitter   interleaved headerless bytes -> one byte stream per channel
 
 Containers that arrive as a stream (WebM/Ogg Opus from a browser) are `ContainerStream`
@@ -73,50 +74,9 @@ class StreamResampler:
         return tail
 
 
-class HeaderlessStream:
-    """Headerless live audio (LINEAR16, LINEAR32F, MULAW, ALAW) -> float32 mono at `out_rate`.
-
-    Clients may cut messages anywhere, so a partial frame is carried to the next chunk; one
-    resampler per stream keeps the output identical to a whole-body decode."""
-
-    def __init__(self, encoding: AudioEncoding | str, sample_rate: int, channels: int = 1,
-                 out_rate: int = MODEL_SAMPLE_RATE_HZ) -> None:
-        self.encoding = parse_encoding(encoding)
-        if not self.encoding.headerless:
-            raise UnsupportedAudioError(f"{self.encoding.value} is not a headerless encoding")
-        _check_channels(channels)
-        self.channels = channels
-        self.frame_bytes = _SAMPLE_WIDTH_BYTES[self.encoding] * channels
-        self.resampler = StreamResampler(sample_rate, out_rate)
-        self._rest = b""
-
-    def push(self, data: bytes) -> np.ndarray:
-        """The next chunk's samples (a trailing partial frame waits for the next chunk)."""
-        data = self._rest + data if self._rest else data
-        whole = len(data) - len(data) % self.frame_bytes
-        self._rest = data[whole:]
-        if not whole:
-            return np.zeros(0, dtype=np.float32)
-        return self.resampler.process(headerless_to_mono(data[:whole], self.encoding, self.channels))
-
-    def cut(self) -> np.ndarray:
-        """Everything received so far that the resampler still holds (see `StreamResampler.cut`)."""
-        return self.resampler.cut()
-
-    def flush(self) -> np.ndarray:
-        """End of the stream: the resampler's tail. A stream that ends inside a frame is an error."""
-        if self._rest:
-            raise AudioDecodeError(
-                f"the stream ended inside a frame ({len(self._rest)} stray bytes; frames of {self.encoding.value} "
-                f"x {self.channels} channel(s) are {self.frame_bytes} bytes)"
-            )
-        return self.resampler.flush()
-
-
-class ChannelSplitter:
-    """Interleaved headerless audio -> one byte stream per channel, in the same encoding (for
-    per-channel recognition of a live stream). Clients may cut messages anywhere: a partial frame
-    waits for the next chunk."""
+class HeaderlessFrames:
+    """Headerless bytes (LINEAR16, LINEAR32F, MULAW, ALAW) cut anywhere -> whole frames. Clients
+    may cut messages anywhere, so a partial frame is carried to the next chunk."""
 
     def __init__(self, encoding: AudioEncoding | str, channels: int) -> None:
         self.encoding = parse_encoding(encoding)
@@ -125,21 +85,68 @@ class ChannelSplitter:
         _check_channels(channels)
         self.channels = channels
         self.width = _SAMPLE_WIDTH_BYTES[self.encoding]
+        self.frame_bytes = self.width * channels
         self._rest = b""
 
-    def push(self, data: bytes) -> list[bytes]:
-        """Each channel's bytes of the whole frames received so far (empty until a frame is whole)."""
+    def take(self, data: bytes) -> bytes:
+        """The whole frames received so far (a trailing partial frame waits for the next chunk)."""
         data = self._rest + data if self._rest else data
-        frame_bytes = self.width * self.channels
-        whole = len(data) - len(data) % frame_bytes
+        whole = len(data) - len(data) % self.frame_bytes
         self._rest = data[whole:]
-        frames = np.frombuffer(data[:whole], dtype=np.uint8).reshape(-1, self.channels, self.width)
-        return [frames[:, c, :].tobytes() for c in range(self.channels)]
+        return data[:whole]
 
     def finish(self) -> None:
         """End of the stream: one that ends inside a frame is an error."""
         if self._rest:
             raise AudioDecodeError(
                 f"the stream ended inside a frame ({len(self._rest)} stray bytes; frames of {self.encoding.value} "
-                f"x {self.channels} channel(s) are {self.width * self.channels} bytes)"
+                f"x {self.channels} channel(s) are {self.frame_bytes} bytes)"
             )
+
+
+class HeaderlessStream:
+    """Headerless live audio (LINEAR16, LINEAR32F, MULAW, ALAW) -> float32 mono at `out_rate`.
+
+    Whole frames only (`HeaderlessFrames`); one resampler per stream keeps the output identical
+    to a whole-body decode."""
+
+    def __init__(self, encoding: AudioEncoding | str, sample_rate: int, channels: int = 1,
+                 out_rate: int = MODEL_SAMPLE_RATE_HZ) -> None:
+        self.frames = HeaderlessFrames(encoding, channels)
+        self.encoding = self.frames.encoding
+        self.channels = channels
+        self.resampler = StreamResampler(sample_rate, out_rate)
+
+    def push(self, data: bytes) -> np.ndarray:
+        """The next chunk's samples (a trailing partial frame waits for the next chunk)."""
+        whole = self.frames.take(data)
+        if not whole:
+            return np.zeros(0, dtype=np.float32)
+        return self.resampler.process(headerless_to_mono(whole, self.encoding, self.channels))
+
+    def cut(self) -> np.ndarray:
+        """Everything received so far that the resampler still holds (see `StreamResampler.cut`)."""
+        return self.resampler.cut()
+
+    def flush(self) -> np.ndarray:
+        """End of the stream: the resampler's tail. A stream that ends inside a frame is an error."""
+        self.frames.finish()
+        return self.resampler.flush()
+
+
+class ChannelSplitter:
+    """Interleaved headerless audio -> one byte stream per channel, in the same encoding (for
+    per-channel recognition of a live stream), from whole frames (`HeaderlessFrames`)."""
+
+    def __init__(self, encoding: AudioEncoding | str, channels: int) -> None:
+        self.frames = HeaderlessFrames(encoding, channels)
+
+    def push(self, data: bytes) -> list[bytes]:
+        """Each channel's bytes of the whole frames received so far (empty until a frame is whole)."""
+        f = self.frames
+        frames = np.frombuffer(f.take(data), dtype=np.uint8).reshape(-1, f.channels, f.width)
+        return [frames[:, c, :].tobytes() for c in range(f.channels)]
+
+    def finish(self) -> None:
+        """End of the stream: one that ends inside a frame is an error."""
+        self.frames.finish()
