@@ -11,31 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
 from app.audio import ChannelSplitter
-from app.engine_service import EngineService
 from app.grpc.convert import AudioSpec, invalid
 from app.grpc.live import DONE, LiveCall, until_done
-from app.live import VadModelCache
-from app.settings import Settings
-from engine import DecodingOptions
 from protos.oasr.speech.v1 import speech_pb2 as pb
 
 
 class ChannelCalls:
-    def __init__(
-        self,
-        service: EngineService,
-        settings: Settings,
-        streaming_config: pb.StreamingRecognitionConfig,
-        spec: AudioSpec,
-        options: DecodingOptions,
-        request_id: str,
-        vad_models: VadModelCache,
-    ):
+    def __init__(self, streaming_config: pb.StreamingRecognitionConfig, spec: AudioSpec,
+                 live_call: Callable[[AudioSpec], LiveCall]):
+        """`live_call` builds one channel's LiveCall for a (mono) audio spec."""
         if streaming_config.single_utterance:
             # the call ends at the first utterance's end: of which channel is not defined
             raise invalid("single_utterance cannot be combined with enable_separate_recognition_per_channel")
@@ -46,8 +35,7 @@ class ChannelCalls:
             )
         mono = replace(spec, channels=1)
         self.splitter = ChannelSplitter(spec.encoding, spec.channels)
-        self.calls = [LiveCall(service, settings, streaming_config, mono, options, request_id, vad_models)
-                      for _ in range(spec.channels)]  # fmt: skip
+        self.calls = [live_call(mono) for _ in range(spec.channels)]
 
     async def run(self, audio_in: AsyncIterator[bytes]) -> AsyncIterator[pb.StreamingRecognizeResponse]:
         inputs: list[asyncio.Queue[Any]] = [asyncio.Queue() for _ in self.calls]

@@ -250,21 +250,22 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         options = decoding_options(config)
         rid = config.request_id or uuid.uuid4().hex
         audio_in = self._audio(it)
+
+        def live_call(call_spec: AudioSpec) -> LiveCall:
+            return LiveCall(self.service, self.settings, streaming_config, call_spec, options, rid,
+                            VadModelCache.of(self._state))
+
         async with inflight_permit(self.service):
             gauge = self.metrics.stream_sessions_active.labels(api=STREAMING_API)
             gauge.inc()
             try:
                 if config.enable_separate_recognition_per_channel and self._live(streaming_config, spec):
-                    channels = ChannelCalls(self.service, self.settings, streaming_config, spec, options, rid,
-                                            VadModelCache.of(self._state))
-                    async for response in channels.run(audio_in):
+                    async for response in ChannelCalls(streaming_config, spec, live_call).run(audio_in):
                         yield response
                 elif config.enable_separate_recognition_per_channel:
                     yield await self._buffered_channels(audio_in, spec, options, config, rid, context)
                 elif self._live(streaming_config, spec):
-                    call = LiveCall(self.service, self.settings, streaming_config, spec, options, rid,
-                                    VadModelCache.of(self._state))
-                    async for response in call.run(audio_in):
+                    async for response in live_call(spec).run(audio_in):
                         yield response
                 else:
                     yield await self._buffered(audio_in, spec, options, config, rid, context)
