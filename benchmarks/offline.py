@@ -10,7 +10,8 @@ one warm-up each, in one process and interleaved `--repeat` times:
   (`offline_encoder_context='full'`, the engine before issue 19);
 - faster-whisper over the same clips one after another, int8 and float32, on the same embedded
   CTranslate2 directory, default cpu_threads;
-- with `--beam`, the engine's defaults and faster-whisper int8 at beam_size 5.
+- with `--beam`, the engine's defaults and faster-whisper int8 at beam_size 5 (`--only-beam`:
+  only these two).
 
 It prints the CPU (ISA, the int8 kernel the engine chose), then per system: wall seconds and
 RTFx (audio seconds / wall seconds, median of the repeats), CPU seconds (process time of all
@@ -205,6 +206,23 @@ def render(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def greedy_systems(default_quantization: str, skip_float32: bool) -> list[System]:
+    """The greedy rows: the engine's configurations and faster-whisper int8 and float32."""
+    from engine.models.whisper.options import WhisperOptions
+
+    fw_int8 = "faster-whisper int8, sequential"
+    systems = [engine_system("oasr engine, defaults", fw_int8)]
+    if default_quantization != "int8_w8a8":
+        systems.append(engine_system("oasr engine int8_w8a8", fw_int8, quantization="int8_w8a8"))
+    if not skip_float32:
+        systems += [
+            engine_system("oasr engine float32", fw_int8, quantization="none"),
+            engine_system("oasr engine float32, 30 s encoder context", fw_int8, quantization="none",
+                          family_options={"whisper": WhisperOptions(offline_encoder_context="full")}),
+        ]
+    return [*systems, faster_whisper_system("int8"), faster_whisper_system("float32")]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST, help="JSONL of {id, audio, text, duration}")
@@ -212,27 +230,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per system, interleaved")
     parser.add_argument("--beam", action="store_true", help="also compare beam_size=5 (engine vs faster-whisper int8)")
     parser.add_argument("--skip-float32", action="store_true", help="leave out the engine's float32 rows")
+    parser.add_argument("--only-beam", action="store_true", help="only the beam_size=5 rows (implies --beam)")
     args = parser.parse_args(argv)
     from engine import EngineConfig
-    from engine.models.whisper.options import WhisperOptions
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     clips = load_clips(args.manifest, args.clips)
     logger.info("%d clips, %.1f s of audio, load average %s", len(clips), sum(c.seconds for c in clips),
                 os.getloadavg())
-    fw_int8 = "faster-whisper int8, sequential"
-    systems = [engine_system("oasr engine, defaults", fw_int8)]
-    if EngineConfig().quantization != "int8_w8a8":
-        systems.append(engine_system("oasr engine int8_w8a8", fw_int8, quantization="int8_w8a8"))
-    if not args.skip_float32:
-        systems += [
-            engine_system("oasr engine float32", fw_int8, quantization="none"),
-            engine_system("oasr engine float32, 30 s encoder context", fw_int8, quantization="none",
-                          family_options={"whisper": WhisperOptions(offline_encoder_context="full")}),
-        ]
-    systems += [faster_whisper_system("int8"), faster_whisper_system("float32")]
-    if args.beam:
+    systems = [] if args.only_beam else greedy_systems(EngineConfig().quantization, args.skip_float32)
+    if args.beam or args.only_beam:
         systems += [engine_system("oasr engine, defaults, beam 5", "faster-whisper int8 beam 5, sequential", beam=5),
                     faster_whisper_system("int8", beam=5)]
     try:

@@ -3,7 +3,7 @@
 All rows of all running window jobs decode together, one token per step. New groups join
 after a batched prefill of their prompts; finished groups leave by compacting the cache.
 Beam groups reorder their own rows (self-attention K/V only: every beam of a group shares
-the same audio, so its cross-attention K/V never move).
+the same audio, whose cross-attention K/V the cache holds once per group).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class DecodeBatch:
             g.set_no_speech(sot_logits[row], self.no_speech_token)
             row += g.num_rows
         sources = self._advance_groups(groups, last_logits)
-        cache.select_rows(torch.tensor(sources, device=self.device), self_only=True)
+        cache.reorder_rows(torch.tensor(sources, device=self.device))
         if self.cache is None:
             self.cache = cache
         else:
@@ -109,7 +109,7 @@ class DecodeBatch:
         logits = self.decoder(tok, pos, cache)[:, 0]  # (N, V)
         sources = self._advance_groups(groups, logits)
         if sources != list(range(len(sources))):
-            cache.select_rows(torch.tensor(sources, device=self.device), self_only=True)
+            cache.reorder_rows(torch.tensor(sources, device=self.device))
 
     def _advance_groups(self, groups: list[DecodeGroup], logits: Tensor) -> list[int]:
         """Let each group pick its next tokens; returns the global row gather index."""
@@ -144,19 +144,21 @@ class DecodeBatch:
         assert self.cache is not None
         failed: list[tuple[DecodeGroup, Exception]] = []
         row = 0
-        for g in list(self.groups):
+        for item, g in enumerate(list(self.groups)):
             index = torch.arange(row, row + g.num_rows, device=self.device)
             row += g.num_rows
             if g.done:
                 continue
+            own = slice(item, item + 1)
             sub = DecoderCache(
                 [t.index_select(0, index) for t in self.cache.self_k],
                 [t.index_select(0, index) for t in self.cache.self_v],
-                [t.index_select(0, index) for t in self.cache.cross_k],
-                [t.index_select(0, index) for t in self.cache.cross_v],
-                None if self.cache.cross_len is None else self.cache.cross_len.index_select(0, index),
+                [t[own] for t in self.cache.cross_k],
+                [t[own] for t in self.cache.cross_v],
+                None if self.cache.cross_len is None else self.cache.cross_len[own],
                 self.cache.silence_k,
                 self.cache.silence_v,
+                [g.num_rows],
             )
             try:
                 self._step_rows([g], sub)
@@ -177,19 +179,12 @@ class DecodeBatch:
         done = [g for g in self.groups if g.done]
         if not done:
             return []
-        keep: list[int] = []
-        row = 0
-        remaining = []
-        for g in self.groups:
-            if not g.done:
-                keep.extend(range(row, row + g.num_rows))
-                remaining.append(g)
-            row += g.num_rows
-        self.groups = remaining
-        if not remaining:
+        keep = [i for i, g in enumerate(self.groups) if not g.done]  # a group is its cache's item i
+        self.groups = [self.groups[i] for i in keep]
+        if not self.groups:
             self.cache = None
         elif self.cache is not None:
-            self.cache.select_rows(torch.tensor(keep, device=self.device))
+            self.cache.select_items(keep)
             self._shrink()
         return done
 

@@ -9,7 +9,7 @@ them, and reorders or compacts their rows when beams move or requests leave.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -139,26 +139,54 @@ class AudioEncoder(nn.Module):
 @dataclass
 class DecoderCache:
     """K/V of every decoder row: self-attention grows by one position per step, cross-attention
-    is computed once per audio window. Rows are (request × beam); row r is at `lengths[r]`."""
+    is computed once per audio window. Rows are (request × beam), their self-attention K/V one
+    per row; cross-attention K/V are one per item (an audio window), shared by its
+    `item_rows[i]` consecutive rows (its beams): a beam never moves to another item's audio, and
+    reading an item's K/V once for all its beams is what makes a beam step cheap."""
 
     self_k: list[Tensor]  # per layer (N, H, T_cap, Dh)
     self_v: list[Tensor]
-    cross_k: list[Tensor]  # per layer (N, H, S, Dh)
+    cross_k: list[Tensor]  # per layer (G, H, S, Dh)
     cross_v: list[Tensor]
     cross_len: Tensor | None = None
-    """(N,) audio positions of each row held in cross_k/v; the rest of a row's context, up to
+    """(G,) audio positions of each item held in cross_k/v; the rest of an item's context, up to
     Whisper's 1500 positions, is the shared encoded silence below ('fit' windows, context.py).
-    None: every row's context is all of cross_k/v."""
+    None: every item's context is all of cross_k/v."""
     silence_k: list[Tensor] | None = None  # per layer (H, n_audio_ctx, Dh), shared by all rows
     silence_v: list[Tensor] | None = None
+    item_rows: list[int] = field(default_factory=list)
+    """Rows of each item, in row order (sums to num_rows); empty: one row per item."""
+
+    def __post_init__(self) -> None:
+        if not self.item_rows:
+            self.item_rows = [1] * self.num_items
 
     @property
     def num_rows(self) -> int:
         return self.self_k[0].shape[0] if self.self_k else 0
 
     @property
+    def num_items(self) -> int:
+        return self.cross_k[0].shape[0] if self.cross_k else 0
+
+    @property
     def capacity(self) -> int:
         return self.self_k[0].shape[2] if self.self_k else 0
+
+    def item_runs(self) -> list[tuple[slice, slice, int]]:
+        """Maximal runs of consecutive items with the same number of rows: (items, their rows,
+        rows per item). One cross-attention call serves a run."""
+        runs: list[tuple[slice, slice, int]] = []
+        item = row = 0
+        while item < len(self.item_rows):
+            per = self.item_rows[item]
+            end = item
+            while end < len(self.item_rows) and self.item_rows[end] == per:
+                end += 1
+            runs.append((slice(item, end), slice(row, row + per * (end - item)), per))
+            row += per * (end - item)
+            item = end
+        return runs
 
     def ensure_capacity(self, needed: int) -> None:
         """Grow self-attention storage geometrically so growth is amortized."""
@@ -184,18 +212,32 @@ class DecoderCache:
     def cross_capacity(self) -> int:
         return self.cross_k[0].shape[2] if self.cross_k else 0
 
-    def select_rows(self, index: Tensor, self_only: bool = False) -> None:
-        """Keep/reorder rows: row i becomes old row index[i]."""
-        stores = (self.self_k, self.self_v) if self_only else (self.self_k, self.self_v, self.cross_k, self.cross_v)
-        for store in stores:
+    def reorder_rows(self, index: Tensor) -> None:
+        """Beams moved within their items: row i's self-attention K/V become old row index[i]'s."""
+        for store in (self.self_k, self.self_v):
             for i, t in enumerate(store):
                 store[i] = t.index_select(0, index)
-        if not self_only and self.cross_len is not None:
-            self.cross_len = self.cross_len.index_select(0, index)
+
+    def select_items(self, items: list[int]) -> None:
+        """Keep items `items` (in that order) with all their rows."""
+        starts = [0]
+        for n in self.item_rows:
+            starts.append(starts[-1] + n)
+        rows = [r for i in items for r in range(starts[i], starts[i + 1])]
+        device = self.cross_k[0].device if self.cross_k else None
+        item_index = torch.tensor(items, dtype=torch.long, device=device)
+        row_index = torch.tensor(rows, dtype=torch.long, device=device)
+        for store, index in ((self.self_k, row_index), (self.self_v, row_index), (self.cross_k, item_index),
+                             (self.cross_v, item_index)):
+            for i, t in enumerate(store):
+                store[i] = t.index_select(0, index)
+        self.item_rows = [self.item_rows[i] for i in items]
+        if self.cross_len is not None:
+            self.cross_len = self.cross_len.index_select(0, item_index)
             self.shrink_cross()
 
     def shrink_cross(self) -> None:
-        """Drop cross positions no row holds (rows with long contexts left the batch)."""
+        """Drop cross positions no item holds (items with long contexts left the batch)."""
         if self.cross_len is None or not self.cross_k or self.cross_k[0].shape[0] == 0:
             return
         needed = int(self.cross_len.max())
@@ -205,11 +247,11 @@ class DecoderCache:
                     store[i] = t[:, :, :needed].contiguous()
 
     def pad_cross(self, length: int) -> None:
-        """Grow cross storage to `length` positions, masked by `cross_len` (rows without one get
+        """Grow cross storage to `length` positions, masked by `cross_len` (items without one get
         their full current length)."""
         cap = self.cross_capacity
         if self.cross_len is None:
-            self.cross_len = torch.full((self.num_rows,), cap, dtype=torch.long, device=self.cross_k[0].device)
+            self.cross_len = torch.full((self.num_items,), cap, dtype=torch.long, device=self.cross_k[0].device)
         if length <= cap:
             return
         for store in (self.cross_k, self.cross_v):
@@ -217,7 +259,7 @@ class DecoderCache:
                 store[i] = F.pad(t, (0, 0, 0, length - cap))
 
     def extend(self, other: DecoderCache) -> None:
-        """Append `other`'s rows (capacities are aligned first)."""
+        """Append `other`'s items and rows (capacities are aligned first)."""
         cap = max(self.capacity, other.capacity)
         self.resize(cap)
         other.resize(cap)
@@ -237,6 +279,7 @@ class DecoderCache:
         ):
             for i in range(len(mine)):
                 mine[i] = torch.cat([mine[i], theirs[i]], dim=0)
+        self.item_rows = [*self.item_rows, *other.item_rows]
 
 
 class TextDecoder(nn.Module):
@@ -260,8 +303,8 @@ class TextDecoder(nn.Module):
         shared_silence: bool = True,
         repeats: list[int] | None = None,
     ) -> DecoderCache:
-        """Cross K/V for each item's audio (G, S, C) and empty self-attention storage, with item i
-        repeated `repeats[i]` times as rows (its beams: K/V are projected once per item).
+        """Cross K/V for each item's audio (G, S, C) and empty self-attention storage for its
+        `repeats[i]` rows (its beams, which share its cross K/V; default one row per item).
 
         With `audio_positions` and the `silence` K/V (see `silence_kv`), item i's own audio is its
         first audio_positions[i] positions and the rest of its features is that silence, whose
@@ -276,8 +319,6 @@ class TextDecoder(nn.Module):
         if short:
             assert audio_positions is not None
             audio_features = audio_features[:, : max(audio_positions)]
-        index = None if repeats is None else torch.repeat_interleave(
-            torch.arange(g, device=audio_features.device), torch.tensor(repeats, device=audio_features.device))
         self_k, self_v, cross_k, cross_v = [], [], [], []
         for layer, block in enumerate(self.blocks):
             k, v = block.cross_attn.project_kv(audio_features)  # (G, H, S_own, Dh)
@@ -285,18 +326,16 @@ class TextDecoder(nn.Module):
                 assert silence is not None and audio_positions is not None
                 k, v = _complete_with(k, silence[0][layer], audio_positions), _complete_with(v, silence[1][layer],
                                                                                             audio_positions)
-            if index is not None:
-                k, v = k.index_select(0, index), v.index_select(0, index)
             cross_k.append(k.contiguous())  # read every step: a strided layout costs 10x in matmuls
             cross_v.append(v.contiguous())
             self_k.append(audio_features.new_zeros(rows, self.n_head, capacity, head_dim))
             self_v.append(audio_features.new_zeros(rows, self.n_head, capacity, head_dim))
+        item_rows = list(repeats or [])
         if not short or not shared_silence:
-            return DecoderCache(self_k, self_v, cross_k, cross_v)
+            return DecoderCache(self_k, self_v, cross_k, cross_v, item_rows=item_rows)
         assert silence is not None and audio_positions is not None
-        lengths = torch.tensor(audio_positions, dtype=torch.long, device=audio_features.device)
-        cross_len = lengths if index is None else lengths.index_select(0, index)
-        return DecoderCache(self_k, self_v, cross_k, cross_v, cross_len, silence[0], silence[1])
+        cross_len = torch.tensor(audio_positions, dtype=torch.long, device=audio_features.device)
+        return DecoderCache(self_k, self_v, cross_k, cross_v, cross_len, silence[0], silence[1], item_rows)
 
     def silence_kv(self, silence_features: Tensor) -> tuple[list[Tensor], list[Tensor]]:
         """Per layer cross K/V (H, n_audio_ctx, Dh) of the encoded silence (n_audio_ctx, C)."""
@@ -307,30 +346,45 @@ class TextDecoder(nn.Module):
             vs.append(v[0].contiguous())
         return ks, vs
 
-    def _cross_attend(self, block: DecoderBlock, layer: int, q: Tensor, cache: DecoderCache,
-                      bias: Tensor | None) -> Tensor:
-        """Cross-attention; rows with a short context attend over their own positions followed by
-        the shared silence, in one softmax. The silence K/V are read once for all rows, which
-        is what makes a batch of short live windows cheap (the step is memory-bound)."""
+    def _cross_attention(self, block: DecoderBlock, layer: int, h: Tensor, cache: DecoderCache,
+                         bias: Tensor | None) -> Tensor:
+        """Cross-attention of the rows' normed states h (N, T, C). The rows of one item (its beams)
+        attend as more query positions of one sequence (cross-attention has no mask), so each
+        item's K/V are read once per step rather than once per beam; items with one row attend
+        exactly as a batch of single rows."""
+        attn = block.cross_attn
+        q_all = attn.query(h)
+        n, t, c = q_all.shape
+        parts = []
+        for items, rows, per in cache.item_runs():
+            q = attn.split_heads(q_all[rows].reshape(items.stop - items.start, per * t, c))
+            out = self._attend_items(q, layer, cache, bias, items)
+            parts.append(attn.merge_heads(out).reshape(rows.stop - rows.start, t, c))
+        return attn.out(parts[0] if len(parts) == 1 else torch.cat(parts))
+
+    def _attend_items(self, q: Tensor, layer: int, cache: DecoderCache, bias: Tensor | None, items: slice) -> Tensor:
+        """Attention (G, H, T, Dh) of queries q (G, H, T, Dh) over the cross K/V of `items`; items
+        with a short context attend over their own positions followed by the shared silence, in
+        one softmax. The silence K/V are read once for all items, which is what makes a batch of
+        short live windows cheap (the step is memory-bound)."""
+        k, v = cache.cross_k[layer][items], cache.cross_v[layer][items]
         if bias is None:
-            return block.cross_attn.attend(q, cache.cross_k[layer], cache.cross_v[layer])
+            return F.scaled_dot_product_attention(q, k, v)
         assert cache.silence_k is not None and cache.silence_v is not None
         n, h, t, d = q.shape
         q = q * d**-0.5
-        k, v = cache.cross_k[layer], cache.cross_v[layer]
         sk, sv = cache.silence_k[layer], cache.silence_v[layer]
         s_sil = (q.permute(1, 0, 2, 3).reshape(h, n * t, d) @ sk.transpose(-1, -2)).view(h, n, t, -1)
-        scores = torch.cat([q @ k.transpose(-1, -2), s_sil.permute(1, 0, 2, 3)], dim=-1).float() + bias
+        scores = torch.cat([q @ k.transpose(-1, -2), s_sil.permute(1, 0, 2, 3)], dim=-1).float() + bias[items]
         p = torch.softmax(scores, dim=-1).to(q.dtype)
         s = k.shape[2]
         out = p[..., :s] @ v
         p_sil = p[..., s:].permute(1, 0, 2, 3).reshape(h, n * t, -1)
-        out = out + (p_sil @ sv).view(h, n, t, d).permute(1, 0, 2, 3)
-        return block.cross_attn.out(block.cross_attn.merge_heads(out))
+        return out + (p_sil @ sv).view(h, n, t, d).permute(1, 0, 2, 3)
 
     @staticmethod
     def _cross_bias(cache: DecoderCache) -> Tensor | None:
-        """(N, 1, 1, S + 1500) additive mask over [own positions, silence positions] per row."""
+        """(G, 1, 1, S + 1500) additive mask over [own positions, silence positions] per item."""
         if cache.cross_len is None or cache.silence_k is None:
             return None
         device = cache.cross_len.device
@@ -361,9 +415,7 @@ class TextDecoder(nn.Module):
             cache.self_k[layer][rows, :, positions] = k_new.transpose(1, 2)
             cache.self_v[layer][rows, :, positions] = v_new.transpose(1, 2)
             x = x + block.attn.attend(q, cache.self_k[layer], cache.self_v[layer], mask)
-            h = block.cross_attn_ln(x)
-            q = block.cross_attn.split_heads(block.cross_attn.query(h))
-            x = x + self._cross_attend(block, layer, q, cache, cross_bias)
+            x = x + self._cross_attention(block, layer, block.cross_attn_ln(x), cache, cross_bias)
             x = x + block.mlp(block.mlp_ln(x))
         if logit_index is not None:
             x = x[torch.arange(n, device=x.device)[:, None], logit_index]
@@ -407,7 +459,8 @@ class TextDecoder(nn.Module):
                 for lh in heads:
                     if lh[0] == layer:
                         weights[lh] = w[0, lh[1]]
-            x = x + self._cross_attend(block, layer, q, audio, bias)
+            x = x + block.cross_attn.out(block.cross_attn.merge_heads(self._attend_items(q, layer, audio, bias,
+                                                                                        slice(0, 1))))
             x = x + block.mlp(block.mlp_ln(x))
         logits = self.logits(self.ln(x))[0] if with_logits else None
         return torch.stack([weights[h] for h in heads]), logits
