@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from engine.models.whisper.decoding import DecodeGroup, apply_rules
+from engine.models.whisper.decoding import DecodeGroup, ruled_log_softmax
 from engine.models.whisper.model import DecoderCache, TextDecoder
 from engine.models.whisper.window import WindowJob
 
@@ -125,8 +125,7 @@ class DecodeBatch:
         index = torch.tensor(rows, device=logits.device)
         seqs = [seq for g in live for seq in g.ruled_sequences()]
         flags = [g.timestamps for g in live for _ in range(g.num_rows)]
-        ruled = apply_rules(live[0].rules, logits.index_select(0, index), seqs, flags)
-        logprobs = torch.log_softmax(ruled, dim=-1)
+        ruled, logprobs = ruled_log_softmax(live[0].rules, logits.index_select(0, index), seqs, flags)
         sources: list[int] = []
         row = live_row = 0
         for g in groups:
