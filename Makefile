@@ -64,7 +64,7 @@ protos: install
 	$(PY) -m protos.generate
 
 bench-offline: install
-	$(PY) -m benchmarks.offline
+	$(PY) -m benchmarks.offline --beam
 
 bench-smoke: install
 	$(PY) -m benchmarks.asrbench smoke-all --plots

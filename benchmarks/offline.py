@@ -1,6 +1,6 @@
 """Offline throughput: OASR's engine against faster-whisper on the same clips and weights.
 
-`make bench-offline` (= `python -m benchmarks.offline`) loads the dev clips (every single-talker
+`make bench-offline` (= `python -m benchmarks.offline --beam`) loads the dev clips (every single-talker
 clip with a reference that fits one window; `--clips N` takes the first N), then times, after
 one warm-up each, in one process and interleaved `--repeat` times:
 
