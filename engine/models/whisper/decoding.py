@@ -73,7 +73,9 @@ def ruled_log_softmax(rules: TokenRules, logits: Tensor, seqs: list[list[int]],
     tb = rules.timestamp_begin
     no_ts = [i for i, t in enumerate(timestamps) if t]
     logits[:, rules.no_timestamps].index_fill_(0, torch.tensor(no_ts, device=device), NEG_INF)
-    text_off, stamps_off, floors = [], [], []
+    text_off: list[int] = []
+    stamps_off: list[int] = []
+    floors: list[int] = []
     for i, seq in enumerate(seqs):
         if not timestamps[i]:
             floors.append(tb)

@@ -354,7 +354,7 @@ class TextDecoder(nn.Module):
         exactly as a batch of single rows."""
         attn = block.cross_attn
         q_all = attn.query(h)
-        n, t, c = q_all.shape
+        _, t, c = q_all.shape
         parts = []
         for items, rows, per in cache.item_runs():
             q = attn.split_heads(q_all[rows].reshape(items.stop - items.start, per * t, c))
