@@ -85,15 +85,6 @@ def _no_space_script(ch: str) -> bool:
     return unicodedata.name(ch, "").startswith(NO_SPACE_SCRIPTS)
 
 
-def _settled_prefix(words: Sequence[Word], until: float) -> int:
-    """How many leading words come before the first punctuated one ending after `until`."""
-    for i, word in enumerate(words):
-        text = word.word.rstrip()
-        if word.end > until and text and unicodedata.category(text[-1]).startswith("P"):
-            return i
-    return len(words)
-
-
 @dataclass(frozen=True)
 class AgreementUpdate:
     committed: list[Word]
@@ -145,14 +136,8 @@ class LocalAgreement:
         """committed_text + tentative_text: the partial transcript to show."""
         return join_words(self._tentative, self.committed_text)
 
-    def insert(self, words: Sequence[Word], offset: float = 0.0, settled_until: float = math.inf) -> AgreementUpdate:
-        """Take the hypothesis of one pass (word times relative to `offset`, in seconds).
-
-        Agreed words that end after `settled_until` (absolute s) with punctuation stay tentative,
-        and so do the words after them. Words agree without their punctuation, and a pass
-        punctuates where its audio stops: two passes cut near "my antecedents, n|or" both wrote
-        "my antecedents." and, committed, that period prompted every later pass with a sentence
-        end the speaker never made ("... antecedents. No, or of the circumstances")."""
+    def insert(self, words: Sequence[Word], offset: float = 0.0) -> AgreementUpdate:
+        """Take the hypothesis of one pass (word times relative to `offset`, in seconds)."""
         fresh = self._new_words(words, offset)
         earlier = [*self._older, self._tentative]
         if len(earlier) < self.agreement - 1:  # not yet enough hypotheses to agree
@@ -163,7 +148,6 @@ class LocalAgreement:
                 if len({normalize_word(w.word) for w in column}) != 1:
                     break
                 agreed += 1
-        agreed = min(agreed, _settled_prefix(fresh, settled_until))
         committed = fresh[:agreed]
         self._commit(committed)
         self._older = [tail[agreed:] for tail in earlier][-(self.agreement - 2):] if self.agreement > 2 else []

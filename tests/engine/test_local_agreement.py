@@ -59,24 +59,6 @@ def test_three_pass_agreement_commits_only_what_three_passes_said() -> None:
     assert agreement.finish().committed[0].word == " mat"
 
 
-def test_punctuation_near_the_audio_edge_commits_only_once_a_pass_hears_past_it() -> None:
-    """Two passes cut just after "antecedents" end it with a period (the second heard a clipped
-    "nor" as "No."); words agree without punctuation, so committing "antecedents." would put a
-    sentence end into the middle of the speech."""
-    agreement = LocalAgreement()
-    agreement.insert(hyp("of my antecedents."), settled_until=0.5)
-    held = agreement.insert(hyp("of my antecedents. No."), settled_until=1.0)  # "antecedents." ends at 1.4
-    assert texts(held.committed) == [" of", " my"] and texts(held.tentative) == [" antecedents.", " No."]
-    heard = agreement.insert(hyp("of my antecedents, nor of the"), settled_until=1.5)
-    assert texts(heard.committed) == [" antecedents,"], "an unpunctuated word would commit: the rule is punctuation"
-    assert agreement.committed_text == "of my antecedents,"
-    assert texts(agreement.insert(hyp("of my antecedents, nor of the cir"), settled_until=2.5).committed) == [
-        " nor", " of", " the"]
-    settled = LocalAgreement()  # an ending followed by a second of audio is an ending
-    settled.insert(hyp("the end."), settled_until=0.5)
-    assert texts(settled.insert(hyp("the end."), settled_until=1.0).committed) == [" the", " end."]
-
-
 def test_untrimmed_window_reemitting_committed_words() -> None:
     agreement = LocalAgreement()
     agreement.insert(hyp("the quick brown fox"))
