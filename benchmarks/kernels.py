@@ -16,7 +16,7 @@ alike; printed: every repeat's times and ratio, then the median ratio and its sp
 - fbank: Kaldi fbank of 32 streams' 640 ms chunks, the C++ kernel vs engine/fbank.py's torch
          path (why the engine keeps torch on CPU).
 
-    python -m benchmarks.kernels [--cases ctc rnnt wenet fbank] [--repeats 3] [--threads 1] [--cpu-time]
+    python -m benchmarks.kernels [--cases ctc rnnt wenet fbank int8] [--repeats 3] [--threads 1] [--cpu-time]
 
 --cpu-time measures process CPU time instead of wall time (with --threads 1: the time this
 process computed, less disturbed by other processes competing for the cores).
@@ -177,6 +177,27 @@ def fbank_case() -> Case:
     return run
 
 
+def int8_linear_case(rows: int = 6000, inputs: int = 384, outputs: int = 1536) -> Case:
+    """An int8 layer of Whisper tiny.en's encoder MLP over 20 windows of 300 positions: the row
+    kernels (quantize, dequantize) against their torch references around the same int32 GEMM."""
+    from engine.models.whisper.int8 import Int8Linear
+    from engine.ops import int8_rows
+
+    torch.manual_seed(0)
+    layer = Int8Linear(torch.randn(outputs, inputs) * 0.05, torch.randn(outputs))
+    x = torch.randn(rows, inputs)
+    fused = int8_rows._fused
+
+    def run(ext: bool) -> float:
+        int8_rows._fused = lambda device, use_extension: ext  # type: ignore[assignment]
+        try:
+            return timed(lambda: layer(x))
+        finally:
+            int8_rows._fused = fused  # type: ignore[assignment]
+
+    return run
+
+
 def measure(name: str, case: Case, repeats: int, inner: int) -> None:
     ratios = []
     for r in range(repeats):
@@ -191,7 +212,8 @@ def measure(name: str, case: Case, repeats: int, inner: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", nargs="+", default=["ctc", "rnnt", "rnnt-small", "wenet", "attention", "fbank"])
+    parser.add_argument("--cases", nargs="+", default=["ctc", "rnnt", "rnnt-small", "wenet", "attention", "fbank",
+                                                         "int8"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--cpu-time", action="store_true", help="time with process CPU time, not wall time")
@@ -220,6 +242,8 @@ def main() -> None:
                 measure(name, attention_case(), args.repeats, 10)
             elif name == "fbank":
                 measure(name, fbank_case(), args.repeats, 5)
+            elif name == "int8":
+                measure(name, int8_linear_case(), args.repeats, 5)
             else:
                 raise SystemExit(f"unknown case {name!r}")
 

@@ -89,7 +89,14 @@ def resolve_family(ckpt_dir: str, checkpoint_name: str | None = None) -> ModelFa
 
 def family_options(family: ModelFamily, given: Mapping[str, object]) -> Any:
     """The family's options instance from `EngineConfig.family_options[family.name]`: an instance
-    of its options class, a mapping of field values (unknown keys are refused), or absent."""
+    of its options class, a mapping of field values (unknown keys are refused), or absent.
+    Entries keyed by anything but a family name are refused too: an option given without its
+    family (`{"offline_encoder_context": ...}`) would otherwise be ignored silently."""
+    strays = sorted(set(given) - set(family_names()))
+    if strays:
+        raise InvalidRequestError(
+            f"family_options is keyed by family name ({', '.join(family_names())}); got {', '.join(map(repr, strays))}"
+        )
     value = given.get(family.name)
     if value is None:
         return family.options()

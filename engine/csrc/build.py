@@ -35,8 +35,10 @@ ROOT = CSRC.parents[1]
 BUILD_TEMP = ROOT / "build" / "ext"
 CUDA_CHECK_DIR = ROOT / "build" / "cuda-check"
 EXTENSION = "engine._C"
-CXX_FLAGS = ["-O3", "-g0", "-fopenmp", "-Wall", "-Wno-unknown-pragmas", "-Wno-psabi"]
+CXX_FLAGS = ["-O3", "-g0", "-fopenmp", "-ffp-contract=off", "-Wall", "-Wno-unknown-pragmas", "-Wno-psabi"]
 """-g0: no debug info (Python's default -g doubles compile time and the library's size).
+-ffp-contract=off: a product and a sum stay two roundings (no fused multiply-add), as torch's
+elementwise ops round them: kernels that promise bitwise-equal results (int8_rows.cpp) keep it.
 -Wno-psabi: the ABI note on 64-byte vectors (always inlined, never passed across targets).
 -fopenmp: at::parallel_for runs the batch loops on torch's own OpenMP pool (the wheel ships
 libgomp.so.1, so the extension binds to the already loaded runtime, not a second one)."""

@@ -60,3 +60,12 @@ def register() -> None:
             f.new_empty(b, emitted, dtype=torch.float32), lengths.new_empty(b), h.new_empty(h.shape),
             c.new_empty(c.shape), pred.new_empty(pred.shape), lengths.new_empty(b), lengths.new_empty(b),
         )  # fmt: skip
+
+    @torch.library.register_fake("oasr::quantize_rows")
+    def _quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.new_empty(x.shape, dtype=torch.int8), x.new_empty(x.shape[0], 1)
+
+    @torch.library.register_fake("oasr::dequantize_rows")
+    def _dequantize_rows(acc: torch.Tensor, row_scale: torch.Tensor, col_scale: torch.Tensor,
+                         bias: torch.Tensor | None = None) -> torch.Tensor:
+        return acc.new_empty(acc.shape, dtype=torch.float32)

@@ -13,7 +13,9 @@ from tests.bench import corpora
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.usefixtures("dev_data")]
 
-CLIPS = ("libri_61-70968-0000", "mfa_thoughts", "ps_goforward")
+CLIPS = ("libri_61-70968-0000", "mfa_thoughts", "ps_goforward", "mfa_her", "ps_cards_002")
+"""mfa_her and ps_cards_002 read differently when the padding of a window differs from the
+reference's (faster-whisper's 0 in the log-mel domain instead of the clip's floor)."""
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,7 @@ def test_transformers_on_our_weights_is_the_drift_reference(clips_manifest: str,
     assert ref_report["wer_pct"] is not None and ref_report["wer_pct"] < 20, "tiny.en reads clean short clips"
     assert ref_report["backend"]["info"]["converted_from"]["format"] == "ctranslate2"
     capsys.readouterr()
-    assert cli.main(["validate", "--backend", "oasr_engine", "--dataset", clips_manifest,
+    assert cli.main(["validate", "--backend", "oasr_engine", "--dataset", clips_manifest, "-o", "reference_exact=true",
                      "--reference", reference.name, "--max-drift-wer", "1"]) == 0
     out = capsys.readouterr().out
     assert "WER" in out and "empty-transcript rate 0.0" in out and "drift WER" in out

@@ -134,6 +134,12 @@ def test_an_unknown_decode_method_is_refused_at_construction(config: EngineConfi
         ASREngine(dataclasses.replace(config, decode_method="no-such-decoder"))
 
 
+def test_family_options_not_keyed_by_a_family_are_refused(config: EngineConfig) -> None:
+    """An option given without its family's key would otherwise be ignored without a word."""
+    with pytest.raises(InvalidRequestError, match="keyed by family name"):
+        ASREngine(dataclasses.replace(config, family_options={"beam_size": 3}))
+
+
 def test_abort_waiting_and_running(engine: ASREngine) -> None:
     waiting = engine.add_request(load_clip(CLIPS[1]))
     engine.abort_request(waiting)

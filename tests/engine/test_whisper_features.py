@@ -38,3 +38,24 @@ def test_very_short_and_silent_inputs(clips: list[Clip]) -> None:
         expected = reference(wave)
         assert tuple(mel.shape) == expected.shape
         assert float(np.abs(mel.numpy() - expected).max()) <= TOLERANCE
+
+
+def test_audio_padding_matches_the_reference_features(clips: list[Clip]) -> None:
+    """Offline windows use openai/whisper's convention, as Transformers' feature extractor does:
+    the audio is followed by zeros, so a padded 30 s window ends in the clip's floor, not 0."""
+    from transformers import WhisperFeatureExtractor
+
+    from engine.models.whisper.features import EDGE_FRAMES, N_FRAMES, pad_window, padding_value
+
+    ours = LogMelExtractor(80, torch.device("cpu"))
+    reference = WhisperFeatureExtractor(feature_size=80)
+    short = [c for c in sorted(clips, key=lambda c: c.duration) if c.duration < 30]
+    picked = [short[0], short[len(short) // 2], short[-1]]
+    mels = ours([c.audio for c in picked], audio_padding=True)
+    for clip, mel in zip(picked, mels):
+        assert mel.shape[1] == len(clip.audio) // 160 + EDGE_FRAMES, clip.id
+        expected = reference(clip.audio, sampling_rate=16000, return_tensors="np").input_features[0]
+        window = pad_window(mel, 0, N_FRAMES, padding_value(mel)).numpy()
+        diff = float(np.abs(window - expected).max())
+        assert diff <= TOLERANCE, f"{clip.id}: max abs diff {diff:.2e}"
+        assert padding_value(mel) < 0, "the floor of a clip with speech is below log-mel 0"

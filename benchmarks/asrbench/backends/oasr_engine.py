@@ -53,6 +53,9 @@ class OasrEngineBackend(Backend):
         "quantization": Option("auto", "EngineConfig.quantization (auto: the engine's default, int8 on CPUs with VNNI)",
                                ("auto", "none", "int8_w8a8")),
         "num_threads": Option(0, "torch intra-op threads; 0 = torch default"),
+        "reference_exact": Option(False, "compute what openai/whisper computes: float32 and 30 s encoder windows "
+                                  "(quantization=none, Whisper offline_encoder_context=full); the configuration "
+                                  "for drift checks against the transformers backend"),
         "beam_size": Option(1, "beams per window (1 = greedy)"),
         "concurrency": Option(0, "requests the throughput kind keeps in flight; 0 = max_batch_size"),
         "step_delay_ms": Option(0, "ms slept after every runner execute() (a deliberately slowed engine, for gate tests)"),
@@ -70,6 +73,8 @@ class OasrEngineBackend(Backend):
 
     @property
     def label(self) -> str:
+        if self.options["reference_exact"]:
+            return "oasr_engine[exact]"
         q = self.options["quantization"]
         return "oasr_engine" + (f"[{q}]" if q != "auto" else "")
 
@@ -90,14 +95,21 @@ class OasrEngineBackend(Backend):
         unknown = set(self.options["engine"]) - set(EngineConfig.__dataclass_fields__)
         if unknown:
             raise BackendError(f"-o engine=: EngineConfig has no field(s) {sorted(unknown)}")
+        fields = dict(self.options["engine"])
+        quantization = self.options["quantization"]
+        if self.options["reference_exact"]:
+            quantization = "none"
+            families = dict(fields.get("family_options", {}))
+            families["whisper"] = {**families.get("whisper", {}), "offline_encoder_context": "full"}
+            fields["family_options"] = families
         config = EngineConfig(
             ckpt_dir=self.options["ckpt_dir"] or None,
             dtype=self.options["dtype"],
             service_mode=self.options["service_mode"],
             max_batch_size=int(self.options["max_batch_size"]),
-            quantization=self.options["quantization"],
+            quantization=quantization,
             num_threads=int(self.options["num_threads"]) or None,
-            **self.options["engine"],
+            **fields,
         )
         self._engine = ASREngine(config)
         delay_ms = float(self.options["step_delay_ms"])

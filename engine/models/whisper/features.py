@@ -1,8 +1,13 @@
 """Whisper log-mel front end in torch, batched, on the engine's device.
 
-Matches faster-whisper's `FeatureExtractor` (the peer we are compared with): 160 samples of
-end padding, reflect-centred 400-point STFT with a periodic Hann window, the last frame
-dropped, Slaney mel filters, log10 with a floor, an 8-decade dynamic range per request.
+Reflect-centred 400-point STFT with a periodic Hann window, the last frame dropped, Slaney mel
+filters, log10 with a floor, an 8-decade dynamic range per request. Two conventions for what
+follows the audio's end, which Whisper hears (a padded window is mostly padding):
+- the reference's (openai/whisper, Transformers; offline windows): the audio is followed by
+  zeros before the STFT, so the last frames hear the cut and every padding frame is the clip's
+  floor (its loudest bin minus 8 decades), a value per clip;
+- faster-whisper's (live windows): 160 samples of end padding reflected at the clip's edge, and
+  windows padded with 0 in the log-mel domain, one value for every stream (context.py).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ CHUNK_SECONDS = 30  # Whisper's context
 N_SAMPLES = CHUNK_SECONDS * SAMPLE_RATE
 N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000 mel frames per window
 FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # 100
+EDGE_FRAMES = 5  # frames past the audio's end in the reference convention; the last is all padding
 ENCODER_STRIDE = 2  # mel frames per encoder position (conv2 stride)
 SECONDS_PER_TOKEN = ENCODER_STRIDE * HOP_LENGTH / SAMPLE_RATE  # 0.02 s per timestamp step
 
@@ -56,20 +62,25 @@ class LogMelExtractor:
     def num_frames(num_samples: int) -> int:
         return num_samples // HOP_LENGTH + 1
 
-    def __call__(self, waveforms: list[np.ndarray]) -> list[Tensor]:
+    def __call__(self, waveforms: list[np.ndarray], audio_padding: bool = False) -> list[Tensor]:
         """Waveforms (float32 mono 16 kHz, any lengths) -> log-mel (n_mels, frames) each, computed
-        in one batched STFT."""
+        in one batched STFT. Without `audio_padding` (faster-whisper's convention) a mel has
+        num_frames(samples) frames, the last centred on the end padding. With it (the reference's),
+        the audio is followed by zeros and a mel has samples // HOP_LENGTH content frames followed
+        by EDGE_FRAMES frames that reach into the zeros, the last of which is the padding value
+        (`padding_value`)."""
         if not waveforms:
             return []
+        end_pad = EDGE_FRAMES * HOP_LENGTH if audio_padding else HOP_LENGTH
         padded = []
         for w in waveforms:
             # read-only inputs (np.frombuffer over request bytes) are copied: torch warns on them
             x = torch.from_numpy(np.require(w, dtype=np.float32, requirements=["C", "W"])).to(self.device)
-            x = torch.nn.functional.pad(x, (0, HOP_LENGTH))
+            x = torch.nn.functional.pad(x, (0, end_pad))
             # reflect-centre each waveform at its own edges before batching
             x = torch.nn.functional.pad(x[None, None], (N_FFT // 2, N_FFT // 2), mode="reflect")[0, 0]
             padded.append(x)
-        lengths = [self.num_frames(len(w)) for w in waveforms]
+        lengths = [(len(w) + end_pad) // HOP_LENGTH for w in waveforms]
         batch = torch.nn.utils.rnn.pad_sequence(padded, batch_first=True)  # (B, L)
         stft = torch.stft(batch, N_FFT, HOP_LENGTH, window=self.window, center=False, return_complex=True)
         power = stft[..., :-1].abs() ** 2  # (B, F, T); last frame dropped
@@ -83,9 +94,16 @@ class LogMelExtractor:
         return out
 
 
-def pad_window(mel: Tensor, start: int, length: int = N_FRAMES) -> Tensor:
-    """Frames [start, start+length) of a log-mel, zero-padded to `length` (faster-whisper's convention)."""
+def padding_value(mel: Tensor) -> float:
+    """The value of every padding frame of a mel computed with `audio_padding`: its last frame
+    hears only zeros, floored at the clip's loudest bin minus 8 decades (one value in every bin)."""
+    return float(mel[0, -1])
+
+
+def pad_window(mel: Tensor, start: int, length: int = N_FRAMES, value: float = 0.0) -> Tensor:
+    """Frames [start, start+length) of a log-mel, padded to `length` with `value` (0: faster-whisper's
+    convention; the clip's `padding_value`: the reference's)."""
     segment = mel[:, start : start + length]
     if segment.shape[1] < length:
-        segment = torch.nn.functional.pad(segment, (0, length - segment.shape[1]))
+        segment = torch.nn.functional.pad(segment, (0, length - segment.shape[1]), value=value)
     return segment

@@ -21,10 +21,11 @@ class WhisperOptions:
     """Offline windows shorter than 30 s: 'fit' encodes the audio plus 1 s of padding and
     completes Whisper's 30 s context with the encoding of silence, which the window's positions
     also attend to in every encoder layer, as they would in a 30 s window (context.py); 'full'
-    encodes the zero-padded 30 s window, as openai/whisper and faster-whisper do. On the dev set
-    (25 clips, mostly under 10 s) 'fit' encodes ~4x fewer frames with the same corpus WER
-    (12.44 %, docs/benchmarking.md). Requests with word timestamps keep 'full': word timing reads
-    the cross-attention learnt on 30 s encodings."""
+    encodes the 30 s window padded as openai/whisper and Transformers pad it (their transcripts,
+    to 0.61 % drift WER on the dev set at float32). On the dev set (25 clips, mostly under 10 s)
+    'fit' encodes ~4x fewer frames with the same corpus WER (12.44 %, docs/benchmarking.md) but
+    is an approximation: 3 % drift WER from the reference. Requests with word timestamps keep
+    'full': word timing reads the cross-attention learnt on 30 s encodings."""
 
     def __post_init__(self) -> None:
         if self.offline_encoder_context not in ("fit", "full"):

@@ -25,7 +25,7 @@ from engine.models.whisper.decoding import DecodeGroup
 from engine.models.whisper.features import SAMPLE_RATE, LogMelExtractor
 from engine.models.whisper.int8 import int8_gemm_kind
 from engine.models.whisper.model import Whisper, WhisperDims
-from engine.models.whisper.offline import OfflineTranscription
+from engine.models.whisper.offline import OfflineTranscription, uses_audio_padding
 from engine.models.whisper.options import WhisperOptions
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.planning import WindowPlanner
@@ -142,28 +142,40 @@ class WhisperRunner:
         self.collating.extend(r for r in requests if not r.streaming)
         return []
 
+    def _offline_features(self, requests: list[Request], fits: list[bool],
+                          outputs: list[RequestOutput]) -> list[Tensor | None]:
+        """Log-mel features of offline requests in one call per padding convention (one by one
+        if a call fails: only the culprit fails)."""
+        mels: list[Tensor | None] = [None] * len(requests)
+        for audio_padding in (True, False):
+            index = [i for i, fit in enumerate(fits) if uses_audio_padding(fit) == audio_padding]
+            if not index:
+                continue
+            try:
+                batch = self.parts.features([requests[i].audio for i in index], audio_padding=audio_padding)
+                for i, mel in zip(index, batch):
+                    mels[i] = mel
+            except Exception as exc:
+                logger.warning("batched feature extraction failed (%s); retrying one by one", exc)
+                for i in index:
+                    try:
+                        mels[i] = self.parts.features([requests[i].audio], audio_padding=audio_padding)[0]
+                    except Exception as one_exc:
+                        outputs.append(_error_output(requests[i], "features", one_exc))
+        return mels
+
     def _collate(self, outputs: list[RequestOutput]) -> None:
         """Log-mel features of the admitted offline requests in one call; each becomes an
         offline transcription whose first window waits to be encoded."""
         requests, self.collating = self.collating, []
-        try:
-            mels: list[Tensor | None] = list(self.parts.features([r.audio for r in requests]))  # type: ignore[misc]
-        except Exception as exc:  # isolate: extract one by one
-            logger.warning("batched feature extraction failed (%s); retrying one by one", exc)
-            mels = []
-            for r in requests:
-                try:
-                    mels.append(self.parts.features([r.audio])[0])  # type: ignore[list-item]
-                except Exception as one_exc:
-                    mels.append(None)
-                    outputs.append(_error_output(r, "features", one_exc))
-        for request, mel in zip(requests, mels):
+        # word timing reads cross-attention over the real audio, learnt on 30 s encodings: a
+        # request with word timestamps keeps them (measured: a 'fit' window moved a word 0.5 s
+        # into a pause of the long-form test recording)
+        fits = [self.options.offline_encoder_context == "fit" and not r.decoding.word_timestamps for r in requests]
+        mels = self._offline_features(requests, fits, outputs)
+        for request, fit, mel in zip(requests, fits, mels):
             if mel is None:
                 continue
-            # word timing reads cross-attention over the real audio, learnt on 30 s encodings: a
-            # request with word timestamps keeps them (measured: a 'fit' window moved a word 0.5 s
-            # into a pause of the long-form test recording)
-            fit = self.options.offline_encoder_context == "fit" and not request.decoding.word_timestamps
             state = OfflineTranscription(request, mel.to(self.parts.dtype), self.parts, fit_context=fit)
             self.active[request.request_id] = state
             job = state.next_job()

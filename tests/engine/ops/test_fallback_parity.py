@@ -3,8 +3,9 @@ them forced off (OASR_DISABLE_EXTENSIONS=1, rerun here in a child pytest). The W
 modules are the ones that run operators (CTC prefix beam search, paged attention, the RNN-T label
 loop: NeMo's parity against NeMo's own outputs runs on both paths); the extension test's
 engine check builds a Whisper engine with the switch on and sees the Python path reported.
-Whisper decoding itself calls no operator, so its batch-invariance test runs the same code
-either way and is not repeated."""
+Whisper's int8 layers run the int8 row operators, whose results are bitwise equal to their
+torch references (test_int8_rows.py, which also compares an int8 layer on both paths); Whisper's
+batch-invariance test is not repeated here."""
 
 from __future__ import annotations
 
