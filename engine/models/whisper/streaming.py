@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import replace
-from itertools import takewhile
+from itertools import pairwise, takewhile
 
 import numpy as np
 import torch
@@ -322,7 +322,7 @@ class StreamingTranscription:
         starts at an uncommitted word's onset, after a prompt ending a sentence, is decoded
         without a lead-in, and tiny.en writes "No, or of the circumstances" for "nor of the ..."."""
         inside = self._committed_in_window()
-        for before, after in reversed(list(zip(inside, inside[1:]))):
+        for before, after in reversed(list(pairwise(inside))):
             if before.word.rstrip()[-1:] in PAUSE_MARKS and after.start - before.end >= MIN_PAUSE_S:
                 return (before.end + after.start) / 2
         return None
