@@ -22,7 +22,15 @@ from fastapi.responses import JSONResponse
 
 from app.deepgram import messages as msg
 from app.deepgram.params import QueryError, parse_params
-from app.deepgram.session import API, CLOSE_INTERNAL, CLOSE_POLICY, CLOSE_TOO_BIG, ListenSession, close_reason
+from app.deepgram.session import (
+    API,
+    CLOSE_GOING_AWAY,
+    CLOSE_INTERNAL,
+    CLOSE_POLICY,
+    CLOSE_TOO_BIG,
+    ListenSession,
+    close_reason,
+)
 from app.engine_service import EngineService
 from app.live import VadModelCache
 from app.realtime.sender import EventSender
@@ -68,6 +76,14 @@ async def _serve(websocket: WebSocket, settings: Settings, service: EngineServic
     offered = websocket.scope.get("subprotocols") or []
     await websocket.accept(subprotocol=next((p for p in SUBPROTOCOLS if p in offered), None))
     sender = EventSender(websocket)
+
+    async def drain_while_opening() -> None:
+        """Shutdown before the session exists (the first session loads the VAD model): the
+        same goodbye as an open session's, not the ASGI server's generic close."""
+        await sender.send(msg.error("the server is shutting down", "ServerShutdown"))
+        await sender.close(CLOSE_GOING_AWAY, "server is shutting down")
+
+    drain_hooks.append(drain_while_opening)
     try:
         params = parse_params(websocket.query_params.multi_items(), settings.vad_silence_duration_ms)
         session = ListenSession(sender, service, params, vad=await vad_models.batcher(), settings=settings,
@@ -76,6 +92,10 @@ async def _serve(websocket: WebSocket, settings: Settings, service: EngineServic
         logger.info("listen: refused %s: %s", websocket.url.query, exc)
         await sender.send(msg.error(str(exc), "InvalidQuery"))
         await sender.close(CLOSE_POLICY, close_reason(f"INVALID_QUERY: {exc}"))
+        return
+    finally:
+        drain_hooks.remove(drain_while_opening)
+    if sender.closed:  # the server began shutting down while the session opened
         return
     active = service.metrics.stream_sessions_active.labels(api=API)
     active.inc()

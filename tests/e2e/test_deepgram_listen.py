@@ -17,6 +17,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -50,12 +51,16 @@ VAD_TOLERANCE_MS = 200
 TIMEOUT_S = 180.0
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = start_server(tmp_path_factory.mktemp("listen"), env={
+def start_listen_server(tmp_dir: Path) -> ServerProcess:
+    return start_server(tmp_dir, env={
         "OASR_SERVICE_MODE": "streaming", "OASR_API_KEY": API_KEY, "OASR_VAD": "silero",
         "OASR_STREAM_IDLE_TIMEOUT_SECS": str(IDLE_S),
     })
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = start_listen_server(tmp_path_factory.mktemp("listen"))
     yield srv
     srv.terminate()
 
@@ -326,12 +331,16 @@ def test_offline_server_sends_finals_only(tmp_path_factory: pytest.TempPathFacto
     assert listened.messages[-1]["type"] == "Metadata"
 
 
-async def test_shutdown_closes_listen_sessions_with_1001(server: ServerProcess) -> None:
-    """Runs last in this module: SIGTERM stops the module's server."""
-    async with connect(server, "encoding=linear16&sample_rate=16000") as ws:
-        await ws.send(pcm16_at(load_clip(SHORT_CLIP), 16000))
-        exit_code = asyncio.get_running_loop().run_in_executor(None, server.terminate)
-        messages, code, reason = await until_closed(ws)
+async def test_shutdown_closes_listen_sessions_with_1001(tmp_path: Path) -> None:
+    """SIGTERM stops a server of its own, so no other test depends on running before this one."""
+    server = await asyncio.get_running_loop().run_in_executor(None, start_listen_server, tmp_path)
+    try:
+        async with connect(server, "encoding=linear16&sample_rate=16000") as ws:
+            await ws.send(pcm16_at(load_clip(SHORT_CLIP), 16000))
+            exit_code = asyncio.get_running_loop().run_in_executor(None, server.terminate)
+            messages, code, reason = await until_closed(ws)
+    finally:
+        server.terminate()  # a no-op once the test's own SIGTERM has stopped it
     assert code == 1001 and reason == "server is shutting down"
     assert messages[-1]["type"] == "Error" and messages[-1]["variant"] == "ServerShutdown"
     assert await exit_code == 0

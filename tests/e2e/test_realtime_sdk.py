@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import httpx
 import pytest
 import websockets
 
 from tests.conftest import load_clip, manifest, wer
-from tests.e2e.conftest import ServerProcess
+from tests.e2e.conftest import ServerProcess, start_server
 from tests.e2e.test_realtime_common import (
     COMMITTED,
     DELTA,
@@ -137,8 +138,16 @@ def test_chunking_strategy_bad_values_are_400(server: ServerProcess, value: str)
     assert r.json()["error"]["param"] == "chunking_strategy"
 
 
-async def test_shutdown_closes_live_sessions_with_1001(server: ServerProcess) -> None:
-    """Runs last in this module: SIGTERM stops the module's server."""
+async def test_shutdown_closes_live_sessions_with_1001(tmp_path: Path) -> None:
+    """SIGTERM stops a server of its own, so no other test depends on running before this one."""
+    server = await asyncio.get_running_loop().run_in_executor(None, start_server, tmp_path)
+    try:
+        await _shutdown_during_a_session(server)
+    finally:
+        server.terminate()  # a no-op once the test's own SIGTERM has stopped it
+
+
+async def _shutdown_during_a_session(server: ServerProcess) -> None:
     async with websockets.connect(server.ws_url + "/v1/realtime?intent=transcription") as ws:
         assert json.loads(await ws.recv())["type"] == "session.created"
         await ws.send(json.dumps({"type": "session.update", "session": {"type": "transcription", "audio": {

@@ -45,17 +45,19 @@ class ContextEncoder:
         self._silence_kv: tuple[list[Tensor], list[Tensor]] | None = None
 
     def silence(self, like: Tensor) -> Tensor:
-        """The encoding (positions, C) of a window that is all padding, computed once."""
-        if self._silence is None:
-            zeros = like.new_zeros(1, like.shape[0], N_FRAMES)
-            self._silence = self.encoder(zeros)[0]
-        return self._silence
+        """The encoding (positions, C) of a window that is all padding (`like`'s dtype and device)."""
+        return self._encode_silence(like)[0]
 
     def silence_layers(self, like: Tensor) -> list[tuple[Tensor, Tensor]]:
         """Per encoder block, the self-attention K/V (H, n_audio_ctx, Dh) of the all-padding window."""
-        if self._silence_layers is None:
-            self._silence_layers = self.encoder.layer_kv(like.new_zeros(like.shape[0], N_FRAMES))
-        return self._silence_layers
+        return self._encode_silence(like)[1]
+
+    def _encode_silence(self, like: Tensor) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """The all-padding window's encoding and its per-block K/V: one 30 s encode, once."""
+        if self._silence is None or self._silence_layers is None:
+            zeros = like.new_zeros(like.shape[0], N_FRAMES)
+            self._silence, self._silence_layers = self.encoder.encode_keeping_kv(zeros)
+        return self._silence, self._silence_layers
 
     def silence_kv(self, like: Tensor) -> tuple[list[Tensor], list[Tensor]]:
         """Per decoder layer, the cross K/V (H, n_audio_ctx, Dh) of `silence`, computed once."""

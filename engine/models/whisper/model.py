@@ -119,15 +119,16 @@ class AudioEncoder(nn.Module):
             x = block(x, None if context is None else (context[i][0][:, t:], context[i][1][:, t:]))
         return self.ln_post(x)
 
-    def layer_kv(self, mel: Tensor) -> list[tuple[Tensor, Tensor]]:
-        """Per block, the self-attention K/V (H, T, Dh) of one window mel (n_mels, 2 × T)."""
+    def encode_keeping_kv(self, mel: Tensor) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """One window mel (n_mels, 2 × T) -> its encoding (T, C), as `forward` computes it, and
+        per block its self-attention K/V (H, T, Dh), in one pass."""
         x = self._embed(mel[None])
-        out = []
+        kv = []
         for block in self.blocks:
             k, v = block.attn.project_kv(block.attn_ln(x))
-            out.append((k[0].contiguous(), v[0].contiguous()))
+            kv.append((k[0].contiguous(), v[0].contiguous()))
             x = block(x)
-        return out
+        return self.ln_post(x)[0], kv
 
     def _embed(self, mel: Tensor) -> Tensor:
         x = F.gelu(self.conv1(mel))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import replace
-from itertools import takewhile
+from itertools import pairwise, takewhile
 
 import numpy as np
 import torch
@@ -316,11 +316,13 @@ class StreamingTranscription:
             self._trim_to(new[-1].start - TRIM_KEEP_S)
 
     def _last_pause(self) -> float | None:
-        """Middle of the latest pause after a committed word: Whisper wrote punctuation there and
-        the aligned words leave a gap (a gap alone is often alignment jitter inside a long word)."""
+        """Middle of the latest pause between two committed words: Whisper wrote punctuation there
+        and the aligned words leave a gap (a gap alone is often alignment jitter inside a long
+        word). The word after it is committed, so the next pass is forced with it: a window that
+        starts at an uncommitted word's onset, after a prompt ending a sentence, is decoded
+        without a lead-in, and tiny.en writes "No, or of the circumstances" for "nor of the ..."."""
         inside = self._committed_in_window()
-        following = [*inside[1:], *self.agreement.tentative[:1]]
-        for before, after in reversed(list(zip(inside, following))):
+        for before, after in reversed(list(pairwise(inside))):
             if before.word.rstrip()[-1:] in PAUSE_MARKS and after.start - before.end >= MIN_PAUSE_S:
                 return (before.end + after.start) / 2
         return None
