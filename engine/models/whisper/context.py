@@ -40,8 +40,8 @@ class ContextEncoder:
     def __init__(self, encoder: AudioEncoder, decoder: TextDecoder):
         self.encoder = encoder
         self.decoder = decoder
-        self._silence: Tensor | None = None
-        self._silence_layers: list[tuple[Tensor, Tensor]] | None = None
+        self._silence: tuple[Tensor, list[tuple[Tensor, Tensor]]] | None = None
+        """The all-padding window's encoding and its per-block K/V (`_encode_silence`)."""
         self._silence_kv: tuple[list[Tensor], list[Tensor]] | None = None
 
     def silence(self, like: Tensor) -> Tensor:
@@ -54,10 +54,9 @@ class ContextEncoder:
 
     def _encode_silence(self, like: Tensor) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
         """The all-padding window's encoding and its per-block K/V: one 30 s encode, once."""
-        if self._silence is None or self._silence_layers is None:
-            zeros = like.new_zeros(like.shape[0], N_FRAMES)
-            self._silence, self._silence_layers = self.encoder.encode_keeping_kv(zeros)
-        return self._silence, self._silence_layers
+        if self._silence is None:
+            self._silence = self.encoder.encode_keeping_kv(like.new_zeros(like.shape[0], N_FRAMES))
+        return self._silence
 
     def silence_kv(self, like: Tensor) -> tuple[list[Tensor], list[Tensor]]:
         """Per decoder layer, the cross K/V (H, n_audio_ctx, Dh) of `silence`, computed once."""

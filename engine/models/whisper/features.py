@@ -58,14 +58,10 @@ class LogMelExtractor:
         self.filters = torch.from_numpy(mel_filters(n_mels)).to(device)
         self.window = torch.hann_window(N_FFT, periodic=True, device=device)
 
-    @staticmethod
-    def num_frames(num_samples: int) -> int:
-        return num_samples // HOP_LENGTH + 1
-
     def __call__(self, waveforms: list[np.ndarray], audio_padding: bool = False) -> list[Tensor]:
         """Waveforms (float32 mono 16 kHz, any lengths) -> log-mel (n_mels, frames) each, computed
         in one batched STFT. Without `audio_padding` (faster-whisper's convention) a mel has
-        num_frames(samples) frames, the last centred on the end padding. With it (the reference's),
+        samples // HOP_LENGTH + 1 frames, the last centred on the end padding. With it (the reference's),
         the audio is followed by zeros and a mel has samples // HOP_LENGTH content frames followed
         by EDGE_FRAMES frames that reach into the zeros, the last of which is the padding value
         (`padding_value`)."""
