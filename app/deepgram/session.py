@@ -70,6 +70,12 @@ VAD_WINDOW_MS = 32
 EndedBy = Literal["endpoint", "finalize", "close"]
 
 
+async def say_shutting_down(sender: EventSender) -> None:
+    """The goodbye of a session the server's shutdown ends: a ServerShutdown error, then 1001."""
+    await sender.send(msg.error("the server is shutting down", "ServerShutdown"))
+    await sender.close(CLOSE_GOING_AWAY, "server is shutting down")
+
+
 def close_reason(text: str) -> str:
     data = text.encode()
     if len(data) <= MAX_REASON_BYTES:
@@ -172,8 +178,7 @@ class ListenSession:
         """Server shutdown: close with 1001 right away; unfinished segments get no final."""
         self.closing = True
         self.abort_all()
-        await self.sender.send(msg.error("the server is shutting down", "ServerShutdown"))
-        await self.sender.close(CLOSE_GOING_AWAY, "server is shutting down")
+        await say_shutting_down(self.sender)
 
     async def fail(self, code: int, description: str, variant: str) -> None:
         """End the session: an `Error` message with the whole story, then a close frame."""

@@ -24,12 +24,12 @@ from app.deepgram import messages as msg
 from app.deepgram.params import QueryError, parse_params
 from app.deepgram.session import (
     API,
-    CLOSE_GOING_AWAY,
     CLOSE_INTERNAL,
     CLOSE_POLICY,
     CLOSE_TOO_BIG,
     ListenSession,
     close_reason,
+    say_shutting_down,
 )
 from app.engine_service import EngineService
 from app.live import VadModelCache
@@ -80,8 +80,7 @@ async def _serve(websocket: WebSocket, settings: Settings, service: EngineServic
     async def drain_while_opening() -> None:
         """Shutdown before the session exists (the first session loads the VAD model): the
         same goodbye as an open session's, not the ASGI server's generic close."""
-        await sender.send(msg.error("the server is shutting down", "ServerShutdown"))
-        await sender.close(CLOSE_GOING_AWAY, "server is shutting down")
+        await say_shutting_down(sender)
 
     drain_hooks.append(drain_while_opening)
     try:
