@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.models.whisper.model import DecoderCache, TextDecoder, WhisperDims
+from engine.models.whisper.cache import DecoderCache
+from engine.models.whisper.model import TextDecoder, WhisperDims
 
 DIMS = WhisperDims(n_mels=80, n_audio_ctx=40, n_audio_state=64, n_audio_head=4, n_audio_layer=1, n_vocab=300,
                    n_text_ctx=32, n_text_state=64, n_text_head=4, n_text_layer=2)

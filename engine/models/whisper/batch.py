@@ -14,8 +14,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from engine.models.whisper.cache import DecoderCache
 from engine.models.whisper.decoding import DecodeGroup, ruled_log_softmax
-from engine.models.whisper.model import DecoderCache, TextDecoder
+from engine.models.whisper.model import TextDecoder
 from engine.models.whisper.window import WindowJob
 
 logger = logging.getLogger(__name__)
