@@ -231,3 +231,40 @@ def test_streams_stepped_counts_the_live_streams_decoded_together(clips: list[Cl
         assert max(stepped) == 2, stepped
     finally:
         engine.shutdown()
+
+
+PAUSE_S = 1.5  # silence before each clip of a multi-utterance session (as benchmarks/streaming_capacity.py)
+
+
+def _session(clips: list[Clip], ids: tuple[str, ...]) -> np.ndarray:
+    by_id = {c.id: c for c in clips}
+    pause = np.zeros(int(PAUSE_S * 16000), dtype=np.float32)
+    return np.concatenate([part for cid in ids for part in (pause, by_id[cid].audio)])
+
+
+def _spoken(text: str) -> list[str]:
+    return "".join(ch for ch in text.lower() if ch.isalnum() or ch.isspace()).split()
+
+
+def test_a_lone_word_re_heard_over_silence_is_committed_once(live_engine: Any, clips: list[Clip]) -> None:
+    """A lone word in a window of mostly silence has no reliable aligned time: "No." (said once,
+    at ~9.5 s) was aligned at 9.46 s, 11.5 s, then 12.62 s by passes over 2 s blocks, so the final
+    pass, forced with the committed "No.", re-heard it 0.6 s after its committed end and kept it
+    as a new word: "... on the left. No. No. Firefox." Forced committed words are dropped by
+    count now, not by time."""
+    audio = _session(clips, ("libri_61-70968-0000", "cv_en_22058264", "cv_en_22058266"))
+    final = stream_at_pace(live_engine, audio, [32000] * (audio.size // 32000 + 1))[-1]
+    words = _spoken(final.text)
+    assert words.count("no") == 1 and words[:2] == ["he", "began"] and "left" in words, final.text
+
+
+def test_a_short_first_word_is_committed_once_and_later_speech_kept(live_engine: Any, clips: list[Clip]) -> None:
+    """ "six", then a sentence, then a falsetto one, over 1 s blocks: "6." drifted to the end of
+    each window, was re-heard as new ("6. 6."), and the phantom second "6.", forced on every later
+    pass over audio that no longer held it, kept tiny.en from writing the falsetto sentence at
+    all (offline decoding keeps it)."""
+    audio = _session(clips, ("cv_en_22058267", "mfa_thoughts", "mfa_falsetto_sentence"))
+    final = stream_at_pace(live_engine, audio, [16000] * (audio.size // 16000 + 1))[-1]
+    words = _spoken(final.text)
+    assert words.count("6") + words.count("six") == 1, final.text
+    assert " ".join(words).endswith("this is all very high pitched"), final.text

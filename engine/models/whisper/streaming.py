@@ -76,6 +76,7 @@ class StreamingTranscription:
         self.agreement = LocalAgreement(agreement=agree)
         self.keywords = parts.tokenizer.keyword_tokens(self.options.keywords)
         self._forced_words: list[Word] = []  # the words a final pass is forced with (logprobs known)
+        self._forced_committed = 0  # how many of the pass's first words are forced committed ones
         self.committed_words: list[Word] = []
         self.passes = 0
         self.current_job: WindowJob | None = None  # the pass in flight
@@ -182,11 +183,11 @@ class StreamingTranscription:
         words = [] if silent else self._words(job, result)
         if job.final and self.is_final_pass():
             # a silent (or mute) last window keeps the tentative tail the previous pass heard
-            self.agreement.finish(None if silent or mute else self._drop_reheard(words))
+            self.agreement.finish(None if silent or mute else self._drop_reheard(job, words))
             self._collect_commits()
             self.final_done = True
             return WindowUpdate(output=self._output(finished=True))
-        self.agreement.insert(self._drop_reheard(words))
+        self.agreement.insert(self._drop_reheard(job, words))
         self._collect_commits()
         # audio is dropped only on Whisper's own silence verdict: the stricter prompted-pass rule
         # above also fires mid-speech now and then, and would drop words never decoded
@@ -229,12 +230,19 @@ class StreamingTranscription:
         if self.unprompted:
             return []
         inside = self._committed_in_window()
+        self._forced_committed = self._word_count(inside)
         if final:
             settled = self.heard_until - UNSETTLED_TAIL_S
             inside += list(takewhile(lambda w: w.end <= settled, self.agreement.tentative))
         self._forced_words = inside
         text = join_words(inside).strip()
         return self.parts.tokenizer.encode(" " + text) if text else []
+
+    def _word_count(self, words: list[Word]) -> int:
+        """How many words `words` make once joined and tokenized again (as a pass reads them)."""
+        text = join_words(words).strip()
+        tok = self.parts.tokenizer
+        return len(tok.split_to_word_tokens(tok.encode(" " + text))[0]) if text else 0
 
     def _committed_in_window(self) -> list[Word]:
         """Committed words whose audio the window still holds (it is cut in pauses after them)."""
@@ -281,10 +289,15 @@ class StreamingTranscription:
                 else:  # the forced text tokenized differently: the word is reported without log-probabilities
                     word.tokens, word.logprobs = None, None
 
-    def _drop_reheard(self, words: list[Word]) -> list[Word]:
-        """The window still holds audio of committed words (it is trimmed at sentence ends), so a
-        pass re-hears them first: drop the hypothesis up to its match of the last committed word
-        in the window (matched by text near its time; timestamps alone jitter too much)."""
+    def _drop_reheard(self, job: WindowJob, words: list[Word]) -> list[Word]:
+        """The window still holds audio of committed words (it is trimmed in pauses after them),
+        so a pass re-hears them first. A pass forced with them starts with exactly those words:
+        drop them by count (their aligned times are no evidence: a lone word in a window of
+        mostly silence drifts by seconds from pass to pass, and a re-heard "No." taken for a new
+        one was committed twice). An unforced pass: drop the hypothesis up to its match of the
+        last committed word in the window (matched by text near its time)."""
+        if job.forced:
+            return words[self._forced_committed :]
         inside = self._committed_in_window()
         if not inside or not words:
             return words
