@@ -26,6 +26,7 @@ import unicodedata
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import takewhile
 
 from engine.types import Word
 
@@ -136,8 +137,11 @@ class LocalAgreement:
         """committed_text + tentative_text: the partial transcript to show."""
         return join_words(self._tentative, self.committed_text)
 
-    def insert(self, words: Sequence[Word], offset: float = 0.0) -> AgreementUpdate:
-        """Take the hypothesis of one pass (word times relative to `offset`, in seconds)."""
+    def insert(self, words: Sequence[Word], offset: float = 0.0, settled_until: float = math.inf) -> AgreementUpdate:
+        """Take the hypothesis of one pass (word times relative to `offset`, in seconds). Agreed
+        words ending after `settled_until` (absolute seconds) stay tentative, with all after them:
+        the last words of a pass, at the end of the audio it had, are often clipped ("pain." for
+        "painful") or close a sentence the speaker has not finished ("whatsoever." before "here")."""
         fresh = self._new_words(words, offset)
         earlier = [*self._older, self._tentative]
         if len(earlier) < self.agreement - 1:  # not yet enough hypotheses to agree
@@ -148,6 +152,7 @@ class LocalAgreement:
                 if len({normalize_word(w.word) for w in column}) != 1:
                     break
                 agreed += 1
+        agreed = min(agreed, sum(1 for _ in takewhile(lambda w: w.end <= settled_until, fresh)))
         committed = fresh[:agreed]
         self._commit(committed)
         self._older = [tail[agreed:] for tail in earlier][-(self.agreement - 2):] if self.agreement > 2 else []

@@ -248,3 +248,16 @@ def test_random_sequences_commit_only_agreed_prefixes(seed: int, passes: int) ->
     # ... and since two passes never agree on a garbled word, it is the truth, word for word.
     committed = agreement.committed_text.split()
     assert [normalize_word(w) for w in committed] == truth
+
+
+def test_agreed_words_at_the_end_of_a_pass_wait_for_the_next_one() -> None:
+    """Two passes both say "whatsoever." (1.0-1.4 s) at their audio's end: it stays tentative
+    (the speaker may go on: "whatsoever here."), and commits, in the form of the pass that heard
+    past it, once there is one."""
+    agreement = LocalAgreement()
+    agreement.insert(hyp("no speech whatsoever."), settled_until=1.2)
+    second = agreement.insert(hyp("no speech whatsoever."), settled_until=1.2)
+    assert texts(second.committed) == [" no", " speech"] and texts(second.tentative) == [" whatsoever."]
+    third = agreement.insert(hyp("no speech whatsoever here."), settled_until=2.2)
+    assert texts(third.committed) == [" whatsoever"] and texts(third.tentative) == [" here."]
+    assert agreement.committed_text == "no speech whatsoever"

@@ -268,3 +268,14 @@ def test_a_short_first_word_is_committed_once_and_later_speech_kept(live_engine:
     words = _spoken(final.text)
     assert words.count("6") + words.count("six") == 1, final.text
     assert " ".join(words).endswith("this is all very high pitched"), final.text
+
+
+def test_a_sentence_end_heard_at_a_pass_edge_is_not_committed(live_engine: Any, clips: list[Clip]) -> None:
+    """Passes ending at 16.35 s and 16.94 s (uneven blocks, as a loaded engine runs them) both
+    wrote "... no voice speech whatsoever." with the period at their audio's end; it was
+    committed, and the final pass, forced with the finished sentence, wrote nothing for the
+    "here." that followed. Words ending within EDGE_S of a pass's audio end now wait."""
+    audio = _session(clips, ("mfa_falsetto2", "mfa_whispered", "mfa_whispered2"))
+    blocks = [38555, 33791, 24377, 15923, 35068, 46771, 25109, 42034, 9443, 29111, 16062, 27770]
+    final = stream_at_pace(live_engine, audio, blocks)[-1]
+    assert " ".join(_spoken(final.text)).endswith("speech whatsoever here"), final.text

@@ -39,6 +39,7 @@ NO_PAUSE_TRIM_AFTER_S = 12.0  # ...and with no such pause, at the last committed
 TRIM_KEEP_S = 1.0  # ...keeping this much audio before it, so the next pass hears whole words
 SENTENCE_END = (".", "?", "!")
 REHEARD_TOLERANCE_S = 0.6  # a re-heard committed word ends this close to where it ended before
+EDGE_S = 0.5  # agreed words ending this close to the end of a pass's audio wait for the next pass
 UNSETTLED_TAIL_S = 1.0  # the last words of a pass, this close to its audio's end, are not forced on the final
 FORCED_TRIM_KEEP_S = 5.0  # a window at its cap keeps this much uncommitted audio
 TOKENS_PER_SECOND_CAP = 8  # fast speech is ~4 text tokens/s; the rest is room for timestamps
@@ -187,7 +188,7 @@ class StreamingTranscription:
             self._collect_commits()
             self.final_done = True
             return WindowUpdate(output=self._output(finished=True))
-        self.agreement.insert(self._drop_reheard(job, words))
+        self.agreement.insert(self._drop_reheard(job, words), settled_until=self.heard_until - EDGE_S)
         self._collect_commits()
         # audio is dropped only on Whisper's own silence verdict: the stricter prompted-pass rule
         # above also fires mid-speech now and then, and would drop words never decoded
