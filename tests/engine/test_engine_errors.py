@@ -81,6 +81,7 @@ def test_bad_audio_is_refused_and_batch_mates_succeed(
         (DecodingOptions(beam_size=0), InvalidRequestError, r"beam_size must be in \[1, 30\]"),
         (DecodingOptions(beam_size=99), InvalidRequestError, r"beam_size must be in \[1, 30\]"),
         (DecodingOptions(n_best=31), InvalidRequestError, r"n_best must be in \[1, 30\]"),
+        (DecodingOptions(best_of=0), InvalidRequestError, r"best_of must be in \[1, 30\]"),
         (DecodingOptions(temperature=-1.0), InvalidRequestError, r"temperature must be in \[0, 2.0\]"),
         (DecodingOptions(temperature=math.nan), InvalidRequestError, "temperature must be a finite number"),
         (DecodingOptions(temperature=0.5, top_p=0.0), InvalidRequestError, r"top_p must be in \(0, 1\]"),
@@ -89,7 +90,7 @@ def test_bad_audio_is_refused_and_batch_mates_succeed(
         (DecodingOptions(language="fr"), UnsupportedError, "English-only.*'fr'"),
         (DecodingOptions(task="translate"), UnsupportedError, "English-only.*translate"),
     ],
-    ids=["beam0", "beam99", "nbest31", "temp-neg", "temp-nan", "top_p0", "top_k0", "max_new0", "fr", "translate"],
+    ids=["beam0", "beam99", "nbest31", "bestof0", "temp-neg", "temp-nan", "top_p0", "top_k0", "max_new0", "fr", "translate"],
 )
 def test_out_of_range_options_are_refused_and_batch_mates_succeed(
     isolated_engine: Any, good: list[Clip], greedy_alone: dict[str, Any], options: DecodingOptions,
