@@ -197,3 +197,19 @@ def test_decoder_step_fault_fails_only_the_culprit(
     assert done[ids[0]].text == greedy_alone[good[0].id].text
     assert done[ids[2]].text == greedy_alone[good[2].id].text
     assert engine.runner.batch.num_rows == 0 and not engine.runner.active
+
+
+def test_an_engine_with_few_decoder_rows_refuses_a_wider_beam_and_samples_fewer_candidates(
+        good: list[Clip]) -> None:
+    """A window needing more decoder rows than the engine has would wait forever: a beam that
+    wide is refused at admission, and a sampled window draws only as many candidates as fit."""
+    from engine import ASREngine, EngineConfig
+
+    narrow = ASREngine(EngineConfig(max_batch_size=2, max_decode_rows=2))
+    try:
+        with pytest.raises(InvalidRequestError, match="max_decode_rows=2"):
+            narrow.add_request(good[0].audio, decoding=DecodingOptions(beam_size=3))
+        sampled = narrow.transcribe(good[0].audio, decoding=DecodingOptions(temperature=0.4, seed=0))
+        assert isinstance(sampled, str) and sampled.strip()
+    finally:
+        narrow.shutdown()
