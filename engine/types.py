@@ -36,6 +36,9 @@ class DecodingOptions:
     """0 decodes greedily/beam; > 0 samples, and starts Whisper's fallback ladder there."""
     temperature_fallback: bool = True
     """Retry a window at higher temperatures when it fails the compression/logprob checks."""
+    best_of: int = 5
+    """Candidates drawn for a sampled window (temperature > 0, the fallback attempts included);
+    the most likely per token is kept (openai/whisper's and faster-whisper's default, 5)."""
     top_k: int | None = None
     """Sample only among the k most likely tokens (temperature > 0)."""
     top_p: float | None = None
@@ -72,6 +75,8 @@ class DecodingOptions:
         """Raise InvalidRequestError naming the first out-of-range option."""
         if not 1 <= self.beam_size <= MAX_BEAM_SIZE:
             raise InvalidRequestError(f"beam_size must be in [1, {MAX_BEAM_SIZE}], got {self.beam_size}")
+        if not 1 <= self.best_of <= MAX_BEAM_SIZE:
+            raise InvalidRequestError(f"best_of must be in [1, {MAX_BEAM_SIZE}], got {self.best_of}")
         if not 1 <= self.n_best <= MAX_N_BEST:
             raise InvalidRequestError(f"n_best must be in [1, {MAX_N_BEST}], got {self.n_best}")
         if self.beam_size > 1 and self.n_best > self.beam_size:

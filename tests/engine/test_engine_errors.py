@@ -81,6 +81,7 @@ def test_bad_audio_is_refused_and_batch_mates_succeed(
         (DecodingOptions(beam_size=0), InvalidRequestError, r"beam_size must be in \[1, 30\]"),
         (DecodingOptions(beam_size=99), InvalidRequestError, r"beam_size must be in \[1, 30\]"),
         (DecodingOptions(n_best=31), InvalidRequestError, r"n_best must be in \[1, 30\]"),
+        (DecodingOptions(best_of=0), InvalidRequestError, r"best_of must be in \[1, 30\]"),
         (DecodingOptions(temperature=-1.0), InvalidRequestError, r"temperature must be in \[0, 2.0\]"),
         (DecodingOptions(temperature=math.nan), InvalidRequestError, "temperature must be a finite number"),
         (DecodingOptions(temperature=0.5, top_p=0.0), InvalidRequestError, r"top_p must be in \(0, 1\]"),
@@ -89,7 +90,7 @@ def test_bad_audio_is_refused_and_batch_mates_succeed(
         (DecodingOptions(language="fr"), UnsupportedError, "English-only.*'fr'"),
         (DecodingOptions(task="translate"), UnsupportedError, "English-only.*translate"),
     ],
-    ids=["beam0", "beam99", "nbest31", "temp-neg", "temp-nan", "top_p0", "top_k0", "max_new0", "fr", "translate"],
+    ids=["beam0", "beam99", "nbest31", "bestof0", "temp-neg", "temp-nan", "top_p0", "top_k0", "max_new0", "fr", "translate"],
 )
 def test_out_of_range_options_are_refused_and_batch_mates_succeed(
     isolated_engine: Any, good: list[Clip], greedy_alone: dict[str, Any], options: DecodingOptions,
@@ -196,3 +197,19 @@ def test_decoder_step_fault_fails_only_the_culprit(
     assert done[ids[0]].text == greedy_alone[good[0].id].text
     assert done[ids[2]].text == greedy_alone[good[2].id].text
     assert engine.runner.batch.num_rows == 0 and not engine.runner.active
+
+
+def test_an_engine_with_few_decoder_rows_refuses_a_wider_beam_and_samples_fewer_candidates(
+        good: list[Clip]) -> None:
+    """A window needing more decoder rows than the engine has would wait forever: a beam that
+    wide is refused at admission, and a sampled window draws only as many candidates as fit."""
+    from engine import ASREngine, EngineConfig
+
+    narrow = ASREngine(EngineConfig(max_batch_size=2, max_decode_rows=2))
+    try:
+        with pytest.raises(InvalidRequestError, match="max_decode_rows=2"):
+            narrow.add_request(good[0].audio, decoding=DecodingOptions(beam_size=3))
+        sampled = narrow.transcribe(good[0].audio, decoding=DecodingOptions(temperature=0.4, seed=0))
+        assert isinstance(sampled, str) and sampled.strip()
+    finally:
+        narrow.shutdown()

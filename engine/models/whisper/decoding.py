@@ -1,7 +1,8 @@
 """Per-window decoding state of one request: token selection (greedy, sampling, beam search)
 and Whisper's logit rules (suppression, timestamp grammar).
 
-A `DecodeGroup` owns the rows of one window job (1 row, or beam_size rows); the batch
+A `DecodeGroup` owns the rows of one window job (1 row greedy, beam_size rows, or best_of
+sampled candidates); the batch
 (`batch.py`) hands it the logits of its rows each step and applies the row moves it asks for.
 """
 
@@ -141,7 +142,8 @@ class DecodeGroup:
         self.generator = generator
         self.forced = forced or []  # text tokens at the end of the prefix, ruled as if sampled
         self.beam = options.beam_size if temperature == 0.0 else 1
-        self.num_rows = self.beam
+        # a sampled window draws best_of independent candidates and keeps the most likely one
+        self.num_rows = self.beam if temperature == 0.0 else options.best_of
         self.tokens: list[list[int]] = [[] for _ in range(self.num_rows)]
         self.sum_logprobs = [0.0] * self.num_rows
         self.token_logprobs: list[list[float]] = [[] for _ in range(self.num_rows)]
@@ -194,18 +196,22 @@ class DecodeGroup:
         reordering). Sets `done` when the window is decoded."""
         if self.beam > 1:
             return self._advance_beam(logprobs)
+        eot = self.rules.eot
         if self.temperature > 0.0:
-            token = int(self._sample(logits[0]))
+            chosen = [int(self._sample(row)) for row in logits]  # rows in order: one generator
         else:
-            token = int(logits[0].argmax())
-        lp = float(logprobs[0, token])
-        if not self.tokens[0] or self.tokens[0][-1] != self.rules.eot:
-            self.sum_logprobs[0] += lp
-        self.tokens[0].append(token)
-        self.token_logprobs[0].append(lp)
-        if token == self.rules.eot or len(self.tokens[0]) >= self.max_new_tokens:
-            self._finish_single()
-        return [0]
+            chosen = [int(logits[0].argmax())]
+        for row, token in enumerate(chosen):
+            tokens = self.tokens[row]
+            if tokens and (tokens[-1] == eot or len(tokens) >= self.max_new_tokens):
+                continue  # this candidate is complete: its row idles until the others are
+            lp = float(logprobs[row, token])
+            self.sum_logprobs[row] += lp
+            tokens.append(token)
+            self.token_logprobs[row].append(lp)
+        if all(t[-1] == eot or len(t) >= self.max_new_tokens for t in self.tokens):
+            self._finish_sampled()
+        return list(range(self.num_rows))
 
     # ---- token selection ----
 
@@ -257,18 +263,21 @@ class DecodeGroup:
 
     # ---- results ----
 
-    def _finish_single(self) -> None:
-        toks = self.tokens[0]
-        if toks and toks[-1] == self.rules.eot:
-            toks = toks[:-1]
-        total = self.sum_logprobs[0]
+    def _finish_sampled(self) -> None:
+        """The greedy decode, or the best of the sampled candidates: the highest log-probability
+        per token (end-of-text excluded from the length), as openai/whisper ranks them and
+        CTranslate2 sorts faster-whisper's best_of hypotheses (length_penalty 1)."""
+        eot = self.rules.eot
+        texts = [t[:-1] if t[-1] == eot else t for t in self.tokens]
+        best = max(range(self.num_rows), key=lambda i: self.sum_logprobs[i] / max(1, len(texts[i])))
+        toks, total = texts[best], self.sum_logprobs[best]
         self.result = WindowResult(
             tokens=toks,
             sum_logprob=total,
             avg_logprob=total / (len(toks) + 1),
             no_speech_prob=self.no_speech_prob,
             temperature=self.temperature,
-            token_logprobs=self.token_logprobs[0][: len(toks)],
+            token_logprobs=self.token_logprobs[best][: len(toks)],
         )
         self.done = True
 

@@ -161,7 +161,12 @@ class OfflineTranscription:
         return self._accept(job, self._best_attempt())
 
     def _fails(self, result: WindowResult) -> bool:
-        return needs_fallback(result, self.parts.tokenizer.decode(result.tokens), self.options.no_speech_threshold)
+        return needs_fallback(result, self._text_of(result.tokens), self.options.no_speech_threshold)
+
+    def _text_of(self, tokens: list[int]) -> str:
+        """A decode's text as the fallback checks read it: stripped, as openai/whisper and
+        faster-whisper compute its compression ratio."""
+        return self.parts.tokenizer.decode(tokens).strip()
 
     def _accept(self, job: WindowJob, result: WindowResult, withdrawn: list[WindowJob] | None = None) -> WindowUpdate:
         tok = self.parts.tokenizer
@@ -194,8 +199,7 @@ class OfflineTranscription:
         """Every temperature failed: keep the most confident decode that is not repetitive (or the
         most confident at all), as faster-whisper does, rather than the last, hottest one. The
         temperature reported stays the last one, so the prompt is still reset after it."""
-        tok = self.parts.tokenizer
-        below = [r for r in self.attempts if compression_ratio(tok.decode(r.tokens)) <= COMPRESSION_RATIO_THRESHOLD]
+        below = [r for r in self.attempts if compression_ratio(self._text_of(r.tokens)) <= COMPRESSION_RATIO_THRESHOLD]
         best = max(below or self.attempts, key=lambda r: r.avg_logprob)
         return replace(best, temperature=self.attempts[-1].temperature)
 
@@ -233,7 +237,7 @@ class OfflineTranscription:
                     tokens=tokens,
                     avg_logprob=result.avg_logprob,
                     no_speech_prob=result.no_speech_prob,
-                    compression_ratio=compression_ratio(tok.decode(result.tokens)),
+                    compression_ratio=compression_ratio(self._text_of(result.tokens)),
                     temperature=result.temperature,
                     words=seg_words,
                 )

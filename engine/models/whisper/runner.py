@@ -12,12 +12,14 @@ import contextlib
 import logging
 from collections.abc import Iterator
 from contextlib import nullcontext
+from dataclasses import replace
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from engine.config import EngineConfig
+from engine.errors import InvalidRequestError
 from engine.metrics import count_passes_shed, stage_timer
 from engine.models.whisper.batch import DecodeBatch
 from engine.models.whisper.context import ContextEncoder
@@ -125,6 +127,9 @@ class WhisperRunner:
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
         self.parts.check_options(options)
+        if options.beam_size > self.planner.max_rows:  # its window would wait for rows forever
+            raise InvalidRequestError(f"beam_size {options.beam_size} exceeds the engine's decoder rows "
+                                      f"(max_decode_rows={self.planner.max_rows})")
 
     def free_slots(self) -> int:
         # live streams are bounded by the server's inflight permits, not by batch slots: an idle
@@ -139,6 +144,10 @@ class WhisperRunner:
             self.streams[r.request_id] = stream
         # offline requests are collated (features, window plan) by the next execute(), where
         # the engine's step times it as offline.collate
+        for r in requests:
+            if not r.streaming and r.decoding.best_of > self.planner.max_rows:
+                # a sampled window (a fallback too) draws fewer candidates rather than never fit
+                r.decoding = replace(r.decoding, best_of=self.planner.max_rows)
         self.collating.extend(r for r in requests if not r.streaming)
         return []
 

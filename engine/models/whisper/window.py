@@ -108,7 +108,9 @@ class WindowJob:
 
     @property
     def rows(self) -> int:
-        return self.owner.options.beam_size if self.temperature == 0.0 else 1
+        """Decoder rows: the beams of a beam search (one: greedy), the candidates of a sampled window."""
+        options = self.owner.options
+        return options.beam_size if self.temperature == 0.0 else options.best_of
 
     @property
     def interim(self) -> bool:
