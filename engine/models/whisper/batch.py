@@ -195,6 +195,14 @@ class DecodeBatch:
         if needed * 2 < self.cache.capacity:
             self.cache.resize(needed)
 
+    def evict_removed(self) -> None:
+        """Free the rows of groups dropped by `remove_job` (withdrawn fallback attempts, aborts)
+        now rather than at the next step: an idle engine would otherwise keep them. Only when no
+        finished group still waits to be returned by `step()`, which must not lose it."""
+        done = [g for g in self.groups if g.done]
+        if done and all(g.result is None for g in done):
+            self._evict_done()
+
     def remove_job(self, job: WindowJob) -> None:
         """Drop a job's group (abort, error): it idles until the next step evicts it. Evicting here
         would also evict, and lose, groups that finished in the current step but were not yet

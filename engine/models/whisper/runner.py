@@ -248,6 +248,7 @@ class WhisperRunner:
             # an offline window's result advances its request to the next window
             with stage_timer("streaming.finalize" if job.live else "offline.advance"):
                 self._hand_over(job, result, outputs)
+        self.batch.evict_removed()  # withdrawn attempts free their rows before the engine idles
         return outputs
 
     def _hand_over(self, job: WindowJob, result: WindowResult, outputs: list[RequestOutput]) -> None:
