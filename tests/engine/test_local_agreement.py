@@ -59,6 +59,24 @@ def test_three_pass_agreement_commits_only_what_three_passes_said() -> None:
     assert agreement.finish().committed[0].word == " mat"
 
 
+def test_words_near_the_audio_edge_commit_only_once_a_pass_hears_past_them() -> None:
+    """Two passes cut just after "antecedents" end it with a period (the second heard a clipped
+    "nor" as "No."); words agree without punctuation, so committing "antecedents." would put a
+    sentence end into the middle of the speech."""
+    agreement = LocalAgreement()
+    agreement.insert(hyp("of my antecedents."), settled_until=0.5)
+    held = agreement.insert(hyp("of my antecedents. No."), settled_until=1.0)  # "antecedents." ends at 1.4
+    assert texts(held.committed) == [" of", " my"] and texts(held.tentative) == [" antecedents.", " No."]
+    heard = agreement.insert(hyp("of my antecedents, nor of the"), settled_until=1.5)
+    assert texts(heard.committed) == [" antecedents,"]
+    assert agreement.committed_text == "of my antecedents,"
+    edge = agreement.insert(hyp("of my antecedents, nor of the cir"), settled_until=2.5)
+    assert texts(edge.committed) == [" nor", " of"], "' the' ends at 2.9, after the settled time: it waits"
+    settled = LocalAgreement()  # an ending followed by audio is an ending
+    settled.insert(hyp("the end."), settled_until=0.5)
+    assert texts(settled.insert(hyp("the end."), settled_until=1.0).committed) == [" the", " end."]
+
+
 def test_untrimmed_window_reemitting_committed_words() -> None:
     agreement = LocalAgreement()
     agreement.insert(hyp("the quick brown fox"))
