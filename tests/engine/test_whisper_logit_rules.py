@@ -1,4 +1,4 @@
-"""Whisper's logit rules applied to a whole decoder step at once (decoding.apply_rules).
+"""Whisper's logit rules applied to a whole decoder step at once (decoding.ruled_log_softmax).
 
 The batch applies them to every row in one call; these check the timestamp grammar on small
 synthetic vocabularies and that a row's result does not depend on the rows beside it.
@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from engine.models.whisper.decoding import TokenRules, apply_rules
+from engine.models.whisper.decoding import TokenRules, ruled_log_softmax
 
 EOT, NO_TS, TB, V = 10, 12, 13, 40  # text 0..9, eot 10, sot 11, no-timestamps 12, timestamps 13..39
 
@@ -22,6 +22,11 @@ def rules(max_initial: int = 5) -> TokenRules:
     begin[[0, EOT]] = True  # blank and eot never come first
     return TokenRules(eot=EOT, timestamp_begin=TB, no_timestamps=NO_TS, n_vocab=V, suppress=suppress,
                       suppress_begin=begin, max_initial_timestamp_index=max_initial)
+
+
+def apply_rules(rules: TokenRules, logits: torch.Tensor, seqs: list[list[int]], timestamps: list[bool]) -> torch.Tensor:
+    """The ruled logits of one step (what these tests check; the log-softmax is the batch's)."""
+    return ruled_log_softmax(rules, logits, seqs, timestamps)[0]
 
 
 def allowed(row: torch.Tensor) -> set[int]:

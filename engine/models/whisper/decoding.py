@@ -47,15 +47,11 @@ class TokenRules:
                    n_vocab=n_vocab, suppress=suppress, suppress_begin=begin)
 
 
-def apply_rules(rules: TokenRules, logits: Tensor, seqs: list[list[int]], timestamps: list[bool]) -> Tensor:
-    """Whisper's logit rules for a step of many rows at once: `seqs[i]` are row i's sampled tokens
-    so far and `timestamps[i]` whether it decodes with timestamps. Returns new float logits."""
-    return ruled_log_softmax(rules, logits, seqs, timestamps)[0]
-
-
 def ruled_log_softmax(rules: TokenRules, logits: Tensor, seqs: list[list[int]],
                       timestamps: list[bool]) -> tuple[Tensor, Tensor]:
-    """`apply_rules` and the log-softmax of its result, for the whole batch of a step.
+    """Whisper's logit rules for a step of many rows at once (`seqs[i]` are row i's sampled tokens
+    so far and `timestamps[i]` whether it decodes with timestamps): new float logits with the
+    rules applied, and their log-softmax.
 
     One call per decoder step for the whole batch: per-row calls cost about 1 ms each on a CPU,
     a quarter of a batched 8-row step of tiny.en. The rules mask whole rows' text or timestamp
@@ -191,7 +187,7 @@ class DecodeGroup:
         self.no_speech_prob = float(torch.softmax(sot_logits.float(), dim=-1)[no_speech_token])
 
     def advance(self, logits: Tensor, logprobs: Tensor) -> list[int]:
-        """Consume this step's logits (rows, V), with `apply_rules` applied, and their log-softmax;
+        """Consume this step's logits (rows, V), ruled by `ruled_log_softmax`, and their log-softmax;
         returns, for each of this group's rows, which of its previous rows it continues (beam
         reordering). Sets `done` when the window is decoded."""
         if self.beam > 1:
