@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from engine.models.whisper.tokenizer import WhisperTokenizer
-from engine.models.whisper.window import WindowJob, WindowResult
+from engine.models.whisper.window import WindowJob, WindowResult, decode_rows
 from engine.types import DecodingOptions
 
 NEG_INF = float("-inf")
@@ -139,7 +139,7 @@ class DecodeGroup:
         self.forced = forced or []  # text tokens at the end of the prefix, ruled as if sampled
         self.beam = options.beam_size if temperature == 0.0 else 1
         # a sampled window draws best_of independent candidates and keeps the most likely one
-        self.num_rows = self.beam if temperature == 0.0 else options.best_of
+        self.num_rows = decode_rows(options, temperature)
         self.tokens: list[list[int]] = [[] for _ in range(self.num_rows)]
         self.sum_logprobs = [0.0] * self.num_rows
         self.token_logprobs: list[list[float]] = [[] for _ in range(self.num_rows)]

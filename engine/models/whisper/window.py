@@ -42,6 +42,12 @@ def attach_logprobs(out: RequestOutput, tokenizer: WhisperTokenizer, tokens: lis
     out.token_bytes = [tokenizer.token_bytes(t) for t in tokens]
 
 
+def decode_rows(options: DecodingOptions, temperature: float) -> int:
+    """Decoder rows of a window at `temperature`: the beams of a beam search (one: greedy), or
+    the candidates of a sampled window."""
+    return options.beam_size if temperature == 0.0 else options.best_of
+
+
 class WindowOwner(Protocol):
     """A request's transcription state, as the runner drives it window by window."""
 
@@ -108,9 +114,7 @@ class WindowJob:
 
     @property
     def rows(self) -> int:
-        """Decoder rows: the beams of a beam search (one: greedy), the candidates of a sampled window."""
-        options = self.owner.options
-        return options.beam_size if self.temperature == 0.0 else options.best_of
+        return decode_rows(self.owner.options, self.temperature)
 
     @property
     def interim(self) -> bool:
