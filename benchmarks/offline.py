@@ -241,13 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                 os.getloadavg())
     systems = [] if args.only_beam else greedy_systems(EngineConfig().quantization, args.skip_float32)
     if args.beam or args.only_beam:
-        from engine.models.whisper.options import WhisperOptions
-
-        fw_beam = "faster-whisper int8 beam 5, sequential"
-        systems += [engine_system("oasr engine, defaults, beam 5", fw_beam, beam=5),
-                    # int8 on both halves moves one dev clip's beam; a float32 decoder keeps it
-                    engine_system("oasr engine, float32 decoder, beam 5", fw_beam, beam=5,
-                                  family_options={"whisper": WhisperOptions(int8_decoder=False)}),
+        systems += [engine_system("oasr engine, defaults, beam 5", "faster-whisper int8 beam 5, sequential", beam=5),
                     faster_whisper_system("int8", beam=5)]
     try:
         results = measure(systems, clips, args.repeat)

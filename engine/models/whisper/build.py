@@ -12,9 +12,8 @@ from engine.models.whisper.loader import LoadedCheckpoint, load_checkpoint
 from engine.models.whisper.model import Whisper
 
 
-def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device, dtype: torch.dtype,
-                int8_decoder: bool = True) -> tuple[Whisper, LoadedCheckpoint]:
-    """`int8_decoder` False: with int8 weights, only the encoder is quantized (WhisperOptions)."""
+def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
+                dtype: torch.dtype) -> tuple[Whisper, LoadedCheckpoint]:
     ckpt = load_checkpoint(ckpt_dir, config.checkpoint_name)
     model = Whisper(ckpt.dims)
     missing, unexpected = model.load_state_dict(ckpt.state_dict, strict=False)
@@ -24,10 +23,8 @@ def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device, dtype
     model.eval().requires_grad_(False)
     model = model.to(device, dtype)
     if uses_int8(config, device):
-        quantize_linear_layers(model.encoder)
-        if int8_decoder:
-            quantize_linear_layers(model.decoder)
-            model.decoder.quantize_output_projection()
+        quantize_linear_layers(model)
+        model.decoder.quantize_output_projection()
     return model, ckpt
 
 

@@ -27,17 +27,7 @@ class WhisperOptions:
     is an approximation: 3 % drift WER from the reference. Requests with word timestamps keep
     'full': word timing reads the cross-attention learnt on 30 s encodings."""
 
-    int8_decoder: bool = True
-    """When the weights are int8 (quantization int8_w8a8, or 'auto' on a CPU with VNNI): False
-    quantizes only the audio encoder and keeps the text decoder, its output projection included,
-    in float32. Measured on the dev set (docs/benchmarking.md): beam 5 then writes what
-    faster-whisper int8 beam 5 writes (9.45 % WER; 10.95 % with the int8 decoder, where int8 on
-    both halves moves one clip's beam) for ~1.35x the time of the all-int8 engine; greedy WER is
-    12.44 % against 11.94 %. The default keeps the faster all-int8 decoder."""
-
     def __post_init__(self) -> None:
-        if not isinstance(self.int8_decoder, bool):
-            raise InvalidRequestError(f"int8_decoder must be true or false, got {self.int8_decoder!r}")
         if self.offline_encoder_context not in ("fit", "full"):
             raise InvalidRequestError(
                 f"offline_encoder_context must be 'fit' or 'full', got {self.offline_encoder_context!r}")

@@ -42,10 +42,10 @@ class WhisperParts:
     """What the weights run as: 'int8_w8a8', or the float type's quantization setting ('none', 'fp16', 'bf16')."""
 
     @classmethod
-    def load(cls, config: EngineConfig, int8_decoder: bool = True) -> WhisperParts:
+    def load(cls, config: EngineConfig) -> WhisperParts:
         device = resolve_device(config)
         dtype = resolve_dtype(config, device)
-        model, ckpt = build_model(config.resolved_ckpt_dir(), config, device, dtype, int8_decoder)
+        model, ckpt = build_model(config.resolved_ckpt_dir(), config, device, dtype)
         assert ckpt.tokenizer_file is not None  # load_checkpoint refuses a directory without one
         dims = ckpt.dims
         tokenizer = WhisperTokenizer(ckpt.tokenizer_file, dims.n_vocab, model.num_languages, model.is_multilingual)

@@ -51,7 +51,7 @@ class WhisperRunner:
         self.config = config
         self.ckpt_dir = config.resolved_ckpt_dir()
         self.options = options or WhisperOptions()
-        self.parts = WhisperParts.load(config, int8_decoder=self.options.int8_decoder)
+        self.parts = WhisperParts.load(config)
         self.batch = self._new_batch()
         self.planner = WindowPlanner(max(config.max_decode_rows, config.max_batch_size), config.max_batch_size,
                                      self.parts.dims.n_audio_ctx)
@@ -115,7 +115,6 @@ class WhisperRunner:
                 "quantization": parts.quantization,
                 "int8_kernel": int8_gemm_kind() if parts.quantization == "int8_w8a8" else None,
                 "offline_encoder_context": self.options.offline_encoder_context,
-                "int8_decoder": self.options.int8_decoder if parts.quantization == "int8_w8a8" else None,
                 "max_batch_size": self.config.max_batch_size,
             },
         )
