@@ -36,6 +36,9 @@ TORCH_LIBRARY(oasr, m) {
   // (engine/ops/int8_rows.py): one pass each.
   m.def("quantize_rows(Tensor x) -> (Tensor q, Tensor scale)");
   m.def("dequantize_rows(Tensor acc, Tensor row_scale, Tensor col_scale, Tensor? bias=None) -> Tensor");
+  // Monotonic DTW path through a (text, time) cost matrix: Whisper's word timestamps
+  // (engine/ops/dtw.py).
+  m.def("dtw_path(Tensor cost) -> (Tensor text_idx, Tensor time_idx)");
 }
 
 namespace {

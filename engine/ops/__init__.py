@@ -7,6 +7,7 @@ their Python references.
 | `paged_attention` | `paged_attention_reference` | WeNet streaming attention over the block pool |
 | `kaldi_fbank` (CUDA; CPU twin for tests) | `kaldi_fbank_reference` (engine/fbank.py) | `KaldiFbank` on CUDA devices |
 | `rnnt_greedy_label_loop` (`TransducerWeights`) | `rnnt_greedy_label_loop_reference` | NeMo transducer greedy decoding |
+| `dtw_path` | `dtw_path_reference` | Whisper word timestamps (every live pass) |
 
 Each entry point runs the compiled kernel when `engine._C` is loaded (`extension_status()`),
 the reference otherwise; `use_extension=` forces one. The references are what the kernels are

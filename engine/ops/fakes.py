@@ -69,3 +69,8 @@ def register() -> None:
     def _dequantize_rows(acc: torch.Tensor, row_scale: torch.Tensor, col_scale: torch.Tensor,
                          bias: torch.Tensor | None = None) -> torch.Tensor:
         return acc.new_empty(acc.shape, dtype=torch.float32)
+
+    @torch.library.register_fake("oasr::dtw_path")
+    def _dtw_path(cost: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        steps = torch.library.get_ctx().new_dynamic_size()  # between max(n, m) and n + m - 1 cells
+        return cost.new_empty(steps, dtype=torch.long), cost.new_empty(steps, dtype=torch.long)

@@ -300,6 +300,8 @@ class TextDecoder(nn.Module):
         audio = self.new_cache(audio_features, capacity=1, audio_positions=positions, silence=silence)
         bias = self._cross_bias(audio)
         weights: dict[tuple[int, int], Tensor] = {}
+        # without logits, nothing after the last alignment head's attention weights is needed
+        last = len(self.blocks) - 1 if with_logits else max((layer for layer, _ in heads), default=len(self.blocks) - 1)
         for layer, block in enumerate(self.blocks):
             h = block.attn_ln(x)
             q = block.attn.split_heads(block.attn.query(h))
@@ -315,6 +317,8 @@ class TextDecoder(nn.Module):
                 for lh in heads:
                     if lh[0] == layer:
                         weights[lh] = w[0, lh[1]]
+            if layer == last and not with_logits:
+                break
             x = x + block.cross_attn.out(block.cross_attn.merge_heads(self._attend_items(q, layer, audio, bias,
                                                                                         slice(0, 1))))
             x = x + block.mlp(block.mlp_ln(x))
