@@ -54,6 +54,8 @@ class ServerSettings(BaseSettings):
     """'auto' (float16 on cuda, float32 on cpu), 'float32', 'float16', 'bfloat16'."""
     quantization: Literal["auto", "none", "int8_w8a8", "fp16", "bf16"] = "auto"
     """Weight quantization: int8_w8a8 (int8 linears, CPU), fp16/bf16 (CUDA), none; 'auto' is int8_w8a8 on CPUs with VNNI, else none."""
+    quantization_option: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    """Quantization object options as KEY=VALUE, folded with --quantization into one object: ignore=GLOB,... keeps module paths in full precision (e.g. ignore=decoder.*), module_types=linear,pointwise_conv picks layer kinds. Repeat the flag; separate entries with ';' in the env var."""
     service_mode: Literal["offline", "streaming"] = "offline"
     """'streaming' decodes live streams incrementally (partials); 'offline' buffers streams to their end."""
     max_batch_size: int = 16
@@ -174,6 +176,19 @@ class ServerSettings(BaseSettings):
             return [v.strip() for v in value.split(",") if v.strip()]
         return value
 
+    @field_validator("quantization_option", mode="before")
+    @classmethod
+    def _split_key_values(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        options: dict[str, str] = {}
+        for entry in filter(None, (e.strip() for e in value.split(";"))):
+            key, sep, option = entry.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"expected KEY=VALUE, got {entry!r}")
+            options[key.strip()] = option.strip()
+        return options
+
     def engine_config(self) -> EngineConfig:
         """The engine's configuration: every setting named like an EngineConfig field (or renamed
         in `ENGINE_FIELD_FOR`), and the family options (`<family>_<option>` settings) by family."""
@@ -189,6 +204,8 @@ class ServerSettings(BaseSettings):
             name: {option: getattr(self, setting) for setting, option in settings.items()}
             for name, settings in _family_setting_names().items()
         }
+        if self.quantization_option:  # the reference design's one quantization object
+            values["quantization"] = {"scheme": self.quantization, **self.quantization_option}
         return EngineConfig(**values, family_options=options)
 
     @property

@@ -24,7 +24,7 @@ from app.settings import Settings
 ENV_PREFIX = "OASR_"
 DOC_PATH = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 
-Kind = Literal["bool", "int", "float", "str", "choice", "list"]
+Kind = Literal["bool", "int", "float", "str", "choice", "list", "options"]
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,8 @@ class SettingSpec:
     name: str
     kind: Kind
     type_name: str
-    """Shown in docs and `--help`: int, float, str, bool, one of {...}, comma-separated list."""
+    """Shown in docs and `--help`: int, float, str, bool, one of {...}, comma-separated list,
+    KEY=VALUE options (a repeatable flag; ';'-separated in the env var)."""
     default: Any
     optional: bool
     """Unset (None) is a meaningful value (e.g. ckpt_dir: the embedded model)."""
@@ -53,6 +54,8 @@ class SettingSpec:
             return "unset"
         if self.kind == "list":
             return ",".join(map(str, self.default)) if self.default else "unset"
+        if self.kind == "options":
+            return ";".join(f"{k}={v}" for k, v in self.default.items()) if self.default else "unset"
         if self.kind == "bool":
             return "true" if self.default else "false"
         return str(self.default)
@@ -76,6 +79,8 @@ def _spec(name: str, field: FieldInfo) -> SettingSpec:
         choices = tuple(str(c) for c in typing.get_args(inner))
         kind: Kind = "choice"
         type_name = " \\| ".join(f"`{c}`" for c in choices)
+    elif origin is dict:
+        kind, type_name = "options", "KEY=VALUE, repeatable"
     elif origin is list or origin is tuple:
         kind, type_name = "list", "comma-separated list"
     elif inner in (bool, int, float, str):
@@ -111,8 +116,9 @@ def render_markdown() -> str:
         "   `make serve`, `uvicorn app.main:app`, the container and the Kubernetes ConfigMap are configured;",
         "3. the default below.",
         "",
-        "Lists (API keys, CORS origins) are comma-separated in both forms. `oasr serve --help` prints",
-        "the same descriptions.",
+        "Lists (API keys, CORS origins) are comma-separated in both forms. KEY=VALUE options repeat the",
+        "flag (`--quantization-option ignore=decoder.* --quantization-option module_types=linear`) and",
+        "are separated by `;` in the environment variable. `oasr serve --help` prints the same descriptions.",
         "",
         "| Setting | Environment variable | Flag | Type | Default | Description |",
         "|---|---|---|---|---|---|",

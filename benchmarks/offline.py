@@ -10,8 +10,9 @@ one warm-up each, in one process and interleaved `--repeat` times:
   (`offline_encoder_context='full'`, the engine before issue 19);
 - faster-whisper over the same clips one after another, int8 and float32, on the same embedded
   CTranslate2 directory, default cpu_threads;
-- with `--beam`, the engine's defaults and faster-whisper int8 at beam_size 5 (`--only-beam`:
-  only these two).
+- with `--beam`, at beam_size 5: the engine's defaults, the engine with the decoder kept in full
+  precision (the quantization object `{"scheme": "auto", "ignore": "decoder.*"}`: int8 encoder
+  where the default is int8) and faster-whisper int8 (`--only-beam`: only these three).
 
 It prints the CPU (ISA, the int8 kernel the engine chose), then per system: wall seconds and
 RTFx (audio seconds / wall seconds, median of the repeats), CPU seconds (process time of all
@@ -241,7 +242,10 @@ def main(argv: list[str] | None = None) -> int:
                 os.getloadavg())
     systems = [] if args.only_beam else greedy_systems(EngineConfig().quantization, args.skip_float32)
     if args.beam or args.only_beam:
-        systems += [engine_system("oasr engine, defaults, beam 5", "faster-whisper int8 beam 5, sequential", beam=5),
+        fw_beam = "faster-whisper int8 beam 5, sequential"
+        systems += [engine_system("oasr engine, defaults, beam 5", fw_beam, beam=5),
+                    engine_system("oasr engine, beam 5, ignore=decoder.*", fw_beam, beam=5,
+                                  quantization={"scheme": "auto", "ignore": "decoder.*"}),
                     faster_whisper_system("int8", beam=5)]
     try:
         results = measure(systems, clips, args.repeat)

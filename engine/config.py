@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from engine.errors import InvalidRequestError
+from engine.quantization import QuantizationConfig
 
 SchedulePolicy = Literal["fcfs", "window", "bucket", "sjf"]
 ServiceMode = Literal["offline", "streaming"]
-Quantization = Literal["auto", "none", "int8_w8a8", "fp16", "bf16"]
+Quantization = str | QuantizationConfig | Mapping[str, object] | None
+"""A scheme name, or the quantization object (engine/quantization.py)."""
 
 
 def embedded_checkpoint_dir() -> str:
@@ -79,12 +81,20 @@ class EngineConfig:
     oldest first. On by default, as in the design; without waiting backlogs (streams
     admitted as they open) it is arrival order."""
     quantization: Quantization = "auto"
-    """'int8_w8a8': int8 linear layers, weights per output channel and activations per row (CPU);
+    """A scheme, or the object `{"scheme": ..., "ignore": "glob,...", "module_types": ..., "kv_cache": ...}`
+    (`QuantizationConfig`; its `ignore` globs keep module paths such as 'decoder.*' in full
+    precision; None is 'auto'). Schemes:
+    'int8_w8a8': int8 linear layers, weights per output channel and activations per row (CPU);
     'fp16'/'bf16' on CUDA; 'none' keeps the float type. 'auto' is int8_w8a8 on a CPU whose int8
     GEMM sums full-range int8 products exactly (VNNI: AVX512-VNNI, AVX-VNNI, AMX) and 'none'
-    elsewhere. Why, measured on the Whisper dev set (25 clips, AVX512-VNNI, benchmarks/offline.py):
-    int8 transcribes at the float32 WER (12.44 % both) 1.2-1.8x faster. Without VNNI the int8
-    GEMM needs 7-bit weights (wider error) and is slower, so float32 stays the default there."""
+    elsewhere. Why, measured on the Whisper dev set (25 clips, AVX512-VNNI, `benchmarks/offline.py
+    --beam`): greedy int8 transcribes at 11.94 % WER against float32's 12.44 %, 1.3-1.7x faster
+    (2.6x faster-whisper int8). Without VNNI the int8 GEMM needs 7-bit weights (wider error) and is
+    slower, so float32 stays the default there. Beam search is the one place the int8 decoder
+    costs accuracy (beam 5: 10.95 % against 9.45 % for faster-whisper int8 beam 5, one clip):
+    `{"scheme": "auto", "ignore": "decoder.*"}` keeps the decoder in float32 and writes
+    faster-whisper's beam transcripts (9.45 %) at 1.7x its speed; it is not the default because
+    greedy then loses both (12.44 %, ~1.35x slower)."""
     service_mode: ServiceMode = "streaming"
     """'streaming' serves live streams (incrementally, with partials) and offline requests alike;
     'offline' serves offline requests only and refuses streams at admission (it builds no
@@ -136,6 +146,10 @@ class EngineConfig:
     `{"wenet": WenetOptions(ctc_weight=0.3)}`) or a mapping of its fields. Only the loaded
     family's entry is read; its unknown keys are refused."""
 
+    def quantization_config(self) -> QuantizationConfig:
+        """`quantization` as the checked object (a scheme name becomes `{"scheme": name}`)."""
+        return QuantizationConfig.parse(self.quantization)
+
     def resolved_ckpt_dir(self) -> str:
         return self.ckpt_dir or embedded_checkpoint_dir()
 
@@ -147,8 +161,7 @@ class EngineConfig:
                 f"schedule_policy must be 'fcfs', 'window', 'bucket' or 'sjf', got {self.schedule_policy!r}")
         if self.service_mode not in ("offline", "streaming"):
             raise InvalidRequestError(f"service_mode must be 'offline' or 'streaming', got {self.service_mode!r}")
-        if self.quantization not in ("auto", "none", "int8_w8a8", "fp16", "bf16"):
-            raise InvalidRequestError(f"unknown quantization {self.quantization!r}")
+        self.quantization_config()  # raises for an unknown scheme or key, or an unservable option
         if self.max_wait_time < 0 or self.length_window_factor < 1 or self.max_offline_pad_ratio < 1:
             raise InvalidRequestError("max_wait_time >= 0, length_window_factor >= 1, max_offline_pad_ratio >= 1")
         if not 0 <= self.length_bucket_ratio <= 1:

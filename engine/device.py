@@ -18,8 +18,9 @@ def resolve_device(config: EngineConfig) -> torch.device:
 def resolve_dtype(config: EngineConfig, device: torch.device) -> torch.dtype:
     """fp16/bf16 'quantization' on CUDA is that float type; dtype 'auto' is float16 on CUDA and
     float32 elsewhere; otherwise the named torch dtype."""
-    if config.quantization in ("fp16", "bf16") and device.type == "cuda":
-        return torch.float16 if config.quantization == "fp16" else torch.bfloat16
+    scheme = config.quantization_config().scheme
+    if scheme in ("fp16", "bf16") and device.type == "cuda":
+        return torch.float16 if scheme == "fp16" else torch.bfloat16
     if config.dtype == "auto":
         return torch.float16 if device.type == "cuda" else torch.float32
     found = getattr(torch, config.dtype, None)

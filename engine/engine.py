@@ -25,7 +25,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.errors import EngineShutdownError, InvalidRequestError, UnknownRequestError, UnsupportedError
-from engine.families import family_options, resolve_family
+from engine.families import check_quantization, family_options, resolve_family
 from engine.gc_freeze import freeze_heap, thaw_heap
 from engine.metrics import EngineMetrics
 from engine.ops.extension import extension_status
@@ -52,6 +52,7 @@ class ASREngine:
             torch.set_num_threads(self.config.num_threads)
         if runner is None:
             family = resolve_family(self.config.resolved_ckpt_dir(), self.config.checkpoint_name)
+            check_quantization(family, self.config)
             runner = family.build(self.config, family_options(family, self.config.family_options))
         self.runner = runner
         self.model_info: ModelInfo = runner.info()

@@ -21,7 +21,7 @@ from functools import cache
 from typing import Any
 
 from engine.config import EngineConfig
-from engine.errors import CheckpointError, InvalidRequestError
+from engine.errors import CheckpointError, InvalidRequestError, UnsupportedError
 from engine.runner import ModelRunner
 
 
@@ -35,6 +35,9 @@ class ModelFamily:
     """(config, options) -> the runner, loaded and ready; `options` is an instance of `options`."""
     options: type
     """Frozen dataclass of the family's own knobs; its defaults are the family's defaults."""
+    online_quantization: tuple[str, ...] = ()
+    """Quantization schemes the family applies to its layers at load (e.g. 'int8_w8a8'). Another
+    explicit scheme is refused before loading; 'auto' then means the float type."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,16 @@ def load_family(name: str) -> ModelFamily:
     if not (dataclasses.is_dataclass(family.options) and family.options.__dataclass_params__.frozen):  # type: ignore[attr-defined]
         raise TypeError(f"family {name!r}: options must be a frozen dataclass, got {family.options!r}")
     return family
+
+
+def check_quantization(family: ModelFamily, config: EngineConfig) -> None:
+    """Refuse a layer quantization scheme the family does not apply (fp16/bf16, float types, and
+    'auto'/'none' are every family's)."""
+    scheme = config.quantization_config().scheme
+    if scheme not in ("auto", "none", "fp16", "bf16") and scheme not in family.online_quantization:
+        raise UnsupportedError(
+            f"quantization {scheme!r} is not offered by {family.name} models "
+            f"(they offer: {', '.join(('none', 'fp16', 'bf16', *family.online_quantization))})")
 
 
 def family_names() -> tuple[str, ...]:
@@ -115,5 +128,5 @@ def family_options(family: ModelFamily, given: Mapping[str, object]) -> Any:
     )
 
 
-__all__ = ["FAMILY_TABLE", "FamilyEntry", "ModelFamily", "family_names", "family_options", "load_family",
-           "resolve_family"]
+__all__ = ["FAMILY_TABLE", "FamilyEntry", "ModelFamily", "check_quantization", "family_names", "family_options",
+           "load_family", "resolve_family"]

@@ -20,6 +20,8 @@ def _add_setting_flag(group: argparse._ArgumentGroup, spec: SettingSpec) -> None
         group.add_argument(spec.flag, choices=spec.choices, **common)
     elif spec.kind == "list":
         group.add_argument(spec.flag, metavar="A,B,...", **common)
+    elif spec.kind == "options":
+        group.add_argument(spec.flag, metavar="KEY=VALUE", action="append", **common)
     else:
         group.add_argument(spec.flag, metavar=spec.kind.upper(), **common)
 
@@ -27,6 +29,8 @@ def _add_setting_flag(group: argparse._ArgumentGroup, spec: SettingSpec) -> None
 def _env_value(spec: SettingSpec, value: Any) -> str:
     if spec.kind == "bool":
         return "true" if value else "false"
+    if spec.kind == "options":  # the repeated flag's entries, as the env var separates them
+        return ";".join(value)
     return str(value)
 
 

@@ -103,6 +103,24 @@ def test_bad_serve_value_is_a_usage_error_before_anything_loads() -> None:
     assert "--max-batch-size" in one_line_error(result)
 
 
+def test_quantization_options_fold_into_one_engine_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.settings import Settings
+
+    monkeypatch.setenv("OASR_QUANTIZATION", "int8_w8a8")
+    monkeypatch.setenv("OASR_QUANTIZATION_OPTION", "ignore=ctc.*,decoder.*; module_types=linear")
+    config = Settings().engine_config()
+    assert config.quantization == {"scheme": "int8_w8a8", "ignore": "ctc.*,decoder.*", "module_types": "linear"}
+    assert config.quantization_config().ignore == ("ctc.*", "decoder.*")
+    monkeypatch.delenv("OASR_QUANTIZATION_OPTION")
+    assert Settings().engine_config().quantization == "int8_w8a8"  # no options: the key alone
+
+
+def test_a_quantization_option_without_a_value_is_a_usage_error() -> None:
+    result = run_oasr("serve", "--quantization-option", "decoder.*")
+    assert result.returncode == EXIT_USAGE
+    assert "--quantization-option: Value error, expected KEY=VALUE" in one_line_error(result)
+
+
 def test_unreachable_server_exits_3(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     for args in (("models", "--url", url), ("transcribe", "--url", url, str(clip(CLIP_IDS[0]).path)),
@@ -234,7 +252,8 @@ def test_serve_applies_its_flags_and_stops_cleanly_on_sigterm(tmp_path: Path) ->
     log = (tmp_path / "serve.log").open("wb")
     proc = subprocess.Popen(
         [*_oasr(), "serve", "--host", "127.0.0.1", "--port", str(port), "--grpc-port", "0",
-         "--served-model-name", "cli-model", "--max-batch-size", "4"],
+         "--served-model-name", "cli-model", "--max-batch-size", "4",
+         "--quantization", "int8_w8a8", "--quantization-option", "ignore=decoder.*,encoder.blocks.0.*"],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
     )
     try:
@@ -249,6 +268,8 @@ def test_serve_applies_its_flags_and_stops_cleanly_on_sigterm(tmp_path: Path) ->
             time.sleep(0.3)
         models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()
         assert [m["id"] for m in models["data"]] == ["cli-model"]
+        info = models["data"][0]["info"]  # the flags reached the engine as one quantization object
+        assert (info["quantization"], info["quantization_ignore"]) == ("int8_w8a8", ["decoder.*", "encoder.blocks.0.*"])
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == EXIT_OK, (tmp_path / "serve.log").read_text()
     finally:

@@ -20,7 +20,7 @@ import pytest
 
 from engine import ASREngine, DecodingOptions, EngineConfig
 from engine.errors import EngineShutdownError, InvalidRequestError, UnknownRequestError, UnsupportedError
-from engine.families import FAMILY_TABLE, family_names
+from engine.families import FAMILY_TABLE, family_names, resolve_family
 from engine.runner import ModelInfo, RunnerStats
 from tests.conftest import load_clip
 
@@ -66,6 +66,22 @@ def test_every_family_in_the_table_has_a_contract_checkpoint() -> None:
 @pytest.fixture(scope="module", params=sorted(CHECKPOINTS))
 def config(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> EngineConfig:
     return CHECKPOINTS[request.param](tmp_path_factory.mktemp(request.param))
+
+
+def test_a_layer_quantization_is_applied_or_refused_before_loading(config: EngineConfig) -> None:
+    """int8_w8a8 is served by a family that quantizes its layers; any other refuses it instead of
+    silently running float."""
+    family = resolve_family(config.resolved_ckpt_dir(), config.checkpoint_name)
+    asked = dataclasses.replace(config, quantization="int8_w8a8")
+    if "int8_w8a8" not in family.online_quantization:
+        with pytest.raises(UnsupportedError, match=f"not offered by {family.name} models"):
+            ASREngine(asked)
+        return
+    eng = ASREngine(asked)
+    try:
+        assert eng.info()["quantization"] == "int8_w8a8"
+    finally:
+        eng.shutdown()
 
 
 @pytest.fixture(scope="module")

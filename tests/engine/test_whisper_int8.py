@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 import torch
 
+from engine.errors import InvalidRequestError
 from engine.models.whisper.int8 import ACTIVATION_MAX, Int8Linear, int8_gemm_kind, weight_max
 from tests.conftest import Clip, wer
 from tests.paths import REPO
@@ -112,3 +114,17 @@ def test_int8_dev_set_wer_is_within_half_a_point_of_float32(clips: list[Clip]) -
     float_wer, int8_wer = wer(refs, texts["none"]), wer(refs, texts["int8_w8a8"])
     logger.info("dev set WER: float32 %.2f%%, int8 %.2f%% (%s kernel)", float_wer, int8_wer, int8_gemm_kind())
     assert int8_wer <= float_wer + WER_MARGIN, (int8_wer, float_wer)
+
+
+def test_ignore_globs_keep_the_decoder_in_float_and_refuse_a_typo() -> None:
+    from engine import EngineConfig
+    from engine.models.whisper.parts import WhisperParts
+
+    parts = WhisperParts.load(EngineConfig(quantization={"scheme": "int8_w8a8", "ignore": "decoder.*"}))
+    assert parts.quantization == "int8_w8a8"
+    encoder_linears = [m for m in parts.model.encoder.modules() if isinstance(m, (Int8Linear, torch.nn.Linear))]
+    assert encoder_linears and all(isinstance(m, Int8Linear) for m in encoder_linears)
+    assert not any(isinstance(m, Int8Linear) for m in parts.model.decoder.modules())
+    assert parts.model.decoder.output_projection is None  # logits from the float embedding
+    with pytest.raises(InvalidRequestError, match=re.escape("'decoder.blocks.9.*' matches no quantizable layer")):
+        WhisperParts.load(EngineConfig(quantization={"scheme": "int8_w8a8", "ignore": "decoder.blocks.9.*"}))

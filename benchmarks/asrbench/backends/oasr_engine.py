@@ -47,7 +47,8 @@ class OasrEngineBackend(Backend):
     OPTIONS: ClassVar[dict[str, Option]] = {
         "ckpt_dir": Option(default_ckpt_dir(), "checkpoint dir; default $CKPT_DIR, empty = the embedded Whisper tiny.en"),
         "dtype": Option("auto", "EngineConfig.dtype: auto (float16 on CUDA, float32 on CPU), float32, float16, bfloat16"),
-        "engine": Option({}, "further EngineConfig fields, e.g. -o \"engine={max_wait_time: 0.05}\""),
+        "engine": Option({}, "further EngineConfig fields, e.g. -o \"engine={max_wait_time: 0.05}\"; a quantization "
+                         "object here ({scheme: auto, ignore: decoder.*}) wins over -o quantization="),
         "service_mode": Option("streaming", "engine service mode", ("streaming", "offline")),
         "max_batch_size": Option(16, "requests decoded together (EngineConfig.max_batch_size)"),
         "quantization": Option("auto", "EngineConfig.quantization (auto: the engine's default, int8 on CPUs with VNNI)",
@@ -75,7 +76,9 @@ class OasrEngineBackend(Backend):
     def label(self) -> str:
         if self.options["reference_exact"]:
             return "oasr_engine[exact]"
-        q = self.options["quantization"]
+        q = self.options["engine"].get("quantization", self.options["quantization"])
+        if isinstance(q, dict):
+            q = ",".join(f"{k}={v}" for k, v in q.items())
         return "oasr_engine" + (f"[{q}]" if q != "auto" else "")
 
     def capabilities(self) -> dict[str, Capability]:
@@ -96,7 +99,8 @@ class OasrEngineBackend(Backend):
         if unknown:
             raise BackendError(f"-o engine=: EngineConfig has no field(s) {sorted(unknown)}")
         fields = dict(self.options["engine"])
-        quantization = self.options["quantization"]
+        # a quantization object in engine= ({scheme, ignore, ...}) wins over the scheme option
+        quantization = fields.pop("quantization", self.options["quantization"])
         if self.options["reference_exact"]:
             quantization = "none"
             families = dict(fields.get("family_options", {}))

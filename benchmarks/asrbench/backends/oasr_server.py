@@ -38,6 +38,8 @@ class OasrServerBackend(Backend):
         "max_batch_size": Option(0, "OASR_MAX_BATCH_SIZE of a managed server; 0 = server default"),
         "quantization": Option("auto", "OASR_QUANTIZATION of a managed server (auto: the server's default)",
                                ("auto", "none", "int8_w8a8")),
+        "quantization_option": Option("", "OASR_QUANTIZATION_OPTION of a managed server: KEY=VALUE entries "
+                                      "separated by ';', e.g. ignore=decoder.*"),
         "turn_detection": Option("none", "realtime sessions' turn detection (none: one item per session)",
                                  ("none", "server_vad")),
         "model": Option("", "`model` sent with requests; empty = the server's default"),
@@ -89,6 +91,8 @@ class OasrServerBackend(Backend):
         else:
             env = {"OASR_SERVICE_MODE": self.options["service_mode"], "OASR_QUANTIZATION": self.options["quantization"],
                    "OASR_LOG_LEVEL": "warning"}
+            if self.options["quantization_option"]:
+                env["OASR_QUANTIZATION_OPTION"] = self.options["quantization_option"]
             if self.options["ckpt_dir"]:
                 env["OASR_CKPT_DIR"] = self.options["ckpt_dir"]
             if self.options["dtype"] != "auto":

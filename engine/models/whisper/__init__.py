@@ -24,6 +24,7 @@ def build(config: EngineConfig, options: WhisperOptions) -> ModelRunner:
     return WhisperRunner(config, options)
 
 
-FAMILY = ModelFamily(name="whisper", detect=detect, build=build, options=WhisperOptions)
+FAMILY = ModelFamily(name="whisper", detect=detect, build=build, options=WhisperOptions,
+                     online_quantization=("int8_w8a8",))
 
 __all__ = ["FAMILY", "WhisperOptions", "build", "detect"]

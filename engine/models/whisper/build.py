@@ -1,5 +1,6 @@
 """A checkpoint directory becomes the PyTorch model the runner steps: loaded, checked, moved to
-its device and float type, and (int8_w8a8, or 'auto' on a CPU with VNNI) quantized."""
+its device and float type, and (int8_w8a8, or 'auto' on a CPU with VNNI) quantized, except the
+layers the quantization object's `ignore` globs keep in full precision."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import torch
 
 from engine.config import EngineConfig
 from engine.errors import CheckpointError, InvalidRequestError
-from engine.models.whisper.int8 import int8_gemm_kind, quantize_linear_layers
+from engine.models.whisper.int8 import int8_gemm_kind, linear_layer_paths, quantize_linear_layers
 from engine.models.whisper.loader import LoadedCheckpoint, load_checkpoint
 from engine.models.whisper.model import Whisper
+from engine.quantization import QuantizationConfig
 
 
 def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
@@ -22,16 +24,28 @@ def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
         raise CheckpointError(f"{ckpt_dir}: missing {missing[:5]} unexpected {unexpected[:5]}")
     model.eval().requires_grad_(False)
     model = model.to(device, dtype)
-    if uses_int8(config, device):
-        quantize_linear_layers(model)
-        model.decoder.quantize_output_projection()
+    quantization = config.quantization_config()
+    if uses_int8(quantization, device):
+        quantize_model(model, quantization)
     return model, ckpt
 
 
-def uses_int8(config: EngineConfig, device: torch.device) -> bool:
+LOGITS_PATH = "decoder.output_projection"
+"""Module path of the logits projection (the tied token embedding) for `ignore` globs."""
+
+
+def quantize_model(model: Whisper, quantization: QuantizationConfig) -> None:
+    """int8 every linear layer and the logits projection, except the paths `ignore` keeps."""
+    quantization.check_ignore_matches([*linear_layer_paths(model), LOGITS_PATH])
+    quantize_linear_layers(model, keep=lambda path: not quantization.quantizes(path, "linear"))
+    if quantization.quantizes(LOGITS_PATH, "linear"):
+        model.decoder.quantize_output_projection()
+
+
+def uses_int8(quantization: QuantizationConfig, device: torch.device) -> bool:
     """int8_w8a8 as asked, or by 'auto' on a CPU whose int8 GEMM is exact at 8 bits (int8.py)."""
-    if config.quantization == "int8_w8a8":
+    if quantization.scheme == "int8_w8a8":
         if device.type != "cpu":
             raise InvalidRequestError("quantization='int8_w8a8' runs on CPU; use fp16/bf16 on CUDA")
         return True
-    return config.quantization == "auto" and device.type == "cpu" and int8_gemm_kind() == "vnni"
+    return quantization.scheme == "auto" and device.type == "cpu" and int8_gemm_kind() == "vnni"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -77,11 +78,20 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, kernel={int8_gemm_kind()}"
 
 
-def quantize_linear_layers(module: nn.Module) -> nn.Module:
-    """Replace every nn.Linear below `module` by an Int8Linear (in place; returns `module`)."""
+def linear_layer_paths(module: nn.Module) -> list[str]:
+    """Module paths of every nn.Linear below `module` (the layers int8 may replace)."""
+    return [name for name, child in module.named_modules() if isinstance(child, nn.Linear)]
+
+
+def quantize_linear_layers(module: nn.Module, keep: Callable[[str], bool] = lambda path: False,
+                           prefix: str = "") -> nn.Module:
+    """Replace every nn.Linear below `module` by an Int8Linear, except those whose module path
+    `keep` accepts (in place; returns `module`)."""
     for name, child in module.named_children():
+        path = f"{prefix}{name}"
         if isinstance(child, nn.Linear):
-            setattr(module, name, Int8Linear.from_linear(child))
+            if not keep(path):
+                setattr(module, name, Int8Linear.from_linear(child))
         else:
-            quantize_linear_layers(child)
+            quantize_linear_layers(child, keep, f"{path}.")
     return module

@@ -112,4 +112,5 @@ class WhisperParts:
 def _quantization(config: EngineConfig, model: Whisper) -> str:
     if any(isinstance(m, Int8Linear) for m in model.modules()):
         return "int8_w8a8"
-    return "none" if config.quantization == "auto" else config.quantization
+    scheme = config.quantization_config().scheme
+    return "none" if scheme == "auto" else scheme

@@ -114,6 +114,8 @@ class WhisperRunner:
                 "dtype": str(parts.dtype).removeprefix("torch."),
                 "quantization": parts.quantization,
                 "int8_kernel": int8_gemm_kind() if parts.quantization == "int8_w8a8" else None,
+                "quantization_ignore": list(self.config.quantization_config().ignore)
+                if parts.quantization == "int8_w8a8" else [],
                 "offline_encoder_context": self.options.offline_encoder_context,
                 "max_batch_size": self.config.max_batch_size,
             },
