@@ -74,6 +74,14 @@ def test_serve_has_exactly_one_flag_per_setting() -> None:
     assert flags == expected
 
 
+def test_serve_help_lists_every_setting() -> None:
+    result = run_oasr("serve", "--help")
+    assert result.returncode == EXIT_OK, result.stderr
+    for spec in setting_specs():
+        assert spec.flag in result.stdout
+    assert "--quantization-option KEY=VALUE" in result.stdout
+
+
 def test_help_documents_exit_codes() -> None:
     result = run_oasr("--help")
     assert result.returncode == EXIT_OK
