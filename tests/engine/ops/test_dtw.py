@@ -12,12 +12,15 @@ from engine.ops.dtw import dtw_path, dtw_path_reference
 pytestmark = pytest.mark.usefixtures("ext")
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (1, 6), (6, 1), (3, 3), (23, 211), (64, 750)])
+@pytest.mark.parametrize("shape", [(0, 4), (1, 1), (1, 6), (6, 1), (3, 3), (23, 211), (64, 750)])
 def test_the_kernel_path_equals_the_reference(shape: tuple[int, int]) -> None:
     cost = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
     text_idx, time_idx = dtw_path(cost, use_extension=True)
     ref_text, ref_time = dtw_path_reference(cost)
     assert np.array_equal(text_idx, ref_text) and np.array_equal(time_idx, ref_time)
+    if not shape[0]:
+        assert text_idx.size == 0  # no text: no path
+        return
     assert (text_idx[0], time_idx[0]) == (0, 0) and (text_idx[-1], time_idx[-1]) == (shape[0] - 1, shape[1] - 1)
     steps = np.stack([np.diff(text_idx), np.diff(time_idx)])
     assert ((steps >= 0) & (steps <= 1)).all() and (steps.sum(axis=0) >= 1).all()
