@@ -279,3 +279,30 @@ def test_a_sentence_end_heard_at_a_pass_edge_is_not_committed(live_engine: Any, 
     blocks = [38555, 33791, 24377, 15923, 35068, 46771, 25109, 42034, 9443, 29111, 16062, 27770]
     final = stream_at_pace(live_engine, audio, blocks)[-1]
     assert " ".join(_spoken(final.text)).endswith("speech whatsoever here"), final.text
+
+
+def test_a_pause_after_a_committed_sentence_trims_the_window_to_its_last_word(
+    live_engine: Any, clips: list[Clip]
+) -> None:
+    """ "I really don't know how people talk like this." has no pause inside, so the rule that
+    trims between two committed words kept the whole sentence in the window (re-encoded every
+    pass) until the next sentence's first word committed. Once a pass has heard a second of
+    silence after the committed sentence end, the window keeps only its last word (forced) and
+    what follows; the next sentence is still heard whole."""
+    from engine.models.whisper.streaming import TRIM_KEEP_S
+
+    audio = _session(clips, ("mfa_falsetto2", "mfa_thoughts"))
+    next_sentence = int((2 * PAUSE_S + next(c for c in clips if c.id == "mfa_falsetto2").duration) * 16000)
+    rid = live_engine.add_streaming_request()
+    outputs: list[Any] = []
+    for off in range(0, audio.size, STEP_SAMPLES):
+        live_engine.feed_chunk(rid, audio[off : off + STEP_SAMPLES], is_last=off + STEP_SAMPLES >= audio.size)
+        while live_engine.has_work():
+            outputs.extend(o for o in live_engine.step() if o.request_id == rid)
+        if off + STEP_SAMPLES == next_sentence // STEP_SAMPLES * STEP_SAMPLES:  # the last block of the pause
+            stream = live_engine.runner.streams[rid]
+            last = stream.committed_words[-1]
+            assert last.word.endswith("this."), stream.agreement.text
+            assert 0 < last.start - TRIM_KEEP_S - 1e-3 <= stream.window_start <= last.start, (stream.window_start, last)
+    spoken = " ".join(_spoken(outputs[-1].text))
+    assert spoken.startswith("i really dont know how people talk like this i have a") and spoken.endswith("that thing"), spoken

@@ -42,6 +42,8 @@ REHEARD_TOLERANCE_S = 0.6  # a re-heard committed word ends this close to where 
 EDGE_S = 0.5  # agreed words ending this close to the end of a pass's audio wait for the next pass
 UNSETTLED_TAIL_S = 1.0  # the last words of a pass, this close to its audio's end, are not forced on the final
 FORCED_TRIM_KEEP_S = 5.0  # a window at its cap keeps this much uncommitted audio
+PAUSE_HEARD_S = 1.0  # silence a pass heard after a committed, punctuated last word: a pause in speech
+PAUSE_CUT_SLACK_S = 0.1  # ...the window is then cut before that word, at most this far past the word before
 TOKENS_PER_SECOND_CAP = 8  # fast speech is ~4 text tokens/s; the rest is room for timestamps
 
 DELAYS: dict[Delay, tuple[float, int]] = {
@@ -188,8 +190,11 @@ class StreamingTranscription:
             self._collect_commits()
             self.final_done = True
             return WindowUpdate(output=self._output(finished=True))
-        self.agreement.insert(self._drop_reheard(job, words), settled_until=self.heard_until - EDGE_S)
+        heard, tentative_before = self._drop_reheard(job, words), self.agreement.tentative
+        self.agreement.insert(heard, settled_until=self.heard_until - EDGE_S)
         self._collect_commits()
+        if not heard and not tentative_before:
+            self._trim_in_pause_after_commits(words)
         # audio is dropped only on Whisper's own silence verdict: the stricter prompted-pass rule
         # above also fires mid-speech now and then, and would drop words never decoded
         really_silent = is_silence(result, self.options.no_speech_threshold)
@@ -340,6 +345,24 @@ class StreamingTranscription:
             if before.word.rstrip()[-1:] in PAUSE_MARKS and after.start - before.end >= MIN_PAUSE_S:
                 return (before.end + after.start) / 2
         return None
+
+    def _trim_in_pause_after_commits(self, reheard: list[Word]) -> None:
+        """The speaker paused after a punctuated committed word: this pass wrote nothing new
+        (`reheard`: its words, all committed before), nor did the one before, and it heard
+        PAUSE_HEARD_S of silence after that word. The window, which would keep the whole
+        sentence until the next word commits (`_last_pause` needs a committed word on both
+        sides), is trimmed to TRIM_KEEP_S before that word's start: the words kept are forced,
+        so a pass over the silence ends at once (a window of only silence after a prompt makes
+        tiny.en write "Yeah." or loop), and the next word has a lead-in. The cut never passes the
+        end of the word before: a lone word in a window of mostly silence is aligned up to
+        seconds late, and a forced word the window no longer holds suppresses the next ones."""
+        inside = self._committed_in_window()
+        if len(inside) < 2:
+            return
+        before, last = inside[-2:]
+        end = max([last.end, *(w.end for w in reheard)])
+        if last.word.rstrip()[-1:] in PAUSE_MARKS and self.heard_until - end >= PAUSE_HEARD_S:
+            self._trim_to(min(last.start - TRIM_KEEP_S, before.end + PAUSE_CUT_SLACK_S))
 
     def _trim_to(self, t: float) -> None:
         cut = round((t - self.window_start) * SAMPLE_RATE)
