@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -38,9 +39,12 @@ def live_engine() -> Any:
     eng.shutdown()
 
 
-def stream_at_pace(engine: Any, audio: np.ndarray, blocks: list[int] | None = None) -> list[Any]:
+def stream_at_pace(
+    engine: Any, audio: np.ndarray, blocks: list[int] | None = None,
+    after_block: Callable[[str, int], None] | None = None,
+) -> list[Any]:
     """Every output of one stream fed 500 ms at a time (or in the given block sizes), each
-    block's passes run to completion."""
+    block's passes run to completion (then `after_block(request_id, samples fed)`, if given)."""
     rid = engine.add_streaming_request()
     outputs: list[Any] = []
     sizes = iter(blocks or [])
@@ -51,6 +55,8 @@ def stream_at_pace(engine: Any, audio: np.ndarray, blocks: list[int] | None = No
         off += n
         while engine.has_work():
             outputs.extend(o for o in engine.step() if o.request_id == rid)
+        if after_block is not None:
+            after_block(rid, off)
     assert outputs and outputs[-1].finished, "the stream did not end"
     return outputs
 
@@ -293,16 +299,16 @@ def test_a_pause_after_a_committed_sentence_trims_the_window_to_its_last_word(
 
     audio = _session(clips, ("mfa_falsetto2", "mfa_thoughts"))
     next_sentence = int((2 * PAUSE_S + next(c for c in clips if c.id == "mfa_falsetto2").duration) * 16000)
-    rid = live_engine.add_streaming_request()
-    outputs: list[Any] = []
-    for off in range(0, audio.size, STEP_SAMPLES):
-        live_engine.feed_chunk(rid, audio[off : off + STEP_SAMPLES], is_last=off + STEP_SAMPLES >= audio.size)
-        while live_engine.has_work():
-            outputs.extend(o for o in live_engine.step() if o.request_id == rid)
-        if off + STEP_SAMPLES == next_sentence // STEP_SAMPLES * STEP_SAMPLES:  # the last block of the pause
+    checked: list[int] = []
+
+    def in_the_pause(rid: str, fed: int) -> None:
+        if fed == next_sentence // STEP_SAMPLES * STEP_SAMPLES:  # the last block of the pause is in
             stream = live_engine.runner.streams[rid]
             last = stream.committed_words[-1]
             assert last.word.endswith("this."), stream.agreement.text
             assert 0 < last.start - TRIM_KEEP_S - 1e-3 <= stream.window_start <= last.start, (stream.window_start, last)
-    spoken = " ".join(_spoken(outputs[-1].text))
+            checked.append(fed)
+
+    spoken = " ".join(_spoken(stream_at_pace(live_engine, audio, after_block=in_the_pause)[-1].text))
+    assert checked, "the pause was not reached"
     assert spoken.startswith("i really dont know how people talk like this i have a") and spoken.endswith("that thing"), spoken
