@@ -23,15 +23,13 @@ import logging
 import time
 
 import numpy as np
-import torch
 
 from benchmarks.streaming_capacity import SAMPLE_RATE, corpus_wer, sessions_audio
 from engine import ASREngine, EngineConfig
 
 
 def run(sessions: int, tick_ms: int, threads: int) -> dict[str, object]:
-    torch.set_num_threads(threads)
-    engine = ASREngine(EngineConfig(service_mode="streaming", num_threads=threads))
+    engine = ASREngine(EngineConfig(service_mode="streaming", num_threads=threads))  # sets torch's threads
     engine.transcribe_outputs(np.zeros(SAMPLE_RATE, dtype=np.float32))  # warm-up, not counted
     engine.metrics.drain()
     audios, texts = sessions_audio(sessions)
