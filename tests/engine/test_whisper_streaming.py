@@ -66,30 +66,45 @@ def live_outputs(live_engine: Any, clips: list[Clip]) -> dict[str, list[Any]]:
     return {c.id: stream_at_pace(live_engine, c.audio) for c in clips if c.text and c.duration <= MAX_CLIP_S}
 
 
-def test_fit_context_equals_the_dense_silence_filled_encoding(live_engine: Any) -> None:
+def test_fit_context_is_the_silence_filled_encoding_with_pooled_silence_keys(live_engine: Any, clips: list[Clip]) -> None:
     from engine.models.whisper.context import fit_frames
+    from engine.models.whisper.model import AttentionContext
 
     runner = live_engine.runner
     encoder = runner.model.encoder
+    context = runner.context_encoder
     torch.manual_seed(0)
-    short = torch.randn(runner.dims.n_mels, fit_frames(230)) * 0.5
+    speech = next(c for c in clips if c.text and 3.0 <= c.duration <= 8.0)
+    mel = runner.parts.features([speech.audio])[0]
+    short = torch.zeros(runner.dims.n_mels, fit_frames(mel.shape[1] - 1))
+    short[:, : mel.shape[1] - 1] = mel[:, :-1]
     other = torch.randn(runner.dims.n_mels, fit_frames(700)) * 0.5
-    with torch.inference_mode():
-        alone = runner.context_encoder.encode([short])[0]
-        together = runner.context_encoder.encode([other, short])[1]
-        silence = runner.context_encoder.silence(short)
-        layers = runner.context_encoder.silence_layers(short)
-        own = encoder(short[None], layers)[0]
-        # a window of padding attends to the rest of the padding as a 30 s window of padding does
-        padding = encoder(torch.zeros_like(short)[None], layers)[0]
     positions = short.shape[1] // 2
+    with torch.inference_mode():
+        alone = context.encode([short])[0]
+        together = context.encode([other, short])[1]
+        silence = context.silence(short)
+        pooled = context.silence_after(short, positions)
+        own = encoder(short[None], pooled)[0]
+        dense = [AttentionContext(k[:, positions:], v[:, positions:]) for k, v in context.silence_layers(short)]
+        exact = encoder(short[None], dense)[0]
+        # a window of padding attends to the rest of the padding as a 30 s window of padding does
+        padding = encoder(torch.zeros_like(short)[None], pooled)[0]
+        padding_exact = encoder(torch.zeros_like(short)[None], dense)[0]
+        truncated = encoder(short[None])[0]  # whisper.cpp's audio_ctx: no silence after the window
     assert alone.shape == silence.shape == (runner.dims.n_audio_ctx, runner.dims.n_audio_state)
     torch.testing.assert_close(alone[:positions], own)
     torch.testing.assert_close(alone[positions:], silence[positions:])
     assert torch.equal(alone, together), "a window's encoding must not depend on its batchmates"
+    assert sum(c.k.shape[1] for c in pooled) < sum(c.k.shape[1] for c in dense) / 5
+    # pooled silence keys move the encoding a little; leaving the silence out moves it far
+    moved = float((own - exact).norm() / exact.norm())
+    assert moved < 0.1
+    assert moved < float((truncated - exact).norm() / exact.norm()) / 2
     # all but the last position: there the convolution sees the window's edge, not more padding
     scale = float(silence.abs().max())
-    assert float((padding[:-1] - silence[: positions - 1]).abs().max()) <= 1e-4 * scale
+    assert float((padding_exact[:-1] - silence[: positions - 1]).abs().max()) <= 1e-4 * scale
+    assert float((padding[:-1] - silence[: positions - 1]).norm() / silence[: positions - 1].norm()) < 0.1
 
 
 def test_shared_silence_cross_attention_matches_dense_attention(live_engine: Any) -> None:

@@ -33,6 +33,16 @@ class WhisperDims:
     n_text_layer: int
 
 
+@dataclass(frozen=True)
+class AttentionContext:
+    """Keys and values (H, S, Dh) an encoder block's positions attend to after their own, with an
+    additive score bias (S,) when one key stands for several positions (log of their count)."""
+
+    k: Tensor
+    v: Tensor
+    bias: Tensor | None = None
+
+
 def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> Tensor:
     """Whisper's fixed encoder position table (used when a checkpoint does not store it)."""
     log_timescale_increment = torch.log(torch.tensor(max_timescale)) / (channels // 2 - 1)
@@ -74,17 +84,20 @@ class EncoderBlock(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(n_state, 4 * n_state), nn.GELU(), nn.Linear(4 * n_state, n_state))
         self.mlp_ln = nn.LayerNorm(n_state)
 
-    def forward(self, x: Tensor, context: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        """x (B, T, C). `context`: K/V (H, S, Dh) of S more positions after x's own, shared by the
-        batch, that every position also attends to (the encoded silence completing a short
-        window to 30 s: see context.py)."""
+    def forward(self, x: Tensor, context: AttentionContext | None = None) -> Tensor:
+        """x (B, T, C). `context`: S more keys and values after x's own, shared by the batch, that
+        every position also attends to (the encoded silence completing a short window to 30 s:
+        see context.py)."""
         h = self.attn_ln(x)
         k, v = self.attn.project_kv(h)
+        mask = None
         if context is not None:
-            b = x.shape[0]
-            k = torch.cat([k, context[0].expand(b, -1, -1, -1)], dim=2)  # (B, H, T + S, Dh)
-            v = torch.cat([v, context[1].expand(b, -1, -1, -1)], dim=2)
-        x = x + self.attn.attend(self.attn.split_heads(self.attn.query(h)), k, v)
+            b, t = x.shape[:2]
+            k = torch.cat([k, context.k.expand(b, -1, -1, -1)], dim=2)  # (B, H, T + S, Dh)
+            v = torch.cat([v, context.v.expand(b, -1, -1, -1)], dim=2)
+            if context.bias is not None:
+                mask = torch.cat([context.bias.new_zeros(t), context.bias]).to(x.dtype).view(1, 1, 1, -1)
+        x = x + self.attn.attend(self.attn.split_heads(self.attn.query(h)), k, v, mask)
         return x + self.mlp(self.mlp_ln(x))
 
 
@@ -110,14 +123,13 @@ class AudioEncoder(nn.Module):
         )
         self.ln_post = nn.LayerNorm(dims.n_audio_state)
 
-    def forward(self, mel: Tensor, context: list[tuple[Tensor, Tensor]] | None = None) -> Tensor:
-        """mel (B, n_mels, 2 × T) -> (B, T, C), T <= n_audio_ctx. With `context` (per block, K/V
-        (H, n_audio_ctx, Dh) of another window at every position), positions T.. of that window
-        are attended to as well, as if they followed this one's."""
+    def forward(self, mel: Tensor, context: Sequence[AttentionContext] | None = None) -> Tensor:
+        """mel (B, n_mels, 2 × T) -> (B, T, C), T <= n_audio_ctx. With `context` (per block, the
+        keys and values of positions that follow the window's own), every position attends to
+        those as well."""
         x = self._embed(mel)
-        t = x.shape[1]
         for i, block in enumerate(self.blocks):
-            x = block(x, None if context is None else (context[i][0][:, t:], context[i][1][:, t:]))
+            x = block(x, None if context is None else context[i])
         return self.ln_post(x)
 
     def encode_keeping_kv(self, mel: Tensor) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
