@@ -32,10 +32,11 @@ class WindowPlanner:
         self.encode_queue: deque[WindowJob] = deque()
         self.prefill_queue: deque[WindowJob] = deque()
         self.deferred: list[tuple[WindowJob, WindowResult]] = []  # interim results held while finals decode
+        self.encoding: list[WindowJob] = []  # handed to the encoder thread, not back yet
         self.steps_since_encode = 0
 
     def has_work(self) -> bool:
-        return bool(self.encode_queue or self.prefill_queue or self.deferred)
+        return bool(self.encode_queue or self.prefill_queue or self.deferred or self.encoding)
 
     def submit(self, job: WindowJob) -> None:
         """Queue a job: an encoded one (a retry of its window) waits to join the decoder; a live
@@ -51,17 +52,27 @@ class WindowPlanner:
     def encoded(self, jobs: list[WindowJob]) -> None:
         self.prefill_queue.extend(jobs)
 
+    def still_encoding(self, jobs: list[WindowJob]) -> list[bool]:
+        """Which of `jobs`, back from the encoder thread, were not dropped meanwhile; all of them
+        leave `encoding`."""
+        wanted = [any(j is e for e in self.encoding) for j in jobs]
+        self.encoding = [e for e in self.encoding if not any(e is j for j in jobs)]
+        return wanted
+
     def drop(self, job: WindowJob) -> None:
+        self.encoding = [j for j in self.encoding if j is not job]
         self.encode_queue = deque(j for j in self.encode_queue if j is not job)
         self.prefill_queue = deque(j for j in self.prefill_queue if j is not job)
         self.deferred = [(j, r) for j, r in self.deferred if j is not job]
 
     def drop_owner(self, owner: WindowOwner) -> None:
+        self.encoding = [j for j in self.encoding if j.owner is not owner]
         self.encode_queue = deque(j for j in self.encode_queue if j.owner is not owner)
         self.prefill_queue = deque(j for j in self.prefill_queue if j.owner is not owner)
         self.deferred = [(j, r) for j, r in self.deferred if j.owner is not owner]
 
     def clear(self) -> None:
+        self.encoding.clear()
         self.encode_queue.clear()
         self.prefill_queue.clear()
         self.deferred.clear()
@@ -83,6 +94,15 @@ class WindowPlanner:
         """A live stream's final pass is encoded and waiting or decoding: a client waits on it."""
         return any(j.final for j in self.prefill_queue) or any(g.job.final for g in batch.groups if not g.done)
 
+    def may_encode_beside(self, batch: DecodeBatch) -> bool:
+        """Encode new live passes on the (free) encoder thread now: the decoder batch has live
+        rows to step meanwhile, so the encoder delays no decoder step. Offline windows keep the
+        engine thread's alternation (measured: the dev set took 11.6 s against 7.4 s when their
+        windows were encoded beside the decoder, one thread each, instead of in batches of
+        ENCODE_EVERY_STEPS with both threads)."""
+        return (bool(batch.groups) and bool(self.encode_queue) and all(j.live for j in self.encode_queue)
+                and all(g.job.live for g in batch.groups))
+
     def may_encode(self, batch: DecodeBatch) -> bool:
         """Encode new windows when the decoder batch has drained, or after ENCODE_EVERY_STEPS
         decoder steps. An encoder batch costs as much as dozens of decoder steps on a CPU, so
@@ -90,7 +110,11 @@ class WindowPlanner:
         batch; alternating keeps passes short (live streams) and rows full (offline)."""
         if not batch.groups or self.steps_since_encode >= ENCODE_EVERY_STEPS:
             return True
-        return bool(self.encode_queue) and self.encode_queue[0].final  # a client waits on it
+        return self.final_first()
+
+    def final_first(self) -> bool:
+        """A live stream's final pass is next to encode: a client waits on it."""
+        return bool(self.encode_queue) and self.encode_queue[0].final
 
     def take_encode(self, batch: DecodeBatch) -> list[WindowJob]:
         """The windows to encode together now, in queue order, within the decoder rows left."""

@@ -24,6 +24,7 @@ from engine.metrics import count_passes_shed, stage_timer
 from engine.models.whisper.batch import DecodeBatch
 from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.decoding import DecodeGroup
+from engine.models.whisper.encoder_thread import EncoderThread
 from engine.models.whisper.features import SAMPLE_RATE, LogMelExtractor
 from engine.models.whisper.int8 import int8_gemm_kind
 from engine.models.whisper.model import Whisper, WhisperDims
@@ -63,6 +64,10 @@ class WhisperRunner:
         self.streams_stepped = 0
         self.passes_shed = 0  # interim passes shed because the engine was behind (see _pick_stream_passes)
         self._shed_periods: dict[str, int] = {}  # stream -> pass periods already counted as shed
+        # a second core encodes beside the decoder (encoder_thread.py); with one, the engine
+        # thread alternates between them
+        use_thread = self.parts.device.type == "cpu" and torch.get_num_threads() > DECODE_THREADS
+        self.encoder_thread = EncoderThread(self.parts.context) if use_thread else None
         logger.info("whisper %s loaded from %s (%s) on %s/%s, quantization=%s", self.parts.model_name, self.ckpt_dir,
                     self.parts.checkpoint_format, self.parts.device, self.parts.dtype, self.parts.quantization)
 
@@ -211,9 +216,14 @@ class WhisperRunner:
     def has_work(self) -> bool:
         if self.collating or self.planner.has_work() or self.batch.groups:
             return True
+        if self.encoder_thread is not None and self.encoder_thread.busy:  # a dropped window's batch
+            return True
         return any(s.ready(self.step_samples) for s in self.streams.values())
 
     def shutdown(self) -> None:
+        if self.encoder_thread is not None:
+            self.encoder_thread.shutdown()
+            self.encoder_thread = None
         self.collating.clear()
         self.active.clear()
         self.streams.clear()
@@ -235,10 +245,19 @@ class WhisperRunner:
                 self._collate(outputs)
         if self.streams:
             self._start_stream_passes(outputs)
-        jobs = self.planner.take_encode(self.batch) if self.planner.may_encode(self.batch) else []
-        if jobs:
-            with stage_timer(f"{_mode(jobs)}.encode"):
-                self._encode(jobs, outputs)
+        self._collect_encoded(outputs)
+        thread = self.encoder_thread
+        if thread is not None and not thread.busy and self.planner.may_encode_beside(self.batch):
+            jobs = self.planner.take_encode(self.batch)
+            if jobs:
+                self.planner.encoding.extend(jobs)
+                thread.start(jobs)
+        elif thread is None or not thread.busy or self.planner.final_first():
+            # a final pass does not wait for the encoder thread's batch: the client waits on it
+            jobs = self.planner.take_encode(self.batch) if self.planner.may_encode(self.batch) else []
+            if jobs:
+                with stage_timer(f"{_mode(jobs)}.encode"):
+                    self._encode(jobs, outputs)
         with self._decode_threads():
             self._join(self.planner.take_join(self.batch, self.active), outputs)
             self.planner.steps_since_encode += 1
@@ -337,12 +356,34 @@ class WhisperRunner:
         count_passes_shed(shed)
         self._shed_periods[rid] = max(periods, self._shed_periods.get(rid, 0))
 
-    def _encode(self, jobs: list[WindowJob], outputs: list[RequestOutput]) -> None:
-        """Encode `jobs` in one batch (one by one if the batch fails: only the culprit fails)."""
-        try:
-            feats: list[Tensor | None] = list(self.parts.context.encode([j.mel for j in jobs]))
-        except Exception as exc:
+    def _collect_encoded(self, outputs: list[RequestOutput]) -> None:
+        """Take the encoder thread's batch once it is done, or wait for it when the decoder has
+        nothing to step meanwhile. Windows dropped while it ran (a superseded pass, a released
+        request) are discarded; a failed batch is encoded again here, one window at a time."""
+        thread = self.encoder_thread
+        if thread is None or not thread.busy:
+            return
+        if not thread.done() and (self.batch.groups or self.planner.prefill_queue):
+            return
+        with stage_timer(f"{_mode(self.planner.encoding)}.encode"):  # the wait, not the encoder's time
+            jobs, feats, exc = thread.collect()
+        wanted = self.planner.still_encoding(jobs)
+        if exc is not None:
             logger.warning("encoder batch of %d failed (%s); retrying one by one", len(jobs), exc)
+            self._encode([j for j, keep in zip(jobs, wanted) if keep], outputs, one_by_one=True)
+            return
+        assert feats is not None
+        self._encoded([j for j, keep in zip(jobs, wanted) if keep], [f for f, keep in zip(feats, wanted) if keep])
+
+    def _encode(self, jobs: list[WindowJob], outputs: list[RequestOutput], one_by_one: bool = False) -> None:
+        """Encode `jobs` in one batch (one by one if the batch fails: only the culprit fails)."""
+        feats: list[Tensor | None] = []
+        if not one_by_one:
+            try:
+                feats = list(self.parts.context.encode([j.mel for j in jobs]))
+            except Exception as exc:
+                logger.warning("encoder batch of %d failed (%s); retrying one by one", len(jobs), exc)
+        if len(feats) != len(jobs):
             feats = []
             for j in jobs:
                 try:
@@ -350,6 +391,10 @@ class WhisperRunner:
                 except Exception as one_exc:
                     feats.append(None)
                     self._fail(j.owner, "encode", one_exc, outputs)
+        self._encoded(jobs, feats)
+
+    def _encoded(self, jobs: list[WindowJob], feats: list[Tensor | None]) -> None:
+        """Encoded windows (None: failed) wait to join the decoder, their language detected."""
         encoded = [j for j, f in zip(jobs, feats) if f is not None]
         for j, f in zip(jobs, feats):
             j.audio_features = f
