@@ -286,7 +286,8 @@ class Metrics:
             "oasr_engine_stage_host_seconds",
             "Host wall time per engine stage (offline.{collate,encode,prefill,decode,advance}, "
             "streaming.{schedule,allocate,features,encode,decode,finalize}); on CUDA a forward returns "
-            "before the device finishes, so read it as where the step loop's wall clock goes (seconds).",
+            "before the device finishes, and live passes encoded on the CPU encoder thread count their "
+            "wait, so read it as where the step loop's wall clock goes (seconds).",
             (*e, "stage"), STAGE_BUCKETS)
         self.engine_batch_size = d.histogram(
             "oasr_engine_batch_size",

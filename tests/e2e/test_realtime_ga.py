@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +27,7 @@ import numpy as np
 import pytest
 import soxr
 import websockets
+from whisper_normalizer.english import EnglishTextNormalizer
 
 from tests.audio_variants import encode_variant
 from tests.conftest import load_clip, manifest, wer
@@ -261,5 +263,8 @@ async def test_noise_reduction_session_still_transcribes_noisy_speech(server: Se
     assert updated["session"]["audio"]["input"]["noise_reduction"] == {"type": "near_field", "strength": 1.0}
     (done,) = [e for e in events if e["type"] == TERMINAL[0]]
     ref = next(c.text or "" for c in manifest() if c.id == PAUSE_CLIPS[0])
-    assert wer([ref], [done["transcript"]]) <= 35.0, done["transcript"]
+    # Whisper's normalizer reads "a thousand" as "a 1000" and "1000" as "1000": the same words
+    # written in numerals would count as an error, so a number's article is dropped on both sides
+    ref, said = (re.sub(r"\ba (?=\d)", "", EnglishTextNormalizer()(t)) for t in (ref, done["transcript"]))
+    assert wer([ref], [said]) <= 35.0, done["transcript"]
     assert abs(done["audio_end_ms"] - clip.size / 16) <= 30  # denoising delays audio, never drops it
