@@ -365,32 +365,35 @@ class WhisperRunner:
             return
         if not thread.done() and (self.batch.groups or self.planner.prefill_queue):
             return
-        with stage_timer(f"{_mode(self.planner.encoding)}.encode"):  # the wait, not the encoder's time
+        with stage_timer("streaming.encode"):  # the wait, not the encoder's time (the thread takes live passes only)
             jobs, feats, exc = thread.collect()
         wanted = self.planner.still_encoding(jobs)
         if exc is not None:
             logger.warning("encoder batch of %d failed (%s); retrying one by one", len(jobs), exc)
-            self._encode([j for j, keep in zip(jobs, wanted) if keep], outputs, one_by_one=True)
+            self._encode_one_by_one([j for j, keep in zip(jobs, wanted) if keep], outputs)
             return
         assert feats is not None
         self._encoded([j for j, keep in zip(jobs, wanted) if keep], [f for f, keep in zip(feats, wanted) if keep])
 
-    def _encode(self, jobs: list[WindowJob], outputs: list[RequestOutput], one_by_one: bool = False) -> None:
+    def _encode(self, jobs: list[WindowJob], outputs: list[RequestOutput]) -> None:
         """Encode `jobs` in one batch (one by one if the batch fails: only the culprit fails)."""
+        try:
+            feats: list[Tensor | None] = list(self.parts.context.encode([j.mel for j in jobs]))
+        except Exception as exc:
+            logger.warning("encoder batch of %d failed (%s); retrying one by one", len(jobs), exc)
+            self._encode_one_by_one(jobs, outputs)
+            return
+        self._encoded(jobs, feats)
+
+    def _encode_one_by_one(self, jobs: list[WindowJob], outputs: list[RequestOutput]) -> None:
+        """Encode `jobs` one at a time after their batch failed: a window that fails again fails its request."""
         feats: list[Tensor | None] = []
-        if not one_by_one:
+        for j in jobs:
             try:
-                feats = list(self.parts.context.encode([j.mel for j in jobs]))
-            except Exception as exc:
-                logger.warning("encoder batch of %d failed (%s); retrying one by one", len(jobs), exc)
-        if len(feats) != len(jobs):
-            feats = []
-            for j in jobs:
-                try:
-                    feats.append(self.parts.context.encode([j.mel])[0])
-                except Exception as one_exc:
-                    feats.append(None)
-                    self._fail(j.owner, "encode", one_exc, outputs)
+                feats.append(self.parts.context.encode([j.mel])[0])
+            except Exception as one_exc:
+                feats.append(None)
+                self._fail(j.owner, "encode", one_exc, outputs)
         self._encoded(jobs, feats)
 
     def _encoded(self, jobs: list[WindowJob], feats: list[Tensor | None]) -> None:

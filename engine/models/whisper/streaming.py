@@ -342,7 +342,7 @@ class StreamingTranscription:
         without a lead-in, and tiny.en writes "No, or of the circumstances" for "nor of the ..."."""
         inside = self._committed_in_window()
         for before, after in reversed(list(pairwise(inside))):
-            if before.word.rstrip()[-1:] in PAUSE_MARKS and after.start - before.end >= MIN_PAUSE_S:
+            if _marks_pause(before) and after.start - before.end >= MIN_PAUSE_S:
                 return (before.end + after.start) / 2
         return None
 
@@ -361,7 +361,7 @@ class StreamingTranscription:
             return
         before, last = inside[-2:]
         end = max([last.end, *(w.end for w in reheard)])
-        if last.word.rstrip()[-1:] in PAUSE_MARKS and self.heard_until - end >= PAUSE_HEARD_S:
+        if _marks_pause(last) and self.heard_until - end >= PAUSE_HEARD_S:
             self._trim_to(min(last.start - TRIM_KEEP_S, before.end + PAUSE_CUT_SLACK_S))
 
     def _trim_to(self, t: float) -> None:
@@ -409,3 +409,8 @@ class StreamingTranscription:
             attach_logprobs(out, self.parts.tokenizer, [t for w in scored for t in w.tokens or []],
                           [lp for w in scored for lp in w.logprobs or []])
         return out
+
+
+def _marks_pause(word: Word) -> bool:
+    """The word ends in punctuation Whisper writes where the speaker pauses."""
+    return word.word.rstrip()[-1:] in PAUSE_MARKS
