@@ -194,7 +194,7 @@ class DecodeGroup:
             return self._advance_beam(logprobs)
         eot = self.rules.eot
         if self.temperature > 0.0:
-            chosen = [int(self._sample(row)) for row in logits]  # rows in order: one generator
+            chosen = self._sample(logits).tolist()
         else:
             chosen = [int(logits[0].argmax())]
         for row, token in enumerate(chosen):
@@ -212,17 +212,25 @@ class DecodeGroup:
     # ---- token selection ----
 
     def _sample(self, logits: Tensor) -> Tensor:
+        """One token per row of `logits` (rows, V), drawn from its tempered (top-k / top-p
+        filtered) distribution by inverting its cumulative sum at a uniform draw: one draw per row,
+        rows in order, from this group's generator. `torch.multinomial` draws an exponential per
+        vocabulary entry instead (measured: 1.1 ms a row on a CPU, 15 % of the dev set's offline
+        time, where the windows that fall back sample 25 rows for every step)."""
         logits = logits / self.temperature
         if self.options.top_k is not None:
-            kth = torch.topk(logits, min(self.options.top_k, logits.shape[-1])).values[-1]
+            kth = torch.topk(logits, min(self.options.top_k, logits.shape[-1]), dim=-1).values[:, -1:]
             logits = logits.masked_fill(logits < kth, NEG_INF)
         if self.options.top_p is not None and self.options.top_p < 1.0:
-            sorted_logits, order = torch.sort(logits, descending=True)
-            cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
-            remove = cumulative - torch.softmax(sorted_logits, dim=-1) > self.options.top_p
-            logits = logits.masked_fill(torch.zeros_like(remove).scatter(0, order, remove), NEG_INF)
-        probs = torch.softmax(logits, dim=-1)
-        return torch.multinomial(probs, 1, generator=self.generator)[0]
+            sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+            sorted_probs = torch.softmax(sorted_logits, dim=-1)
+            remove = sorted_probs.cumsum(-1) - sorted_probs > self.options.top_p
+            logits = logits.masked_fill(torch.zeros_like(remove).scatter(-1, order, remove), NEG_INF)
+        cumulative = torch.softmax(logits, dim=-1, dtype=torch.float64).cumsum(-1)  # float64: exact to 1e-12
+        draw = torch.rand(logits.shape[0], 1, generator=self.generator, device=logits.device, dtype=torch.float64)
+        # right=True: a token of probability 0 spans an empty interval and is never drawn
+        chosen = torch.searchsorted(cumulative, draw * cumulative[:, -1:], right=True)[:, 0]
+        return chosen.clamp(max=logits.shape[-1] - 1)
 
     def _advance_beam(self, logprobs: Tensor) -> list[int]:
         eot = self.rules.eot
