@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from engine.models.whisper.cache import DecoderCache
+from engine.models.whisper.int8 import quantize_linear_layers
 from engine.models.whisper.model import TextDecoder, WhisperDims
 
 DIMS = WhisperDims(n_mels=80, n_audio_ctx=40, n_audio_state=64, n_audio_head=4, n_audio_layer=1, n_vocab=300,
@@ -65,5 +66,63 @@ def test_beams_sharing_cross_kv_decode_as_rows_with_their_own_copy(live: bool) -
 
 def test_item_runs_group_consecutive_items_with_equal_rows() -> None:
     cache = _decoder().new_cache(torch.randn(4, 5, DIMS.n_text_state), capacity=2, repeats=[5, 5, 1, 5])
-    assert cache.item_runs() == [(slice(0, 2), slice(0, 10), 5), (slice(2, 3), slice(10, 11), 1),
-                                 (slice(3, 4), slice(11, 16), 5)]
+    assert [(r.items, r.rows, r.per, r.held) for r in cache.item_runs()] == [
+        (slice(0, 2), slice(0, 10), 5, 5), (slice(2, 3), slice(10, 11), 1, 5), (slice(3, 4), slice(11, 16), 5, 5)]
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_offline_items_hold_their_own_audio_and_attend_to_the_shared_silence_exactly(beams: int) -> None:
+    """An offline ('fit') item holds only its own positions and attends to the one shared copy of
+    the silence after them: the same logits as dense attention over its 30 s context. Items of
+    different lengths attend in separate calls."""
+    decoder = _decoder()
+    silence_feats = torch.randn(DIMS.n_audio_ctx, DIMS.n_text_state)
+    positions = [10, 20, 20, DIMS.n_audio_ctx]
+    feats = silence_feats.repeat(len(positions), 1, 1)
+    for i, n in enumerate(positions):
+        feats[i, :n] = torch.randn(n, DIMS.n_text_state)
+    repeats = [beams] * len(positions)
+    tokens = torch.randint(0, DIMS.n_vocab, (beams * len(positions), 6))
+    with torch.inference_mode():
+        held = decoder.new_cache(feats, capacity=8, audio_positions=positions, silence=decoder.silence_kv(silence_feats),
+                                 shared_silence=False, repeats=repeats)
+        assert held.held == positions and held.cross_capacity == DIMS.n_audio_ctx
+        assert [(r.items, r.held, r.silence) for r in held.item_runs()] == [
+            (slice(0, 1), 10, True), (slice(1, 3), 20, True), (slice(3, 4), DIMS.n_audio_ctx, False)]
+        dense = decoder.new_cache(feats, capacity=8, repeats=repeats)
+        for a, b in zip(_decode(decoder, held, tokens), _decode(decoder, dense, tokens)):
+            torch.testing.assert_close(a, b, **TOLERANCE)
+
+
+# tiny.en's text width and heads (the head size sets the attention kernels' blocking), fewer layers
+TINY_TEXT = WhisperDims(n_mels=80, n_audio_ctx=1500, n_audio_state=384, n_audio_head=6, n_audio_layer=1, n_vocab=300,
+                        n_text_ctx=32, n_text_state=384, n_text_head=6, n_text_layer=2)
+
+
+def test_an_offline_items_cross_attention_does_not_depend_on_its_batch_mates() -> None:
+    """Bit for bit: an offline item's cross-attention alone and beside offline items of its own
+    and other lengths and live items sharing the silence, also after its mates leave. With int8
+    projections, as the engine runs on a CPU (float GEMMs round differently with the number of
+    rows; the int8 ones are exact per row), so only the attention could differ."""
+    torch.manual_seed(0)
+    decoder = quantize_linear_layers(TextDecoder(TINY_TEXT).eval())
+    n_audio, width = TINY_TEXT.n_audio_ctx, TINY_TEXT.n_text_state
+    silence = decoder.silence_kv(torch.randn(n_audio, width))
+    offline, live = [300, 300, 1000, 100, 300], [300, 650, 100]
+    feats = torch.randn(len(offline) + len(live), n_audio, width)
+    states = torch.randn(feats.shape[0], 1, width)
+    block = decoder.blocks[0]
+
+    def attend(cache: DecoderCache, rows: int) -> torch.Tensor:
+        return decoder._cross_attention(block, 0, states[:rows], cache, decoder._cross_runs(cache))
+
+    with torch.inference_mode():
+        alone = decoder.new_cache(feats[:1], capacity=8, audio_positions=offline[:1], silence=silence,
+                                  shared_silence=False)
+        batch = decoder.new_cache(feats[: len(offline)], capacity=8, audio_positions=offline, silence=silence,
+                                  shared_silence=False)
+        batch.extend(decoder.new_cache(feats[len(offline) :], capacity=8, audio_positions=live, silence=silence))
+        assert torch.equal(attend(alone, 1), attend(batch, feats.shape[0])[:1])
+        batch.select_items([0])
+        assert batch.cross_capacity == alone.cross_capacity
+        assert torch.equal(attend(alone, 1), attend(batch, 1))

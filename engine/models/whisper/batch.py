@@ -149,17 +149,7 @@ class DecodeBatch:
             row += g.num_rows
             if g.done:
                 continue
-            own = slice(item, item + 1)
-            sub = DecoderCache(
-                [t.index_select(0, index) for t in self.cache.self_k],
-                [t.index_select(0, index) for t in self.cache.self_v],
-                [t[own] for t in self.cache.cross_k],
-                [t[own] for t in self.cache.cross_v],
-                None if self.cache.cross_len is None else self.cache.cross_len[own],
-                self.cache.silence_k,
-                self.cache.silence_v,
-                [g.num_rows],
-            )
+            sub = self.cache.item_cache(item, index)
             try:
                 self._step_rows([g], sub)
             except Exception as exc:

@@ -12,6 +12,22 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
+@dataclass(frozen=True)
+class CrossRun:
+    """Consecutive items whose rows one cross-attention call serves: `items` and their `rows`,
+    `per` rows each. `held` (offline items): every item of the run holds exactly that many own
+    positions, and `silence` says whether its context goes on with the shared silence; the run's
+    shapes and numbers are then an item's own, whatever else shares the batch. `held` None (live
+    items): the run attends over its items' own positions and the shared silence in one batched
+    softmax, masked per item."""
+
+    items: slice
+    rows: slice
+    per: int
+    held: int | None = None
+    silence: bool = False
+
+
 @dataclass
 class DecoderCache:
     """K/V of every decoder row: self-attention grows by one position per step, cross-attention
@@ -24,10 +40,15 @@ class DecoderCache:
     self_v: list[Tensor]
     cross_k: list[Tensor]  # per layer (G, H, S, Dh)
     cross_v: list[Tensor]
-    cross_len: Tensor | None = None
-    """(G,) audio positions of each item held in cross_k/v; the rest of an item's context, up to
-    Whisper's 1500 positions, is the shared encoded silence below ('fit' windows, context.py).
-    None: every item's context is all of cross_k/v."""
+    held: list[int] = field(default_factory=list)
+    """Own positions of cross_k/v each item holds (the rest of its S is padding); empty: all S."""
+    shares_silence: list[bool] = field(default_factory=list)
+    """Whether each item's context goes on, after its held positions, with the shared silence
+    below up to Whisper's 1500 positions ('fit' windows, context.py); empty: no item's."""
+    batched: list[bool] = field(default_factory=list)
+    """Whether each item attends in one batched call with its neighbours (live passes: the
+    silence is read once for all of them, and rounding depends on the batch); else in calls of
+    items of its own length only (offline: transcripts do not depend on the batch). Empty: none."""
     silence_k: list[Tensor] | None = None  # per layer (H, n_audio_ctx, Dh), shared by all rows
     silence_v: list[Tensor] | None = None
     item_rows: list[int] = field(default_factory=list)
@@ -49,20 +70,40 @@ class DecoderCache:
     def capacity(self) -> int:
         return self.self_k[0].shape[2] if self.self_k else 0
 
-    def item_runs(self) -> list[tuple[slice, slice, int]]:
-        """Maximal runs of consecutive items with the same number of rows: (items, their rows,
-        rows per item). One cross-attention call serves a run."""
-        runs: list[tuple[slice, slice, int]] = []
+    @property
+    def cross_capacity(self) -> int:
+        return self.cross_k[0].shape[2] if self.cross_k else 0
+
+    @property
+    def cross_len(self) -> Tensor | None:
+        """(G,) positions each item holds, as a tensor; None when every item holds all of them."""
+        if not self.held:
+            return None
+        return torch.tensor(self.held, dtype=torch.long, device=self.cross_k[0].device)
+
+    def item_runs(self) -> list[CrossRun]:
+        """Maximal runs of consecutive items one cross-attention call serves: equal rows per item,
+        and either all batched or all holding the same positions."""
+        runs: list[CrossRun] = []
         item = row = 0
         while item < len(self.item_rows):
-            per = self.item_rows[item]
+            key = self._run_key(item)
             end = item
-            while end < len(self.item_rows) and self.item_rows[end] == per:
+            while end < len(self.item_rows) and self._run_key(end) == key:
                 end += 1
-            runs.append((slice(item, end), slice(row, row + per * (end - item)), per))
+            per, batched, held, silence = key
+            runs.append(CrossRun(slice(item, end), slice(row, row + per * (end - item)), per,
+                                 None if batched else held, silence))
             row += per * (end - item)
             item = end
         return runs
+
+    def _run_key(self, item: int) -> tuple[int, bool, int, bool]:
+        batched = bool(self.batched) and self.batched[item]
+        if batched:
+            return self.item_rows[item], True, -1, True
+        held = self.held[item] if self.held else self.cross_capacity
+        return self.item_rows[item], False, held, bool(self.shares_silence) and self.shares_silence[item]
 
     def ensure_capacity(self, needed: int) -> None:
         """Grow self-attention storage geometrically so growth is amortized."""
@@ -84,10 +125,6 @@ class DecoderCache:
                 grown[:, :, :cap] = t
                 store[i] = grown
 
-    @property
-    def cross_capacity(self) -> int:
-        return self.cross_k[0].shape[2] if self.cross_k else 0
-
     def reorder_rows(self, index: Tensor) -> None:
         """Beams moved within their items: row i's self-attention K/V become old row index[i]'s."""
         for store in (self.self_k, self.self_v):
@@ -108,43 +145,62 @@ class DecoderCache:
             for i, t in enumerate(store):
                 store[i] = t.index_select(0, index)
         self.item_rows = [self.item_rows[i] for i in items]
-        if self.cross_len is not None:
-            self.cross_len = self.cross_len.index_select(0, item_index)
-            self.shrink_cross()
+        self.held = [self.held[i] for i in items] if self.held else []
+        self.shares_silence = [self.shares_silence[i] for i in items] if self.shares_silence else []
+        self.batched = [self.batched[i] for i in items] if self.batched else []
+        self.shrink_cross()
+
+    def item_cache(self, item: int, rows: Tensor) -> DecoderCache:
+        """A cache of item `item` alone, its rows `rows` (copies of their self-attention K/V)."""
+        own = slice(item, item + 1)
+        return DecoderCache(
+            [t.index_select(0, rows) for t in self.self_k],
+            [t.index_select(0, rows) for t in self.self_v],
+            [t[own] for t in self.cross_k],
+            [t[own] for t in self.cross_v],
+            held=self.held[own],
+            shares_silence=self.shares_silence[own],
+            batched=self.batched[own],
+            silence_k=self.silence_k,
+            silence_v=self.silence_v,
+            item_rows=[self.item_rows[item]],
+        )
 
     def shrink_cross(self) -> None:
         """Drop cross positions no item holds (items with long contexts left the batch)."""
-        if self.cross_len is None or not self.cross_k or self.cross_k[0].shape[0] == 0:
+        if not self.held or not self.cross_k or self.cross_k[0].shape[0] == 0:
             return
-        needed = int(self.cross_len.max())
+        needed = max(self.held)
         if needed < self.cross_capacity:
             for store in (self.cross_k, self.cross_v):
                 for i, t in enumerate(store):
                     store[i] = t[:, :, :needed].contiguous()
 
-    def pad_cross(self, length: int) -> None:
-        """Grow cross storage to `length` positions, masked by `cross_len` (items without one get
-        their full current length)."""
-        cap = self.cross_capacity
-        if self.cross_len is None:
-            self.cross_len = torch.full((self.num_items,), cap, dtype=torch.long, device=self.cross_k[0].device)
-        if length <= cap:
-            return
-        for store in (self.cross_k, self.cross_v):
-            for i, t in enumerate(store):
-                store[i] = F.pad(t, (0, 0, 0, length - cap))
+    def _spell_out(self, length: int) -> None:
+        """Give every per-item list explicit values and grow cross storage to `length` positions
+        (padding), ahead of joining another cache."""
+        cap, g = self.cross_capacity, self.num_items
+        self.held = self.held or [cap] * g
+        self.shares_silence = self.shares_silence or [False] * g
+        self.batched = self.batched or [False] * g
+        if length > cap:
+            for store in (self.cross_k, self.cross_v):
+                for i, t in enumerate(store):
+                    store[i] = F.pad(t, (0, 0, 0, length - cap))
 
     def extend(self, other: DecoderCache) -> None:
         """Append `other`'s items and rows (capacities are aligned first)."""
         cap = max(self.capacity, other.capacity)
         self.resize(cap)
         other.resize(cap)
-        if self.cross_len is not None or other.cross_len is not None or self.cross_capacity != other.cross_capacity:
+        plain = not (self.held or other.held) and self.cross_capacity == other.cross_capacity
+        if not plain:
             cross = max(self.cross_capacity, other.cross_capacity)
-            self.pad_cross(cross)
-            other.pad_cross(cross)
-            assert self.cross_len is not None and other.cross_len is not None
-            self.cross_len = torch.cat([self.cross_len, other.cross_len])
+            self._spell_out(cross)
+            other._spell_out(cross)
+            self.held = [*self.held, *other.held]
+            self.shares_silence = [*self.shares_silence, *other.shares_silence]
+            self.batched = [*self.batched, *other.batched]
             self.silence_k = self.silence_k or other.silence_k
             self.silence_v = self.silence_v or other.silence_v
         for mine, theirs in (

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from engine.models.whisper.cache import DecoderCache
+from engine.models.whisper.cache import CrossRun, DecoderCache
 from engine.models.whisper.int8 import Int8Linear
 
 
@@ -175,11 +175,11 @@ class TextDecoder(nn.Module):
         `repeats[i]` rows (its beams, which share its cross K/V; default one row per item).
 
         With `audio_positions` and the `silence` K/V (see `silence_kv`), item i's own audio is its
-        first audio_positions[i] positions and the rest of its features is that silence, whose
-        K/V are copied rather than projected again. `shared_silence` keeps only the own positions
-        per row and attends to the silence once for all rows (less memory read per step: live
-        passes); without it every row holds all positions, so a row's attention has the same
-        shapes whatever its batch mates (offline: transcripts do not depend on the batch)."""
+        first audio_positions[i] positions and the rest of its features is that silence: only
+        the own positions are held per item, and every item attends to the one copy of the
+        silence's K/V after them. `shared_silence` (live passes) attends over all items' rows in
+        one batched softmax; without it (offline) each item attends in calls with items of its
+        own length only, so that its numbers do not depend on its batch mates."""
         g = audio_features.shape[0]
         rows = g if repeats is None else sum(repeats)
         head_dim = audio_features.shape[2] // self.n_head
@@ -188,22 +188,20 @@ class TextDecoder(nn.Module):
             assert audio_positions is not None
             audio_features = audio_features[:, : max(audio_positions)]
         self_k, self_v, cross_k, cross_v = [], [], [], []
-        for layer, block in enumerate(self.blocks):
+        for block in self.blocks:
             k, v = block.cross_attn.project_kv(audio_features)  # (G, H, S_own, Dh)
-            if short and not shared_silence:
-                assert silence is not None and audio_positions is not None
-                k, v = _complete_with(k, silence[0][layer], audio_positions), _complete_with(v, silence[1][layer],
-                                                                                            audio_positions)
             cross_k.append(k.contiguous())  # read every step: a strided layout costs 10x in matmuls
             cross_v.append(v.contiguous())
             self_k.append(audio_features.new_zeros(rows, self.n_head, capacity, head_dim))
             self_v.append(audio_features.new_zeros(rows, self.n_head, capacity, head_dim))
         item_rows = list(repeats or [])
-        if not short or not shared_silence:
+        if not short:
             return DecoderCache(self_k, self_v, cross_k, cross_v, item_rows=item_rows)
         assert silence is not None and audio_positions is not None
-        cross_len = torch.tensor(audio_positions, dtype=torch.long, device=audio_features.device)
-        return DecoderCache(self_k, self_v, cross_k, cross_v, cross_len, silence[0], silence[1], item_rows)
+        n_audio = silence[0][0].shape[1]
+        return DecoderCache(self_k, self_v, cross_k, cross_v, held=list(audio_positions),
+                            shares_silence=[p < n_audio for p in audio_positions], batched=[shared_silence] * g,
+                            silence_k=silence[0], silence_v=silence[1], item_rows=item_rows)
 
     def silence_kv(self, silence_features: Tensor) -> tuple[list[Tensor], list[Tensor]]:
         """Per layer cross K/V (H, n_audio_ctx, Dh) of the encoded silence (n_audio_ctx, C)."""
@@ -215,35 +213,49 @@ class TextDecoder(nn.Module):
         return ks, vs
 
     def _cross_attention(self, block: DecoderBlock, layer: int, h: Tensor, cache: DecoderCache,
-                         bias: Tensor | None) -> Tensor:
-        """Cross-attention of the rows' normed states h (N, T, C). The rows of one item (its beams)
-        attend as more query positions of one sequence (cross-attention has no mask), so each
-        item's K/V are read once per step rather than once per beam; items with one row attend
-        exactly as a batch of single rows."""
+                         runs: list[tuple[CrossRun, Tensor | None]]) -> Tensor:
+        """Cross-attention of the rows' normed states h (N, T, C), one call per run of items
+        (`DecoderCache.item_runs`, with the shared-silence mask of each live run). The rows of one
+        item (its beams) attend as more query positions of one sequence (cross-attention has no
+        mask), so each item's K/V are read once per step rather than once per beam; items with
+        one row attend exactly as a batch of single rows."""
         attn = block.cross_attn
         q_all = attn.query(h)
         _, t, c = q_all.shape
         parts = []
-        for items, rows, per in cache.item_runs():
-            q = attn.split_heads(q_all[rows].reshape(items.stop - items.start, per * t, c))
-            out = self._attend_items(q, layer, cache, bias, items)
+        for run, silence_bias in runs:
+            items, rows = run.items, run.rows
+            q = attn.split_heads(q_all[rows].reshape(items.stop - items.start, run.per * t, c))
+            out = self._attend_run(q, layer, cache, run, silence_bias)
             parts.append(attn.merge_heads(out).reshape(rows.stop - rows.start, t, c))
         return attn.out(parts[0] if len(parts) == 1 else torch.cat(parts))
 
-    def _attend_items(self, q: Tensor, layer: int, cache: DecoderCache, bias: Tensor | None, items: slice) -> Tensor:
-        """Attention (G, H, T, Dh) of queries q (G, H, T, Dh) over the cross K/V of `items`; items
-        with a short context attend over their own positions followed by the shared silence, in
-        one softmax. The silence K/V are read once for all items, which is what makes a batch of
-        short live windows cheap (the step is memory-bound)."""
+    def _attend_run(self, q: Tensor, layer: int, cache: DecoderCache, run: CrossRun,
+                    silence_bias: Tensor | None) -> Tensor:
+        """Attention (G, H, T, Dh) of queries q (G, H, T, Dh) over the cross K/V of `run`'s items.
+        Offline items attend over their own positions and, in one softmax merged from two calls,
+        the shared silence after them. Live items with a short context attend over their own positions
+        followed by the shared silence, in one softmax (`silence_bias` masks each item's part):
+        the silence K/V are read once for all items, which is what makes a batch of short live
+        windows cheap (the step is memory-bound)."""
+        items = run.items
+        if silence_bias is None:
+            held = cache.cross_capacity if run.held is None else run.held
+            k, v = cache.cross_k[layer][items, :, :held], cache.cross_v[layer][items, :, :held]
+            if not run.silence:
+                return F.scaled_dot_product_attention(q, k, v)
+            assert cache.silence_k is not None and cache.silence_v is not None
+            g = items.stop - items.start
+            sk = cache.silence_k[layer][None, :, held:].expand(g, -1, -1, -1)
+            sv = cache.silence_v[layer][None, :, held:].expand(g, -1, -1, -1)
+            return _merge_attention(_attention_with_lse(q, k, v), _attention_with_lse(q, sk, sv))
         k, v = cache.cross_k[layer][items], cache.cross_v[layer][items]
-        if bias is None:
-            return F.scaled_dot_product_attention(q, k, v)
         assert cache.silence_k is not None and cache.silence_v is not None
         n, h, t, d = q.shape
         q = q * d**-0.5
         sk, sv = cache.silence_k[layer], cache.silence_v[layer]
         s_sil = (q.permute(1, 0, 2, 3).reshape(h, n * t, d) @ sk.transpose(-1, -2)).view(h, n, t, -1)
-        scores = torch.cat([q @ k.transpose(-1, -2), s_sil.permute(1, 0, 2, 3)], dim=-1).float() + bias[items]
+        scores = torch.cat([q @ k.transpose(-1, -2), s_sil.permute(1, 0, 2, 3)], dim=-1).float() + silence_bias
         p = torch.softmax(scores, dim=-1).to(q.dtype)
         s = k.shape[2]
         out = p[..., :s] @ v
@@ -251,16 +263,22 @@ class TextDecoder(nn.Module):
         return out + (p_sil @ sv).view(h, n, t, d).permute(1, 0, 2, 3)
 
     @staticmethod
-    def _cross_bias(cache: DecoderCache) -> Tensor | None:
-        """(G, 1, 1, S + 1500) additive mask over [own positions, silence positions] per item."""
-        if cache.cross_len is None or cache.silence_k is None:
-            return None
-        device = cache.cross_len.device
-        lengths = cache.cross_len[:, None, None, None]
-        real = torch.arange(cache.cross_capacity, device=device)[None, None, None, :] < lengths
-        silence = torch.arange(cache.silence_k[0].shape[1], device=device)[None, None, None, :] >= lengths
-        keep = torch.cat([real, silence], dim=-1)
-        return torch.zeros(keep.shape, device=device).masked_fill_(~keep, float("-inf"))
+    def _cross_runs(cache: DecoderCache) -> list[tuple[CrossRun, Tensor | None]]:
+        """The cache's runs (`DecoderCache.item_runs`), each live one with its (G, 1, 1, S + 1500)
+        additive mask over [own positions, silence positions] per item."""
+        runs: list[tuple[CrossRun, Tensor | None]] = []
+        for run in cache.item_runs():
+            if run.held is not None:
+                runs.append((run, None))
+                continue
+            assert cache.silence_k is not None
+            device = cache.cross_k[0].device
+            lengths = torch.tensor(cache.held[run.items], dtype=torch.long, device=device)[:, None, None, None]
+            real = torch.arange(cache.cross_capacity, device=device)[None, None, None, :] < lengths
+            silence = torch.arange(cache.silence_k[0].shape[1], device=device)[None, None, None, :] >= lengths
+            keep = torch.cat([real, silence], dim=-1)
+            runs.append((run, torch.zeros(keep.shape, device=device).masked_fill_(~keep, float("-inf"))))
+        return runs
 
     def forward(self, tokens: Tensor, positions: Tensor, cache: DecoderCache, logit_index: Tensor | None = None) -> Tensor:
         """tokens, positions (N, T) -> logits (N, T, V); writes K/V of the new tokens into the cache
@@ -274,7 +292,7 @@ class TextDecoder(nn.Module):
         key_pos = torch.arange(cache.capacity, device=tokens.device)
         mask = (key_pos[None, None, :] <= positions[:, :, None]).unsqueeze(1)  # (N, 1, T, T_cap)
         rows = torch.arange(n, device=tokens.device)[:, None].expand(n, t)
-        cross_bias = self._cross_bias(cache)
+        runs = self._cross_runs(cache)
         for layer, block in enumerate(self.blocks):
             h = block.attn_ln(x)
             q = block.attn.split_heads(block.attn.query(h))
@@ -283,7 +301,7 @@ class TextDecoder(nn.Module):
             cache.self_k[layer][rows, :, positions] = k_new.transpose(1, 2)
             cache.self_v[layer][rows, :, positions] = v_new.transpose(1, 2)
             x = x + block.attn.attend(q, cache.self_k[layer], cache.self_v[layer], mask)
-            x = x + self._cross_attention(block, layer, block.cross_attn_ln(x), cache, cross_bias)
+            x = x + self._cross_attention(block, layer, block.cross_attn_ln(x), cache, runs)
             x = x + block.mlp(block.mlp_ln(x))
         if logit_index is not None:
             x = x[torch.arange(n, device=x.device)[:, None], logit_index]
@@ -310,7 +328,7 @@ class TextDecoder(nn.Module):
         causal = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()
         positions = None if audio_positions is None else [audio_positions]
         audio = self.new_cache(audio_features, capacity=1, audio_positions=positions, silence=silence)
-        bias = self._cross_bias(audio)
+        (run, silence_bias), = self._cross_runs(audio)
         weights: dict[tuple[int, int], Tensor] = {}
         # without logits, nothing after the last alignment head's attention weights is needed
         last = len(self.blocks) - 1 if with_logits else max((layer for layer, _ in heads), default=len(self.blocks) - 1)
@@ -331,8 +349,8 @@ class TextDecoder(nn.Module):
                         weights[lh] = w[0, lh[1]]
             if layer == last and not with_logits:
                 break
-            x = x + block.cross_attn.out(block.cross_attn.merge_heads(self._attend_items(q, layer, audio, bias,
-                                                                                        slice(0, 1))))
+            x = x + block.cross_attn.out(block.cross_attn.merge_heads(self._attend_run(q, layer, audio, run,
+                                                                                      silence_bias)))
             x = x + block.mlp(block.mlp_ln(x))
         logits = self.logits(self.ln(x))[0] if with_logits else None
         return torch.stack([weights[h] for h in heads]), logits
@@ -350,13 +368,25 @@ class TextDecoder(nn.Module):
         self.output_projection = Int8Linear(self.token_embedding.weight, None)
 
 
-def _complete_with(own: Tensor, silence: Tensor, lengths: list[int]) -> Tensor:
-    """Per item i, own[i] (H, S_own, Dh) up to lengths[i] followed by silence (H, S_full, Dh)
-    from there on: (G, H, S_full, Dh)."""
-    out = silence.expand(own.shape[0], -1, -1, -1).clone()
-    for i, n in enumerate(lengths):
-        out[i, :, :n] = own[i, :, :n]
-    return out
+def _attention_with_lse(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """Softmax attention (G, H, T, Dh) of q over k, v and its log-sum-exp (G, H, T) in float32.
+    On a CPU, the flash kernel's: one call per (item, head), so an item's numbers do not depend
+    on the other items of the call, and K/V expanded along G (the shared silence) are read in
+    place rather than copied per item."""
+    if q.device.type == "cpu":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)
+        return out, lse.float()
+    scores = (q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
+    lse = torch.logsumexp(scores, dim=-1)
+    return (torch.exp(scores - lse[..., None]).to(v.dtype) @ v), lse
+
+
+def _merge_attention(first: tuple[Tensor, Tensor], second: tuple[Tensor, Tensor]) -> Tensor:
+    """One softmax over the keys of two attentions, from their outputs and log-sum-exps."""
+    (out_a, lse_a), (out_b, lse_b) = first, second
+    top = torch.maximum(lse_a, lse_b)
+    w_a, w_b = torch.exp(lse_a - top)[..., None], torch.exp(lse_b - top)[..., None]
+    return ((out_a.float() * w_a + out_b.float() * w_b) / (w_a + w_b)).to(out_a.dtype)
 
 
 class Whisper(nn.Module):
