@@ -54,29 +54,38 @@ class DecodeBatch:
         if not groups:
             return
         feats = torch.stack(audio_features)  # (G, S, C): a group's beams share its cross K/V
-        max_len = max(len(g.prefix) for g in groups)
+        max_len = max(len(g.prefix) + len(g.draft) for g in groups)
         cache = self.decoder.new_cache(feats, capacity=max_len + 16, audio_positions=audio_positions, silence=silence,
                                        shared_silence=shared_silence, repeats=[g.num_rows for g in groups])
-        tokens, positions, last_idx, sot_idx = [], [], [], []
+        tokens, logit_rows, logit_positions = [], [], []
         for g in groups:
-            pad = max_len - len(g.prefix)
+            read = g.prefix + g.draft
+            pad = max_len - len(read)
             for _ in range(g.num_rows):
                 # right-pad by repeating the last token at increasing positions; the padding
                 # writes K/V beyond the row's length, which its causal mask never reads
-                tokens.append(g.prefix + [g.prefix[-1]] * pad)
-                positions.append(list(range(max_len)))
-                last_idx.append(len(g.prefix) - 1)
-                sot_idx.append(g.sot_index)
+                row = len(tokens)
+                tokens.append(read + [read[-1]] * pad)
+                # the logits at the start of transcript (no-speech), at the prefix's end and at
+                # every draft token
+                last = len(g.prefix) - 1
+                wanted = [g.sot_index, *range(last, last + len(g.draft) + 1)]
+                logit_rows += [row] * len(wanted)
+                logit_positions += wanted
         tok = torch.tensor(tokens, device=self.device)
-        pos = torch.tensor(positions, device=self.device)
-        wanted = torch.tensor([sot_idx, last_idx], device=self.device).T  # (N_new, 2)
-        logits = self.decoder(tok, pos, cache, logit_index=wanted)  # (N_new, 2, V)
-        sot_logits, last_logits = logits[:, 0], logits[:, 1]
-        row = 0
-        for g in groups:
-            g.set_no_speech(sot_logits[row], self.no_speech_token)
-            row += g.num_rows
-        sources = self._advance_groups(groups, last_logits)
+        pos = torch.arange(max_len, device=self.device).expand(len(tokens), max_len)
+        wanted_at = (torch.tensor(logit_rows, device=self.device), torch.tensor(logit_positions, device=self.device))
+        logits = self.decoder(tok, pos, cache, logit_index=wanted_at)  # (sum of wanted, V)
+        last_logits, drafts = [], {}
+        at = 0
+        for i, g in enumerate(groups):
+            g.set_no_speech(logits[at], self.no_speech_token)  # its beams' prefixes are the same
+            for _ in range(g.num_rows):
+                last_logits.append(logits[at + 1])
+                if g.draft:
+                    drafts[i] = logits[at + 2 : at + 2 + len(g.draft)]
+                at += 2 + len(g.draft)
+        sources = self._advance_groups(groups, torch.stack(last_logits), drafts)
         cache.reorder_rows(torch.tensor(sources, device=self.device))
         if self.cache is None:
             self.cache = cache
@@ -112,31 +121,44 @@ class DecodeBatch:
         if sources != list(range(len(sources))):
             cache.reorder_rows(torch.tensor(sources, device=self.device))
 
-    def _advance_groups(self, groups: list[DecodeGroup], logits: Tensor) -> list[int]:
-        """Let each group pick its next tokens; returns the global row gather index."""
-        live = [g for g in groups if not g.done]
-        if not live:
-            return list(range(sum(g.num_rows for g in groups)))
-        rows: list[int] = []
+    def _advance_groups(self, groups: list[DecodeGroup], logits: Tensor,
+                        drafts: dict[int, Tensor] | None = None) -> list[int]:
+        """Let each group pick its next tokens from its rows' `logits` (N, V) (and groups[i] with a
+        draft from `drafts[i]` (D, V) too: the logits after each draft token, see
+        DecodeGroup.accept_draft); returns the global row gather index. The logit rules run in one
+        call for every row of every group."""
+        drafts = drafts or {}
+        pieces: list[Tensor] = []
+        seqs: list[list[int]] = []
+        flags: list[bool] = []
         row = 0
-        for g in groups:
+        for i, g in enumerate(groups):
             if not g.done:
-                rows.extend(range(row, row + g.num_rows))
+                pieces.append(logits[row : row + g.num_rows])
+                seqs += g.ruled_sequences()
+                if i in drafts:
+                    pieces.append(drafts[i])
+                    seqs += [g.ruled_sequences()[0] + g.draft[:j] for j in range(1, len(g.draft) + 1)]
+                flags += [g.timestamps] * (len(seqs) - len(flags))
             row += g.num_rows
-        index = torch.tensor(rows, device=logits.device)
-        seqs = [seq for g in live for seq in g.ruled_sequences()]
-        flags = [g.timestamps for g in live for _ in range(g.num_rows)]
-        ruled, logprobs = ruled_log_softmax(live[0].rules, logits.index_select(0, index), seqs, flags)
+        if not pieces:
+            return list(range(row))
+        rules = next(g for g in groups if not g.done).rules
+        ruled, logprobs = ruled_log_softmax(rules, torch.cat(pieces) if len(pieces) > 1 else pieces[0], seqs, flags)
         sources: list[int] = []
-        row = live_row = 0
-        for g in groups:
+        row = ruled_row = 0
+        for i, g in enumerate(groups):
             if g.done:  # finished rows idle until eviction
                 sources.extend(range(row, row + g.num_rows))
+            elif i in drafts:
+                span = slice(ruled_row, ruled_row + 1 + len(g.draft))
+                g.accept_draft(ruled[span], logprobs[span])
+                sources.append(row)
+                ruled_row = span.stop
             else:
-                span = slice(live_row, live_row + g.num_rows)
-                local = g.advance(ruled[span], logprobs[span])
-                sources.extend(row + s for s in local)
-                live_row += g.num_rows
+                span = slice(ruled_row, ruled_row + g.num_rows)
+                sources.extend(row + s for s in g.advance(ruled[span], logprobs[span]))
+                ruled_row = span.stop
             row += g.num_rows
         return sources
 

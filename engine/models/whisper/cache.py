@@ -81,15 +81,17 @@ class DecoderCache:
             return None
         return torch.tensor(self.held, dtype=torch.long, device=self.cross_k[0].device)
 
-    def item_runs(self) -> list[CrossRun]:
+    def item_runs(self, batch_live: bool = True) -> list[CrossRun]:
         """Maximal runs of consecutive items one cross-attention call serves: equal rows per item,
-        and either all batched or all holding the same positions."""
+        and either all batched or all holding the same positions. Without `batch_live`, live
+        items attend in runs of their own length too (a prefill: the batched softmax would
+        spell out scores for every prompt position over every silence position)."""
         runs: list[CrossRun] = []
         item = row = 0
         while item < len(self.item_rows):
-            key = self._run_key(item)
+            key = self._run_key(item, batch_live)
             end = item
-            while end < len(self.item_rows) and self._run_key(end) == key:
+            while end < len(self.item_rows) and self._run_key(end, batch_live) == key:
                 end += 1
             per, batched, held, silence = key
             runs.append(CrossRun(slice(item, end), slice(row, row + per * (end - item)), per,
@@ -98,8 +100,8 @@ class DecoderCache:
             item = end
         return runs
 
-    def _run_key(self, item: int) -> tuple[int, bool, int, bool]:
-        batched = bool(self.batched) and self.batched[item]
+    def _run_key(self, item: int, batch_live: bool) -> tuple[int, bool, int, bool]:
+        batched = batch_live and bool(self.batched) and self.batched[item]
         if batched:
             return self.item_rows[item], True, -1, True
         held = self.held[item] if self.held else self.cross_capacity

@@ -126,6 +126,7 @@ class DecodeGroup:
         max_new_tokens: int,
         generator: torch.Generator | None,
         forced: list[int] | None = None,
+        draft: list[int] | None = None,
     ):
         self.job = job
         self.prefix = prefix
@@ -140,6 +141,9 @@ class DecodeGroup:
         self.beam = options.beam_size if temperature == 0.0 else 1
         # a sampled window draws best_of independent candidates and keeps the most likely one
         self.num_rows = decode_rows(options, temperature)
+        greedy = temperature == 0.0 and self.num_rows == 1
+        self.draft = (draft or [])[:max_new_tokens] if greedy else []
+        """Tokens the prefill reads after the prefix, for `accept_draft` (greedy windows only)."""
         self.tokens: list[list[int]] = [[] for _ in range(self.num_rows)]
         self.sum_logprobs = [0.0] * self.num_rows
         self.token_logprobs: list[list[float]] = [[] for _ in range(self.num_rows)]
@@ -168,6 +172,7 @@ class DecodeGroup:
             timestamps=not job.forced,
             max_new_tokens=max(1, max_new),
             forced=job.forced,
+            draft=job.draft,
             generator=job.generator if job.generator is not None else job.owner.generator,
         )
 
@@ -208,6 +213,24 @@ class DecodeGroup:
         if all(t[-1] == eot or len(t) >= self.max_new_tokens for t in self.tokens):
             self._finish_sampled()
         return list(range(self.num_rows))
+
+    def accept_draft(self, logits: Tensor, logprobs: Tensor) -> None:
+        """The prefill's ruled logits (D + 1, V) at the end of the prefix and after each of the
+        D draft tokens (row j: after draft[:j]): take the greedy choice at each position while it
+        is the draft's token, then the one choice that differs (or follows the whole draft). The
+        tokens are those one step at a time would have chosen; decoding goes on from there."""
+        eot = self.rules.eot
+        tokens = self.tokens[0]
+        for j in range(logits.shape[0]):
+            token = int(logits[j].argmax())
+            lp = float(logprobs[j, token])
+            self.sum_logprobs[0] += lp
+            tokens.append(token)
+            self.token_logprobs[0].append(lp)
+            if token == eot or len(tokens) >= self.max_new_tokens or j >= len(self.draft) or token != self.draft[j]:
+                break
+        if tokens[-1] == eot or len(tokens) >= self.max_new_tokens:
+            self._finish_sampled()
 
     # ---- token selection ----
 

@@ -263,11 +263,12 @@ class TextDecoder(nn.Module):
         return out + (p_sil @ sv).view(h, n, t, d).permute(1, 0, 2, 3)
 
     @staticmethod
-    def _cross_runs(cache: DecoderCache) -> list[tuple[CrossRun, Tensor | None]]:
-        """The cache's runs (`DecoderCache.item_runs`), each live one with its (G, 1, 1, S + 1500)
-        additive mask over [own positions, silence positions] per item."""
+    def _cross_runs(cache: DecoderCache, queries: int = 1) -> list[tuple[CrossRun, Tensor | None]]:
+        """The cache's runs (`DecoderCache.item_runs`) for `queries` positions per row, each
+        batched live one with its (G, 1, 1, S + 1500) additive mask over [own positions, silence
+        positions] per item."""
         runs: list[tuple[CrossRun, Tensor | None]] = []
-        for run in cache.item_runs():
+        for run in cache.item_runs(batch_live=queries == 1):
             if run.held is not None:
                 runs.append((run, None))
                 continue
@@ -280,11 +281,13 @@ class TextDecoder(nn.Module):
             runs.append((run, torch.zeros(keep.shape, device=device).masked_fill_(~keep, float("-inf"))))
         return runs
 
-    def forward(self, tokens: Tensor, positions: Tensor, cache: DecoderCache, logit_index: Tensor | None = None) -> Tensor:
+    def forward(self, tokens: Tensor, positions: Tensor, cache: DecoderCache,
+                logit_index: Tensor | tuple[Tensor, Tensor] | None = None) -> Tensor:
         """tokens, positions (N, T) -> logits (N, T, V); writes K/V of the new tokens into the cache
         at their positions. Each query attends to cached keys at positions <= its own.
         With `logit_index` (N, K), only the logits of those of each row's T inputs: (N, K, V) (a
-        prefill needs two of its ~100, and the vocabulary projection is most of a step's cost)."""
+        prefill needs two of its ~100, and the vocabulary projection is most of a step's cost);
+        with (rows, inputs) (M,) each, the logits of those M (row, input) pairs: (M, V)."""
         n, t = tokens.shape
         cache.ensure_capacity(int(positions.max()) + 1)
         x = self.token_embedding(tokens) + self.positional_embedding[positions]  # (N, T, C)
@@ -292,7 +295,7 @@ class TextDecoder(nn.Module):
         key_pos = torch.arange(cache.capacity, device=tokens.device)
         mask = (key_pos[None, None, :] <= positions[:, :, None]).unsqueeze(1)  # (N, 1, T, T_cap)
         rows = torch.arange(n, device=tokens.device)[:, None].expand(n, t)
-        runs = self._cross_runs(cache)
+        runs = self._cross_runs(cache, t)
         for layer, block in enumerate(self.blocks):
             h = block.attn_ln(x)
             q = block.attn.split_heads(block.attn.query(h))
@@ -303,7 +306,9 @@ class TextDecoder(nn.Module):
             x = x + block.attn.attend(q, cache.self_k[layer], cache.self_v[layer], mask)
             x = x + self._cross_attention(block, layer, block.cross_attn_ln(x), cache, runs)
             x = x + block.mlp(block.mlp_ln(x))
-        if logit_index is not None:
+        if isinstance(logit_index, tuple):
+            x = x[logit_index]
+        elif logit_index is not None:
             x = x[torch.arange(n, device=x.device)[:, None], logit_index]
         x = self.ln(x)
         return self.logits(x)
@@ -328,7 +333,7 @@ class TextDecoder(nn.Module):
         causal = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()
         positions = None if audio_positions is None else [audio_positions]
         audio = self.new_cache(audio_features, capacity=1, audio_positions=positions, silence=silence)
-        (run, silence_bias), = self._cross_runs(audio)
+        (run, silence_bias), = self._cross_runs(audio, t)
         weights: dict[tuple[int, int], Tensor] = {}
         # without logits, nothing after the last alignment head's attention weights is needed
         last = len(self.blocks) - 1 if with_logits else max((layer for layer, _ in heads), default=len(self.blocks) - 1)

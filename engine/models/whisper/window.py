@@ -100,6 +100,10 @@ class WindowJob:
     forced: list[int] = field(default_factory=list)
     """Text tokens ending the prefix, decoded as if sampled (without timestamps): what a live
     stream's earlier passes heard, so its final pass decodes only what follows."""
+    draft: list[int] = field(default_factory=list)
+    """Tokens a live pass expects to decode after its prefix (what the stream's last pass decoded
+    there, end-of-text last): the prefill reads them too, and the greedy choice at each of their
+    positions accepts them up to the first it does not choose (DecodeGroup.accept_draft)."""
     generator: torch.Generator | None = None
     """This job's own sampling generator (fallback attempts); None uses the owner's."""
     patience_s: float = math.inf
