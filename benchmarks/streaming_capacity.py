@@ -213,6 +213,7 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
         warm.close_input()
         warm.result(60.0)
         before = stream_batch_histogram(server.base_url)
+        shed_before = passes_shed_total(server.base_url)
         finals: list[float] = []
         firsts: list[float] = []
         intervals: list[float] = []
@@ -253,6 +254,7 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
         for th in threads:
             th.join()
         after = stream_batch_histogram(server.base_url)
+        shed = passes_shed_total(server.base_url) - shed_before
     finally:
         server.stop()
     if errors:
@@ -261,8 +263,10 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
     steps = after["+Inf"] - before["+Inf"]
     # /metrics has buckets only: the most streams in one step is known up to its bucket's bound
     most = min((b for b in BATCH_SIZE_BUCKETS if histogram[b] >= steps), default=BATCH_SIZE_BUCKETS[-1])
-    return summarize(n, max_batch_size, finals, firsts, intervals, histogram, int(steps), int(after["sum"] - before["sum"]),
-                     most if steps else 0, live_wer=_live_wer(references, texts, n))
+    row = summarize(n, max_batch_size, finals, firsts, intervals, histogram, int(steps), int(after["sum"] - before["sum"]),
+                    most if steps else 0, live_wer=_live_wer(references, texts, n))
+    row["passes_shed"] = int(shed)
+    return row
 
 
 def stream_batch_histogram(base_url: str) -> dict[str, float]:
@@ -282,6 +286,15 @@ def stream_batch_histogram(base_url: str) -> dict[str, float]:
             elif sample.name.endswith("_sum"):
                 out["sum"] = sample.value
     return out
+
+
+def passes_shed_total(base_url: str) -> float:
+    """The server's `oasr_engine_stream_passes_shed_total`: interim passes it skipped while behind."""
+    text = httpx.get(f"{base_url}/metrics", timeout=10.0).text
+    for family in text_string_to_metric_families(text):
+        if family.name == "oasr_engine_stream_passes_shed":
+            return sum(sample.value for sample in family.samples if sample.name.endswith("_total"))
+    return 0.0
 
 
 def summarize(n: int, max_batch_size: int | None, finals: list[float], firsts: list[float], intervals: list[float],

@@ -1,6 +1,7 @@
 """A window decoded with a draft (the tokens a live stream's last pass decoded) reads the draft in
 its prefill and keeps it up to the first token the greedy choice disagrees with: the transcript
-is the one decoding token by token gives, in fewer decoder steps. Real model, real clips."""
+is the one decoding token by token gives (up to rounding, the prefill's attention summing in
+another order: no near tie on these clips), in fewer decoder steps. Real model, real clips."""
 
 from __future__ import annotations
 

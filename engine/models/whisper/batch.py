@@ -57,7 +57,9 @@ class DecodeBatch:
         max_len = max(len(g.prefix) + len(g.draft) for g in groups)
         cache = self.decoder.new_cache(feats, capacity=max_len + 16, audio_positions=audio_positions, silence=silence,
                                        shared_silence=shared_silence, repeats=[g.num_rows for g in groups])
-        tokens, logit_rows, logit_positions = [], [], []
+        tokens: list[list[int]] = []
+        logit_rows: list[int] = []
+        logit_positions: list[int] = []
         for g in groups:
             read = g.prefix + g.draft
             pad = max_len - len(read)

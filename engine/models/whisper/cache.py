@@ -74,13 +74,6 @@ class DecoderCache:
     def cross_capacity(self) -> int:
         return self.cross_k[0].shape[2] if self.cross_k else 0
 
-    @property
-    def cross_len(self) -> Tensor | None:
-        """(G,) positions each item holds, as a tensor; None when every item holds all of them."""
-        if not self.held:
-            return None
-        return torch.tensor(self.held, dtype=torch.long, device=self.cross_k[0].device)
-
     def item_runs(self, batch_live: bool = True) -> list[CrossRun]:
         """Maximal runs of consecutive items one cross-attention call serves: equal rows per item,
         and either all batched or all holding the same positions. Without `batch_live`, live

@@ -218,7 +218,9 @@ class DecodeGroup:
         """The prefill's ruled logits (D + 1, V) at the end of the prefix and after each of the
         D draft tokens (row j: after draft[:j]): take the greedy choice at each position while it
         is the draft's token, then the one choice that differs (or follows the whole draft). The
-        tokens are those one step at a time would have chosen; decoding goes on from there."""
+        tokens are those one step at a time would have chosen, up to rounding (the prefill's
+        attention sums in another order: a near tie may go the other way); decoding goes on
+        from there."""
         eot = self.rules.eot
         tokens = self.tokens[0]
         for j in range(logits.shape[0]):
@@ -250,10 +252,14 @@ class DecodeGroup:
             remove = sorted_probs.cumsum(-1) - sorted_probs > self.options.top_p
             logits = logits.masked_fill(torch.zeros_like(remove).scatter(-1, order, remove), NEG_INF)
         cumulative = torch.softmax(logits, dim=-1, dtype=torch.float64).cumsum(-1)  # float64: exact to 1e-12
+        total = cumulative[:, -1:].contiguous()
+        if not bool((total > 0).all()):
+            raise ValueError("sampling from a row whose every token is suppressed")
         draw = torch.rand(logits.shape[0], 1, generator=self.generator, device=logits.device, dtype=torch.float64)
-        # right=True: a token of probability 0 spans an empty interval and is never drawn
-        chosen = torch.searchsorted(cumulative, draw * cumulative[:, -1:], right=True)[:, 0]
-        return chosen.clamp(max=logits.shape[-1] - 1)
+        # right=True: a token of probability 0 spans an empty interval and is never drawn; the
+        # last token of positive probability bounds a draw that rounds up to the total
+        chosen = torch.searchsorted(cumulative, draw * total, right=True)
+        return torch.minimum(chosen, torch.searchsorted(cumulative, total))[:, 0]
 
     def _advance_beam(self, logprobs: Tensor) -> list[int]:
         eot = self.rules.eot

@@ -248,6 +248,8 @@ class TextDecoder(nn.Module):
             g = items.stop - items.start
             sk = cache.silence_k[layer][None, :, held:].expand(g, -1, -1, -1)
             sv = cache.silence_v[layer][None, :, held:].expand(g, -1, -1, -1)
+            if q.device.type != "cpu":  # one fused kernel over the K/V spelled out (GPU memory is fast)
+                return F.scaled_dot_product_attention(q, torch.cat([k, sk], dim=2), torch.cat([v, sv], dim=2))
             return _merge_attention(_attention_with_lse(q, k, v), _attention_with_lse(q, sk, sv))
         k, v = cache.cross_k[layer][items], cache.cross_v[layer][items]
         assert cache.silence_k is not None and cache.silence_v is not None
@@ -374,16 +376,12 @@ class TextDecoder(nn.Module):
 
 
 def _attention_with_lse(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-    """Softmax attention (G, H, T, Dh) of q over k, v and its log-sum-exp (G, H, T) in float32.
-    On a CPU, the flash kernel's: one call per (item, head), so an item's numbers do not depend
-    on the other items of the call, and K/V expanded along G (the shared silence) are read in
-    place rather than copied per item."""
-    if q.device.type == "cpu":
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)
-        return out, lse.float()
-    scores = (q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
-    lse = torch.logsumexp(scores, dim=-1)
-    return (torch.exp(scores - lse[..., None]).to(v.dtype) @ v), lse
+    """Softmax attention (G, H, T, Dh) of q over k, v and its log-sum-exp (G, H, T) in float32,
+    with the CPU flash kernel: one call per (item, head), so an item's numbers do not depend on
+    the other items of the call, and K/V expanded along G (the shared silence) are read in place
+    rather than copied per item."""
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)
+    return out, lse.float()
 
 
 def _merge_attention(first: tuple[Tensor, Tensor], second: tuple[Tensor, Tensor]) -> Tensor:

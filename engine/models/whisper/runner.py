@@ -415,8 +415,9 @@ class WhisperRunner:
             group = [j for j in jobs if j.live == live]
             if not group:
                 continue
-            if not live:  # offline windows of one length attend in one call (DecoderCache.item_runs)
-                group.sort(key=lambda j: j.audio_positions)
+            # windows of one length attend in one call where they attend per length (offline rows,
+            # prefills: DecoderCache.item_runs)
+            group.sort(key=lambda j: j.audio_positions)
             try:
                 with stage_timer("streaming.decode" if live else "offline.prefill"):  # no streaming.prefill stage
                     self._prefill(group, shared_silence=live)

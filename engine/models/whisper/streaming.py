@@ -84,6 +84,7 @@ class StreamingTranscription:
         self.passes = 0
         self.current_job: WindowJob | None = None  # the pass in flight
         self.last_pass_tokens: list[int] | None = None  # what the last pass decoded, forced words first
+        self.last_pass_start = 0.0  # where its window started (its timestamps count from there)
         self.unprompted = False  # the last prompted pass heard speech and wrote nothing
         self.heard_until = 0.0  # stream time (s) up to which the last finished pass decoded
 
@@ -174,7 +175,7 @@ class StreamingTranscription:
         if job.forced:  # forced tokens were read, not chosen: their log-probabilities come from the words
             result = replace(result, tokens=job.forced + result.tokens,
                              token_logprobs=[math.nan] * len(job.forced) + result.token_logprobs)
-        self.last_pass_tokens = result.tokens
+        self.last_pass_tokens, self.last_pass_start = result.tokens, self.window_start
         silent = self._silent(result)
         mute = not silent and not any(t < self.parts.tokenizer.eot for t in result.tokens)
         if (mute or looping) and (job.sot_index or job.forced) and not self.unprompted:
@@ -182,6 +183,7 @@ class StreamingTranscription:
             # can answer with an empty transcript although it hears speech, and prompted with
             # "word, word, word," it loops: decode without prompt (or forced words)
             self.unprompted = True
+            self.last_pass_tokens = None  # no draft from a loop
             if job.final and self.is_final_pass():
                 return WindowUpdate([self._retry(job)])
             return WindowUpdate()
@@ -251,7 +253,8 @@ class StreamingTranscription:
         """What this pass will likely decode after `forced`: what the last pass decoded after
         the same tokens (consecutive passes hear mostly the same audio; measured at 16 lockstep
         sessions, half of the tokens passes decode are the last pass's). Without forced words a
-        pass decodes with timestamps, and a draft without them would fail at its first token."""
+        pass decodes with timestamps, and a draft without them, or with timestamps counted from
+        where the window started before a trim, would fail at its first token."""
         tok = self.parts.tokenizer
         last = self.last_pass_tokens
         if last is None or last[: len(forced)] != forced:
@@ -259,8 +262,8 @@ class StreamingTranscription:
         rest = last[len(forced) :]
         if forced:
             rest = [t for t in rest if t < tok.eot]
-        elif not any(t >= tok.timestamp_begin for t in rest):
-            return []
+        elif self.window_start != self.last_pass_start or not any(t >= tok.timestamp_begin for t in rest):
+            return []  # timestamps from another window start would fail at once
         return [*rest, tok.eot]
 
     def _word_count(self, words: list[Word]) -> int:
