@@ -213,7 +213,6 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
         warm.close_input()
         warm.result(60.0)
         before = stream_batch_histogram(server.base_url)
-        shed_before = passes_shed_total(server.base_url)
         finals: list[float] = []
         firsts: list[float] = []
         intervals: list[float] = []
@@ -254,7 +253,6 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
         for th in threads:
             th.join()
         after = stream_batch_histogram(server.base_url)
-        shed = passes_shed_total(server.base_url) - shed_before
     finally:
         server.stop()
     if errors:
@@ -265,17 +263,21 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
     most = min((b for b in BATCH_SIZE_BUCKETS if histogram[b] >= steps), default=BATCH_SIZE_BUCKETS[-1])
     row = summarize(n, max_batch_size, finals, firsts, intervals, histogram, int(steps), int(after["sum"] - before["sum"]),
                     most if steps else 0, live_wer=_live_wer(references, texts, n))
-    row["passes_shed"] = int(shed)
+    row["passes_shed"] = int(after["passes_shed"] - before["passes_shed"])
     return row
 
 
 def stream_batch_histogram(base_url: str) -> dict[str, float]:
-    """The server's cumulative `oasr_engine_batch_size{mode="streaming"}` buckets by `le`, plus its sum:
-    the live streams one engine step advanced together."""
+    """The server's cumulative `oasr_engine_batch_size{mode="streaming"}` buckets by `le`, plus its sum
+    (the live streams one engine step advanced together), and its `oasr_engine_stream_passes_shed_total`
+    as "passes_shed" (interim passes it skipped while behind), from one read of /metrics."""
     text = httpx.get(f"{base_url}/metrics", timeout=10.0).text
     # zeros until the first streaming step creates the series
-    out: dict[str, float] = {**{str(float(b)): 0.0 for b in BATCH_SIZE_BUCKETS}, "+Inf": 0.0, "sum": 0.0}
+    out: dict[str, float] = {**{str(float(b)): 0.0 for b in BATCH_SIZE_BUCKETS}, "+Inf": 0.0, "sum": 0.0,
+                             "passes_shed": 0.0}
     for family in text_string_to_metric_families(text):
+        if family.name == "oasr_engine_stream_passes_shed":
+            out["passes_shed"] = sum(sample.value for sample in family.samples if sample.name.endswith("_total"))
         if family.name != "oasr_engine_batch_size":
             continue
         for sample in family.samples:
@@ -286,15 +288,6 @@ def stream_batch_histogram(base_url: str) -> dict[str, float]:
             elif sample.name.endswith("_sum"):
                 out["sum"] = sample.value
     return out
-
-
-def passes_shed_total(base_url: str) -> float:
-    """The server's `oasr_engine_stream_passes_shed_total`: interim passes it skipped while behind."""
-    text = httpx.get(f"{base_url}/metrics", timeout=10.0).text
-    for family in text_string_to_metric_families(text):
-        if family.name == "oasr_engine_stream_passes_shed":
-            return sum(sample.value for sample in family.samples if sample.name.endswith("_total"))
-    return 0.0
 
 
 def summarize(n: int, max_batch_size: int | None, finals: list[float], firsts: list[float], intervals: list[float],

@@ -197,20 +197,15 @@ class DecodeGroup:
         reordering). Sets `done` when the window is decoded."""
         if self.beam > 1:
             return self._advance_beam(logprobs)
-        eot = self.rules.eot
         if self.temperature > 0.0:
             chosen = self._sample(logits).tolist()
         else:
             chosen = [int(logits[0].argmax())]
         for row, token in enumerate(chosen):
-            tokens = self.tokens[row]
-            if tokens and (tokens[-1] == eot or len(tokens) >= self.max_new_tokens):
+            if self.tokens[row] and self._complete(self.tokens[row]):
                 continue  # this candidate is complete: its row idles until the others are
-            lp = float(logprobs[row, token])
-            self.sum_logprobs[row] += lp
-            tokens.append(token)
-            self.token_logprobs[row].append(lp)
-        if all(t[-1] == eot or len(t) >= self.max_new_tokens for t in self.tokens):
+            self._append(row, token, float(logprobs[row, token]))
+        if all(self._complete(t) for t in self.tokens):
             self._finish_sampled()
         return list(range(self.num_rows))
 
@@ -221,18 +216,22 @@ class DecodeGroup:
         tokens are those one step at a time would have chosen, up to rounding (the prefill's
         attention sums in another order: a near tie may go the other way); decoding goes on
         from there."""
-        eot = self.rules.eot
-        tokens = self.tokens[0]
         for j in range(logits.shape[0]):
             token = int(logits[j].argmax())
-            lp = float(logprobs[j, token])
-            self.sum_logprobs[0] += lp
-            tokens.append(token)
-            self.token_logprobs[0].append(lp)
-            if token == eot or len(tokens) >= self.max_new_tokens or j >= len(self.draft) or token != self.draft[j]:
+            self._append(0, token, float(logprobs[j, token]))
+            if self._complete(self.tokens[0]) or j >= len(self.draft) or token != self.draft[j]:
                 break
-        if tokens[-1] == eot or len(tokens) >= self.max_new_tokens:
+        if self._complete(self.tokens[0]):
             self._finish_sampled()
+
+    def _append(self, row: int, token: int, logprob: float) -> None:
+        self.tokens[row].append(token)
+        self.token_logprobs[row].append(logprob)
+        self.sum_logprobs[row] += logprob
+
+    def _complete(self, tokens: list[int]) -> bool:
+        """A sampled or greedy candidate ended: end of text, or its token budget spent."""
+        return tokens[-1] == self.rules.eot or len(tokens) >= self.max_new_tokens
 
     # ---- token selection ----
 

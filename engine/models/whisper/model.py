@@ -238,9 +238,8 @@ class TextDecoder(nn.Module):
         followed by the shared silence, in one softmax (`silence_bias` masks each item's part):
         the silence K/V are read once for all items, which is what makes a batch of short live
         windows cheap (the step is memory-bound)."""
-        items = run.items
-        if silence_bias is None:
-            held = cache.cross_capacity if run.held is None else run.held
+        items, held = run.items, run.held
+        if held is not None:
             k, v = cache.cross_k[layer][items, :, :held], cache.cross_v[layer][items, :, :held]
             if not run.silence:
                 return F.scaled_dot_product_attention(q, k, v)
@@ -252,7 +251,7 @@ class TextDecoder(nn.Module):
                 return F.scaled_dot_product_attention(q, torch.cat([k, sk], dim=2), torch.cat([v, sv], dim=2))
             return _merge_attention(_attention_with_lse(q, k, v), _attention_with_lse(q, sk, sv))
         k, v = cache.cross_k[layer][items], cache.cross_v[layer][items]
-        assert cache.silence_k is not None and cache.silence_v is not None
+        assert cache.silence_k is not None and cache.silence_v is not None and silence_bias is not None
         n, h, t, d = q.shape
         q = q * d**-0.5
         sk, sv = cache.silence_k[layer], cache.silence_v[layer]
