@@ -6,8 +6,9 @@ one warm-up each, in one process and interleaved `--repeat` times:
 
 - the engine with all clips submitted at once (`transcribe_outputs` on the list): at its default
   settings (max_batch_size 16: the rest join as rows free up), with int8_w8a8 when that is not
-  the default, with quantization='none' (float32), and float32 with the 30 s encoder context
-  (`offline_encoder_context='full'`, the engine before issue 19);
+  the default (left out where this CPU's int8 GEMM is slower than float32, unless `--int8
+  always`), with quantization='none' (float32) when that is not the default, and float32 with the
+  30 s encoder context (`offline_encoder_context='full'`, the engine before issue 19);
 - faster-whisper over the same clips one after another, int8 and float32, on the same embedded
   CTranslate2 directory, default cpu_threads;
 - with `--beam`, at beam_size 5: the engine's defaults, the engine with the decoder kept in full
@@ -122,7 +123,7 @@ def cpu_report() -> str:
     """The CPU, its SIMD extensions and the kernels the engine picks on it."""
     import torch
 
-    from engine.models.whisper.int8 import int8_gemm_kind
+    from engine.models.whisper.int8 import int8_gemm_fast, int8_gemm_kind
 
     model, flags = "unknown", set()
     try:
@@ -137,8 +138,10 @@ def cpu_report() -> str:
     kind = int8_gemm_kind()
     return (f"CPU: {model}, {os.cpu_count()} logical cores, ISA {isa}; torch {torch.__version__} "
             f"kernels {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads; "
-            f"engine int8 GEMM: oneDNN torch._int_mm, per-row activations × per-channel weights, "
-            f"{'8-bit' if kind == 'vnni' else '7-bit (no VNNI: saturation-safe)'} weights")
+            f"engine int8 GEMM: torch._int_mm, per-row activations × per-channel weights, "
+            f"{'8-bit' if kind == 'vnni' else '7-bit (no VNNI: saturation-safe)'} weights, "
+            f"{'faster' if int8_gemm_fast() else 'slower'} than float32 here; "
+            f"engine defaults: {'int8_w8a8' if default_is_int8() else 'float32'}")
 
 
 def engine_system(name: str, baseline: str, beam: int = 1, **config: object) -> System:
@@ -207,20 +210,31 @@ def render(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def greedy_systems(default_quantization: str, skip_float32: bool) -> list[System]:
-    """The greedy rows: the engine's configurations and faster-whisper int8 and float32."""
+def default_is_int8() -> bool:
+    """Whether the engine's default ('auto') quantizes to int8 on this CPU."""
+    import torch
+
+    from engine.models.whisper.build import uses_int8
+    from engine.quantization import QuantizationConfig
+
+    return uses_int8(QuantizationConfig.parse("auto"), torch.device("cpu"))
+
+
+def greedy_systems(skip_float32: bool, with_int8: bool) -> list[System]:
+    """The greedy rows: the engine's configurations (each once: the defaults are int8 or float32)
+    and faster-whisper int8 and float32."""
     from engine.models.whisper.options import WhisperOptions
 
     fw_int8 = "faster-whisper int8, sequential"
+    default_int8 = default_is_int8()
     systems = [engine_system("oasr engine, defaults", fw_int8)]
-    if default_quantization != "int8_w8a8":
+    if not default_int8 and with_int8:
         systems.append(engine_system("oasr engine int8_w8a8", fw_int8, quantization="int8_w8a8"))
+    if default_int8 and not skip_float32:
+        systems.append(engine_system("oasr engine float32", fw_int8, quantization="none"))
     if not skip_float32:
-        systems += [
-            engine_system("oasr engine float32", fw_int8, quantization="none"),
-            engine_system("oasr engine float32, 30 s encoder context", fw_int8, quantization="none",
-                          family_options={"whisper": WhisperOptions(offline_encoder_context="full")}),
-        ]
+        systems.append(engine_system("oasr engine float32, 30 s encoder context", fw_int8, quantization="none",
+                                     family_options={"whisper": WhisperOptions(offline_encoder_context="full")}))
     return [*systems, faster_whisper_system("int8"), faster_whisper_system("float32")]
 
 
@@ -232,15 +246,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beam", action="store_true", help="also compare beam_size=5 (engine vs faster-whisper int8)")
     parser.add_argument("--skip-float32", action="store_true", help="leave out the engine's float32 rows")
     parser.add_argument("--only-beam", action="store_true", help="only the beam_size=5 rows (implies --beam)")
+    parser.add_argument("--int8", choices=("auto", "always"), default="auto",
+                        help="the int8_w8a8 row where the defaults are float32: 'auto' leaves it out when "
+                             "this CPU's int8 GEMM is slower than float32 (it is not the default there)")
     args = parser.parse_args(argv)
-    from engine import EngineConfig
+    from engine.models.whisper.int8 import int8_gemm_fast
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     clips = load_clips(args.manifest, args.clips)
     logger.info("%d clips, %.1f s of audio, load average %s", len(clips), sum(c.seconds for c in clips),
                 os.getloadavg())
-    systems = [] if args.only_beam else greedy_systems(EngineConfig().quantization, args.skip_float32)
+    with_int8 = args.int8 == "always" or int8_gemm_fast()
+    systems = [] if args.only_beam else greedy_systems(args.skip_float32, with_int8)
     if args.beam or args.only_beam:
         fw_beam = "faster-whisper int8 beam 5, sequential"
         systems += [engine_system("oasr engine, defaults, beam 5", fw_beam, beam=5),

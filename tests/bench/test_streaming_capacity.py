@@ -16,9 +16,9 @@ CLIP = "mfa_thoughts"  # 3.6 s; its first 2.5 s keep the test short
 def test_two_paced_streams_report_a_complete_row(mode: str) -> None:
     audio = capacity.load(CLIP)[: int(2.5 * capacity.SAMPLE_RATE)]
     if mode == "server":
-        row = capacity.run_server(2, audio, 16, 0.0, "int8_w8a8", "fit")
+        row = capacity.run_server(2, audio, 16, 0.0, None, "fit")
     else:
-        row = capacity.run(2, audio, 16, 0.0, quantization="int8_w8a8")
+        row = capacity.run(2, audio, 16, 0.0)
     assert row["sessions"] == 2 and row["max_batch_size"] == 16
     assert math.isfinite(row["final_p95_s"]) and row["final_p50_s"] <= row["final_p95_s"]  # type: ignore[operator]
     steps, together = row["steps_with_streams"], row["steps_with_2plus_streams"]

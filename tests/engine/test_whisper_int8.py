@@ -74,8 +74,10 @@ def test_the_probed_kernel_sums_full_range_products_exactly() -> None:
 
 
 def test_without_vnni_the_weights_narrow_and_sums_stay_exact() -> None:
-    """oneDNN limited to AVX2 (or AVX-512 without VNNI) saturates full-range int8 pair sums; the
-    probe must see that and choose 7-bit weights, whose products it sums exactly."""
+    """oneDNN limited to AVX2 (or AVX-512 without VNNI) saturates full-range int8 pair sums on
+    Intel; the probe must see that and choose 7-bit weights, whose products it sums exactly. Other
+    CPUs' int8 GEMM sums full-range products exactly under that limit too (AMD EPYC Zen 3, AVX2
+    only: MKL's generic int8 path), and may keep 8-bit weights: either way a layer's sums are exact."""
     code = (
         "import torch\n"
         "from engine.models.whisper.int8 import int8_gemm_kind, weight_max, Int8Linear\n"
@@ -93,7 +95,8 @@ def test_without_vnni_the_weights_narrow_and_sums_stay_exact() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     kind, qmax, exact = out.stdout.split()
-    assert (kind, qmax, exact) == ("no-vnni", "63", "True"), out.stdout
+    assert (kind, qmax) in (("no-vnni", "63"), ("vnni", "127")), out.stdout
+    assert exact == "True", out.stdout
 
 
 def test_int8_dev_set_wer_is_within_half_a_point_of_float32(clips: list[Clip]) -> None:

@@ -1,17 +1,26 @@
 """A checkpoint directory becomes the PyTorch model the runner steps: loaded, checked, moved to
-its device and float type, and (int8_w8a8, or 'auto' on a CPU with VNNI) quantized, except the
+its device and float type, and (int8_w8a8, or 'auto' on a CPU with VNNI) quantized (int8 GEMM exact and faster than float32), except the
 layers the quantization object's `ignore` globs keep in full precision."""
 
 from __future__ import annotations
+
+import logging
 
 import torch
 
 from engine.config import EngineConfig
 from engine.errors import CheckpointError, InvalidRequestError
-from engine.models.whisper.int8 import int8_gemm_kind, linear_layer_paths, quantize_linear_layers
+from engine.models.whisper.int8 import (
+    int8_gemm_fast,
+    int8_gemm_kind,
+    linear_layer_paths,
+    quantize_linear_layers,
+)
 from engine.models.whisper.loader import LoadedCheckpoint, load_checkpoint
 from engine.models.whisper.model import Whisper
 from engine.quantization import QuantizationConfig
+
+logger = logging.getLogger(__name__)
 
 
 def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
@@ -43,9 +52,13 @@ def quantize_model(model: Whisper, quantization: QuantizationConfig) -> None:
 
 
 def uses_int8(quantization: QuantizationConfig, device: torch.device) -> bool:
-    """int8_w8a8 as asked, or by 'auto' on a CPU whose int8 GEMM is exact at 8 bits (int8.py)."""
+    """int8_w8a8 as asked, or by 'auto' on a CPU whose int8 GEMM is exact at 8 bits and faster
+    than float32 (int8.py)."""
     if quantization.scheme == "int8_w8a8":
         if device.type != "cpu":
             raise InvalidRequestError("quantization='int8_w8a8' runs on CPU; use fp16/bf16 on CUDA")
+        if not int8_gemm_fast():
+            logger.warning("quantization='int8_w8a8' as asked, but this CPU's int8 GEMM is slower than float32 "
+                           "('auto' would keep float32)")
         return True
-    return quantization.scheme == "auto" and device.type == "cpu" and int8_gemm_kind() == "vnni"
+    return quantization.scheme == "auto" and device.type == "cpu" and int8_gemm_kind() == "vnni" and int8_gemm_fast()
