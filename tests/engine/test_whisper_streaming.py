@@ -149,18 +149,24 @@ def test_shared_silence_cross_attention_matches_dense_attention(live_engine: Any
     torch.testing.assert_close(short, dense[:2], atol=1e-4, rtol=1e-4)
 
 
-def test_live_transcripts_track_offline_ones(
-    live_outputs: dict[str, list[Any]], clips: list[Clip], greedy_alone: dict[str, Any]
-) -> None:
-    """Measured with 500 ms steps and the 'fit' context on the 25 dev clips <= 15 s: live 14.43 %
-    WER vs offline 12.44 %. The gap comes from commits made when two passes agree on part of a
-    sentence that offline decoding would still revise. The bound fails on prompt repeats, lost
-    endings or looping passes, which cost tens of points."""
-    scored = [c for c in clips if c.id in live_outputs and c.id in greedy_alone]
+def test_live_transcripts_track_offline_ones(live_engine: Any, live_outputs: dict[str, list[Any]],
+                                             clips: list[Clip]) -> None:
+    """Live passes have no temperature fallback (streaming.py: it would stall every other stream),
+    so the offline side decodes without it too: a fallback window's sampled draw moves the offline
+    WER by points either way (float32 on the dev set: 12.44 % greedy, 10.45 % with the fallback's
+    draws), which says nothing about streaming. Measured with 500 ms steps and the 'fit' context on
+    the 25 dev clips <= 15 s: live 13.93 % WER (float32; 14.43 % before the drafts) vs offline
+    12.44 %. The gap comes from commits made when two passes agree on part of a sentence that
+    offline decoding would still revise. The bound fails on prompt repeats, lost endings or
+    looping passes, which cost tens of points."""
+    from engine.types import DecodingOptions
+
+    scored = [c for c in clips if c.id in live_outputs]
     assert len(scored) >= 15
     refs = [c.text or "" for c in scored]
     live = [live_outputs[c.id][-1].text for c in scored]
-    offline = [greedy_alone[c.id].text for c in scored]
+    greedy = DecodingOptions(temperature_fallback=False)
+    offline = [o.text for o in live_engine.transcribe_outputs([c.audio for c in scored], decoding=greedy)]
     live_wer, offline_wer = wer(refs, live), wer(refs, offline)
     logger.info("live WER %.2f%% vs offline %.2f%% on %d clips", live_wer, offline_wer, len(scored))
     assert live_wer <= offline_wer + WER_SLACK, (live_wer, offline_wer, list(zip(live, offline)))

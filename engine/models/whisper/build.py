@@ -36,6 +36,8 @@ def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
     quantization = config.quantization_config()
     if uses_int8(quantization, device):
         quantize_model(model, quantization)
+    if device.type == "cpu" and model.decoder.output_projection is None:
+        model.decoder.keep_output_weight_transposed()
     return model, ckpt
 
 

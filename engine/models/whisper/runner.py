@@ -258,8 +258,11 @@ class WhisperRunner:
             if jobs:
                 with stage_timer(f"{_mode(jobs)}.encode"):
                     self._encode(jobs, outputs)
-        with self._decode_threads():
+        # a prefill's large matmuls (the cross K/V of whole windows) take every thread unless the
+        # encoder thread holds one; the per-token steps run on DECODE_THREADS
+        with self._decode_threads() if thread is not None and thread.busy else nullcontext():
             self._join(self.planner.take_join(self.batch, self.active), outputs)
+        with self._decode_threads():
             self.planner.steps_since_encode += 1
             self.streams_stepped = len({id(g.job.owner) for g in self.batch.groups if not g.done and g.job.live})
             with stage_timer(f"{_mode([g.job for g in self.batch.groups])}.decode") if self.batch.groups else nullcontext():
