@@ -137,3 +137,32 @@ def test_ignore_globs_keep_the_decoder_in_float_and_refuse_a_typo() -> None:
     assert parts.model.decoder.output_projection is None  # logits from the float embedding
     with pytest.raises(InvalidRequestError, match=re.escape("'decoder.blocks.9.*' matches no quantizable layer")):
         WhisperParts.load(EngineConfig(quantization={"scheme": "int8_w8a8", "ignore": "decoder.blocks.9.*"}))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_auto_quantizes_only_where_the_int8_gemm_beats_float32(monkeypatch: pytest.MonkeyPatch,
+                                                                caplog: pytest.LogCaptureFixture, fast: bool) -> None:
+    """'auto' keeps float32 where the int8 GEMM is slower (MKL's generic int8 path on an AMD
+    EPYC Zen 3: exact, ~20x slower); an explicit int8_w8a8 is still served there, with a warning.
+    The probe's verdict is set here: it is a timing, and which way it goes depends on the CPU."""
+    from engine.models.whisper.build import uses_int8
+    from engine.quantization import QuantizationConfig
+
+    monkeypatch.setattr("engine.models.whisper.build.int8_gemm_kind", lambda: "vnni")
+    monkeypatch.setattr("engine.models.whisper.build.int8_gemm_fast", lambda: fast)
+    cpu = torch.device("cpu")
+    assert uses_int8(QuantizationConfig.parse("auto"), cpu) is fast
+    assert uses_int8(QuantizationConfig.parse("none"), cpu) is False
+    with caplog.at_level(logging.WARNING, logger="engine.models.whisper.build"):
+        assert uses_int8(QuantizationConfig.parse("int8_w8a8"), cpu) is True
+    assert ("slower than float32" in caplog.text) is not fast
+
+
+def test_the_speed_probe_times_both_kernels_once() -> None:
+    """The probe answers a bool and is computed once per process (the verdict must not flip
+    between two engines of one process)."""
+    from engine.models.whisper.int8 import int8_gemm_fast
+
+    first = int8_gemm_fast()
+    assert isinstance(first, bool) and int8_gemm_fast() is first
+    assert int8_gemm_fast.cache_info().hits >= 1
