@@ -89,9 +89,10 @@ class EngineConfig:
     GEMM sums full-range int8 products exactly (VNNI: AVX512-VNNI, AVX-VNNI, AMX) and runs faster
     than float32 there (probed once at load, engine/models/whisper/int8.py), and 'none'
     elsewhere: on an AMD EPYC Zen 3 (AVX2 only) the int8 GEMM is exact but ~20x slower than
-    float32, and int8 defaults ran the dev set 7.6x slower than float32. Why, measured on the Whisper dev set (25 clips, AVX512-VNNI, `benchmarks/offline.py
-    --beam`): greedy int8 transcribes at 11.94 % WER against float32's 12.44 %, 1.3-1.7x faster
-    (2.6x faster-whisper int8). Without VNNI the int8 GEMM needs 7-bit weights (wider error) and is
+    float32, and int8 defaults ran the dev set 7.6x slower than float32. Why int8 where it pays,
+    measured on the Whisper dev set (25 clips, AVX512-VNNI, `benchmarks/offline.py --beam`):
+    greedy int8 transcribes at 11.94 % WER against float32's 12.44 %, 1.3-1.7x faster (2.6x
+    faster-whisper int8). Without VNNI the int8 GEMM needs 7-bit weights (wider error) and is
     slower, so float32 stays the default there. Beam search is the one place the int8 decoder
     costs accuracy (beam 5: 10.95 % against 9.45 % for faster-whisper int8 beam 5, one clip):
     `{"scheme": "auto", "ignore": "decoder.*"}` keeps the decoder in float32 and writes

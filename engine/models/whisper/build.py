@@ -1,6 +1,7 @@
 """A checkpoint directory becomes the PyTorch model the runner steps: loaded, checked, moved to
-its device and float type, and (int8_w8a8, or 'auto' on a CPU with VNNI) quantized (int8 GEMM exact and faster than float32), except the
-layers the quantization object's `ignore` globs keep in full precision."""
+its device and float type, and (int8_w8a8, or 'auto' on a CPU whose int8 GEMM is exact at 8 bits
+and faster than float32) quantized, except the layers the quantization object's `ignore` globs
+keep in full precision."""
 
 from __future__ import annotations
 

@@ -15,8 +15,9 @@ elsewhere [-63, 63], whose pairwise sums cannot saturate (255 × 63 × 2 < 2**15
 
 Exact is not fast everywhere: on an AMD EPYC (Zen 3, AVX2, no VNNI) `torch._int_mm` took 27 ms
 for a (256, 384) × (384, 384) product that float32 does in 1.3 ms (MKL's int8 GEMM takes a
-generic path on that CPU), and the offline dev set ran 17x slower at int8 than at float32.
-`int8_gemm_fast()` measures the two side by side once, so that 'auto' only picks int8 where it pays.
+generic path on that CPU), and the offline dev set ran 7.6x slower at int8 than at float32.
+`int8_gemm_fast()` measures the two side by side once, so that 'auto' only picks int8 where it
+pays.
 """
 
 from __future__ import annotations
