@@ -385,6 +385,13 @@ def test_sigterm_under_load_completes_or_503s_and_exits_0(tmp_path: Path) -> Non
                     r = await client.post(TRANSCRIBE, files={"file": (clip.path.name, clip.path.read_bytes())})
             except httpx.ConnectError as exc:
                 return kind, exc
+            except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
+                # a late request's connection, accepted into the listener's backlog (or idle in the
+                # client's pool) and closed unanswered as the server stops listening: the same
+                # refusal as a ConnectError, one step later; an in-flight request may not see it
+                if kind != "late":
+                    raise
+                return kind, exc
             answered.append(kind)
             return kind, r
 
@@ -428,6 +435,6 @@ def test_sigterm_under_load_completes_or_503s_and_exits_0(tmp_path: Path) -> Non
             assert r.status_code == 503, r.text
             assert "shutting down" in r.json()["error"]["message"]
         else:
-            assert isinstance(r, httpx.ConnectError)
+            assert isinstance(r, (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)), r
     assert exit_code == 0, log[-3000:]
     assert "draining" in log and "engine stopped" in log, log[-3000:]
