@@ -161,7 +161,9 @@ class TextDecoder(nn.Module):
         )
         self.ln = nn.LayerNorm(dims.n_text_state)
         self.output_projection: nn.Module | None = None
-        self.output_weight_kn: Tensor | None = None  # see `keep_output_weight_transposed`
+        # a buffer, so that `.to()` moves and casts it with the embedding; not in the state dict
+        self.output_weight_kn: Tensor | None
+        self.register_buffer("output_weight_kn", None, persistent=False)  # see `keep_output_weight_transposed`
 
     def new_cache(
         self,
@@ -367,8 +369,8 @@ class TextDecoder(nn.Module):
         copy: on a CPU this 51864-row matmul is memory-bound, a quarter of the bytes)."""
         if self.output_projection is not None:
             return self.output_projection(x.float()).float()
-        if self.output_weight_kn is not None and self.output_weight_kn.dtype == x.dtype:
-            return (x @ self.output_weight_kn).float()
+        if self.output_weight_kn is not None:
+            return (x @ self.output_weight_kn.to(x.dtype)).float()
         return (x @ self.token_embedding.weight.to(x.dtype).T).float()
 
     def keep_output_weight_transposed(self) -> None:
