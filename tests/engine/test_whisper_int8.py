@@ -64,6 +64,28 @@ def test_int8_rows_do_not_depend_on_their_batch_mates() -> None:
     assert torch.equal(together[:2], head)
 
 
+@pytest.mark.parametrize(("k", "n"), [(384, 1536), (1536, 384)])
+def test_float32_sums_of_int8_products_are_bitwise_the_int8_gemms(monkeypatch: pytest.MonkeyPatch, k: int, n: int) -> None:
+    """Where the int8 GEMM is slow, the layers sum the same int8 products in float32: exact below
+    2**24, so the outputs are bitwise those of `torch._int_mm`. Rows loud enough to pass that
+    bound (full-scale at K = 1536) go to the int8 GEMM, whatever the CPU."""
+    torch.manual_seed(2)
+    linear = torch.nn.Linear(k, n)
+    layers = {}
+    for fast in (True, False):
+        monkeypatch.setattr("engine.models.whisper.int8.int8_gemm_fast", lambda fast=fast: fast)
+        layers[fast] = Int8Linear.from_linear(linear)
+    assert layers[True].weight_as_float is None and layers[False].weight_as_float is not None
+    assert "exact integer sums" in repr(layers[False])
+    x = torch.randn(64, k) * torch.rand(64, 1) * 8
+    loud = torch.ones(2, k)  # every activation at ±127 after quantization
+    with torch.inference_mode():
+        for rows in (x, x[:1], loud):
+            assert torch.equal(layers[False](rows), layers[True](rows))
+    q = torch.full((1, k), ACTIVATION_MAX, dtype=torch.int8)
+    assert layers[False]._sums_exact_in_float(q) is (k == 384)
+
+
 def test_the_probed_kernel_sums_full_range_products_exactly() -> None:
     kind = int8_gemm_kind()
     assert kind in ("vnni", "no-vnni")

@@ -61,7 +61,8 @@ def uses_int8(quantization: QuantizationConfig, device: torch.device) -> bool:
         if device.type != "cpu":
             raise InvalidRequestError("quantization='int8_w8a8' runs on CPU; use fp16/bf16 on CUDA")
         if not int8_gemm_fast():
-            logger.warning("quantization='int8_w8a8' as asked, but this CPU's int8 GEMM is slower than float32 "
-                           "('auto' would keep float32)")
+            logger.warning("quantization='int8_w8a8' as asked, but this CPU's int8 GEMM is slower than float32: "
+                           "the int8 layers compute their exact integer sums with float32 GEMMs (same results, "
+                           "no speed-up; 'auto' would keep float32)")
         return True
     return quantization.scheme == "auto" and device.type == "cpu" and int8_gemm_kind() == "vnni" and int8_gemm_fast()
