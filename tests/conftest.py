@@ -161,3 +161,10 @@ def greedy_alone(engine: Any, clips: list[Clip]) -> dict[str, Any]:
     """Each single-window reference clip transcribed greedily on its own: id -> RequestOutput.
     The baseline that batching, long-form and other engines are compared with."""
     return {c.id: engine.transcribe_outputs(c.audio)[0] for c in clips if c.duration <= 30.0}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files holding slow tests run first (stable otherwise): `make test`'s workers take a whole
+    file at a time, and a long file started last leaves the other worker idle until it ends."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
