@@ -161,6 +161,16 @@ def test_ignore_globs_keep_the_decoder_in_float_and_refuse_a_typo() -> None:
         WhisperParts.load(EngineConfig(quantization={"scheme": "int8_w8a8", "ignore": "decoder.blocks.9.*"}))
 
 
+@pytest.mark.parametrize("scheme", ["int8_w8a8", "auto"])
+def test_module_types_without_linear_are_refused_for_whisper(scheme: str) -> None:
+    from engine import EngineConfig
+    from engine.models.whisper.parts import WhisperParts
+
+    config = EngineConfig(quantization={"scheme": scheme, "module_types": "pointwise_conv"})
+    with pytest.raises(InvalidRequestError, match="select no layer of a Whisper model"):
+        WhisperParts.load(config)
+
+
 @pytest.mark.parametrize("fast", [True, False])
 def test_auto_quantizes_only_where_the_int8_gemm_beats_float32(monkeypatch: pytest.MonkeyPatch,
                                                                 caplog: pytest.LogCaptureFixture, fast: bool) -> None:

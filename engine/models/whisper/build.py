@@ -19,13 +19,15 @@ from engine.models.whisper.int8 import (
 )
 from engine.models.whisper.loader import LoadedCheckpoint, load_checkpoint
 from engine.models.whisper.model import Whisper
-from engine.quantization import QuantizationConfig
+from engine.quantization import ONLINE_SCHEMES, QuantizationConfig
 
 logger = logging.getLogger(__name__)
 
 
 def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
                 dtype: torch.dtype) -> tuple[Whisper, LoadedCheckpoint]:
+    quantization = config.quantization_config()
+    check_module_types(quantization)
     ckpt = load_checkpoint(ckpt_dir, config.checkpoint_name)
     model = Whisper(ckpt.dims)
     missing, unexpected = model.load_state_dict(ckpt.state_dict, strict=False)
@@ -34,7 +36,6 @@ def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
         raise CheckpointError(f"{ckpt_dir}: missing {missing[:5]} unexpected {unexpected[:5]}")
     model.eval().requires_grad_(False)
     model = model.to(device, dtype)
-    quantization = config.quantization_config()
     if uses_int8(quantization, device):
         quantize_model(model, quantization)
     if device.type == "cpu" and model.decoder.output_projection is None:
@@ -52,6 +53,16 @@ def quantize_model(model: Whisper, quantization: QuantizationConfig) -> None:
     quantize_linear_layers(model, keep=lambda path: not quantization.quantizes(path, "linear"))
     if quantization.quantizes(LOGITS_PATH, "linear"):
         model.decoder.quantize_output_projection()
+
+
+def check_module_types(quantization: QuantizationConfig) -> None:
+    """Refuse module_types that select none of Whisper's quantizable layers (on every CPU, not
+    only where 'auto' picks int8): its GEMMs are linear layers, its two convolutions (kernel 3)
+    are not pointwise."""
+    if quantization.scheme in ONLINE_SCHEMES and "linear" not in quantization.module_types:
+        raise InvalidRequestError(
+            f"quantization module_types {','.join(quantization.module_types)} select no layer of a Whisper model "
+            "(its GEMMs are linear layers; its convolutions are not pointwise): add 'linear'")
 
 
 def uses_int8(quantization: QuantizationConfig, device: torch.device) -> bool:
