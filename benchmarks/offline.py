@@ -136,11 +136,12 @@ def cpu_report() -> str:
         pass
     isa = ", ".join(f.upper() for f in ISA_FLAGS if f in flags) or "unknown"
     kind = int8_gemm_kind()
+    gemm = ("torch._int_mm, faster than float32 here" if int8_gemm_fast() else
+            "torch._int_mm is slower than float32 here, so the int8 products are summed exactly by float32 GEMMs")
     return (f"CPU: {model}, {os.cpu_count()} logical cores, ISA {isa}; torch {torch.__version__} "
             f"kernels {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads; "
-            f"engine int8 GEMM: torch._int_mm, per-row activations × per-channel weights, "
-            f"{'8-bit' if kind == 'vnni' else '7-bit (no VNNI: saturation-safe)'} weights, "
-            f"{'faster' if int8_gemm_fast() else 'slower'} than float32 here; "
+            f"engine int8: per-row activations × per-channel "
+            f"{'8-bit' if kind == 'vnni' else '7-bit (no VNNI: saturation-safe)'} weights, {gemm}; "
             f"engine defaults: {'int8_w8a8' if default_is_int8() else 'float32'}")
 
 
