@@ -14,13 +14,12 @@ from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import replace
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
-from engine.metrics import count_passes_shed, stage_timer
+from engine.metrics import stage_timer
 from engine.models.whisper.batch import DecodeBatch
 from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.decoding import DecodeGroup
@@ -32,6 +31,7 @@ from engine.models.whisper.offline import OfflineTranscription, uses_audio_paddi
 from engine.models.whisper.options import WhisperOptions
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.planning import WindowPlanner
+from engine.models.whisper.stream_passes import StreamPassPicker
 from engine.models.whisper.streaming import StreamingTranscription
 from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.models.whisper.window import WindowJob, WindowOwner, WindowResult
@@ -62,8 +62,7 @@ class WhisperRunner:
         self.step_samples = int(config.stream_step_ms * SAMPLE_RATE / 1000)
         self.stream_chunk_samples = self.step_samples  # one pass's worth of new audio
         self.streams_stepped = 0
-        self.passes_shed = 0  # interim passes shed because the engine was behind (see _pick_stream_passes)
-        self._shed_periods: dict[str, int] = {}  # stream -> pass periods already counted as shed
+        self.stream_passes = StreamPassPicker(self.step_samples)
         # a second core encodes beside the decoder (encoder_thread.py); with one, the engine
         # thread alternates between them
         use_thread = self.parts.device.type == "cpu" and torch.get_num_threads() > DECODE_THREADS
@@ -202,7 +201,7 @@ class WhisperRunner:
                 self.planner.submit(job)
 
     def release(self, request: Request) -> None:
-        self._shed_periods.pop(request.request_id, None)
+        self.stream_passes.forget(request.request_id)
         self.collating = [r for r in self.collating if r is not request]
         self.streams.pop(request.request_id, None)
         state = self.active.pop(request.request_id, None)
@@ -286,8 +285,7 @@ class WhisperRunner:
             self._fail(state, "postprocess", exc, outputs)
             return
         for stale in update.withdrawn:
-            self.planner.drop(stale)
-            self.batch.remove_job(stale)
+            self._withdraw(stale)
         if update.output is not None:
             outputs.append(update.output)
             if update.output.finished:
@@ -300,7 +298,13 @@ class WhisperRunner:
         """Every stream with enough new audio (or at its end) gets a pass; their windows'
         features are extracted in one call and they join the encoder queue together."""
         with stage_timer("streaming.schedule"):
-            passes = self._pick_stream_passes(outputs)
+            passes, ended = self.stream_passes.pick(self.streams.values(), self.planner, self._withdraw)
+        for stream in ended:  # nothing left to decode: the final is what is committed
+            stream.final_done = True
+            outputs.append(stream.on_empty_end())
+            self.active.pop(stream.request.request_id, None)
+            self.streams.pop(stream.request.request_id, None)
+            self.stream_passes.forget(stream.request.request_id)
         if not passes:
             return
         with stage_timer("streaming.features"):
@@ -315,49 +319,9 @@ class WhisperRunner:
             job.patience_s = stream.pass_samples(self.step_samples) / SAMPLE_RATE
             self.planner.submit(job)
 
-    def _pick_stream_passes(self, outputs: list[RequestOutput]) -> list[tuple[StreamingTranscription, np.ndarray]]:
-        """The streams due a pass and the audio of their windows (a stream ended with nothing
-        left to decode finishes here)."""
-        for stream in self.streams.values():
-            stale = stream.superseded_pass()
-            if stale is not None:
-                self.planner.drop(stale)
-                self.batch.remove_job(stale)
-                stream.drop_pass()
-        passes: list[tuple[StreamingTranscription, np.ndarray]] = []
-        # when interim passes already wait longer than a pass period, new ones are shed: the stream
-        # keeps its audio and gets one pass over all of it once the engine catches up (fresher
-        # text than a queue of stale passes, for less work); final passes are never shed
-        behind = self.planner.interims_overdue()
-        due = [s for s in self.streams.values() if s.ready(self.step_samples)]
-        if behind:
-            for stream in (s for s in due if not s.request.input_finished):
-                self._count_shed(stream)
-            due = [s for s in due if s.request.input_finished]
-        # the streams that waited longest go first
-        due.sort(key=lambda s: -(s.new_samples + s.request.pending_samples))
-        for stream in due:
-            self._shed_periods.pop(stream.request.request_id, None)
-            stream.absorb()
-            audio = stream.window_audio()
-            if audio.size == 0:
-                if stream.request.input_finished:  # nothing left to decode: the final is what is committed
-                    stream.final_done = True
-                    outputs.append(stream.on_empty_end())
-                    self.active.pop(stream.request.request_id, None)
-                    self.streams.pop(stream.request.request_id, None)
-                continue
-            passes.append((stream, audio))
-        return passes
-
-    def _count_shed(self, stream: StreamingTranscription) -> None:
-        """Count the pass periods a shed stream has gone without its pass (each once)."""
-        rid = stream.request.request_id
-        periods = (stream.new_samples + stream.request.pending_samples) // stream.pass_samples(self.step_samples)
-        shed = max(0, periods - self._shed_periods.get(rid, 0))
-        self.passes_shed += shed
-        count_passes_shed(shed)
-        self._shed_periods[rid] = max(periods, self._shed_periods.get(rid, 0))
+    def _withdraw(self, job: WindowJob) -> None:
+        self.planner.drop(job)
+        self.batch.remove_job(job)
 
     def _collect_encoded(self, outputs: list[RequestOutput]) -> None:
         """Take the encoder thread's batch once it is done, or wait for it when the decoder has
