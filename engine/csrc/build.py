@@ -185,7 +185,8 @@ def cuda_check(if_nvcc: bool) -> int:
             logger.info("cuda-check: %s is up to date", source.name)
             continue
         todo.append(source)
-    groups = [todo[i :: os.cpu_count() or 1] for i in range(min(len(todo), os.cpu_count() or 1))]
+    cores = os.cpu_count() or 1
+    groups = [todo[i::cores] for i in range(min(len(todo), cores))]
 
     def compile_group(index: int) -> tuple[list[Path], subprocess.CompletedProcess[str], float]:
         unit = CUDA_CHECK_DIR / f"unit{index}.cu"

@@ -304,7 +304,6 @@ class WhisperRunner:
             outputs.append(stream.on_empty_end())
             self.active.pop(stream.request.request_id, None)
             self.streams.pop(stream.request.request_id, None)
-            self.stream_passes.forget(stream.request.request_id)
         if not passes:
             return
         with stage_timer("streaming.features"):

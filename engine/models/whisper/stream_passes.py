@@ -49,7 +49,7 @@ class StreamPassPicker:
         passes: list[tuple[StreamingTranscription, np.ndarray]] = []
         ended: list[StreamingTranscription] = []
         for stream in due:
-            self._shed_periods.pop(stream.request.request_id, None)
+            self.forget(stream.request.request_id)  # it gets its pass (or ends): nothing shed is pending
             stream.absorb()
             audio = stream.window_audio()
             if audio.size:
@@ -68,5 +68,5 @@ class StreamPassPicker:
         self._shed_periods[rid] = max(periods, self._shed_periods.get(rid, 0))
 
     def forget(self, request_id: str) -> None:
-        """The stream ended or was released."""
+        """The stream got its pass, ended or was released."""
         self._shed_periods.pop(request_id, None)
