@@ -352,3 +352,27 @@ def test_a_pause_after_a_committed_sentence_trims_the_window_to_its_last_word(
     spoken = " ".join(_spoken(stream_at_pace(live_engine, audio, after_block=in_the_pause)[-1].text))
     assert checked, "the pause was not reached"
     assert spoken.startswith("i really dont know how people talk like this i have a") and spoken.endswith("that thing"), spoken
+
+
+def test_passes_over_pauses_are_skipped_without_changing_the_transcript(live_engine: Any, clips: list[Clip]) -> None:
+    """With every word heard committed, a pass over audio the VAD hears no speech in would
+    write nothing: the stream skips it (the pauses before and between clips, and the silence
+    after the last). The transcript is the one a stream that runs every pass writes."""
+    from engine import ASREngine, EngineConfig
+
+    audio = np.concatenate([_session(clips, ("mfa_thoughts", "cv_en_22058264")), np.zeros(3 * 16000, np.float32)])
+    picker = live_engine.runner.stream_passes
+    skipped_before = picker.passes_skipped
+    gated = stream_at_pace(live_engine, audio)
+    skipped = picker.passes_skipped - skipped_before
+    every = ASREngine(EngineConfig(service_mode="streaming", max_batch_size=1,
+                                   family_options={"whisper": {"skip_silent_passes": False}}))
+    try:
+        assert every.runner.stream_passes.gate is None
+        ungated = stream_at_pace(every, audio)
+    finally:
+        every.shutdown()
+    assert gated[-1].text == ungated[-1].text, (gated[-1].text, ungated[-1].text)
+    assert _spoken(gated[-1].text)[:4] == ["i", "have", "a", "thousand"], gated[-1].text
+    # the 1.5 s before the first clip alone is three pass periods of silence
+    assert skipped >= 3 and len(gated) + skipped <= len(ungated) + 1, (skipped, len(gated), len(ungated))

@@ -27,6 +27,14 @@ class WhisperOptions:
     is an approximation: 3 % drift WER from the reference. Requests with word timestamps keep
     'full': word timing reads the cross-attention learnt on 30 s encodings."""
 
+    skip_silent_passes: bool = True
+    """Live streams: skip a pass while the Silero VAD hears no speech after what the last pass
+    heard (the last speech, then 1 s of silence) and every word heard is committed: such a pass
+    writes nothing. Measured in lockstep at 16 sessions of the capacity benchmark (clips joined
+    by pauses): 533 -> 352 passes, engine CPU 136 -> 95 s, live WER 12.54 -> 12.54 %. Audio
+    without speech still gets a pass every 3 s, for speech the VAD misses. False: a pass every
+    cadence period. Without the VAD (the silero-vad package missing) every pass runs."""
+
     def __post_init__(self) -> None:
         if self.offline_encoder_context not in ("fit", "full"):
             raise InvalidRequestError(

@@ -37,6 +37,7 @@ from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.models.whisper.window import WindowJob, WindowOwner, WindowResult
 from engine.request import Request
 from engine.runner import ModelInfo, RunnerStats
+from engine.streaming.silence_gate import SilenceGate
 from engine.types import DecodingOptions, RequestOutput
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,8 @@ class WhisperRunner:
         self.step_samples = int(config.stream_step_ms * SAMPLE_RATE / 1000)
         self.stream_chunk_samples = self.step_samples  # one pass's worth of new audio
         self.streams_stepped = 0
-        self.stream_passes = StreamPassPicker(self.step_samples)
+        gate = SilenceGate.load() if self.options.skip_silent_passes else None
+        self.stream_passes = StreamPassPicker(self.step_samples, gate)
         # a second core encodes beside the decoder (encoder_thread.py); with one, the engine
         # thread alternates between them
         use_thread = self.parts.device.type == "cpu" and torch.get_num_threads() > DECODE_THREADS
@@ -201,9 +203,8 @@ class WhisperRunner:
                 self.planner.submit(job)
 
     def release(self, request: Request) -> None:
-        self.stream_passes.forget(request.request_id)
         self.collating = [r for r in self.collating if r is not request]
-        self.streams.pop(request.request_id, None)
+        self._end_stream(request.request_id)
         state = self.active.pop(request.request_id, None)
         if state is None:
             return
@@ -290,7 +291,7 @@ class WhisperRunner:
             outputs.append(update.output)
             if update.output.finished:
                 self.active.pop(job.request_id, None)
-                self.streams.pop(job.request_id, None)
+                self._end_stream(job.request_id)
         for nxt in update.jobs:
             self.planner.submit(nxt)
 
@@ -303,7 +304,7 @@ class WhisperRunner:
             stream.final_done = True
             outputs.append(stream.on_empty_end())
             self.active.pop(stream.request.request_id, None)
-            self.streams.pop(stream.request.request_id, None)
+            self._end_stream(stream.request.request_id)
         if not passes:
             return
         with stage_timer("streaming.features"):
@@ -317,6 +318,10 @@ class WhisperRunner:
             job = stream.make_job(mel.to(self.parts.dtype))
             job.patience_s = stream.pass_samples(self.step_samples) / SAMPLE_RATE
             self.planner.submit(job)
+
+    def _end_stream(self, request_id: str) -> None:
+        if self.streams.pop(request_id, None) is not None:
+            self.stream_passes.release(request_id)
 
     def _withdraw(self, job: WindowJob) -> None:
         self.planner.drop(job)

@@ -6,6 +6,10 @@ When interim passes already wait longer than a pass period, new interim passes a
 stream keeps its audio and gets one pass over all of it once the engine catches up (fresher text
 than a queue of stale passes, for less work). Final passes are never shed. Each pass period a
 stream goes without its pass is counted once (`oasr_engine_stream_passes_shed_total`).
+
+With a silence gate (engine/streaming/silence_gate.py), a due stream whose last pass heard the
+last speech the VAD heard, and a second of silence after it, with nothing left tentative, skips
+its pass (`may_skip_pass`).
 """
 
 from __future__ import annotations
@@ -18,13 +22,17 @@ from engine.metrics import count_passes_shed
 from engine.models.whisper.planning import WindowPlanner
 from engine.models.whisper.streaming import StreamingTranscription
 from engine.models.whisper.window import WindowJob
+from engine.streaming.silence_gate import SilenceGate
 
 
 class StreamPassPicker:
-    def __init__(self, step_samples: int):
-        """`step_samples`: the engine's stream step (a delay's cadence is a multiple of it)."""
+    def __init__(self, step_samples: int, gate: SilenceGate | None = None):
+        """`step_samples`: the engine's stream step (a delay's cadence is a multiple of it);
+        `gate`: the VAD that lets passes over silence be skipped (None: every pass runs)."""
         self.step_samples = step_samples
+        self.gate = gate
         self.passes_shed = 0  # interim pass periods shed because the engine was behind
+        self.passes_skipped = 0  # interim passes skipped over audio without speech
         self._shed_periods: dict[str, int] = {}  # stream -> pass periods already counted as shed
 
     def pick(self, streams: Iterable[StreamingTranscription], planner: WindowPlanner,
@@ -48,9 +56,16 @@ class StreamPassPicker:
         due.sort(key=lambda s: -(s.new_samples + s.request.pending_samples))
         passes: list[tuple[StreamingTranscription, np.ndarray]] = []
         ended: list[StreamingTranscription] = []
-        for stream in due:
+        absorbed = [stream.absorb() for stream in due]
+        speech_ends: list[float | None] = [None] * len(due)
+        if self.gate is not None and due:
+            speech_ends = self.gate.speech_ends([(s.request.request_id, audio) for s, audio in zip(due, absorbed)])
+        for stream, speech_end in zip(due, speech_ends):
             self.forget(stream.request.request_id)  # it gets its pass (or ends): nothing shed is pending
-            stream.absorb()
+            if self.gate is not None and stream.may_skip_pass(speech_end):
+                stream.skip_pass(speech_end)
+                self.passes_skipped += 1
+                continue
             audio = stream.window_audio()
             if audio.size:
                 passes.append((stream, audio))
@@ -70,3 +85,9 @@ class StreamPassPicker:
     def forget(self, request_id: str) -> None:
         """The stream got its pass, ended or was released."""
         self._shed_periods.pop(request_id, None)
+
+    def release(self, request_id: str) -> None:
+        """The stream ended or was released: its shed count and VAD state go."""
+        self.forget(request_id)
+        if self.gate is not None:
+            self.gate.forget(request_id)

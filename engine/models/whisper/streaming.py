@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 PROMPT_CHARS = 200  # committed text carried as the prompt of the next pass
 SILENCE_KEEP_S = 1.0  # on a silent pass, keep only this much audio (speech may be starting)
 SILENCE_TRIM_AFTER_S = 5.0  # ...once the window is at least this long
+SILENCE_PASS_EVERY_S = 3.0  # audio without speech still gets a pass this often (speech the VAD misses)
+PASS_AFTER_SPEECH_S = 1.0  # passes are skipped once one has heard this much silence after the speech
 TRIM_AFTER_S = 4.0  # a window without a committed sentence end is trimmed in a pause after a committed word
 MIN_PAUSE_S = 0.2  # gap between two aligned words that counts as a pause (a cut there splits no word)
 PAUSE_MARKS = (".", "?", "!", ",", ";", ":")
@@ -82,6 +84,7 @@ class StreamingTranscription:
         self._forced_committed = 0  # how many of the pass's first words are forced committed ones
         self.committed_words: list[Word] = []
         self.passes = 0
+        self.passes_skipped = 0  # pass periods skipped over audio without speech
         self.current_job: WindowJob | None = None  # the pass in flight
         self.last_pass_tokens: list[int] | None = None  # what the last pass decoded, forced words first
         self.last_pass_start = 0.0  # where its window started (its timestamps count from there)
@@ -90,11 +93,13 @@ class StreamingTranscription:
 
     # ---- scheduling ----
 
-    def absorb(self) -> None:
+    def absorb(self) -> np.ndarray:
+        """Move the request's pending audio into the window; returns that audio."""
         chunk = self.request.take_pending_audio()
         if chunk.size:
             self.window = np.concatenate([self.window, chunk]) if self.window.size else chunk
             self.new_samples += int(chunk.size)
+        return chunk
 
     def pass_samples(self, step_samples: int) -> int:
         """New audio that makes a pass due: the engine's step times the delay's cadence."""
@@ -106,6 +111,31 @@ class StreamingTranscription:
             return False
         pending = self.new_samples + self.request.pending_samples
         return pending >= self.pass_samples(step_samples) or self.request.input_finished
+
+    def may_skip_pass(self, speech_end: float | None) -> bool:
+        """A pass may be skipped when it would write nothing: input goes on, nothing is tentative,
+        and the last pass heard the last speech the VAD heard (`speech_end`, stream seconds;
+        None: none yet) with PASS_AFTER_SPEECH_S of silence after it (speech cut at a pass's
+        edge is often written only by the pass after). Audio the last pass did not hear gets a
+        pass every SILENCE_PASS_EVERY_S still: speech the VAD misses is decoded late, not never."""
+        if self.request.input_finished or self.in_flight or self.agreement.tentative:
+            return False
+        if speech_end is not None and self.heard_until - speech_end < PASS_AFTER_SPEECH_S:
+            return False
+        return self._window_end() - max(self.heard_until, self.window_start) < SILENCE_PASS_EVERY_S
+
+    def skip_pass(self, speech_end: float | None) -> None:
+        """No pass this period. A window holding SILENCE_TRIM_AFTER_S without speech (no word
+        committed, no VAD speech) at its end keeps only its last SILENCE_KEEP_S, as a pass that
+        heard only silence would cut it."""
+        self.new_samples = 0
+        self.passes_skipped += 1
+        spoken_until = max(self.committed_words[-1].end if self.committed_words else 0.0, speech_end or 0.0)
+        if self._window_end() - max(spoken_until, self.window_start) >= SILENCE_TRIM_AFTER_S:
+            self._trim_to(self._window_end() - SILENCE_KEEP_S)
+
+    def _window_end(self) -> float:
+        return self.window_start + self.window.size / SAMPLE_RATE
 
     def is_final_pass(self) -> bool:
         return self.request.input_finished and not self.request.pending_audio
