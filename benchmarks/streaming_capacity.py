@@ -192,9 +192,16 @@ def _live_wer(references: list[str] | None, finals: dict[int, str], n: int) -> f
 
 def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None, stagger_s: float,
                quantization: str | None, encoder_context: str | None,
-               references: list[str] | None = None) -> dict[str, object]:
+               references: list[str] | None = None, turn_detection: str = "none") -> dict[str, object]:
     """The same sessions through a real streaming server, as OpenAI realtime WebSocket clients.
-    None for max_batch_size, quantization or encoder_context keeps the server's default."""
+    None for max_batch_size, quantization or encoder_context keeps the server's default.
+
+    `turn_detection` "none" (default): a session is one turn, final after the client's commit at
+    the end of its audio, so the engine itself hears the pauses. "server_vad" (a realtime
+    session's default when the client sends none): the server's VAD cuts each session into
+    turns, and a turn's final latency runs from where the VAD heard its speech end (the
+    `speech_end_ms` of `speech_stopped`; the end of the audio for the turn the client's commit
+    closes) to its `completed` transcript, so it includes the VAD's silence wait."""
     from benchmarks.asrbench.backends.realtime import RealtimeStream
     from benchmarks.asrbench.backends.server_process import ServerProcess
 
@@ -225,7 +232,7 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
         def client(k: int) -> None:
             start = t0 + k * stagger_s
             time.sleep(max(0.0, start - time.perf_counter()))
-            stream = RealtimeStream(server.base_url, model="", turn_detection="none")
+            stream = RealtimeStream(server.base_url, model="", turn_detection=turn_detection)
             opened = time.perf_counter()
             audio = audios[k]
             for i, off in enumerate(range(0, audio.size, chunk)):
@@ -241,7 +248,8 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
                 return
             with lock:
                 assert stream.final_t is not None
-                finals.append(stream.final_t - audio_end)
+                finals.extend(done - (audio_end if end_s is None else start + end_s)
+                              for end_s, done in stream.turn_ends())
                 texts[k] = text
                 if stream.partials:
                     firsts.append(stream.partials[0][0] - opened)
@@ -264,6 +272,7 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
     row = summarize(n, max_batch_size, finals, firsts, intervals, histogram, int(steps), int(after["sum"] - before["sum"]),
                     most if steps else 0, live_wer=_live_wer(references, texts, n))
     row["passes_shed"] = int(after["passes_shed"] - before["passes_shed"])
+    row["turns"] = len(finals)
     return row
 
 
@@ -332,6 +341,10 @@ def main() -> None:
     parser.add_argument("--encoder-context", default=None, choices=["fit", "full"], help="default: the engine's")
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs per point; the table shows the median p95 (it moves a lot from run to run)")
+    parser.add_argument("--turn-detection", default="none", choices=["none", "server_vad"],
+                        help="--server: the sessions' turn detection (none: one turn per session, ended by the "
+                        "client's commit; server_vad: the server's VAD ends turns, finals timed from each "
+                        "turn's speech end)")
     parser.add_argument("--server", action="store_true",
                         help="run each point against a real streaming server over /v1/realtime WebSockets")
     args = parser.parse_args()
@@ -351,7 +364,7 @@ def main() -> None:
             for _ in range(args.repeat):
                 if args.server:
                     runs.append(run_server(n, audios, mbs, args.stagger_s, args.quantization, args.encoder_context,
-                                           references=texts))
+                                           references=texts, turn_detection=args.turn_detection))
                 else:
                     runs.append(run(n, audios, mbs, args.stagger_s, references=texts, **config))
                 runs[-1]["offline_wer"] = reference
@@ -361,7 +374,8 @@ def main() -> None:
             rows.append(row)
     most = "most streams in a step (bucket bound)" if args.server else "most streams in a step"
     defaults = EngineConfig()
-    print(f"\n{'server over /v1/realtime' if args.server else 'in-process engine'}, "
+    where = f"server over /v1/realtime, turn detection {args.turn_detection}" if args.server else "in-process engine"
+    print(f"\n{where}, "
           f"quantization={args.quantization or defaults.quantization}, "
           f"context={args.encoder_context or defaults.stream_encoder_context}, "
           f"sessions: {args.clip or f'{SESSION_CLIPS} dev clips joined by {PAUSE_S} s pauses'}\n")

@@ -1,5 +1,6 @@
 """benchmarks/streaming_capacity.py runs end to end, in process and through a real server, on two
-short paced streams: the rows it reports are complete and consistent (no timing is asserted)."""
+short paced streams: the rows it reports are complete and consistent (no timing is asserted),
+with turn detection none (one turn a session) and server VAD (the VAD's turns)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from benchmarks import streaming_capacity as capacity
 CLIP = "mfa_thoughts"  # 3.6 s; its first 2.5 s keep the test short
 
 
-@pytest.mark.parametrize("mode", ["in_process", "server"])
+@pytest.mark.parametrize("mode", ["in_process", "server", "server_vad"])
 def test_two_paced_streams_report_a_complete_row(mode: str) -> None:
     audio = capacity.load(CLIP)[: int(2.5 * capacity.SAMPLE_RATE)]
-    if mode == "server":
-        row = capacity.run_server(2, audio, 16, 0.0, None, "fit")
+    if mode.startswith("server"):
+        row = capacity.run_server(2, audio, 16, 0.0, None, "fit",
+                                  turn_detection="server_vad" if mode == "server_vad" else "none")
+        assert row["turns"] >= 2  # every session's turns have their latency
     else:
         row = capacity.run(2, audio, 16, 0.0)
     assert row["sessions"] == 2 and row["max_batch_size"] == 16

@@ -15,6 +15,7 @@ import base64
 import json
 import logging
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,8 @@ class RealtimeStream(StreamSession):
         self._items: list[str] = []  # committed item ids, in order
         self._completed: dict[str, str] = {}
         self._deltas: dict[str, str] = {}
+        self.speech_end_ms: dict[str, int] = {}  # item -> where the server VAD heard its speech end
+        self.completed_t: dict[str, float] = {}  # item -> perf_counter() at its `completed` transcript
         self._closing = False
         self._commit_answered = False
         audio_input: dict[str, Any] = {"format": {"type": "audio/pcm", "rate": WIRE_RATE},
@@ -91,6 +94,12 @@ class RealtimeStream(StreamSession):
     def abort(self) -> None:
         self._ws.close()
 
+    def turn_ends(self) -> list[tuple[float | None, float]]:
+        """Each item's (speech end in session audio seconds, or None where the client's commit
+        ended it; perf_counter() of its completed transcript), in item order."""
+        return [(self.speech_end_ms[i] / 1000 if i in self.speech_end_ms else None, self.completed_t[i])
+                for i in self._items if i in self.completed_t]
+
     def _text_so_far(self) -> str:
         return " ".join(self._completed.get(i, self._deltas.get(i, "")).strip() for i in self._items).strip()
 
@@ -110,6 +119,10 @@ class RealtimeStream(StreamSession):
                             self._items.append(event["item_id"])
                         if self._closing:
                             self._commit_answered = True
+                    elif kind == "input_audio_buffer.speech_stopped":
+                        # speech_end_ms (our extension) is where speech ended; audio_end_ms adds padding
+                        self.speech_end_ms[event.get("item_id", "")] = int(
+                            event.get("speech_end_ms", event.get("audio_end_ms", 0)))
                     elif kind == "conversation.item.input_audio_transcription.delta":
                         item = event.get("item_id", "")
                         if item not in self._items:
@@ -124,6 +137,7 @@ class RealtimeStream(StreamSession):
                         if item not in self._items:
                             self._items.append(item)
                         self._completed[item] = event.get("transcript", "")
+                        self.completed_t[item] = time.perf_counter()
                         if not self._closing:
                             self._partial(self._text_so_far())
                     elif kind == "conversation.item.input_audio_transcription.failed":
