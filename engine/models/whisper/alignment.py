@@ -43,11 +43,13 @@ def align_words(
     audio_positions: int | None = None,
     silence: tuple[list[Tensor], list[Tensor]] | None = None,
     confidence: bool = True,
+    cross: tuple[list[Tensor], list[Tensor]] | None = None,
 ) -> list[Word]:
     """Words of `text_tokens` with start/end (seconds, offset by `time_offset`) and confidence.
     `audio_features` (S, C) is the window's encoder output; `num_frames` its real mel frames;
     `audio_positions` and `silence` describe a 'fit' window (see TextDecoder.new_cache). Without
-    `confidence`, every word's confidence is 0 and the vocabulary projection is skipped."""
+    `confidence`, every word's confidence is 0 and the vocabulary projection is skipped. `cross`:
+    the window's decoder cross K/V from its prefill (TextDecoder.new_cache), not projected again."""
     if not text_tokens:
         return []
     seq = [*sot_sequence, tokenizer.no_timestamps, *text_tokens, tokenizer.eot]
@@ -57,7 +59,7 @@ def align_words(
     tokens = torch.tensor([seq], device=audio_features.device)
     with torch.inference_mode():
         weights, logits = decoder.alignment_pass(tokens, audio_features[None], heads, n_audio, audio_positions, silence,
-                                                 with_logits=confidence)
+                                                 with_logits=confidence, cross=cross)
     start = len(seq) - len(text_tokens) - 1
     token_probs = np.zeros(len(text_tokens))
     if logits is not None:

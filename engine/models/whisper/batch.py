@@ -46,13 +46,14 @@ class DecodeBatch:
         audio_positions: list[int] | None = None,
         silence: tuple[list[Tensor], list[Tensor]] | None = None,
         shared_silence: bool = True,
-    ) -> None:
+    ) -> list[tuple[list[Tensor], list[Tensor]]]:
         """Prefill the prompts of new groups in one forward and add their rows.
         audio_features[i] is (S, C) for groups[i]; with `audio_positions` and the `silence` K/V,
         only its first audio_positions[i] positions are its own (context.py; `shared_silence` as
-        in TextDecoder.new_cache)."""
+        in TextDecoder.new_cache). Returns each group's cross K/V per layer (1, H, own
+        positions, Dh), for a later pass over the same window (word alignment)."""
         if not groups:
-            return
+            return []
         feats = torch.stack(audio_features)  # (G, S, C): a group's beams share its cross K/V
         max_len = max(len(g.prefix) + len(g.draft) for g in groups)
         cache = self.decoder.new_cache(feats, capacity=max_len + 16, audio_positions=audio_positions, silence=silence,
@@ -88,12 +89,16 @@ class DecodeBatch:
                     drafts[i] = logits[at + 2 : at + 2 + len(g.draft)]
                 at += 2 + len(g.draft)
         sources = self._advance_groups(groups, torch.stack(last_logits), drafts)
+        held = cache.held or [cache.cross_capacity] * len(groups)
+        cross = [([k[i : i + 1, :, :n] for k in cache.cross_k], [v[i : i + 1, :, :n] for v in cache.cross_v])
+                 for i, n in enumerate(held)]
         cache.reorder_rows(torch.tensor(sources, device=self.device))
         if self.cache is None:
             self.cache = cache
         else:
             self.cache.extend(cache)
         self.groups.extend(groups)
+        return cross
 
     # ---- stepping ----
 

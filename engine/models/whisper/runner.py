@@ -403,8 +403,11 @@ class WhisperRunner:
     def _prefill(self, jobs: list[WindowJob], shared_silence: bool) -> None:
         parts = self.parts
         groups = [DecodeGroup.for_job(j, parts.rules, parts.dims.n_text_ctx) for j in jobs]
-        self.batch.join(groups, [j.audio_features for j in jobs], [j.audio_positions for j in jobs],  # type: ignore[misc]
-                        parts.silence_kv(jobs), shared_silence=shared_silence)
+        cross = self.batch.join(groups, [j.audio_features for j in jobs], [j.audio_positions for j in jobs],  # type: ignore[misc]
+                                parts.silence_kv(jobs), shared_silence=shared_silence)
+        for job, kv in zip(jobs, cross):
+            if job.live:  # a live pass aligns its words over the same window (offline jobs do not keep theirs)
+                job.cross_kv = kv
 
     @contextlib.contextmanager
     def _decode_threads(self) -> Iterator[None]:

@@ -320,7 +320,8 @@ class StreamingTranscription:
         sot = tok.sot_sequence(self.language, self.options.task, timestamps=False)
         words = align_words(self.parts.model.decoder, tok, self.parts.alignment_heads, sot[:-1], text_tokens,
                            job.audio_features, job.frames, self.window_start, job.audio_positions,
-                           self.parts.silence_kv([job]), confidence=self.options.word_timestamps)
+                           self.parts.silence_kv([job]), confidence=self.options.word_timestamps,
+                           cross=job.cross_kv)
         if self.options.logprobs:
             self._attach_word_logprobs(words, result, forced=len(job.forced) > 0)
         # punctuation alone is what tiny.en says over a pause: committing it prints ". . . ."
