@@ -1,14 +1,14 @@
 """The silence gate (engine/streaming/silence_gate.py) on the packaged Silero VAD and a real clip:
-it hears speech where there is speech and none in silence, whatever the chunking, and streams
-scored together get what each gets alone."""
+it hears speech where there is speech and none in silence, whatever the chunking, scores only
+the audio after `since`, and streams scored together get what each gets alone."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from engine.streaming.silence_gate import SilenceGate
-from engine.vad import SAMPLE_RATE
+from engine.streaming.silence_gate import SPEECH_PROB, SilenceGate
+from engine.vad import SAMPLE_RATE, WINDOW_SAMPLES, speech_probs
 from tests.conftest import load_clip
 
 CLIP = "mfa_thoughts"
@@ -25,40 +25,52 @@ def _gate() -> SilenceGate:
     return gate
 
 
-def _chunks(audio: np.ndarray, size: int) -> list[np.ndarray]:
-    return [audio[i : i + size] for i in range(0, audio.size, size)]
-
-
 def test_silence_is_silent_and_the_speech_of_a_clip_is_heard(speech: np.ndarray) -> None:
     gate = _gate()
-    rng = np.random.default_rng(0)
-    room = (rng.standard_normal(2 * SAMPLE_RATE) * 1e-3).astype(np.float32)  # quiet room noise
-    assert gate.speech_ends([("a", room[:SAMPLE_RATE])]) == [None]
-    assert gate.speech_ends([("a", room[SAMPLE_RATE:])]) == [None]
-    ends = [gate.speech_ends([("a", chunk)])[0] for chunk in _chunks(speech, SAMPLE_RATE // 2)]
-    fed = [2 + (i + 1) / 2 for i in range(len(ends))]  # seconds fed after each chunk
-    heard = [end is not None and end > at - 0.5 for end, at in zip(ends, fed)]  # speech in that chunk
-    assert sum(heard) >= len(heard) // 2, ends  # a clip of speech, with its own room tone at the edges
-    assert all(end is None or at - 0.5 < end <= at for end, at, h in zip(ends, fed, heard) if h)
+    room = (np.random.default_rng(0).standard_normal(2 * SAMPLE_RATE) * 1e-3).astype(np.float32)  # quiet room
+    audio = np.concatenate([room, speech])
+    ends = []
+    for fed in range(SAMPLE_RATE // 2, audio.size + 1, SAMPLE_RATE // 2):  # a window growing 0.5 s a call
+        ends.append(gate.speech_ends([("a", -1.0, 0.0, audio[:fed])])[0])
+    assert ends[:4] == [None] * 4, ends  # the room's two seconds
+    heard = [end is not None and end > (i + 0.5) / 2 for i, end in enumerate(ends)]  # speech in that call's audio
+    assert sum(heard[4:]) >= len(heard[4:]) // 2, ends  # a clip of speech, with its own room tone at the edges
 
 
 def test_chunking_and_batch_mates_do_not_change_what_a_stream_hears(speech: np.ndarray) -> None:
-    """Whole windows are scored in order whatever the chunk sizes (the rest waits for the next
-    audio), and each stream keeps its own state in a batched call."""
+    """Whole windows are scored in order whatever the calls' sizes (the rest waits for the next
+    call), and each stream keeps its own state in a batched call."""
     audio = np.concatenate([np.zeros(SAMPLE_RATE, np.float32), speech])
-    alone = _gate()
-    per_window = [alone.speech_ends([("a", w)])[0] == (i + 1) * 512 / SAMPLE_RATE
-                  for i, w in enumerate(_chunks(audio, 512))]
+    probs = speech_probs(_gate().model, audio)  # one window at a time, from the stream's start
     odd = _gate()
     together = _gate()
     silence = np.zeros(audio.size, np.float32)
     seen = set()
-    for start in range(0, audio.size, 3001):  # chunks that split windows
-        chunk = audio[start : start + 3001]
-        completed = per_window[start // 512 : (start + chunk.size) // 512]  # the windows this chunk completes
-        last = max((i for i, w in enumerate(per_window[: (start + chunk.size) // 512]) if w), default=None)
-        expected = None if last is None else (last + 1) * 512 / SAMPLE_RATE  # where the last speech window ends
-        seen.add(any(completed))
-        assert odd.speech_ends([("a", chunk)]) == [expected]
-        assert together.speech_ends([("b", silence[start : start + 3001]), ("a", chunk)]) == [None, expected]
-    assert seen == {False, True}  # chunks of the leading second of silence, and of speech
+    for fed in range(3001, audio.size, 3001):  # calls that split windows
+        whole = fed // WINDOW_SAMPLES
+        speech_windows = np.flatnonzero(probs[:whole] > SPEECH_PROB)
+        expected = None if speech_windows.size == 0 else (speech_windows[-1] + 1) * WINDOW_SAMPLES / SAMPLE_RATE
+        seen.add(expected is None)
+        assert odd.speech_ends([("a", 0.0, 0.0, audio[:fed])]) == [expected]
+        assert together.speech_ends([("b", 0.0, 0.0, silence[:fed]), ("a", 0.0, 0.0, audio[:fed])]) == [None, expected]
+    assert seen == {False, True}  # calls over the leading second of silence, and over speech
+
+
+def test_only_the_audio_after_since_is_scored(speech: np.ndarray) -> None:
+    """A stream is scored from `since` (or its window's start): speech before it is not heard, and
+    a stream forgotten (its passes could not be skipped) starts afresh there."""
+    pause = np.zeros(2 * SAMPLE_RATE, np.float32)
+    audio = np.concatenate([speech, pause])
+    gate = _gate()
+    probs = speech_probs(gate.model, audio)
+    spoken_until = (np.flatnonzero(probs > SPEECH_PROB)[-1] + 1) * WINDOW_SAMPLES / SAMPLE_RATE
+    assert 1.0 < spoken_until < speech.size / SAMPLE_RATE  # the clip's room tone follows its speech
+    assert gate.speech_ends([("a", 0.0, 0.0, audio)]) == [spoken_until]
+    gate.forget("a")
+    assert gate.speech_ends([("a", spoken_until + 0.3, 0.0, audio)]) == [None]
+    gate.forget("a")
+    assert gate.speech_ends([("a", spoken_until - 0.5, 0.0, audio)])[0] is not None  # its last half second
+    # a window trimmed to start after the speech: its own start bounds what is scored
+    trimmed_at = round((spoken_until + 0.3) * SAMPLE_RATE)
+    gate.forget("a")
+    assert gate.speech_ends([("a", 0.0, trimmed_at / SAMPLE_RATE, audio[trimmed_at:])]) == [None]

@@ -7,9 +7,9 @@ stream keeps its audio and gets one pass over all of it once the engine catches 
 than a queue of stale passes, for less work). Final passes are never shed. Each pass period a
 stream goes without its pass is counted once (`oasr_engine_stream_passes_shed_total`).
 
-With a silence gate (engine/streaming/silence_gate.py), a due stream whose last pass heard the
-last speech the VAD heard, and a second of silence after it, with nothing left tentative, skips
-its pass (`may_skip_pass`).
+With a silence gate (engine/streaming/silence_gate.py), a due stream with nothing tentative
+whose last pass heard a second of silence after the last speech the VAD hears skips its pass
+(`may_skip_pass`).
 """
 
 from __future__ import annotations
@@ -56,14 +56,14 @@ class StreamPassPicker:
         due.sort(key=lambda s: -(s.new_samples + s.request.pending_samples))
         passes: list[tuple[StreamingTranscription, np.ndarray]] = []
         ended: list[StreamingTranscription] = []
-        absorbed = [stream.absorb() for stream in due]
-        speech_ends: list[float | None] = [None] * len(due)
-        if self.gate is not None and due:
-            speech_ends = self.gate.speech_ends([(s.request.request_id, audio) for s, audio in zip(due, absorbed)])
-        for stream, speech_end in zip(due, speech_ends):
-            self.forget(stream.request.request_id)  # it gets its pass (or ends): nothing shed is pending
-            if self.gate is not None and stream.may_skip_pass(speech_end):
-                stream.skip_pass(speech_end)
+        for stream in due:
+            stream.absorb()
+        speech_ends = self._speech_ends(due)
+        for stream in due:
+            rid = stream.request.request_id
+            self.forget(rid)  # it gets its pass (or ends): nothing shed is pending
+            if rid in speech_ends and stream.may_skip_pass(speech_ends[rid]):
+                stream.skip_pass(speech_ends[rid])
                 self.passes_skipped += 1
                 continue
             audio = stream.window_audio()
@@ -72,6 +72,22 @@ class StreamPassPicker:
             elif stream.request.input_finished:
                 ended.append(stream)
         return passes, ended
+
+    def _speech_ends(self, due: list[StreamingTranscription]) -> dict[str, float | None]:
+        """Where the VAD heard the last speech (None: none) in the audio that decides a skip, for
+        the due streams whose passes may be skipped; the others (words tentative, input ended,
+        no gate) are not scored."""
+        if self.gate is None:
+            return {}
+        candidates = []
+        for stream in due:
+            if stream.may_skip_pass(None):
+                candidates.append(stream)
+            else:
+                self.gate.forget(stream.request.request_id)
+        ends = self.gate.speech_ends([(s.request.request_id, s.vad_since(), s.window_start, s.window)
+                                      for s in candidates])
+        return {s.request.request_id: end for s, end in zip(candidates, ends)}
 
     def count_shed(self, stream: StreamingTranscription) -> None:
         """Count the pass periods a shed stream has gone without its pass (each once)."""

@@ -124,6 +124,10 @@ class StreamingTranscription:
             return False
         return self._window_end() - max(self.heard_until, self.window_start) < SILENCE_PASS_EVERY_S
 
+    def vad_since(self) -> float:
+        """Stream time from which speech the VAD hears keeps the next pass (`may_skip_pass`)."""
+        return self.heard_until - PASS_AFTER_SPEECH_S
+
     def skip_pass(self, speech_end: float | None) -> None:
         """No pass this period. A window holding SILENCE_TRIM_AFTER_S without speech (no word
         committed, no VAD speech) at its end keeps only its last SILENCE_KEEP_S, as a pass that
