@@ -352,6 +352,12 @@ class Metrics:
             "pass over all its new audio once the engine catches up; a steady rate means fewer partials "
             "than stream_step_ms promises (count).",
             e)
+        self.engine_stream_passes_skipped = d.counter(
+            "oasr_engine_stream_passes_skipped_total",
+            "Interim passes of live streams not run because the VAD heard no speech after what the last "
+            "pass heard and every word was committed (such a pass writes nothing): the CPU a "
+            "re-decoding stream (Whisper) saves over pauses (count).",
+            e)
         self.engine_samples_dropped = d.counter(
             "oasr_engine_metric_samples_dropped_total",
             "Samples the engine's collector did not keep because a series was at its cap between two "

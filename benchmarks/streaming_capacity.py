@@ -124,7 +124,7 @@ def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None
     sessions: dict[str, Session] = {}
     streams_stepped: list[int] = []
     stage_seconds: dict[str, float] = {}  # engine stage -> host seconds over the run
-    passes_shed = 0
+    passes_shed = passes_skipped = 0
     lock = threading.Lock()
     t0 = time.monotonic()
     chunk = int(CHUNK_S * SAMPLE_RATE)
@@ -154,6 +154,7 @@ def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None
         outs = engine.step()
         snap = engine.metrics.drain()
         passes_shed = snap.stream_passes_shed_total
+        passes_skipped = snap.stream_passes_skipped_total
         streams_stepped += snap.batch_size.get("streaming", [])
         for stage, times in snap.stage_seconds.items():
             stage_seconds[stage] = stage_seconds.get(stage, 0.0) + sum(times)
@@ -180,6 +181,7 @@ def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None
                      live_wer=_live_wer(references, finals, n))
     row["wall_s"] = round(time.monotonic() - t0, 1)
     row["passes_shed"] = passes_shed
+    row["passes_skipped"] = passes_skipped
     row["stage_s"] = {stage: round(t, 1) for stage, t in sorted(stage_seconds.items(), key=lambda kv: -kv[1])}
     return row
 
@@ -272,6 +274,7 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
     row = summarize(n, max_batch_size, finals, firsts, intervals, histogram, int(steps), int(after["sum"] - before["sum"]),
                     most if steps else 0, live_wer=_live_wer(references, texts, n))
     row["passes_shed"] = int(after["passes_shed"] - before["passes_shed"])
+    row["passes_skipped"] = int(after["passes_skipped"] - before["passes_skipped"])
     row["turns"] = len(finals)
     return row
 
@@ -279,14 +282,18 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
 def stream_batch_histogram(base_url: str) -> dict[str, float]:
     """The server's cumulative `oasr_engine_batch_size{mode="streaming"}` buckets by `le`, plus its sum
     (the live streams one engine step advanced together), and its `oasr_engine_stream_passes_shed_total`
-    as "passes_shed" (interim passes it skipped while behind), from one read of /metrics."""
+    as "passes_shed" (interim passes it skipped while behind) and its
+    `oasr_engine_stream_passes_skipped_total` as "passes_skipped" (passes over silence), from one
+    read of /metrics."""
     text = httpx.get(f"{base_url}/metrics", timeout=10.0).text
     # zeros until the first streaming step creates the series
     out: dict[str, float] = {**{str(float(b)): 0.0 for b in BATCH_SIZE_BUCKETS}, "+Inf": 0.0, "sum": 0.0,
-                             "passes_shed": 0.0}
+                             "passes_shed": 0.0, "passes_skipped": 0.0}
     for family in text_string_to_metric_families(text):
         if family.name == "oasr_engine_stream_passes_shed":
             out["passes_shed"] = sum(sample.value for sample in family.samples if sample.name.endswith("_total"))
+        if family.name == "oasr_engine_stream_passes_skipped":
+            out["passes_skipped"] = sum(sample.value for sample in family.samples if sample.name.endswith("_total"))
         if family.name != "oasr_engine_batch_size":
             continue
         for sample in family.samples:

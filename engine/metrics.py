@@ -51,6 +51,9 @@ class MetricsSnapshot:
     stream_passes_shed_total: int = 0
     """Interim passes of live streams not run because the engine was behind their cadence (a
     re-decoding family sheds them before it delays a final; see `count_passes_shed`)."""
+    stream_passes_skipped_total: int = 0
+    """Interim passes of live streams not run because the VAD heard no speech since the last
+    one and every word was committed (see `count_passes_skipped`)."""
     stage_seconds: dict[str, list[float]] = field(default_factory=dict)
     """stage -> host wall times (s)."""
     batch_padding_ratio: list[float] = field(default_factory=list)
@@ -85,6 +88,9 @@ class EngineMetrics:
 
     def count_passes_shed(self, n: int) -> None:
         self._totals.stream_passes_shed_total += n
+
+    def count_passes_skipped(self, n: int) -> None:
+        self._totals.stream_passes_skipped_total += n
 
     # ---- sampling ----
 
@@ -141,6 +147,7 @@ class EngineMetrics:
         pending.audio_seconds_total = t.audio_seconds_total
         pending.samples_dropped_total = t.samples_dropped_total
         pending.stream_passes_shed_total = t.stream_passes_shed_total
+        pending.stream_passes_skipped_total = t.stream_passes_skipped_total
         return pending
 
 
@@ -165,4 +172,12 @@ def count_passes_shed(n: int) -> None:
         collector.count_passes_shed(n)
 
 
-__all__ = ["MAX_SAMPLES_PER_SERIES", "STAGES", "EngineMetrics", "MetricsSnapshot", "count_passes_shed", "stage_timer"]
+def count_passes_skipped(n: int) -> None:
+    """Count interim live passes the running step skipped over silence (a no-op outside a step)."""
+    collector = _active.get()
+    if collector is not None and n:
+        collector.count_passes_skipped(n)
+
+
+__all__ = ["MAX_SAMPLES_PER_SERIES", "STAGES", "EngineMetrics", "MetricsSnapshot", "count_passes_shed",
+           "count_passes_skipped", "stage_timer"]

@@ -29,3 +29,4 @@ def test_two_paced_streams_report_a_complete_row(mode: str) -> None:
     # both streams start at once, so their first passes share a step
     assert together > 0 and row["max_streams_per_step"] == 2, row
     assert isinstance(row["keeps_up"], bool) and isinstance(row["keeps_cadence"], bool)
+    assert row["passes_shed"] >= 0 and row["passes_skipped"] >= 0  # read from the engine (or /metrics)

@@ -363,8 +363,10 @@ def test_passes_over_pauses_are_skipped_without_changing_the_transcript(live_eng
     audio = np.concatenate([_session(clips, ("mfa_thoughts", "cv_en_22058264")), np.zeros(3 * 16000, np.float32)])
     picker = live_engine.runner.stream_passes
     skipped_before = picker.passes_skipped
+    counted_before = live_engine.metrics.drain().stream_passes_skipped_total
     gated = stream_at_pace(live_engine, audio)
     skipped = picker.passes_skipped - skipped_before
+    assert live_engine.metrics.drain().stream_passes_skipped_total - counted_before == skipped
     every = ASREngine(EngineConfig(service_mode="streaming", max_batch_size=1,
                                    family_options={"whisper": {"skip_silent_passes": False}}))
     try:

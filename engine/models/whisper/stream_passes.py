@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from engine.metrics import count_passes_shed
+from engine.metrics import count_passes_shed, count_passes_skipped
 from engine.models.whisper.planning import WindowPlanner
 from engine.models.whisper.streaming import StreamingTranscription
 from engine.models.whisper.window import WindowJob
@@ -65,6 +65,7 @@ class StreamPassPicker:
             if rid in speech_ends and stream.may_skip_pass(speech_ends[rid]):
                 stream.skip_pass(speech_ends[rid])
                 self.passes_skipped += 1
+                count_passes_skipped(1)
                 continue
             audio = stream.window_audio()
             if audio.size:
