@@ -84,7 +84,6 @@ class StreamingTranscription:
         self._forced_committed = 0  # how many of the pass's first words are forced committed ones
         self.committed_words: list[Word] = []
         self.passes = 0
-        self.passes_skipped = 0  # pass periods skipped over audio without speech
         self.current_job: WindowJob | None = None  # the pass in flight
         self.last_pass_tokens: list[int] | None = None  # what the last pass decoded, forced words first
         self.last_pass_start = 0.0  # where its window started (its timestamps count from there)
@@ -93,13 +92,12 @@ class StreamingTranscription:
 
     # ---- scheduling ----
 
-    def absorb(self) -> np.ndarray:
-        """Move the request's pending audio into the window; returns that audio."""
+    def absorb(self) -> None:
+        """Move the request's pending audio into the window."""
         chunk = self.request.take_pending_audio()
         if chunk.size:
             self.window = np.concatenate([self.window, chunk]) if self.window.size else chunk
             self.new_samples += int(chunk.size)
-        return chunk
 
     def pass_samples(self, step_samples: int) -> int:
         """New audio that makes a pass due: the engine's step times the delay's cadence."""
@@ -114,9 +112,9 @@ class StreamingTranscription:
 
     def may_skip_pass(self, speech_end: float | None) -> bool:
         """A pass may be skipped when it would write nothing: input goes on, nothing is tentative,
-        and the last pass heard the last speech the VAD heard (`speech_end`, stream seconds;
-        None: none yet) with PASS_AFTER_SPEECH_S of silence after it (speech cut at a pass's
-        edge is often written only by the pass after). Audio the last pass did not hear gets a
+        and the last pass heard PASS_AFTER_SPEECH_S of silence after the last speech the VAD
+        heard from `vad_since()` on (`speech_end`, stream seconds; None: none there); speech cut
+        at a pass's edge is often written only by the pass after. Audio the last pass did not hear gets a
         pass every SILENCE_PASS_EVERY_S still: speech the VAD misses is decoded late, not never."""
         if self.request.input_finished or self.in_flight or self.agreement.tentative:
             return False
@@ -133,7 +131,6 @@ class StreamingTranscription:
         committed, no VAD speech) at its end keeps only its last SILENCE_KEEP_S, as a pass that
         heard only silence would cut it."""
         self.new_samples = 0
-        self.passes_skipped += 1
         spoken_until = max(self.committed_words[-1].end if self.committed_words else 0.0, speech_end or 0.0)
         if self._window_end() - max(spoken_until, self.window_start) >= SILENCE_TRIM_AFTER_S:
             self._trim_to(self._window_end() - SILENCE_KEEP_S)
