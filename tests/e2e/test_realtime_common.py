@@ -108,12 +108,15 @@ def check_session_events(events: Sequence[dict[str, Any]]) -> None:
 
 async def sdk_session(ws_url: str, pcm: bytes, *, rate: int = 24000, chunk_ms: int = 20,
                       server_vad: bool = False, timeout: float = 120.0, hold_at_s: float | None = None,
-                      transcription: dict[str, Any] | None = None) -> SessionLog:
+                      transcription: dict[str, Any] | None = None,
+                      start_together: asyncio.Barrier | None = None) -> SessionLog:
     """Stream `pcm` through the official SDK's realtime client at real-time pace, commit at the
     end (manual turn detection) and collect events until every committed item has ended.
     `hold_at_s`: once that much audio is out, wait for the first delta before sending the rest
     (a streaming server answers while the audio is still coming, however slow the machine).
-    `transcription`: more session transcription settings (keywords, delay, stream_context)."""
+    `transcription`: more session transcription settings (keywords, delay, stream_context).
+    `start_together`: sessions sharing it send their first audio only once all are connected and
+    configured (so connection set-up jitter does not offset their passes)."""
     import openai
 
     client = openai.AsyncOpenAI(api_key="x", websocket_base_url=ws_url + "/v1")
@@ -146,6 +149,8 @@ async def sdk_session(ws_url: str, pcm: bytes, *, rate: int = 24000, chunk_ms: i
 
         hold = None if hold_at_s is None else round(hold_at_s * 1000 / chunk_ms)
         sent = 0
+        if start_together is not None:
+            await asyncio.wait_for(start_together.wait(), timeout)
 
         async def append(chunk: bytes) -> None:
             nonlocal sent
