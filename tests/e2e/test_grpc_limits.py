@@ -5,6 +5,7 @@ UNAVAILABLE, exit code 0)."""
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from collections.abc import Iterator
@@ -12,13 +13,24 @@ from typing import Any
 
 import grpc
 import httpx
+import numpy as np
 import pytest
+import soundfile as sf
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos.oasr.speech.v1 import speech_pb2 as pb
 from protos.oasr.speech.v1 import speech_pb2_grpc
 from tests.e2e.conftest import ServerProcess, start_server
-from tests.e2e.test_grpc import FILE_CLIP, LONG_CLIP, SERVICE, clip_bytes, clip_row, metric_value, wer
+from tests.e2e.test_grpc import (
+    FILE_CLIP,
+    LONG_CLIP,
+    SERVICE,
+    clip_bytes,
+    clip_row,
+    clip_samples,
+    metric_value,
+    wer,
+)
 
 KEY = "grpc-test-key"
 GRACE_S = 15
@@ -142,10 +154,14 @@ def test_idle_stream_is_closed(stub: speech_pb2_grpc.SpeechStub, server: ServerP
 
 def test_client_deadline_ends_the_call_and_the_engine_request(stub: speech_pb2_grpc.SpeechStub,
                                                               server: ServerProcess) -> None:
+    # the 52 s clip four times over: seven windows decoded one after the other take far longer
+    # than the deadline even on a fast CPU, so the deadline always falls mid-recognition
+    tiled = io.BytesIO()
+    sf.write(tiled, np.tile(clip_samples(LONG_CLIP, 16000), 4), 16000, format="FLAC", subtype="PCM_16")
     with pytest.raises(grpc.RpcError) as err:
-        stub.Recognize(recognize(clip_bytes(LONG_CLIP)), metadata=AUTH, timeout=1.5)
+        stub.Recognize(recognize(tiled.getvalue()), metadata=AUTH, timeout=1.5)
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    wait_inflight(server, 0)  # the server gave up too, instead of decoding all 52 s
+    wait_inflight(server, 0)  # the server gave up too, instead of decoding all 208 s
 
 
 def test_sigterm_drains(stub: speech_pb2_grpc.SpeechStub, channel: grpc.Channel, server: ServerProcess) -> None:
