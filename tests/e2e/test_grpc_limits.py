@@ -5,7 +5,6 @@ UNAVAILABLE, exit code 0)."""
 
 from __future__ import annotations
 
-import io
 import threading
 import time
 from collections.abc import Iterator
@@ -15,11 +14,11 @@ import grpc
 import httpx
 import numpy as np
 import pytest
-import soundfile as sf
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos.oasr.speech.v1 import speech_pb2 as pb
 from protos.oasr.speech.v1 import speech_pb2_grpc
+from tests.audio_variants import encode_variant
 from tests.e2e.conftest import ServerProcess, start_server
 from tests.e2e.test_grpc import (
     FILE_CLIP,
@@ -156,12 +155,11 @@ def test_client_deadline_ends_the_call_and_the_engine_request(stub: speech_pb2_g
                                                               server: ServerProcess) -> None:
     # the 52 s clip four times over: seven windows decoded one after the other take far longer
     # than the deadline even on a fast CPU, so the deadline always falls mid-recognition
-    tiled = io.BytesIO()
-    sf.write(tiled, np.tile(clip_samples(LONG_CLIP, 16000), 4), 16000, format="FLAC", subtype="PCM_16")
+    tiled = encode_variant(np.tile(clip_samples(LONG_CLIP, 16000), 4), 16000, "flac")
     with pytest.raises(grpc.RpcError) as err:
-        stub.Recognize(recognize(tiled.getvalue()), metadata=AUTH, timeout=1.5)
+        stub.Recognize(recognize(tiled), metadata=AUTH, timeout=1.5)
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    wait_inflight(server, 0)  # the server gave up too, instead of decoding all 208 s
+    wait_inflight(server, 0)  # the server gave up too, instead of decoding all 210 s
 
 
 def test_sigterm_drains(stub: speech_pb2_grpc.SpeechStub, channel: grpc.Channel, server: ServerProcess) -> None:
