@@ -21,11 +21,12 @@ from engine.models.whisper.alignment import align_words
 from engine.models.whisper.context import fit_frames
 from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
 from engine.models.whisper.parts import WhisperParts
+from engine.models.whisper.stream_output import attach_word_logprobs, stream_output
 from engine.models.whisper.transcript import COMPRESSION_RATIO_THRESHOLD, compression_ratio, is_silence
-from engine.models.whisper.window import WindowJob, WindowResult, WindowUpdate, attach_logprobs
+from engine.models.whisper.window import WindowJob, WindowResult, WindowUpdate
 from engine.request import Request
 from engine.streaming.local_agreement import LocalAgreement, join_words, normalize_word
-from engine.types import Delay, RequestOutput, Segment, Word
+from engine.types import Delay, RequestOutput, Word
 
 logger = logging.getLogger(__name__)
 
@@ -324,30 +325,9 @@ class StreamingTranscription:
                            self.parts.silence_kv([job]), confidence=self.options.word_timestamps,
                            cross=job.cross_kv)
         if self.options.logprobs:
-            self._attach_word_logprobs(words, result, forced=len(job.forced) > 0)
+            attach_word_logprobs(words, result, tok, self._forced_words if job.forced else [])
         # punctuation alone is what tiny.en says over a pause: committing it prints ". . . ."
         return [w for w in words if any(ch.isalnum() for ch in w.word)]
-
-    def _attach_word_logprobs(self, words: list[Word], result: WindowResult, forced: bool) -> None:
-        """Give each word its tokens and their log-probabilities. Forced words were read, not
-        chosen: they take the values of the words they repeat, from the pass that chose them."""
-        tok = self.parts.tokenizer
-        lps = [lp for t, lp in zip(result.tokens, result.token_logprobs) if t < tok.eot]
-        _, pieces = tok.split_to_word_tokens([t for t in result.tokens if t < tok.eot])
-        offset = 0
-        known = iter(self._forced_words if forced else [])
-        for word, tokens in zip(words, pieces):
-            mine = lps[offset : offset + len(tokens)]
-            offset += len(tokens)
-            word.tokens, word.logprobs = tokens, mine
-            unknown = sum(math.isnan(lp) for lp in mine)
-            if unknown:
-                source = next(known, None)
-                if source is not None and source.logprobs is not None and len(source.logprobs) == unknown:
-                    filled = iter(source.logprobs)
-                    word.logprobs = [next(filled) if math.isnan(lp) else lp for lp in mine]
-                else:  # the forced text tokenized differently: the word is reported without log-probabilities
-                    word.tokens, word.logprobs = None, None
 
     def _drop_reheard(self, job: WindowJob, words: list[Word]) -> list[Word]:
         """The window still holds audio of committed words (it is trimmed in pauses after them),
@@ -435,34 +415,9 @@ class StreamingTranscription:
             self._trim_to(self.window_start + (self.window.size - cap) / SAMPLE_RATE)
 
     def _output(self, finished: bool) -> RequestOutput:
-        committed = self.agreement.committed_text
-        tentative = "" if finished else self.agreement.tentative_text
-        out = RequestOutput(
-            request_id=self.request.request_id,
-            text=committed + tentative,
-            finished=finished,
-            finish_reason="stop" if finished else None,
-            language=self.language,
-            duration=self.request.received_samples / SAMPLE_RATE,
-            committed=committed,
-            tentative=tentative,
-        )
-        if finished:
-            tok = self.parts.tokenizer
-            out.tokens = tok.encode(" " + committed.strip()) if committed.strip() else []
-            if self.options.word_timestamps:
-                out.words = list(self.committed_words)
-            if self.committed_words:  # mean probability of the committed words
-                out.confidence = round(sum(w.confidence for w in self.committed_words) / len(self.committed_words), 4)
-            if self.committed_words:
-                out.segments = [Segment(id=0, start=self.committed_words[0].start, end=self.committed_words[-1].end,
-                                        text=" " + committed.strip(), tokens=out.tokens)]
-        if self.options.logprobs:
-            words = self.committed_words + ([] if finished else self.agreement.tentative)
-            scored = [w for w in words if w.tokens is not None and w.logprobs is not None]
-            attach_logprobs(out, self.parts.tokenizer, [t for w in scored for t in w.tokens or []],
-                          [lp for w in scored for lp in w.logprobs or []])
-        return out
+        return stream_output(self.request.request_id, self.agreement, self.committed_words, self.options,
+                             self.parts.tokenizer, self.language, self.request.received_samples / SAMPLE_RATE,
+                             finished)
 
 
 def _marks_pause(word: Word) -> bool:
