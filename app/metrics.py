@@ -352,6 +352,17 @@ class Metrics:
             "pass over all its new audio once the engine catches up; a steady rate means fewer partials "
             "than stream_step_ms promises (count).",
             e)
+        self.engine_stream_passes = d.counter(
+            "oasr_engine_stream_passes_total",
+            "Passes run over live streams' windows by a re-decoding family (Whisper), finals included: "
+            "each re-encodes its stream's window. Per live stream and second it is the partial cadence "
+            "the engine keeps (count).",
+            e)
+        self.engine_stream_encoded_seconds = d.counter(
+            "oasr_engine_stream_encoded_seconds_total",
+            "Audio the live passes encoded, padding included: over the streaming audio seconds fed it "
+            "is how many times each second is encoded; per pass, the encoder's cost of a pass (seconds).",
+            e)
         self.engine_stream_passes_skipped = d.counter(
             "oasr_engine_stream_passes_skipped_total",
             "Interim passes of live streams not run because the VAD heard no speech after what the last "

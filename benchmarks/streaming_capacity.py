@@ -124,7 +124,8 @@ def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None
     sessions: dict[str, Session] = {}
     streams_stepped: list[int] = []
     stage_seconds: dict[str, float] = {}  # engine stage -> host seconds over the run
-    passes_shed = passes_skipped = 0
+    passes_shed = passes_skipped = passes = 0
+    encoded_s = 0.0
     lock = threading.Lock()
     t0 = time.monotonic()
     chunk = int(CHUNK_S * SAMPLE_RATE)
@@ -155,6 +156,7 @@ def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None
         snap = engine.metrics.drain()
         passes_shed = snap.stream_passes_shed_total
         passes_skipped = snap.stream_passes_skipped_total
+        passes, encoded_s = snap.stream_passes_total, snap.stream_encoded_seconds_total
         streams_stepped += snap.batch_size.get("streaming", [])
         for stage, times in snap.stage_seconds.items():
             stage_seconds[stage] = stage_seconds.get(stage, 0.0) + sum(times)
@@ -182,6 +184,7 @@ def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None
     row["wall_s"] = round(time.monotonic() - t0, 1)
     row["passes_shed"] = passes_shed
     row["passes_skipped"] = passes_skipped
+    row |= pass_costs(passes, encoded_s, sum(a.size for a in audios) / SAMPLE_RATE)
     row["stage_s"] = {stage: round(t, 1) for stage, t in sorted(stage_seconds.items(), key=lambda kv: -kv[1])}
     return row
 
@@ -275,25 +278,38 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
                     most if steps else 0, live_wer=_live_wer(references, texts, n))
     row["passes_shed"] = int(after["passes_shed"] - before["passes_shed"])
     row["passes_skipped"] = int(after["passes_skipped"] - before["passes_skipped"])
+    row |= pass_costs(int(after["passes"] - before["passes"]), after["encoded_s"] - before["encoded_s"],
+                      sum(a.size for a in audios) / SAMPLE_RATE)
     row["turns"] = len(finals)
     return row
+
+
+def pass_costs(passes: int, encoded_s: float, audio_s: float) -> dict[str, object]:
+    """The live passes run (`oasr_engine_stream_passes_total`), the session audio per pass (a
+    stream's pass cadence in audio seconds, pauses included: the cadence bound needs it near
+    CADENCE_BOUND_S), and the audio each pass encoded (window, tail and rounding: the encoder's
+    cost of a pass)."""
+    return {"passes": passes,
+            "audio_s_per_pass": round(audio_s / passes, 2) if passes else float("nan"),
+            "encoded_s_per_pass": round(encoded_s / passes, 2) if passes else float("nan")}
 
 
 def stream_batch_histogram(base_url: str) -> dict[str, float]:
     """The server's cumulative `oasr_engine_batch_size{mode="streaming"}` buckets by `le`, plus its sum
     (the live streams one engine step advanced together), and its `oasr_engine_stream_passes_shed_total`
     as "passes_shed" (interim passes it skipped while behind) and its
-    `oasr_engine_stream_passes_skipped_total` as "passes_skipped" (passes over silence), from one
-    read of /metrics."""
+    `oasr_engine_stream_passes_skipped_total` as "passes_skipped" (passes over silence), and the
+    passes run and the audio they encoded (`oasr_engine_stream_passes_total`,
+    `oasr_engine_stream_encoded_seconds_total`) as "passes" and "encoded_s", from one read of /metrics."""
     text = httpx.get(f"{base_url}/metrics", timeout=10.0).text
     # zeros until the first streaming step creates the series
     out: dict[str, float] = {**{str(float(b)): 0.0 for b in BATCH_SIZE_BUCKETS}, "+Inf": 0.0, "sum": 0.0,
-                             "passes_shed": 0.0, "passes_skipped": 0.0}
+                             "passes_shed": 0.0, "passes_skipped": 0.0, "passes": 0.0, "encoded_s": 0.0}
+    totals = {"oasr_engine_stream_passes_shed": "passes_shed", "oasr_engine_stream_passes_skipped": "passes_skipped",
+              "oasr_engine_stream_passes": "passes", "oasr_engine_stream_encoded_seconds": "encoded_s"}
     for family in text_string_to_metric_families(text):
-        if family.name == "oasr_engine_stream_passes_shed":
-            out["passes_shed"] = sum(sample.value for sample in family.samples if sample.name.endswith("_total"))
-        if family.name == "oasr_engine_stream_passes_skipped":
-            out["passes_skipped"] = sum(sample.value for sample in family.samples if sample.name.endswith("_total"))
+        if family.name in totals:
+            out[totals[family.name]] = sum(sample.value for sample in family.samples if sample.name.endswith("_total"))
         if family.name != "oasr_engine_batch_size":
             continue
         for sample in family.samples:
@@ -388,16 +404,17 @@ def main() -> None:
           f"sessions: {args.clip or f'{SESSION_CLIPS} dev clips joined by {PAUSE_S} s pauses'}\n")
     print("| max_batch_size | sessions | final p50 s | final p95 s (median run) | p95 of each run | "
           f"first partial p50 s | partial interval p50 / p95 s | steps with ≥2 streams | mean streams a step | "
-          f"{most} | live WER % | offline WER % | final p95 ≤ {KEEPS_UP_P95_S} s | "
-          f"partials every ≤ {CADENCE_BOUND_S} s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          f"{most} | passes: audio s / encoded s per pass | live WER % | offline WER % | "
+          f"final p95 ≤ {KEEPS_UP_P95_S} s | partials every ≤ {CADENCE_BOUND_S} s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         each = ", ".join(str(x) for x in r["final_p95_runs"])  # type: ignore[attr-defined]
         print(f"| {r['max_batch_size'] or defaults.max_batch_size} | {r['sessions']} | {r['final_p50_s']} | "
               f"{r['final_p95_s']} | {each} | "
               f"{r['first_partial_p50_s']} | {r['partial_interval_p50_s']} / {r['partial_interval_p95_s']} | "
               f"{r['steps_with_2plus_streams']} of {r['steps_with_streams']} | "
-              f"{r['mean_streams_per_step']} | {r['max_streams_per_step']} | {r['live_wer']} | {r['offline_wer']} | "
+              f"{r['mean_streams_per_step']} | {r['max_streams_per_step']} | "
+              f"{r['passes']}: {r['audio_s_per_pass']} / {r['encoded_s_per_pass']} | {r['live_wer']} | {r['offline_wer']} | "
               f"{r['keeps_up']} | {r['keeps_cadence']} |")
 
 

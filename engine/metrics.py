@@ -54,6 +54,12 @@ class MetricsSnapshot:
     stream_passes_skipped_total: int = 0
     """Interim passes of live streams not run because the VAD heard no speech since the last
     one and every word was committed (see `count_passes_skipped`)."""
+    stream_passes_total: int = 0
+    """Passes run over live streams' windows by a re-decoding family (Whisper: each re-encodes
+    its stream's window and decodes it; finals included)."""
+    stream_encoded_seconds_total: float = 0.0
+    """Audio those passes encoded, padding included (s). Over the live audio fed it is how often
+    each second is encoded again; per pass it is what one pass costs the encoder."""
     stage_seconds: dict[str, list[float]] = field(default_factory=dict)
     """stage -> host wall times (s)."""
     batch_padding_ratio: list[float] = field(default_factory=list)
@@ -91,6 +97,10 @@ class EngineMetrics:
 
     def count_passes_skipped(self, n: int) -> None:
         self._totals.stream_passes_skipped_total += n
+
+    def count_pass_run(self, encoded_seconds: float) -> None:
+        self._totals.stream_passes_total += 1
+        self._totals.stream_encoded_seconds_total += encoded_seconds
 
     # ---- sampling ----
 
@@ -148,6 +158,8 @@ class EngineMetrics:
         pending.samples_dropped_total = t.samples_dropped_total
         pending.stream_passes_shed_total = t.stream_passes_shed_total
         pending.stream_passes_skipped_total = t.stream_passes_skipped_total
+        pending.stream_passes_total = t.stream_passes_total
+        pending.stream_encoded_seconds_total = t.stream_encoded_seconds_total
         return pending
 
 
@@ -179,5 +191,13 @@ def count_passes_skipped(n: int) -> None:
         collector.count_passes_skipped(n)
 
 
-__all__ = ["MAX_SAMPLES_PER_SERIES", "STAGES", "EngineMetrics", "MetricsSnapshot", "count_passes_shed",
-           "count_passes_skipped", "stage_timer"]
+def count_pass_run(encoded_seconds: float) -> None:
+    """Count a live pass the running step started, which encodes `encoded_seconds` of audio
+    (padding included; a no-op outside a step)."""
+    collector = _active.get()
+    if collector is not None:
+        collector.count_pass_run(encoded_seconds)
+
+
+__all__ = ["MAX_SAMPLES_PER_SERIES", "STAGES", "EngineMetrics", "MetricsSnapshot", "count_pass_run",
+           "count_passes_shed", "count_passes_skipped", "stage_timer"]

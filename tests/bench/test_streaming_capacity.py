@@ -32,3 +32,5 @@ def test_two_paced_streams_report_a_complete_row(mode: str) -> None:
     assert row["max_streams_per_step"] in (1, 2) and (together > 0) == (row["max_streams_per_step"] == 2), row
     assert isinstance(row["keeps_up"], bool) and isinstance(row["keeps_cadence"], bool)
     assert row["passes_shed"] >= 0 and row["passes_skipped"] >= 0  # read from the engine (or /metrics)
+    # every session ends with a pass of its own; a pass encodes at least its window's 2 whole seconds
+    assert row["passes"] >= 2 and row["encoded_s_per_pass"] >= 2.0 and row["audio_s_per_pass"] > 0, row  # type: ignore[operator]

@@ -378,3 +378,23 @@ def test_passes_over_pauses_are_skipped_without_changing_the_transcript(live_eng
     assert _spoken(gated[-1].text)[:4] == ["i", "have", "a", "thousand"], gated[-1].text
     # the 1.5 s before the first clip alone is three pass periods of silence
     assert skipped >= 3 and len(gated) + skipped <= len(ungated) + 1, (skipped, len(gated), len(ungated))
+
+
+def test_live_passes_and_the_audio_they_encode_are_counted(live_engine: Any, clips: list[Clip]) -> None:
+    """Every pass a stream runs is counted once, final included, with the audio its encoder
+    heard: the window plus at least a second of tail, rounded up to whole seconds."""
+    clip = next(c for c in clips if c.text and 3.0 <= c.duration <= 8.0)
+    runner = live_engine.runner
+    before = live_engine.metrics.drain()
+    seen: list[int] = []
+
+    def passes_so_far(rid: str, fed: int) -> None:
+        if rid in runner.streams:
+            seen.append(runner.streams[rid].passes)
+
+    stream_at_pace(live_engine, clip.audio, after_block=passes_so_far)
+    after = live_engine.metrics.drain()
+    passes = after.stream_passes_total - before.stream_passes_total
+    encoded = after.stream_encoded_seconds_total - before.stream_encoded_seconds_total
+    assert seen and seen[-1] < passes <= seen[-1] + 1, (seen, passes)  # the last block brings the final pass
+    assert encoded == round(encoded) and 2 * passes <= encoded <= 30 * passes, (passes, encoded)

@@ -17,6 +17,7 @@ from itertools import pairwise, takewhile
 import numpy as np
 import torch
 
+from engine.metrics import count_pass_run
 from engine.models.whisper.alignment import align_words
 from engine.models.whisper.context import fit_frames
 from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
@@ -159,6 +160,7 @@ class StreamingTranscription:
         self.in_flight = True
         self.new_samples = 0
         self.passes += 1
+        count_pass_run(length / FRAMES_PER_SECOND)
         return job
 
     # ---- WindowJob owner interface ----
