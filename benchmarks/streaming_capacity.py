@@ -29,6 +29,7 @@ import logging
 import statistics
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,7 +73,8 @@ def _manifest() -> dict[str, dict[str, object]]:
 
 def load(clip_id: str) -> np.ndarray:
     audio, rate = sf.read(DATA / str(_manifest()[clip_id]["audio"]), dtype="float32", always_2d=True)
-    return soxr.resample(audio.mean(axis=1), rate, SAMPLE_RATE).astype(np.float32)
+    resampled: np.ndarray = soxr.resample(audio.mean(axis=1), rate, SAMPLE_RATE)
+    return resampled.astype(np.float32)
 
 
 def sessions_audio(n: int, clip: str | None = None) -> tuple[list[np.ndarray], list[str]]:
@@ -346,7 +348,7 @@ def stream_batch_histogram(base_url: str) -> dict[str, float]:
 
 
 def summarize(n: int, max_batch_size: int | None, finals: list[float], firsts: list[float], intervals: list[float],
-              histogram: dict[int, float], steps: int, stream_steps: int, max_streams: int,
+              histogram: Mapping[int, float], steps: int, stream_steps: int, max_streams: int,
               live_wer: float = float("nan")) -> dict[str, object]:
     """One point's row. `intervals` are the gaps between a stream's consecutive partials (its pass
     cadence); `histogram` counts engine steps by the streams they advanced together (cumulative,
