@@ -354,9 +354,9 @@ class Metrics:
             e)
         self.engine_stream_passes = d.counter(
             "oasr_engine_stream_passes_total",
-            "Passes run over live streams' windows by a re-decoding family (Whisper), finals included: "
-            "each re-encodes its stream's window. Per live stream and second it is the partial cadence "
-            "the engine keeps (count).",
+            "Passes started over live streams' windows by a re-decoding family (Whisper), finals included "
+            "(an interim pass a final supersedes before it runs too): each re-encodes its stream's window. "
+            "Per live stream and second it is the partial cadence the engine keeps (count).",
             e)
         self.engine_stream_encoded_seconds = d.counter(
             "oasr_engine_stream_encoded_seconds_total",

@@ -209,7 +209,7 @@ def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None
     row["wall_s"] = round(time.monotonic() - t0, 1)
     row["passes_shed"] = passes_shed
     row["passes_skipped"] = passes_skipped
-    row |= pass_costs(passes, encoded_s, sum(a.size for a in audios) / SAMPLE_RATE)
+    row |= pass_costs(passes, encoded_s, audios)
     row["stage_s"] = {stage: round(t, 1) for stage, t in sorted(stage_seconds.items(), key=lambda kv: -kv[1])}
     return row
 
@@ -303,17 +303,17 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
                     most if steps else 0, live_wer=_live_wer(references, texts, n))
     row["passes_shed"] = int(after["passes_shed"] - before["passes_shed"])
     row["passes_skipped"] = int(after["passes_skipped"] - before["passes_skipped"])
-    row |= pass_costs(int(after["passes"] - before["passes"]), after["encoded_s"] - before["encoded_s"],
-                      sum(a.size for a in audios) / SAMPLE_RATE)
+    row |= pass_costs(int(after["passes"] - before["passes"]), after["encoded_s"] - before["encoded_s"], audios)
     row["turns"] = len(finals)
     return row
 
 
-def pass_costs(passes: int, encoded_s: float, audio_s: float) -> dict[str, object]:
-    """The live passes run (`oasr_engine_stream_passes_total`), the session audio per pass (a
+def pass_costs(passes: int, encoded_s: float, audios: list[np.ndarray]) -> dict[str, object]:
+    """The live passes started (`oasr_engine_stream_passes_total`), the sessions' audio per pass (a
     stream's pass cadence in audio seconds, pauses included: the cadence bound needs it near
     CADENCE_BOUND_S), and the audio each pass encoded (window, tail and rounding: the encoder's
     cost of a pass)."""
+    audio_s = sum(a.size for a in audios) / SAMPLE_RATE
     return {"passes": passes,
             "audio_s_per_pass": round(audio_s / passes, 2) if passes else float("nan"),
             "encoded_s_per_pass": round(encoded_s / passes, 2) if passes else float("nan")}

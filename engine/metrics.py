@@ -55,8 +55,9 @@ class MetricsSnapshot:
     """Interim passes of live streams not run because the VAD heard no speech since the last
     one and every word was committed (see `count_passes_skipped`)."""
     stream_passes_total: int = 0
-    """Passes run over live streams' windows by a re-decoding family (Whisper: each re-encodes
-    its stream's window and decodes it; finals included)."""
+    """Passes started over live streams' windows by a re-decoding family (Whisper: each re-encodes
+    its stream's window and decodes it; finals included, and interim passes a final supersedes
+    before they run)."""
     stream_encoded_seconds_total: float = 0.0
     """Audio those passes encoded, padding included (s). Over the live audio fed it is how often
     each second is encoded again; per pass it is what one pass costs the encoder."""
