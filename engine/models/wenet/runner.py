@@ -25,7 +25,7 @@ from engine.capabilities import Capabilities
 from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError
-from engine.fbank import KaldiFbank, frames_for
+from engine.fbank import frames_for
 from engine.metrics import stage_timer
 from engine.models.wenet.checkpoint import WenetCheckpoint, load_checkpoint
 from engine.models.wenet.ctc import CTCState, Detokenizer, advance_batch
@@ -41,6 +41,7 @@ from engine.models.wenet.model import (
 from engine.models.wenet.options import WenetOptions
 from engine.models.wenet.outputs import OutputBuilder
 from engine.models.wenet.stream import WenetStream
+from engine.ops.fbank import KaldiFbank
 from engine.request import Request
 from engine.runner import ModelInfo, RunnerStats
 from engine.types import DecodingOptions, FinishReason, RequestOutput
