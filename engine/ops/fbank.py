@@ -93,8 +93,8 @@ class KaldiFbank:
         """Features of each 1-D waveform, (frames_i, num_mel_bins) float32, in ONE batched
         computation: every waveform is framed as a view, frames of all of them are stacked
         without padding, transformed together, and split back."""
-        if self.device.type == "cuda" and kernel_for(self.device):  # one CUDA kernel launch for every frame of every stream
-                return kaldi_fbank_batched(waveforms, self._window, self._banks, self.opts)
+        if self.device.type == "cuda" and kernel_for(self.device):  # one launch: every frame of every stream
+            return kaldi_fbank_batched(waveforms, self._window, self._banks, self.opts)
         opts = self.opts
         counts = [frames_for(int(w.shape[0]), opts) for w in waveforms]
         framed = [
