@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine.runner import Capabilities, ModelInfo
+from engine.capabilities import Capabilities
+from engine.runner import ModelInfo
 
 if TYPE_CHECKING:
     from engine.models.zipformer.runner import ZipformerRunner
@@ -30,11 +31,11 @@ def describe(runner: ZipformerRunner) -> ModelInfo:
         family="zipformer",
         model=runner.ckpt.name,
         sample_rate=runner.sample_rate,
+        languages=(runner.options.language,) if runner.options.language else (),
         supports_streaming=runner.supports_streaming,
         streaming_styles=("chunked",) if geo else (),
         decode_methods=("greedy_search",),
         decode_method="greedy_search",
-        can_align_words=True,
         capabilities=CAPABILITIES,
         checkpoint_format="icefall",
         parameters=sum(p.numel() for p in runner.model.parameters()),
