@@ -76,3 +76,15 @@ def test_trained_chunk_choices_are_served() -> None:
     assert runner.stream_chunk_samples == 2 * 64 * 160
     default = make_runner()
     assert default.geometry is not None and (default.geometry.chunk, default.geometry.left) == (16, 64)
+
+
+def test_icefall_names_round_trip() -> None:
+    """`icefall_state_dict` writes the names icefall's model has (what benchmarks' random models use)."""
+    from engine.models.zipformer.checkpoint import icefall_state_dict
+
+    runner = make_runner()
+    ours = icefall_state_dict(runner.model)
+    theirs = torch.load(CHECKPOINT / "pretrained.pt", weights_only=False)["model"]
+    training_only = {k for k in theirs if k.startswith(("simple_am_proj.", "simple_lm_proj."))}
+    assert set(ours) == set(theirs) - training_only
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
