@@ -62,7 +62,12 @@ class ConvEmbed(nn.Module):
         return x  # (B, C, (T - 7) // 2, W)
 
     def _pointwise(self, x: torch.Tensor) -> torch.Tensor:
-        return self.convnext["pointwise_conv2"](swoosh_l(self.convnext["pointwise_conv1"](x)))
+        """The ConvNeXt's two 1x1 convs as matmuls over the channel axis (1.4x faster than oneDNN's
+        1x1 conv on (8, 128, 19, 19) -> 384, one thread)."""
+        c1, c2 = self.convnext["pointwise_conv1"], self.convnext["pointwise_conv2"]
+        y = x.permute(0, 2, 3, 1)  # (B, T, W, C)
+        y = swoosh_l(F.linear(y, c1.weight[:, :, 0, 0], c1.bias))
+        return F.linear(y, c2.weight[:, :, 0, 0], c2.bias).permute(0, 3, 1, 2)
 
     def _out(self, x: torch.Tensor) -> torch.Tensor:
         b, c, t, w = x.shape
