@@ -3,21 +3,21 @@ trained choices, the per-stream state, and the capabilities admission enforces."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.capabilities import Capabilities
+from engine.models.zipformer.checkpoint import ZipformerCheckpoint
+from engine.models.zipformer.geometry import StreamGeometry
+from engine.models.zipformer.streaming import CacheSlots
 from engine.runner import ModelInfo
-
-if TYPE_CHECKING:
-    from engine.models.zipformer.runner import ZipformerRunner
 
 CAPABILITIES = Capabilities(logprobs=True, word_timestamps=True)
 """Greedy transducer decoding: per-token log-probabilities and word times from token frames."""
 
 
-def describe(runner: ZipformerRunner) -> ModelInfo:
-    cfg = runner.ckpt.config
-    geo = runner.geometry
+def describe(ckpt: ZipformerCheckpoint, geo: StreamGeometry | None, slots: CacheSlots, language: str,
+             frame_seconds: float) -> ModelInfo:
+    cfg = ckpt.config
     streaming: dict[str, Any] = {
         "style": "chunked" if geo else "none",
         "trained_chunk_sizes": list(cfg.streaming_chunks),
@@ -26,19 +26,19 @@ def describe(runner: ZipformerRunner) -> ModelInfo:
     if geo is not None:
         streaming.update(chunk_size=geo.chunk, left_context_frames=geo.left, chunk_ms=geo.chunk * 20,
                          encoder_frames_per_chunk=geo.out_frames, lookahead_ms=geo.lookahead_frames * 10,
-                         state_bytes_per_stream=runner.slots.bytes_per_stream())  # fmt: skip
+                         state_bytes_per_stream=slots.bytes_per_stream())  # fmt: skip
     return ModelInfo(
         family="zipformer",
-        model=runner.ckpt.name,
-        sample_rate=runner.sample_rate,
-        languages=(runner.options.language,) if runner.options.language else (),
-        supports_streaming=runner.supports_streaming,
+        model=ckpt.name,
+        sample_rate=16000,
+        languages=(language,) if language else (),
+        supports_streaming=geo is not None,
         streaming_styles=("chunked",) if geo else (),
         decode_methods=("greedy_search",),
         decode_method="greedy_search",
         capabilities=CAPABILITIES,
         checkpoint_format="icefall",
-        parameters=sum(p.numel() for p in runner.model.parameters()),
+        parameters=sum(p.numel() for p in ckpt.model.parameters()),
         details={
             "architecture": "zipformer2-transducer" + ("-causal" if cfg.causal else ""),
             "stacks": cfg.num_stacks,
@@ -47,8 +47,8 @@ def describe(runner: ZipformerRunner) -> ModelInfo:
             "downsampling_factor": list(cfg.downsampling_factor),
             "context_size": cfg.context_size,
             "vocab_size": cfg.vocab_size,
-            "frame_ms": round(runner.frame_seconds * 1000),
+            "frame_ms": round(frame_seconds * 1000),
             "stream_settings": streaming,
-            "max_streams": runner.slots.num_slots,
+            "max_streams": slots.num_slots,
         },
     )

@@ -38,6 +38,7 @@ from engine.models.zipformer.checkpoint import ZipformerCheckpoint, load_checkpo
 from engine.models.zipformer.config import EMBED_CONTEXT
 from engine.models.zipformer.frontend import LOG_EPS, SHIFT, FbankStream, Featurizer
 from engine.models.zipformer.geometry import StreamGeometry, select_geometry
+from engine.models.zipformer.info import describe
 from engine.models.zipformer.options import ZipformerOptions
 from engine.models.zipformer.outputs import OutputBuilder, error_output
 from engine.models.zipformer.streaming import CacheSlots
@@ -110,9 +111,7 @@ class ZipformerRunner:
     # ---- ModelRunner protocol ----
 
     def info(self) -> ModelInfo:
-        from engine.models.zipformer.info import describe
-
-        return describe(self)
+        return describe(self.ckpt, self.geometry, self.slots, self.options.language, self.frame_seconds)
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
         """Nothing family-specific to check: the chunk is engine-wide (chosen at load) and the
