@@ -24,7 +24,7 @@ Decoding interface (for a beam search over this family, e.g. the shared transduc
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -77,7 +77,6 @@ class _Job:
     hyp: GreedyState
     stream: _Stream | None = None
     last_advanced: int = -1
-    windows: list[np.ndarray] = field(default_factory=list)
 
 
 class ZipformerRunner:
