@@ -87,6 +87,25 @@ MODEL_ARGS: dict[str, Any] = {
 }
 
 
+OFFLINE_MODEL_ARGS: dict[str, Any] = {
+    **MODEL_ARGS,
+    "num_encoder_layers": "1,1,1,1,1,1",
+    "encoder_dim": "32,48,64,80,64,48",
+    "feedforward_dim": "64,96,128,160,128,96",
+    "encoder_unmasked_dim": "32,32,48,48,48,32",
+    "cnn_module_kernel": "31,31,15,15,15,31",
+    "context_size": 1,
+    "causal": False,
+    "chunk_size": "-1",
+    "left_context_frames": "-1",
+}
+"""A non-streaming model (icefall's default librispeech recipe is causal=False): symmetric
+convolutions, a middle stack wider than the last (the output takes channels from it), and a
+context-size-1 predictor (no conv)."""
+MODELS = {"tiny_streaming": (MODEL_ARGS, STREAMING_SETTINGS, "reference.json"),
+          "tiny_offline": (OFFLINE_MODEL_ARGS, (), "reference_tiny_offline.json")}
+
+
 # ---------------------------------------------------------------------------------------------
 # Stand-ins for modules icefall imports but the recorded computations do not use.
 
@@ -244,14 +263,14 @@ def train_bpe(speech: Path, out_dir: Path) -> Path:
     return out_dir / "bpe.model"
 
 
-def build_model(mods: dict[str, Any], vocab_size: int) -> tuple[torch.nn.Module, Any]:
+def build_model(mods: dict[str, Any], vocab_size: int, model_args: dict[str, Any]) -> tuple[torch.nn.Module, Any]:
     train = mods["train"]
     parser = argparse.ArgumentParser()
     train.add_model_arguments(parser)
     args = parser.parse_args([])
     params = train.get_params()
     params.update(vars(args))
-    params.update(MODEL_ARGS)
+    params.update(model_args)
     params.update({"vocab_size": vocab_size, "blank_id": 0})
     torch.manual_seed(SEED)
     model = train.get_model(params)
@@ -346,23 +365,33 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--speech", type=Path, default=DEFAULT_SPEECH)
     ap.add_argument("--icefall-commit", default="", help="recorded in reference.json")
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(1)
     mods = import_icefall(args.icefall)
-    ckpt_dir = args.out / "tiny_streaming"
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    import sentencepiece as spm
-
-    sp = spm.SentencePieceProcessor()
-    sp.load(str(train_bpe(args.speech, ckpt_dir)))
-    model, params = build_model(mods, sp.get_piece_size())
     samples = {c: read_clip(args.speech, c) for c in CLIPS}
     feats = {c: fbank(s) for c, s in samples.items()}
+    for name in args.models:
+        record(mods, args, name, samples, feats)
+    np.savez_compressed(args.out / "features.npz", **{c: feats[c].numpy() for c in CLIPS})
+
+
+def record(mods: dict[str, Any], args: argparse.Namespace, name: str, samples: dict[str, np.ndarray],
+           feats: dict[str, torch.Tensor]) -> None:  # fmt: skip
+    """Build model `name` of MODELS, write its checkpoint directory and icefall's outputs on it."""
+    import sentencepiece as spm
+
+    model_args_in, settings, reference_name = MODELS[name]
+    ckpt_dir = args.out / name
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    sp = spm.SentencePieceProcessor()
+    sp.load(str(train_bpe(args.speech, ckpt_dir)))
+    model, params = build_model(mods, sp.get_piece_size(), model_args_in)
     model.encoder.chunk_size, model.encoder.left_context_frames = [-1], [-1]
     shape_outputs(model, list(feats.values()))
     torch.save({"model": model.state_dict()}, ckpt_dir / "pretrained.pt")  # as icefall's export.py writes it
-    model_args = dict(MODEL_ARGS, vocab_size=sp.get_piece_size(), blank_id=0, feature_dim=80)
+    model_args = dict(model_args_in, vocab_size=sp.get_piece_size(), blank_id=0, feature_dim=80)
     (ckpt_dir / "model_args.json").write_text(json.dumps(model_args, indent=1) + "\n")
     ctx = params["context_size"]
     reference: dict[str, Any] = {
@@ -375,21 +404,20 @@ def main() -> None:
             "samples": len(samples[c]), "sha256_float32": hashlib.sha256(samples[c].tobytes()).hexdigest(),
             "feature_frames": f.shape[0], "offline": offline(mods, model, f, ctx), "streaming": [],
         }  # fmt: skip
-        for chunk, left in STREAMING_SETTINGS:
+        for chunk, left in settings:
             g = streaming(mods, model, params, f, chunk, left, "greedy_search")
             b = streaming(mods, model, params, f, chunk, left, "modified_beam_search")
             row["streaming"].append({"chunk_size": chunk, "left_context_frames": left, "steps": g["steps"],
                                      "greedy": g["tokens"],
                                      "modified_beam_search": {"beam": BEAM, "best": b["tokens"], "nbest": b["nbest"]}})  # fmt: skip
-        logger.info("%s: offline greedy %d tokens %r", c, len(row["offline"]["greedy"]["tokens"]),
+        logger.info("%s %s: offline greedy %d tokens %r", name, c, len(row["offline"]["greedy"]["tokens"]),
                     sp.decode(row["offline"]["greedy"]["tokens"]))  # fmt: skip
         for s in row["streaming"]:
             logger.info("  chunk %d: greedy %d tokens, beam best %d", s["chunk_size"], len(s["greedy"]),
                         len(s["modified_beam_search"]["best"]))  # fmt: skip
         reference["clips"][c] = row
-    (args.out / "reference.json").write_text(json.dumps(reference, indent=1) + "\n")
-    np.savez_compressed(args.out / "features.npz", **{c: feats[c].numpy() for c in CLIPS})
-    logger.info("wrote %s (%d parameters)", args.out, reference["parameters"])
+    (args.out / reference_name).write_text(json.dumps(reference, indent=1) + "\n")
+    logger.info("wrote %s (%d parameters)", ckpt_dir, reference["parameters"])
 
 
 if __name__ == "__main__":

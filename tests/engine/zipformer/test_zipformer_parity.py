@@ -9,6 +9,9 @@ starts from the waveform: features, encoder and decoding are all ours.
 from __future__ import annotations
 
 import itertools
+import json
+from functools import cache
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ import torch
 
 from engine.models.zipformer.frontend import Featurizer
 from tests.engine.zipformer.conftest import (
+    FIXTURES,
     clip,
     drive_alone,
     make_runner,
@@ -145,3 +149,24 @@ def test_word_timestamps_come_from_token_frames() -> None:
     assert all(w.end > w.start for w in out.words)
     assert out.token_logprobs is not None and len(out.token_logprobs) == len(out.tokens)
     assert all(lp <= 0.0 for lp in out.token_logprobs)
+
+
+@cache
+def offline_reference() -> dict[str, Any]:
+    return json.loads((FIXTURES / "reference_tiny_offline.json").read_text())
+
+
+@pytest.mark.parametrize("clip_id", CLIPS)
+def test_non_causal_model_offline_greedy_equals_icefall(clip_id: str) -> None:
+    """icefall's non-streaming recipe (causal=False): symmetric convolutions, a middle stack wider
+    than the last, a context-size-1 predictor; served offline only."""
+    runner = make_runner(ckpt_dir=str(FIXTURES / "tiny_offline"))
+    assert not runner.supports_streaming and runner.info().streaming_styles == ()
+    ref = offline_reference()["clips"][clip_id]["offline"]
+    out = transcribe_offline(runner, clip(clip_id))
+    assert out.tokens == ref["greedy"]["tokens"]
+    assert out.timestamps == [round(t * runner.frame_seconds, 3) for t in ref["greedy"]["timestamps"]]
+    feats = torch.from_numpy(reference_features()[clip_id])
+    with torch.inference_mode():
+        enc, _ = runner.model.encoder(feats.unsqueeze(0), torch.tensor([feats.shape[0]]))
+    assert float((enc[0, :4] - torch.tensor(ref["encoder_out_head"])).abs().max()) < ENCODER_TOL
