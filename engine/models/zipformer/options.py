@@ -13,3 +13,8 @@ class ZipformerOptions:
     language: str = ""
     """ISO 639-1 code of the language the checkpoint transcribes, declared in /v1/models so requests
     naming it are served (icefall checkpoints do not record it; '' declares none)."""
+    full_context_seconds: float = 60.0
+    """Offline requests up to this long (s) are encoded with full attention in one forward; its
+    attention weights grow with the square of the length (about 150 MB per request at 60 s on
+    the 50 Hz stack). Longer ones run through the chunked streaming path on a streaming model
+    (icefall's streaming decode of the whole file) and are refused by a non-streaming one."""

@@ -124,7 +124,14 @@ class ZipformerRunner:
         for req in requests:
             hyp = GreedyState(context=self.model.decoder.start_context())
             job = _Job(req, "offline", hyp)
-            if req.streaming and self.geometry is not None:
+            long_offline = not req.streaming and req.duration > self.options.full_context_seconds
+            if long_offline and self.geometry is None:
+                failed.append(error_output(req, "admission", (
+                    f"{req.duration:.1f} s of audio is longer than full_context_seconds="
+                    f"{self.options.full_context_seconds:g}: this non-streaming Zipformer attends over the whole "
+                    "utterance (memory grows with its square); split the audio or raise zipformer_full_context_seconds")))
+                continue
+            if (req.streaming or long_offline) and self.geometry is not None:
                 slot = self.slots.allocate()
                 if slot is None:
                     failed.append(error_output(req, "admission", "no free stream slot"))
@@ -174,7 +181,8 @@ class ZipformerRunner:
 
     def _needs_ingest(self, job: _Job) -> bool:
         s, req = job.stream, job.request
-        return s is not None and (bool(req.pending_samples) or (req.input_finished and not s.fbank.finished))
+        ended = req.input_finished or not req.streaming  # a long offline request: all its audio is there
+        return s is not None and (bool(req.pending_samples) or (ended and not s.fbank.finished))
 
     def _ready(self, job: _Job) -> bool:
         s = job.stream
@@ -190,8 +198,11 @@ class ZipformerRunner:
         for job in jobs:
             assert job.stream is not None
             req, fb = job.request, job.stream.fbank
-            w = fb.feed(req.take_pending_audio())
-            if req.input_finished:
+            if req.streaming:
+                w = fb.feed(req.take_pending_audio())
+            else:
+                w = fb.feed(np.asarray(req.audio, dtype=np.float32).reshape(-1))
+            if req.input_finished or not req.streaming:
                 w = np.concatenate([w, fb.finish()])
             windows.append(w)
         if not jobs:
@@ -259,7 +270,7 @@ class ZipformerRunner:
             assert s is not None
             if s.total is not None and s.pos >= s.total + geo.end_padding:
                 outputs.append(self._finish(job, "stop"))
-            else:
+            elif job.request.streaming:  # a long offline request reports once, finished
                 outputs.append(self.outputs.partial(job.request, job.hyp))
         return outputs
 

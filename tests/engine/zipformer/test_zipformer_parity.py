@@ -170,3 +170,33 @@ def test_non_causal_model_offline_greedy_equals_icefall(clip_id: str) -> None:
     with torch.inference_mode():
         enc, _ = runner.model.encoder(feats.unsqueeze(0), torch.tensor([feats.shape[0]]))
     assert float((enc[0, :4] - torch.tensor(ref["encoder_out_head"])).abs().max()) < ENCODER_TOL
+
+
+def test_a_long_offline_request_runs_as_icefall_streaming_decode() -> None:
+    """Past `full_context_seconds` an offline request goes through the chunked path (bounded
+    memory): icefall's streaming decode of the whole file, one final output and no partials."""
+    from engine.request import Request
+    from engine.types import DecodingOptions
+
+    runner = make_runner(family_options={"zipformer": {"full_context_seconds": 1.0}})
+    reqs = [Request(c, streaming=False, decoding=DecodingOptions(), sample_rate=16000, audio=clip(c)) for c in CLIPS]
+    assert runner.admit(reqs) == []
+    outs = []
+    while len(outs) < len(CLIPS):
+        step = runner.execute()
+        assert all(o.finished for o in step), "an offline request reports once"
+        outs += step
+    for o in outs:
+        ref = next(s for s in reference()["clips"][o.request_id]["streaming"] if s["chunk_size"] == 16)
+        assert o.finish_reason == "stop" and o.tokens == ref["greedy"]
+    assert runner.stats().decode_slots_used == 0
+
+
+def test_a_non_streaming_model_refuses_offline_audio_past_its_full_context_limit() -> None:
+    from engine.request import Request
+    from engine.types import DecodingOptions
+
+    runner = make_runner(ckpt_dir=str(FIXTURES / "tiny_offline"), family_options={"zipformer": {"full_context_seconds": 2.0}})
+    req = Request("long", streaming=False, decoding=DecodingOptions(), sample_rate=16000, audio=clip(CLIPS[0]))
+    (failed,) = runner.admit([req])
+    assert failed.finish_reason == "error" and "full_context_seconds=2" in (failed.error or "")
