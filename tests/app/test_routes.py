@@ -234,6 +234,18 @@ async def test_json_is_the_default_with_usage(h: Harness) -> None:
     assert options == DecodingOptions()  # nothing asked: transcribe, greedy, temperature 0, no words
 
 
+@pytest.mark.parametrize(("given", "code"), [("en-US", "en"), ("pt_BR", "pt"), ("EN", "en"), ("de", "de")])
+async def test_openai_language_accepts_bcp47_as_the_google_route_does(h: Harness, given: str, code: str) -> None:
+    r = await transcribe(h, language=given)
+    assert r.status_code == 200, r.text
+    (options,) = h.engine.received
+    assert options.language == code
+    r = await h.client.post("/v1/speech:recognize", params={"encoding": "WAV", "language_code": given},
+                            content=wav())
+    assert r.status_code == 200, r.text
+    assert h.engine.received[1].language == code
+
+
 async def test_form_options_reach_the_engine(h: Harness) -> None:
     r = await transcribe(h, language="EN", prompt="Names: Ada.", temperature="0.4", beam_size="3",
                          response_format="verbose_json", **{"timestamp_granularities[]": ["word", "segment"]})
@@ -422,8 +434,9 @@ async def test_at_capacity_is_503_and_probes_still_answer(h: Harness) -> None:
         await asyncio.sleep(0.01)
     error = openai_error(await transcribe(h), 503)
     assert "capacity" in error["message"] and "--max-inflight" in error["message"]
+    # over capacity is RESOURCE_EXHAUSTED in seed 001's table; UNAVAILABLE is for shutdown or a lost engine
     message = google_error(await h.client.post("/v1/speech:recognize", params={"encoding": "WAV"}, content=wav()),
-                           503, "UNAVAILABLE")
+                           503, "RESOURCE_EXHAUSTED")
     assert "capacity" in message
     assert (await h.client.get("/readyz")).status_code == 200
     assert (await h.client.get("/metrics")).status_code == 200
@@ -435,6 +448,9 @@ async def test_draining_refuses_with_503_and_readiness_fails(h: Harness) -> None
     h.service.draining = True
     error = openai_error(await transcribe(h), 503)
     assert "shutting down" in error["message"]
+    message = google_error(await h.client.post("/v1/speech:recognize", params={"encoding": "WAV"}, content=wav()),
+                           503, "UNAVAILABLE")
+    assert "shutting down" in message
     r = await h.client.get("/readyz")
     assert r.status_code == 503 and r.json()["draining"] is True
 
