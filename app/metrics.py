@@ -236,6 +236,12 @@ class Metrics:
             "Requests waiting for admission into a batch: the autoscaling signal, it rises before latency "
             "does (count).",
             e)
+        self.engine_queue_delay = d.gauge(
+            "oasr_engine_queue_delay_seconds",
+            "Expected wait of new offline work before the engine starts on it: the offline backlog "
+            "(audio-seconds) over the measured transcription rate; admission refuses new offline work above "
+            "--max-queue-delay-secs with Retry-After (seconds).",
+            e)
         self.engine_outputs = d.counter(
             "oasr_engine_outputs_total",
             "RequestOutputs returned by step(), partials included (count).",

@@ -106,6 +106,12 @@ class ServerSettings(BaseSettings):
     """Seconds an offline request may take end to end; then 408 / DEADLINE_EXCEEDED and it is aborted."""
     max_inflight: int = 64
     """Requests and live sessions in flight at once; more get 503 / RESOURCE_EXHAUSTED (probes and metrics exempt)."""
+    max_queue_delay_secs: float = 30.0
+    """New offline work (REST, gRPC Recognize) is refused with 503 RESOURCE_EXHAUSTED and a Retry-After while
+    the backlog ahead of it (audio-seconds over the measured transcription rate) would queue it longer than
+    this; batch jobs wait instead of starting, and admitted live sessions are never shed. 30 s: proxies and
+    load balancers commonly cut a request after 60 s (nginx proxy_read_timeout, AWS ALB idle timeout), and
+    half of that leaves room for the request's own processing. 0 disables the check."""
     max_concurrent_decodes: int = 2
     """Audio files decoded at once (worker threads); further uploads queue."""
     shutdown_grace_secs: float = 20.0

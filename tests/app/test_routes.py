@@ -155,8 +155,11 @@ class FakeEngine:
     def fail_all(self, error: str, stage: str = "engine") -> list[RequestOutput]:
         return []
 
-    def shutdown(self) -> None:
+    def wake(self) -> None:
         self._inbox.put(None)
+
+    def shutdown(self) -> None:
+        pass
 
 
 @dataclass
@@ -627,3 +630,19 @@ async def test_cors_allows_the_configured_origin_before_the_key_check(h: Harness
     assert r.headers.get("access-control-allow-origin") != "https://evil.example"
     r = await h.client.get("/v1/models", headers={"origin": "https://app.example", "x-api-key": "s3cret"})
     assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
+
+
+async def test_offline_work_over_the_queue_delay_is_refused_with_retry_after(h: Harness) -> None:
+    h.service.max_queue_delay_secs = 30.0
+    h.service.backlog.add("ahead", 100.0)  # 100 audio-seconds queued, transcribed at 2x real time
+    h.service.backlog.rate = 2.0
+    r = await transcribe(h)
+    error = openai_error(r, 503)
+    assert r.headers["retry-after"] == "20" and "--max-queue-delay-secs" in error["message"]
+    r = await h.client.post("/v1/speech:recognize", params={"encoding": "WAV"}, content=wav())
+    assert google_error(r, 503, "RESOURCE_EXHAUSTED") and r.headers["retry-after"] == "20"
+    readiness = (await h.client.get("/readyz")).json()
+    assert readiness["ready"] is True and readiness["queue_delay_s"] == 50.0
+    assert h.engine.received == []  # nothing reached the engine
+    h.service.backlog.forget("ahead")
+    assert (await transcribe(h)).status_code == 200

@@ -191,14 +191,19 @@ def refused_realtime(server: ServerProcess, ask: Ask) -> str:
 
 
 def refused_listen(server: ServerProcess, ask: Ask) -> str:
+    """Deepgram's Error message carries the whole sentence (the close frame's reason is cut at
+    RFC 6455's 123 bytes)."""
     async def run() -> str:
         url = f"{server.ws_url}/v1/listen?encoding=linear16&sample_rate=16000&{ask.listen}"
+        messages: list[dict[str, Any]] = []
         async with websockets.connect(url) as ws:
             with pytest.raises(websockets.ConnectionClosed) as closed:
                 while True:
-                    await asyncio.wait_for(ws.recv(), TIMEOUT_S)
+                    messages.append(json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT_S)))
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
-            return closed.value.rcvd.reason
+        (error,) = messages
+        assert error["type"] == "Error" and error["variant"] == "InvalidQuery", error
+        return str(error["description"])
 
     return asyncio.run(run())
 
