@@ -27,7 +27,7 @@ from engine.errors import EngineShutdownError, InvalidRequestError, UnknownReque
 from engine.gc_freeze import freeze_heap, thaw_heap
 from engine.metrics import EngineMetrics
 from engine.ops.extension import extension_status
-from engine.request import Request, RequestStatus
+from engine.request import Request, RequestStatus, error_output
 from engine.runner import ModelInfo, ModelRunner
 from engine.scheduler import Scheduler, SchedulerOutput, WaitingRequest
 from engine.types import AbortRequest, AddRequest, Command, DecodingOptions, FeedAudio, RequestOutput, Samples
@@ -344,8 +344,7 @@ class ASREngine:
                     self.runner.release(req)
                 except Exception:  # the runner is already in trouble; the request ends anyway
                     logger.exception("release of %s failed", req.request_id)
-            outputs.append(RequestOutput(request_id=req.request_id, finished=True, finish_reason="error",
-                                         error=error, error_stage=stage, duration=req.duration))
+            outputs.append(error_output(req, stage, error))
         self._waiting.clear()
         return self._update(outputs)
 
