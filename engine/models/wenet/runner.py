@@ -300,7 +300,7 @@ class WenetRunner:
     def _grow(self, table: BlockTable, frames: int) -> bool:
         """Allocate the blocks `frames` more frames need, recycling own history if allowed."""
         need = table.blocks_needed(frames)
-        recycle = self.config.recycle_streaming_history
+        recycle = self.options.recycle_streaming_history
         while need:
             if len(table.blocks) >= self.stream_ceiling or self.pool.num_free == 0:
                 if not recycle or table.droppable_blocks() == 0:
