@@ -19,10 +19,11 @@ from app.disconnect import wait_for_disconnect
 from app.engine_service import EngineService
 from app.errors import ApiError, to_api_error
 from app.formats import to_google_recognize, to_google_recognize_channels
-from app.google.convert import alternatives_wanted, audio_spec, decoding_options
+from app.google.convert import AudioSpec, alternatives_wanted, audio_spec, decoding_options
 from app.offline import inflight_permit
 from app.requests import admit_options, build_options, check_model
 from app.settings import Settings
+from engine import DecodingOptions
 from engine.errors import InvalidRequestError
 from protos.oasr.speech.v1 import speech_pb2 as pb
 
@@ -65,23 +66,10 @@ async def recognize(
             word_timestamps=enable_word_time_offsets, beam_size=beam_size, n_best=n_alt))
     except InvalidRequestError as exc:
         raise to_api_error(exc) from exc
-    rid = request_id or uuid.uuid4().hex
-    async with inflight_permit(service):
-        body = await request.body()
-        try:
-            separate = enable_separate_recognition_per_channel
-            audio = await decoder.decode(body, encoding=enc, sample_rate=sample_rate or sample_rate_hertz,
-                                         channels=audio_channel_count, max_seconds=settings.max_audio_seconds,
-                                         keep_channels=separate)
-            outs = await run_offline_channels(service, waveforms(audio, separate), options, api="google",
-                                              timeout=settings.request_timeout_secs,
-                                              disconnected=wait_for_disconnect(request))
-        except Exception as exc:
-            raise to_api_error(exc) from exc
-    if not separate:
-        return JSONResponse(to_google_recognize(outs[0], n_alt, enable_word_time_offsets, rid))
-    tagged = list(zip(channel_tags(len(outs), separate), outs))
-    return JSONResponse(to_google_recognize_channels(tagged, n_alt, enable_word_time_offsets, rid))
+    spec = AudioSpec(enc, sample_rate or sample_rate_hertz, audio_channel_count)
+    return await _recognize(request, settings, service, decoder, None, spec, options,
+                            n_alt=n_alt, words=enable_word_time_offsets,
+                            separate=enable_separate_recognition_per_channel, rid=request_id or uuid.uuid4().hex)
 
 
 async def _recognize_json(request: Request, settings: Settings, service: EngineService,
@@ -103,13 +91,21 @@ async def _recognize_json(request: Request, settings: Settings, service: EngineS
         options = admit_options(service.engine, decoding_options(config))
     except Exception as exc:
         raise to_api_error(exc) from exc
-    n_alt = alternatives_wanted(config)
-    words = config.enable_word_time_offsets
-    separate = config.enable_separate_recognition_per_channel
-    rid = config.request_id or uuid.uuid4().hex
+    return await _recognize(request, settings, service, decoder, message.audio.content, spec, options,
+                            n_alt=alternatives_wanted(config), words=config.enable_word_time_offsets,
+                            separate=config.enable_separate_recognition_per_channel,
+                            rid=config.request_id or uuid.uuid4().hex)
+
+
+async def _recognize(request: Request, settings: Settings, service: EngineService, decoder: AudioDecoder,
+                     body: bytes | None, spec: AudioSpec, options: DecodingOptions, *, n_alt: int, words: bool,
+                     separate: bool, rid: str) -> JSONResponse:
+    """Decode (the raw body is read under the permit: `body` None), recognize every channel or the
+    downmix, answer in Google's shape."""
     async with inflight_permit(service):
         try:
-            audio = await decoder.decode(message.audio.content, encoding=spec.encoding, sample_rate=spec.sample_rate,
+            data = body if body is not None else await request.body()
+            audio = await decoder.decode(data, encoding=spec.encoding, sample_rate=spec.sample_rate,
                                          channels=spec.channels, max_seconds=settings.max_audio_seconds,
                                          keep_channels=separate)
             outs = await run_offline_channels(service, waveforms(audio, separate), options, api="google",
