@@ -254,8 +254,9 @@ class Metrics:
             e)
         self.engine_step_failures = d.counter(
             "oasr_engine_step_failures_total",
-            "step() raised; the requests in it are failed, and three in a row stop the heartbeat so "
-            "/readyz and gRPC health go NOT_SERVING (count).",
+            "step() raised: the engine thread ends, every open request ends with 503 / UNAVAILABLE, "
+            "/readyz and gRPC health go NOT_SERVING and the process exits 70 to be restarted; it restarts "
+            "at 0 with the process, so the pod's restart count is the lasting record (count).",
             e)
         self.requests_cancelled = d.counter(
             "oasr_requests_cancelled_total",
