@@ -30,7 +30,12 @@ from app.audio import AudioDecoder
 from app.engine_service import ENGINE_DIED_EXIT_CODE, EngineService
 from app.errors import ApiError, google_shaped
 from app.metrics import Metrics
-from app.middleware import ApiKeyMiddleware, BodyLimitMiddleware, HttpMetricsMiddleware
+from app.middleware import (
+    ApiKeyMiddleware,
+    BodyLimitMiddleware,
+    HttpMetricsMiddleware,
+    UploadTimeoutMiddleware,
+)
 from app.routes import google, health, listen, openai, operations
 from app.settings import Settings
 from engine import ASREngine
@@ -218,6 +223,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         err = ApiError(400, f"invalid request: {problems}")
         return await api_error_handler(request, err)
 
+    app.add_middleware(UploadTimeoutMiddleware, seconds=settings.upload_timeout_secs)  # type: ignore[arg-type]
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)  # type: ignore[arg-type]
     app.add_middleware(ApiKeyMiddleware, keys=settings.api_key)  # type: ignore[arg-type]
     if settings.cors_allow_origin:

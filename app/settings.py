@@ -104,6 +104,8 @@ class ServerSettings(BaseSettings):
     """Longest decoded audio per request in seconds; longer gets 413."""
     request_timeout_secs: float = 600.0
     """Seconds an offline request may take end to end; then 408 / DEADLINE_EXCEEDED and it is aborted."""
+    upload_timeout_secs: float = 120.0
+    """Seconds an HTTP request body may take to arrive in full; then 408 and the connection is closed (25 MiB over a 2 Mbit/s uplink takes ~105 s). 0 disables."""
     max_inflight: int = 64
     """Requests and live sessions in flight at once; more get 503 / RESOURCE_EXHAUSTED (probes and metrics exempt)."""
     max_concurrent_decodes: int = 2

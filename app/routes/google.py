@@ -59,8 +59,8 @@ async def recognize(
     if n_alt > 1:
         options = replace(options, n_best=min(n_alt, options.beam_size))
     rid = request_id or uuid.uuid4().hex
+    body = await request.body()  # before the permit: a slow upload must not hold an engine slot
     async with inflight_permit(service):
-        body = await request.body()
         try:
             separate = enable_separate_recognition_per_channel
             audio = await decoder.decode(body, encoding=enc, sample_rate=sample_rate or sample_rate_hertz,
