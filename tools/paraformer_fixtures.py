@@ -25,7 +25,9 @@ What it does:
    records, per clip, FunASR's token ids (`inference` with no tokenizer), its text and its
    timestamps (`generate`, with and without `output_timestamp`), alone and as one padded batch;
 4. records FunASR's `sentence_postprocess` on a few crafted token sequences (abbreviations, CJK
-   beside words, specials, a dangling `@@` piece).
+   beside words, specials, a dangling `@@` piece);
+5. builds `seaco/`, a SeacoParaformer (hotwords) of the same tiny sizes with a `seg_dict`, and
+   records its tokens per clip without and with a hotword file.
 
 kaldi-native-fbank stands in for torchaudio (FunASR's own fallback in funasr.utils.fbank):
 torchaudio has no wheel for torch 2.13.
@@ -94,6 +96,21 @@ def config(vocab_size: int) -> dict[str, Any]:
     }
 
 
+SEACO = {
+    "model_conf": {"inner_dim": 64, "bias_encoder_type": "lstm", "bias_encoder_bid": False,
+                   "seaco_lsm_weight": 0.1, "seaco_length_normalized_loss": True, "NO_BIAS": 5},
+    "seaco_decoder": "ParaformerSANMDecoder",
+    "seaco_decoder_conf": {"attention_heads": 4, "linear_units": 96, "num_blocks": 2, "att_layer_num": 2,
+                           "kernel_size": 21, "sanm_shfit": 0, "dropout_rate": 0.1, "use_output_layer": False,
+                           "wo_input_layer": True},
+}
+"""SeacoParaformer's extra parts (contextual hotwords), as in FunASR's released seaco model
+(a 2-layer LSTM bias encoder over the decoder's token embedding, a SANM decoder attending to the
+hotwords, `hotword_output_layer`, NO_BIAS the class meaning 'no hotword here'), at tiny sizes."""
+HOTWORDS = ("curtain", "your wizard", "left", "confused complaint")
+"""Hotwords (one per line of FunASR's hotword file); 'wizard' and 'complaint' go through seg_dict."""
+
+
 def token_list(speech: Path) -> list[str]:
     """<blank>, <s>, </s>, then words of the dev transcripts, `@@` pieces, letters, CJK, <unk>."""
     words: dict[str, None] = {}
@@ -145,13 +162,20 @@ def write_cmvn(path: Path, clips: list[np.ndarray], frontend_conf: dict[str, Any
     )
 
 
-def build_checkpoint(out: Path, speech: Path, clips: list[np.ndarray]) -> None:
-    import funasr.models.paraformer.model  # noqa: F401  (registers Paraformer and its parts)
+def build_checkpoint(out: Path, speech: Path, clips: list[np.ndarray], seaco: bool = False) -> None:
+    import funasr.models.paraformer.model  # registers Paraformer and its parts
     from funasr.register import tables
 
     tokens = token_list(speech)
     cfg = config(len(tokens))
+    if seaco:
+        cfg["model"] = "SeacoParaformer"
+        cfg["model_conf"].update(SEACO["model_conf"])
+        cfg.update({k: v for k, v in SEACO.items() if k != "model_conf"})
+        import funasr.models.seaco_paraformer.model  # noqa: F401  (registers SeacoParaformer)
     out.mkdir(parents=True, exist_ok=True)
+    if seaco:  # FunASR tokenizes hotwords through seg_dict when the model directory has one
+        (out / "seg_dict").write_text("wizard wiz@@ ard\ncomplaint com@@ pla@@ int\nleft left\n")
     (out / "tokens.json").write_text(json.dumps(tokens, ensure_ascii=False, indent=0))
     (out / "config.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False))
     write_cmvn(out / "am.mvn", clips, cfg["frontend_conf"])
@@ -167,6 +191,9 @@ def build_checkpoint(out: Path, speech: Path, clips: list[np.ndarray]) -> None:
             elif "norm" in name and name.endswith("bias"):
                 p.add_(0.1 * torch.randn_like(p))
         model.decoder.output_layer.weight.mul_(4.0)
+        if seaco:  # the hotword head picks NO_BIAS (keep the plain decoder's token) about half the time
+            model.hotword_output_layer.weight.mul_(4.0)
+            model.hotword_output_layer.bias[SEACO["model_conf"]["NO_BIAS"]] += 7.0
     torch.save(model.state_dict(), out / "model.pt")
     logger.info("wrote %s (%d parameters, %d tokens)", out, sum(p.numel() for p in model.parameters()), len(tokens))
 
@@ -224,6 +251,44 @@ def record_postprocess() -> list[dict[str, Any]]:
     return cases
 
 
+class _IdsSeen:
+    """A FunASR tokenizer that remembers the token ids it was asked to spell."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self.ids: list[list[int]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokenizer, name)
+
+    def ids2tokens(self, ids: Any) -> list[str]:
+        self.ids.append([int(i) for i in ids])
+        return list(self._tokenizer.ids2tokens(ids))
+
+
+def record_seaco(out: Path, clips: dict[str, np.ndarray]) -> dict[str, Any]:
+    """FunASR's SeacoParaformer with and without the hotword file, per clip (batch 1)."""
+    from funasr import AutoModel
+
+    am = AutoModel(model=str(out), device="cpu", disable_update=True, disable_pbar=True, log_level="ERROR")
+    hotword_file = out.parent / "hotwords.txt"
+    hotword_file.write_text("\n".join(HOTWORDS) + "\n")
+    frontend = am.kwargs["frontend"]
+    result: dict[str, Any] = {"hotwords": list(HOTWORDS), "clips": {}}
+    for cid, audio in clips.items():
+        x = torch.from_numpy(audio.copy())
+        (plain,), _ = am.model.inference([x], key=[cid], tokenizer=None, frontend=frontend, device="cpu")
+        seen = _IdsSeen(am.kwargs["tokenizer"])  # FunASR needs a tokenizer for hotwords; it then returns text
+        (biased,), _ = am.model.inference([x], key=[cid], tokenizer=seen, frontend=frontend, device="cpu",
+                                          hotword=str(hotword_file))
+        result["clips"][cid] = {"token_ids": [int(t) for t in plain["token_int"]],
+                                "hotword_token_ids": [int(t) for t in seen.ids[-1]],
+                                "hotword_text": biased["text"]}
+    result["hotword_ids"] = [list(map(int, h)) for h in am.model.hotword_list]
+    hotword_file.unlink()
+    return result
+
+
 def _version() -> str:
     import funasr
 
@@ -241,6 +306,8 @@ def main() -> None:
     ckpt = args.out / "tiny"
     build_checkpoint(ckpt, args.speech_data, list(clips.values()))
     reference = record(ckpt, clips)
+    build_checkpoint(args.out / "seaco", args.speech_data, list(clips.values()), seaco=True)
+    reference["seaco"] = record_seaco(args.out / "seaco", clips)
     (args.out / "reference.json").write_text(json.dumps(reference, ensure_ascii=False, indent=1) + "\n")
     for cid, r in reference["clips"].items():
         logger.info("%s: %d tokens: %s", cid, len(r["token_ids"]), r["text"])

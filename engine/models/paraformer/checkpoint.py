@@ -24,9 +24,12 @@ CONFIG_FILE = "config.yaml"
 WEIGHTS_FILE = "model.pt"
 TOKEN_FILES = ("tokens.json", "tokens.txt")
 CMVN_FILE = "am.mvn"
-IGNORED_PREFIXES = ("decoder.embed.", "ctc.", "criterion_att.", "criterion_pre.")
-"""Training-only weights: the decoder's token embedding feeds only the glancing sampler; the CTC
-branch is an auxiliary loss FunASR's offline greedy decoding does not read."""
+IGNORED_PREFIXES = ("ctc.", "criterion_att.", "criterion_pre.", "criterion_seaco.")
+"""Training-only weights: the CTC branch is an auxiliary loss FunASR's greedy decoding does not
+read. (The decoder's token embedding is read only by SeACo; a plain model skips it.)"""
+SEACO_PREFIXES = ("bias_encoder.", "lstm_proj.", "seaco_decoder.", "hotword_output_layer.")
+"""SeACo's modules sit at the top of FunASR's state dict; here they live under `seaco.`."""
+SEG_DICT_FILE = "seg_dict"
 
 
 @dataclass
@@ -37,6 +40,8 @@ class ParaformerCheckpoint:
     cmvn: tuple[torch.Tensor, torch.Tensor] | None
     weights_path: str
     model_class: str
+    seg_dict: dict[str, list[str]] | None = None
+    """word -> tokens (`seg_dict`): how FunASR spells a hotword's words."""
 
 
 def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
@@ -96,7 +101,9 @@ def load_checkpoint(ckpt_dir: str, device: torch.device, dtype: torch.dtype,
     for key in ("state_dict", "model_state_dict", "model"):  # FunASR's training wrappers
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
-    state = {k.removeprefix("module."): v for k, v in state.items() if not k.startswith(IGNORED_PREFIXES)}
+    state = {k.removeprefix("module."): v for k, v in state.items()}
+    state = {("seaco." + k if k.startswith(SEACO_PREFIXES) else k): v for k, v in state.items()
+             if not k.startswith(IGNORED_PREFIXES) and not (cfg.seaco is None and k.startswith("decoder.embed."))}
     model = Paraformer(cfg)
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
@@ -108,4 +115,13 @@ def load_checkpoint(ckpt_dir: str, device: torch.device, dtype: torch.dtype,
             f"unexpected {sorted(unexpected)[:5]}"
         )
     model.to(device=device, dtype=dtype).eval()
-    return ParaformerCheckpoint(model, cfg, tokens, cmvn, weights_path, str(raw["model"]))
+    return ParaformerCheckpoint(model, cfg, tokens, cmvn, weights_path, str(raw["model"]), read_seg_dict(ckpt_dir))
+
+
+def read_seg_dict(ckpt_dir: str) -> dict[str, list[str]] | None:
+    path = os.path.join(ckpt_dir, SEG_DICT_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        rows = [line.split() for line in f]
+    return {r[0]: r[1:] for r in rows if r}

@@ -13,9 +13,10 @@ from typing import Any
 
 from engine.errors import CheckpointError
 
-MODEL_CLASSES = ("Paraformer",)
-"""`model:` values served. SeacoParaformer (hotwords) and BiCifParaformer (a second, timestamp
-predictor) differ in their decoding and are refused rather than served approximately."""
+MODEL_CLASSES = ("Paraformer", "SeacoParaformer")
+"""`model:` values served: the plain model, and SeACo's contextual one (hotwords). BiCifParaformer
+(a second, timestamp predictor) differs in its timestamps and is refused rather than served
+approximately."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,23 @@ class DecoderConfig:
     """Leading blocks with cross-attention; the rest up to num_blocks have only the FSMN."""
     kernel_size: int
     sanm_shift: int
+    output_layer: bool = True
+    """False for SeACo's hotword decoder, whose hidden states feed `hotword_output_layer`."""
+    embed: bool = False
+    """Keep the token embedding (`decoder.embed`): SeACo embeds hotwords with it."""
+
+
+@dataclass(frozen=True)
+class SeacoConfig:
+    """SeACo's contextual parts: hotwords -> token embeddings -> LSTM (last state per hotword);
+    a SANM decoder over the acoustic embeddings and over the decoder's hidden states attends to
+    them; where `hotword_output_layer` does not pick `no_bias`, its prediction replaces the
+    decoder's."""
+
+    decoder: DecoderConfig
+    bidirectional: bool
+    no_bias: int
+    """Token id meaning 'no hotword here' (NO_BIAS)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +99,7 @@ class ParaformerConfig:
     blank_id: int
     sos: int
     eos: int
+    seaco: SeacoConfig | None = None
 
 
 def _section(raw: dict[str, Any], key: str) -> dict[str, Any]:
@@ -131,21 +150,14 @@ def parse_config(raw: dict[str, Any], vocab_size: int) -> ParaformerConfig:
     d_model = int(enc.get("output_size", 256))
     if int(pred.get("idim", d_model)) != d_model:
         raise CheckpointError(f"config.yaml: predictor_conf.idim={pred.get('idim')} != encoder output_size {d_model}")
-    sanm_shift_dec = dec.get("sanm_shfit", 0)
-    kernel_dec = int(dec.get("kernel_size", 21))
+    seaco = _seaco(raw, model, d_model, vocab_size) if raw["model"] == "SeacoParaformer" else None
     return ParaformerConfig(
         encoder=EncoderConfig(
             input_size=n_mels * lfr_m, output_size=d_model, attention_heads=int(enc.get("attention_heads", 4)),
             linear_units=int(enc.get("linear_units", 2048)), num_blocks=int(enc.get("num_blocks", 6)),
             kernel_size=int(enc.get("kernel_size", 11)), sanm_shift=int(enc.get("sanm_shfit", 0)),
         ),
-        decoder=DecoderConfig(
-            d_model=d_model, vocab_size=vocab_size, attention_heads=int(dec.get("attention_heads", 4)),
-            linear_units=int(dec.get("linear_units", 2048)), num_blocks=int(dec.get("num_blocks", 6)),
-            att_layer_num=int(dec.get("att_layer_num", 6)), kernel_size=kernel_dec,
-            # FunASR: a null shift means a fully causal-looking kernel, (kernel - 1) // 2
-            sanm_shift=(kernel_dec - 1) // 2 if sanm_shift_dec is None else int(sanm_shift_dec),
-        ),
+        decoder=_decoder(dec, d_model, vocab_size, embed=seaco is not None),
         predictor=PredictorConfig(
             idim=d_model, l_order=int(pred.get("l_order", 1)), r_order=int(pred.get("r_order", 1)),
             threshold=float(pred.get("threshold", 1.0)), smooth_factor=float(pred.get("smooth_factor", 1.0)),
@@ -160,4 +172,35 @@ def parse_config(raw: dict[str, Any], vocab_size: int) -> ParaformerConfig:
         blank_id=int(model.get("blank_id", 0)),
         sos=int(model.get("sos", 1) if model.get("sos", 1) is not None else vocab_size - 1),
         eos=int(model.get("eos", 2) if model.get("eos", 2) is not None else vocab_size - 1),
+        seaco=seaco,
     )
+
+
+def _decoder(dec: dict[str, Any], d_model: int, vocab_size: int, embed: bool) -> DecoderConfig:
+    kernel = int(dec.get("kernel_size", 21))
+    shift = dec.get("sanm_shfit", 0)
+    return DecoderConfig(
+        d_model=d_model, vocab_size=vocab_size, attention_heads=int(dec.get("attention_heads", 4)),
+        linear_units=int(dec.get("linear_units", 2048)), num_blocks=int(dec.get("num_blocks", 6)),
+        att_layer_num=int(dec.get("att_layer_num", 6)), kernel_size=kernel,
+        # FunASR: a null shift means (kernel - 1) // 2
+        sanm_shift=(kernel - 1) // 2 if shift is None else int(shift),
+        output_layer=bool(dec.get("use_output_layer", True)), embed=embed,
+    )  # fmt: skip
+
+
+def _seaco(raw: dict[str, Any], model: dict[str, Any], d_model: int, vocab_size: int) -> SeacoConfig:
+    if model.get("bias_encoder_type", "lstm") != "lstm":
+        raise CheckpointError(f"config.yaml: model_conf.bias_encoder_type={model.get('bias_encoder_type')!r} "
+                              "is not served (only 'lstm')")  # fmt: skip
+    if int(model.get("inner_dim", 256)) != d_model:
+        raise CheckpointError(f"config.yaml: model_conf.inner_dim={model.get('inner_dim')} must equal the "
+                              f"encoder output_size {d_model} (hotwords are embedded by the decoder)")  # fmt: skip
+    _require(raw, "seaco_decoder", ("ParaformerSANMDecoder",))
+    conf = _section(raw, "seaco_decoder_conf")
+    if conf.get("use_output_layer", True) or not conf.get("wo_input_layer", False):
+        raise CheckpointError("config.yaml: seaco_decoder_conf must have use_output_layer false and "
+                              "wo_input_layer true (FunASR's SeACo layout)")  # fmt: skip
+    return SeacoConfig(decoder=_decoder(conf, d_model, vocab_size, embed=False),
+                       bidirectional=bool(model.get("bias_encoder_bid", False)),
+                       no_bias=int(model.get("NO_BIAS", 8377)))  # fmt: skip

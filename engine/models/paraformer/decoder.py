@@ -93,16 +93,22 @@ class ParaformerDecoder(nn.Module):
         )
         self.decoders3 = nn.ModuleList([DecoderLayer(cfg, None, cross=False)])
         self.after_norm = nn.LayerNorm(cfg.d_model, eps=LAYER_NORM_EPS)
-        self.output_layer = nn.Linear(cfg.d_model, cfg.vocab_size)
+        self.output_layer = nn.Linear(cfg.d_model, cfg.vocab_size) if cfg.output_layer else None
+        self.embed = nn.Sequential(nn.Embedding(cfg.vocab_size, cfg.d_model)) if cfg.embed else None
 
     def forward(self, embeds: torch.Tensor, token_counts: torch.Tensor, memory: torch.Tensor,
                 memory_lengths: torch.Tensor) -> torch.Tensor:  # fmt: skip
         """embeds (B, N, D) acoustic embeddings, token_counts (B,), memory (B, T, D) encoder
-        output -> (B, N, V) log-probabilities (rows past a count are meaningless)."""
+        output -> (B, N, D) hidden states after the final norm (rows past a count are
+        meaningless); `logprobs` turns them into token log-probabilities."""
         n, t = embeds.shape[1], memory.shape[1]
         mask = (torch.arange(n, device=embeds.device)[None, :] < token_counts[:, None]).to(embeds.dtype)[:, :, None]
         key_mask = (torch.arange(t, device=memory.device)[None, :] < memory_lengths[:, None])[:, None, None, :]
         x = embeds
         for layer in (*self.decoders, *self.decoders2, *self.decoders3):
             x = layer(x, mask, memory, key_mask)
-        return torch.log_softmax(self.output_layer(self.after_norm(x)), dim=-1)
+        return self.after_norm(x)
+
+    def logprobs(self, hidden: torch.Tensor) -> torch.Tensor:
+        assert self.output_layer is not None, "a decoder without an output layer gives hidden states only"
+        return torch.log_softmax(self.output_layer(hidden), dim=-1)

@@ -16,6 +16,7 @@ from engine.models.paraformer.cif import CifPredictor
 from engine.models.paraformer.config import ParaformerConfig
 from engine.models.paraformer.decoder import ParaformerDecoder
 from engine.models.paraformer.encoder import SANMEncoder
+from engine.models.paraformer.seaco import SeacoBias
 
 
 @dataclass
@@ -38,11 +39,14 @@ class Paraformer(nn.Module):
         self.encoder = SANMEncoder(cfg.encoder)
         self.predictor = CifPredictor(cfg.predictor)
         self.decoder = ParaformerDecoder(cfg.decoder)
+        self.seaco = None if cfg.seaco is None else SeacoBias(cfg.seaco, cfg.encoder.output_size)
         self.dropped = {cfg.blank_id, cfg.sos, cfg.eos}
 
     @torch.inference_mode()
-    def recognize(self, feats: torch.Tensor, lengths: torch.Tensor) -> list[Recognized]:
-        """feats (B, T, input_size) padded with anything, lengths (B,) long on the same device."""
+    def recognize(self, feats: torch.Tensor, lengths: torch.Tensor,
+                  hotwords: list[list[list[int]]] | None = None) -> list[Recognized]:  # fmt: skip
+        """feats (B, T, input_size) padded with anything, lengths (B,) long on the same device;
+        hotwords: per row, token id lists (the `<s>` entry included) or [] for none (SeACo)."""
         enc = self.encoder(feats, lengths)
         cif = self.predictor(enc, lengths)
         counts = cif.token_counts
@@ -51,7 +55,10 @@ class Paraformer(nn.Module):
             best = torch.zeros(b, 0, dtype=torch.long)
             scores = torch.zeros(b, 0)
         else:
-            logp = self.decoder(cif.embeds, counts, enc, lengths)
+            hidden = self.decoder(cif.embeds, counts, enc, lengths)
+            logp = self.decoder.logprobs(hidden)
+            if hotwords is not None and any(hotwords):
+                logp = self._bias(logp, cif.embeds, hidden, counts, hotwords)
             scores_t, best_t = logp.max(dim=-1)  # (B, N)
             best, scores = best_t.cpu(), scores_t.float().cpu()
         # timestamps read alphas and fires up to the tail frame (FunASR: encoder length + 1)
@@ -64,3 +71,18 @@ class Paraformer(nn.Module):
             out.append(Recognized(tokens=[k for k, _ in keep], logprobs=[s for _, s in keep],
                                   alphas=alphas[i, : t + tail], fires=fires[i, : t + tail]))  # fmt: skip
         return out
+
+    def _bias(self, logp: torch.Tensor, embeds: torch.Tensor, hidden: torch.Tensor, counts: torch.Tensor,
+              hotwords: list[list[list[int]]]) -> torch.Tensor:  # fmt: skip
+        """SeACo-merged log-probabilities of the rows that have hotwords."""
+        assert self.seaco is not None and self.decoder.embed is not None, "hotwords need a SeACo checkpoint"
+        rows = [i for i, h in enumerate(hotwords) if h]
+        vectors = [self.seaco.hotword_vectors(self.decoder.embed, hotwords[i]) for i in rows]
+        sizes = torch.tensor([len(v) for v in vectors], device=logp.device)
+        contexts = logp.new_zeros(len(rows), int(sizes.max()), embeds.shape[-1])
+        for j, v in enumerate(vectors):
+            contexts[j, : len(v)] = v
+        idx = torch.tensor(rows, device=logp.device)
+        logp = logp.clone()
+        logp[idx] = self.seaco.bias(logp[idx], embeds[idx], hidden[idx], counts[idx], contexts, sizes)
+        return logp

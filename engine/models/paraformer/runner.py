@@ -11,6 +11,7 @@ refused by the engine (`supports_streaming` False).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -24,6 +25,7 @@ from engine.errors import UnsupportedError
 from engine.metrics import stage_timer
 from engine.models.paraformer.checkpoint import ParaformerCheckpoint, load_checkpoint
 from engine.models.paraformer.frontend import WavFrontend
+from engine.models.paraformer.hotwords import HotwordSpeller
 from engine.models.paraformer.model import Recognized
 from engine.models.paraformer.options import ParaformerOptions
 from engine.models.paraformer.outputs import Piece, final_output
@@ -37,7 +39,7 @@ DECODE_METHOD = "paraformer"
 """The one decoder: CIF-predicted token count, one parallel pass, argmax per token."""
 CAPABILITIES = Capabilities(logprobs=True, word_timestamps=True)
 """Greedy only (FunASR's beam search needs a CTC or LM scorer these checkpoints lack), no
-prompt, no keywords (they need SeACo's bias decoder), no sampling, no language choice."""
+prompt, no sampling, no language choice; keywords only with SeACo's bias decoder."""
 
 
 class ParaformerRunner:
@@ -56,6 +58,8 @@ class ParaformerRunner:
         self.streams_stepped = 0
         self.segment_samples = int(self.options.max_segment_seconds * self.sample_rate)
         self.dtype = next(ckpt.model.parameters()).dtype
+        self.speller = None if ckpt.config.seaco is None else HotwordSpeller(
+            {t: i for i, t in enumerate(ckpt.tokens)}, ckpt.seg_dict, ckpt.config.sos)
         self._running: dict[str, Request] = {}
 
     @classmethod
@@ -72,13 +76,13 @@ class ParaformerRunner:
         fe = cfg.frontend
         return ModelInfo(
             family="paraformer",
-            model=f"paraformer-{cfg.encoder.num_blocks}x{cfg.encoder.output_size}",
+            model=f"{'seaco-' if cfg.seaco else ''}paraformer-{cfg.encoder.num_blocks}x{cfg.encoder.output_size}",
             sample_rate=self.sample_rate,
             supports_streaming=False,
             decode_methods=(DECODE_METHOD,),
             decode_method=DECODE_METHOD,
             can_align_words=True,
-            capabilities=CAPABILITIES,
+            capabilities=dataclasses.replace(CAPABILITIES, keywords=self.speller is not None),
             checkpoint_format="funasr",
             parameters=sum(p.numel() for p in self.ckpt.model.parameters()),
             details={
@@ -91,7 +95,8 @@ class ParaformerRunner:
                 "lfr": [fe.lfr_m, fe.lfr_n],
                 "frame_ms": round(self.frontend.frame_seconds * 1000),
                 "max_segment_seconds": self.options.max_segment_seconds,
-                "keywords": False,
+                "keywords": self.speller is not None,
+                "contextual": "seaco" if self.speller is not None else None,
             },
         )
 
@@ -110,9 +115,9 @@ class ParaformerRunner:
         if options.prompt:
             raise UnsupportedError("Paraformer takes no prompt")
         if options.keywords:
-            raise UnsupportedError(
-                "this Paraformer has no hotword (SeACo bias) module: keywords are not served"
-            )
+            if self.speller is None:
+                raise UnsupportedError("this Paraformer has no hotword (SeACo bias) module: keywords are not served")
+            self.speller.hotwords(options.keywords)
         if options.stream_context is not None:
             raise UnsupportedError("Paraformer has no buffered streaming: stream_context is not served")
 
@@ -173,8 +178,11 @@ class ParaformerRunner:
             batch = torch.zeros(len(chunk), int(lengths.max()), self.frontend.dim, device=self.device)
             for row, i in enumerate(chunk):
                 batch[row, : len(feats[i])] = feats[i]
+            hotwords = None
+            if self.speller is not None:
+                hotwords = [self.speller.hotwords(pieces[i].request.decoding.keywords) for i in chunk]
             with stage_timer("offline.encode"):
-                out = self.ckpt.model.recognize(batch.to(self.dtype), lengths.to(self.device))
+                out = self.ckpt.model.recognize(batch.to(self.dtype), lengths.to(self.device), hotwords)
             for i, r in zip(chunk, out, strict=True):
                 results[i] = r
         return results

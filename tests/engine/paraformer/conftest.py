@@ -25,6 +25,7 @@ from tests.conftest import load_clip
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "paraformer"
 CKPT = FIXTURES / "tiny"
+SEACO_CKPT = FIXTURES / "seaco"
 
 
 @pytest.fixture(autouse=True)
@@ -62,11 +63,22 @@ def runner() -> ParaformerRunner:
     return make_runner()
 
 
+@pytest.fixture(scope="module")
+def seaco_runner() -> ParaformerRunner:
+    return make_runner(ckpt_dir=str(SEACO_CKPT))
+
+
 def recognize(runner: ParaformerRunner, audios: list[np.ndarray],
               decoding: DecodingOptions | None = None) -> list[RequestOutput]:  # fmt: skip
     """All `audios` admitted together and run in one `execute()`; outputs in input order."""
-    reqs = [Request(f"r{i}", streaming=False, decoding=decoding or DecodingOptions(),
-                    sample_rate=runner.sample_rate, audio=np.asarray(a)) for i, a in enumerate(audios)]  # fmt: skip
+    return recognize_each(runner, audios, [decoding or DecodingOptions()] * len(audios))
+
+
+def recognize_each(runner: ParaformerRunner, audios: list[np.ndarray],
+                   options: list[DecodingOptions]) -> list[RequestOutput]:  # fmt: skip
+    """Like `recognize`, each request with its own options."""
+    reqs = [Request(f"r{i}", streaming=False, decoding=o, sample_rate=runner.sample_rate, audio=np.asarray(a))
+            for i, (a, o) in enumerate(zip(audios, options, strict=True))]  # fmt: skip
     assert runner.admit(reqs) == []
     outputs = {o.request_id: o for o in runner.execute()}
     assert not runner.has_work()

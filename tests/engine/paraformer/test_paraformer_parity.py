@@ -1,7 +1,7 @@
 """Parity with FunASR 1.4.16 on the checkpoint it wrote (tests/fixtures/paraformer/tiny): token
 ids, text, and word timestamps identical to what FunASR's own `AutoModel` returned for each dev
 clip, alone and when every clip runs in one padded batch; FunASR's text post-processing on
-crafted token sequences."""
+crafted token sequences; SeACo hotwords (SeacoParaformer) with and without keywords."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from engine.models.paraformer.runner import ParaformerRunner
 from engine.models.paraformer.text import postprocess
 from engine.types import DecodingOptions
-from tests.engine.paraformer.conftest import clip, recognize, reference
+from tests.engine.paraformer.conftest import clip, recognize, recognize_each, reference
 
 CLIPS = tuple(reference()["clips"])
 TIMED = DecodingOptions(word_timestamps=True)
@@ -61,3 +61,26 @@ def test_text_postprocessing_equals_funasr(case: dict) -> None:
     assert plain.text == timed.text == case["text"]
     assert timed.words == case["words"] and " ".join(timed.words) == case["timestamp_text"]
     assert [list(s) for s in timed.spans or []] == case["word_spans"]
+
+
+SEACO = reference()["seaco"]
+
+
+def test_seaco_hotwords_are_spelled_as_funasr_spells_them(seaco_runner: ParaformerRunner) -> None:
+    assert seaco_runner.speller is not None
+    assert seaco_runner.speller.hotwords(tuple(SEACO["hotwords"])) == SEACO["hotword_ids"]
+
+
+def test_seaco_with_and_without_keywords_equals_funasr(seaco_runner: ParaformerRunner) -> None:
+    """One batch: rows with the hotwords take FunASR's biased tokens, the others its plain ones
+    (FunASR gives every row of a batch one list; here each request brings its own)."""
+    keywords = tuple(SEACO["hotwords"])
+    options = [DecodingOptions(keywords=keywords if i % 2 else ()) for i in range(len(CLIPS))]
+    outs = [recognize(seaco_runner, [clip(c)], o)[0] for c, o in zip(CLIPS, options, strict=True)]
+    together = recognize_each(seaco_runner, [clip(c) for c in CLIPS], options)
+    expected = [SEACO["clips"][c]["hotword_token_ids" if o.keywords else "token_ids"] for c, o in
+                zip(CLIPS, options, strict=True)]  # fmt: skip
+    assert [o.tokens for o in outs] == [o.tokens for o in together] == expected
+    biased = [o.text for o, opt in zip(together, options, strict=True) if opt.keywords]
+    assert biased == [SEACO["clips"][c]["hotword_text"] for c, o in zip(CLIPS, options, strict=True) if o.keywords]
+    assert all(SEACO["clips"][c]["token_ids"] != SEACO["clips"][c]["hotword_token_ids"] for c in CLIPS)

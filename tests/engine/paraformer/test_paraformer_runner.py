@@ -67,6 +67,14 @@ def test_declared_capabilities(runner: ParaformerRunner) -> None:
     assert info.details["lfr"] == [7, 6] and info.details["frame_ms"] == 60
 
 
+def test_a_seaco_checkpoint_declares_keywords(seaco_runner: ParaformerRunner) -> None:
+    info = seaco_runner.info()
+    assert info.capabilities.keywords and info.details["contextual"] == "seaco"
+    seaco_runner.check_options(DecodingOptions(keywords=("curtain", "the wizard")), streaming=False)
+    with pytest.raises(UnsupportedError, match="at most 49 keywords"):
+        seaco_runner.check_options(DecodingOptions(keywords=tuple(f"w{i}" for i in range(50))), streaming=False)
+
+
 def _copy(tmp_path: Path) -> Path:
     dst = tmp_path / "ckpt"
     shutil.copytree(CKPT, dst)
@@ -85,7 +93,7 @@ def test_tokens_txt_loads_like_tokens_json(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("key", "value", "match"),
     [
-        ("model", "SeacoParaformer", "model='SeacoParaformer' is not served"),
+        ("model", "ParaformerStreaming", "model='ParaformerStreaming' is not served"),
         ("model", "BiCifParaformer", "model='BiCifParaformer' is not served"),
         ("encoder_conf.input_layer", "conv2d", "input_layer='conv2d' is not served"),
     ],

@@ -1,9 +1,10 @@
-"""End to end: a real server started on the FunASR-written Paraformer checkpoint serves the offline
-surfaces: the OpenAI file API (json and verbose_json with word times), Google `speech:recognize`
-with word offsets, gRPC `Recognize`; `/v1/models` shows the family and what it can do; a request
-it cannot serve (a prompt) is refused with a 400. Every transcript equals the in-process engine's
-on the same PCM16 samples, and its tokens equal FunASR's own (the random model's words are
-meaningless but deterministic, so equality checks the whole path)."""
+"""End to end: a real server started on the FunASR-written SeACo Paraformer checkpoint serves the
+offline surfaces: the OpenAI file API (verbose_json with word times, two uploads in one batch),
+Google `speech:recognize` with word offsets, gRPC `Recognize`, with and without speech-context
+phrases (SeACo hotwords); `/v1/models` shows the family and what it can do; a request it cannot
+serve (a prompt) is refused with a 400. Every transcript equals the in-process engine's on the
+same PCM16 samples (the random model's words are meaningless but deterministic, so equality
+checks the whole path), and the hotword-biased one differs from the plain one."""
 
 from __future__ import annotations
 
@@ -23,18 +24,19 @@ from protos.oasr.speech.v1 import speech_pb2_grpc
 from tests.audio_variants import encode_variant
 from tests.e2e.conftest import ServerProcess, start_server
 from tests.e2e.test_realtime_common import pcm16_at
-from tests.engine.paraformer.conftest import CKPT, clip
+from tests.engine.paraformer.conftest import SEACO_CKPT, clip, reference
 
 pytestmark = pytest.mark.slow  # starts a real server
 
 RATE = 16000  # Hz: sent as-is, so no resampler stands between the server and the in-process engine
 CLIPS = ("mfa_her", "libri_61-70968-0000")
 TIMEOUT_S = 120.0
+HOTWORDS = tuple(reference()["seaco"]["hotwords"])
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = start_server(Path(tmp_path_factory.mktemp("paraformer-server")), env={"OASR_CKPT_DIR": str(CKPT)})
+    srv = start_server(Path(tmp_path_factory.mktemp("paraformer-server")), env={"OASR_CKPT_DIR": str(SEACO_CKPT)})
     yield srv
     srv.terminate()
 
@@ -42,14 +44,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 @pytest.fixture(scope="module")
 def expected() -> dict[str, RequestOutput]:
     """The in-process engine's outputs on the PCM16 the clients send, with word times."""
-    eng = ASREngine(EngineConfig(ckpt_dir=str(CKPT)))
+    eng = ASREngine(EngineConfig(ckpt_dir=str(SEACO_CKPT)))
     try:
         audios = [pcm16_to_float(pcm16_at(clip(c), RATE)) for c in CLIPS]
         outs = eng.transcribe_outputs(audios, decoding=DecodingOptions(word_timestamps=True))
+        (biased,) = eng.transcribe_outputs(audios[0], decoding=DecodingOptions(keywords=HOTWORDS))
     finally:
         eng.shutdown()
     assert all(o.finish_reason == "stop" and o.text for o in outs)
-    return dict(zip(CLIPS, outs, strict=True))
+    assert biased.text and biased.tokens != outs[0].tokens
+    return {**dict(zip(CLIPS, outs, strict=True)), "biased": biased}
 
 
 def _wav(clip_id: str) -> bytes:
@@ -61,7 +65,8 @@ def test_models_card_declares_the_family(server: ServerProcess) -> None:
     info = card["info"]
     assert info["family"] == "paraformer" and info["streaming"] is False and info["decode_method"] == "paraformer"
     caps = info["capabilities"]
-    assert caps["keywords"] is False and caps["max_beam_size"] == 1 and caps["word_timestamps"] is True
+    assert caps["keywords"] is True and caps["max_beam_size"] == 1 and caps["word_timestamps"] is True
+    assert info["contextual"] == "seaco"
 
 
 def test_openai_transcriptions_batched(server: ServerProcess, expected: dict[str, RequestOutput]) -> None:
@@ -95,18 +100,20 @@ def test_google_recognize_with_word_offsets(server: ServerProcess, expected: dic
     assert [w["word"] for w in alt["words"]] == [w.word for w in expected[cid].words or []]
 
 
-def test_grpc_recognize(server: ServerProcess, expected: dict[str, RequestOutput]) -> None:
+def test_grpc_recognize_with_and_without_hotwords(server: ServerProcess, expected: dict[str, RequestOutput]) -> None:
+    """Google's speech_contexts phrases are the request's keywords: SeACo hotwords."""
     cid = CLIPS[0]
 
-    async def call() -> pb.RecognizeResponse:
+    async def call(phrases: tuple[str, ...]) -> pb.RecognizeResponse:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
             stub = speech_pb2_grpc.SpeechStub(channel)
-            config = pb.RecognitionConfig(encoding=pb.RecognitionConfig.AudioEncoding.LINEAR16, sample_rate_hertz=RATE)
+            config = pb.RecognitionConfig(encoding=pb.RecognitionConfig.AudioEncoding.LINEAR16, sample_rate_hertz=RATE,
+                                          speech_contexts=[pb.SpeechContext(phrases=list(phrases))] if phrases else [])
             return await stub.Recognize(pb.RecognizeRequest(config=config, audio=pb.RecognitionAudio(
                 content=pcm16_at(clip(cid), RATE))), timeout=TIMEOUT_S)  # fmt: skip
 
-    response = asyncio.run(call())
-    assert response.results[0].alternatives[0].transcript == expected[cid].text
+    assert asyncio.run(call(())).results[0].alternatives[0].transcript == expected[cid].text
+    assert asyncio.run(call(HOTWORDS)).results[0].alternatives[0].transcript == expected["biased"].text
 
 
 def test_a_prompt_is_refused(server: ServerProcess) -> None:
