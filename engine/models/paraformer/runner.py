@@ -171,9 +171,8 @@ class ParaformerRunner:
         # a piece too short for one fbank frame yields no tokens without a forward
         results: list[Recognized] = [Recognized([], [], torch.zeros(0), torch.zeros(0)) for _ in pieces]
         order = sorted((i for i in range(len(pieces)) if len(feats[i])), key=lambda i: -len(feats[i]))
-        rows = self.config.max_batch_size
-        for start in range(0, len(order), rows):
-            chunk = order[start : start + rows]
+        for chunk in forwards([len(feats[i]) for i in order], self.config.max_batch_size, self.options.max_pad_ratio):
+            chunk = [order[k] for k in chunk]
             lengths = torch.tensor([len(feats[i]) for i in chunk])
             batch = torch.zeros(len(chunk), int(lengths.max()), self.frontend.dim, device=self.device)
             for row, i in enumerate(chunk):
@@ -186,6 +185,22 @@ class ParaformerRunner:
             for i, r in zip(chunk, out, strict=True):
                 results[i] = r
         return results
+
+
+def forwards(lengths: list[int], max_rows: int, max_pad_ratio: float) -> list[list[int]]:
+    """Split rows (lengths sorted longest first) into runs of consecutive indices: at most
+    `max_rows` each, padded frames (rows x the run's first length) within `max_pad_ratio` x the
+    real ones."""
+    runs: list[list[int]] = []
+    for k, n in enumerate(lengths):
+        run = runs[-1] if runs else None
+        if run is not None and len(run) < max_rows:
+            real = sum(lengths[j] for j in run) + n
+            if (len(run) + 1) * lengths[run[0]] <= max_pad_ratio * real:
+                run.append(k)
+                continue
+        runs.append([k])
+    return runs
 
 
 def _error(req: Request, stage: str, message: str) -> RequestOutput:

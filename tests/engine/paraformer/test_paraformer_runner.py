@@ -13,7 +13,7 @@ import yaml
 
 from engine import ASREngine, EngineConfig
 from engine.errors import CheckpointError, UnsupportedError
-from engine.models.paraformer.runner import ParaformerRunner
+from engine.models.paraformer.runner import ParaformerRunner, forwards
 from engine.types import DecodingOptions
 from tests.engine.paraformer.conftest import CKPT, clip, make_runner, recognize, reference
 
@@ -35,6 +35,13 @@ def test_a_long_file_is_cut_into_pieces_recognised_in_one_batch() -> None:
     first_of_last = len(whole.tokens) - len(parts[-1].tokens)
     assert whole.timestamps[first_of_last] >= (len(parts) - 1) * 2.0 - 0.1  # 1.5 frames early at most
     assert whole.words and whole.words[-1].end <= len(audio) / cut.sample_rate + 1e-6
+
+
+def test_forwards_bound_padding_and_rows() -> None:
+    assert forwards([100, 90, 80, 40, 39, 10], max_rows=8, max_pad_ratio=1.25) == [[0, 1, 2], [3, 4], [5]]
+    assert forwards([100, 90, 80], max_rows=2, max_pad_ratio=10.0) == [[0, 1], [2]]
+    assert forwards([100, 10], max_rows=8, max_pad_ratio=1.0) == [[0], [1]]
+    assert forwards([], max_rows=8, max_pad_ratio=1.25) == []
 
 
 def test_audio_shorter_than_a_frame_gives_an_empty_transcript(runner: ParaformerRunner) -> None:
