@@ -3,8 +3,10 @@
 Builds a Paraformer sized like FunASR's paraformer-large / paraformer-zh (SAN-M encoder 50 blocks
 of d_model 512, 4 heads, FFN 2048, FSMN kernel 11; decoder 16 blocks, all cross-attending;
 vocabulary 8404; LFR 7/6 over 80 mels) with random weights (nothing can be downloaded here), and
-runs B dev clips (1-10 s, cycled) through the runner's real path: admit B requests, one
-`execute()` (batched fbank, LFR + CMVN, one padded forward of encoder, CIF and decoder, outputs).
+runs B requests through the runner's real path: admit B requests, one `execute()` (batched
+fbank, LFR + CMVN, length-sorted padded forwards of encoder, CIF and decoder, outputs). `--clips
+same`: B copies of one 4.9 s clip (batching alone, no padding); `mixed`: six dev clips of 3.6 to
+11.7 s cycled (the runner splits them into forwards within its padding limit).
 A random model fires a token count set by its random CIF weights, not by speech; the decoder's
 share of the time is therefore only indicative.
 
@@ -12,7 +14,7 @@ Reported per batch size: wall RTFx, and CPU RTFx (audio seconds per process-CPU 
 threads): on a machine shared with other work the wall figure measures the neighbours too, the
 CPU figure much less so.
 
-    python -m benchmarks.paraformer_rtf --batch 1 8 32 --threads 2
+    python -m benchmarks.paraformer_rtf --batch 1 8 32 --threads 1 --clips same
 """
 
 from __future__ import annotations
@@ -84,16 +86,19 @@ def run_batch(runner: ParaformerRunner, audios: list[np.ndarray]) -> tuple[float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32], help="requests per execute()")
-    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--clips", choices=("same", "mixed"), default="same",
+                        help="B copies of one clip, or the dev clips cycled")
     parser.add_argument("--json", action="store_true", help="print one JSON object per batch size")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(args.threads)
-    clips = [load_clip(c) for c in CLIPS]
+    clips = [load_clip(c) for c in (CLIPS if args.clips == "mixed" else CLIPS[3:4])]
     runner = large_runner(max(args.batch))
     params = sum(p.numel() for p in runner.ckpt.model.parameters())
     logger.info("paraformer-large shape: %.1f M parameters, %d torch threads", params / 1e6, args.threads)
     run_batch(runner, clips[:1])  # warm-up: allocator, kernels
+    logger.info("clips: %s", args.clips)
     for b in args.batch:
         audios = list(itertools.islice(itertools.cycle(clips), b))
         seconds = sum(len(a) for a in audios) / 16000

@@ -46,7 +46,8 @@ class CrossAttention(nn.Module):
         k, v = (z.reshape(b, t, self.h, self.d_k).transpose(1, 2)
                 for z in self.linear_k_v(memory).split(self.h * self.d_k, dim=-1))  # fmt: skip
         att = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
-        return self.linear_out(att.transpose(1, 2).reshape(b, n, self.h * self.d_k))
+        out: torch.Tensor = self.linear_out(att.transpose(1, 2).reshape(b, n, self.h * self.d_k))
+        return out
 
 
 class DecoderFeedForward(nn.Module):
@@ -57,7 +58,8 @@ class DecoderFeedForward(nn.Module):
         self.w_2 = nn.Linear(units, d, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w_2(self.norm(torch.relu(self.w_1(x))))
+        out: torch.Tensor = self.w_2(self.norm(torch.relu(self.w_1(x))))
+        return out
 
 
 class DecoderLayer(nn.Module):
@@ -77,7 +79,8 @@ class DecoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor, memory: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
         y = self.feed_forward(self.norm1(x))
         if self.self_attn is None:
-            return y
+            out: torch.Tensor = y
+            return out
         x = x + self.self_attn(self.norm2(y), mask)
         if self.src_attn is not None:
             x = x + self.src_attn(self.norm3(x), memory, key_mask)
@@ -107,7 +110,8 @@ class ParaformerDecoder(nn.Module):
         x = embeds
         for layer in (*self.decoders, *self.decoders2, *self.decoders3):
             x = layer(x, mask, memory, key_mask)
-        return self.after_norm(x)
+        out: torch.Tensor = self.after_norm(x)
+        return out
 
     def logprobs(self, hidden: torch.Tensor) -> torch.Tensor:
         assert self.output_layer is not None, "a decoder without an output layer gives hidden states only"

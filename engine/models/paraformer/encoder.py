@@ -43,7 +43,8 @@ def fsmn_memory(conv: nn.Conv1d, padding: tuple[int, int], x: torch.Tensor, mask
     """FSMN memory block: x (B, T, D), mask (B, T, 1) float -> depthwise conv(x) + x, zero on padding."""
     x = x * mask
     y = conv(F.pad(x.transpose(1, 2), padding)).transpose(1, 2)
-    return (y + x) * mask
+    out: torch.Tensor = (y + x) * mask
+    return out
 
 
 class SANMAttention(nn.Module):
@@ -62,7 +63,8 @@ class SANMAttention(nn.Module):
         memory = fsmn_memory(self.fsmn_block, self.padding, v, mask)
         q, k, h = (z.reshape(b, t, self.h, self.d_k).transpose(1, 2) for z in (q, k, v))  # (B, H, T, d_k)
         att = F.scaled_dot_product_attention(q, k, h, attn_mask=key_mask)
-        return self.linear_out(att.transpose(1, 2).reshape(b, t, self.h * self.d_k)) + memory
+        out: torch.Tensor = self.linear_out(att.transpose(1, 2).reshape(b, t, self.h * self.d_k)) + memory
+        return out
 
 
 class FeedForward(nn.Module):
@@ -72,7 +74,8 @@ class FeedForward(nn.Module):
         self.w_2 = nn.Linear(units, d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w_2(torch.relu(self.w_1(x)))
+        out: torch.Tensor = self.w_2(torch.relu(self.w_1(x)))
+        return out
 
 
 class EncoderLayer(nn.Module):
@@ -87,7 +90,8 @@ class EncoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
         att = self.self_attn(self.norm1(x), mask, key_mask)
         x = x + att if self.residual else att
-        return x + self.feed_forward(self.norm2(x))
+        out: torch.Tensor = x + self.feed_forward(self.norm2(x))
+        return out
 
 
 class SANMEncoder(nn.Module):
@@ -107,4 +111,5 @@ class SANMEncoder(nn.Module):
         x = feats * math.sqrt(self.cfg.output_size) + sinusoid(t, depth, feats.dtype, feats.device)
         for layer in (*self.encoders0, *self.encoders):
             x = layer(x, mask, key_mask)
-        return self.after_norm(x) * mask
+        out: torch.Tensor = self.after_norm(x) * mask
+        return out

@@ -47,7 +47,8 @@ class SeacoBias(nn.Module):
         out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True)  # (H, L, D or 2D)
         if self.lstm_proj is not None:
             out = self.lstm_proj(out)
-        return out[torch.arange(len(hotwords)), lengths - 1]
+        last: torch.Tensor = out[torch.arange(len(hotwords)), lengths - 1]
+        return last
 
     def bias(self, logp: torch.Tensor, embeds: torch.Tensor, hidden: torch.Tensor, counts: torch.Tensor,
              contexts: torch.Tensor, context_lengths: torch.Tensor) -> torch.Tensor:  # fmt: skip
