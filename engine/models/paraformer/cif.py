@@ -45,9 +45,13 @@ class CifPredictor(nn.Module):
         as it does alone), lengths (B,)."""
         cfg = self.cfg
         b, t, d = hidden.shape
-        valid = (torch.arange(t, device=hidden.device)[None, :] < lengths[:, None]).to(hidden.dtype)
         ctx = nn.functional.pad(hidden.transpose(1, 2), (cfg.l_order, cfg.r_order))
         out = self.cif_output(torch.relu(self.cif_conv1d(ctx)).transpose(1, 2))  # (B, T, 1)
+        # integration in float32 whatever the model's dtype (FunASR runs the predictor outside
+        # autocast): a float16 running sum would miscount tokens past a few hundred
+        dtype = hidden.dtype
+        hidden, out = hidden.float(), out.float()
+        valid = (torch.arange(t, device=hidden.device)[None, :] < lengths[:, None]).float()
         alphas = torch.relu(torch.sigmoid(out) * cfg.smooth_factor - cfg.noise_threshold).squeeze(-1) * valid
         if cfg.tail_threshold > 0:
             # tail_threshold on the first frame past each row's end, over a zero frame
@@ -61,7 +65,7 @@ class CifPredictor(nn.Module):
         embeds, fires = integrate_and_fire(hidden, alphas)
         if cfg.tail_threshold > 0:
             embeds = embeds[:, : int(counts.max().item()) if b else 0]
-        return CifOutput(embeds, counts.long(), alphas, fires)
+        return CifOutput(embeds.to(dtype), counts.long(), alphas, fires)
 
 
 def integrate_and_fire(hidden: torch.Tensor, alphas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
