@@ -78,6 +78,7 @@ class ParaformerRunner:
             family="paraformer",
             model=f"{'seaco-' if cfg.seaco else ''}paraformer-{cfg.encoder.num_blocks}x{cfg.encoder.output_size}",
             sample_rate=self.sample_rate,
+            languages=tuple(self.options.languages),
             supports_streaming=False,
             decode_methods=(DECODE_METHOD,),
             decode_method=DECODE_METHOD,

@@ -72,6 +72,10 @@ def test_declared_capabilities(runner: ParaformerRunner) -> None:
     assert (caps.max_beam_size, caps.max_n_best, caps.keywords, caps.prompt) == (1, 1, False, False)
     assert caps.logprobs and caps.word_timestamps and not caps.sampling and not caps.translate
     assert info.details["lfr"] == [7, 6] and info.details["frame_ms"] == 60
+    assert info.languages == ()  # FunASR's config does not say; the deployment may declare them
+    assert make_runner(family_options={"paraformer": {"languages": ("zh", "en")}}).info().languages == ("zh", "en")
+    with pytest.raises(ValueError, match="ISO 639-1"):
+        make_runner(family_options={"paraformer": {"languages": ("zh-CN",)}})
 
 
 def test_a_seaco_checkpoint_declares_keywords(seaco_runner: ParaformerRunner) -> None:

@@ -2,7 +2,8 @@
 offline surfaces: the OpenAI file API (verbose_json with word times, two uploads in one batch),
 Google `speech:recognize` with word offsets, gRPC `Recognize`, with and without speech-context
 phrases (SeACo hotwords); `/v1/models` shows the family and what it can do; a request it cannot
-serve (a prompt) is refused with a 400. Every transcript equals the in-process engine's on the
+serve (a prompt) is refused with a 400; a realtime session (offline service mode: the committed
+turn is transcribed whole) completes with the same transcript. Every transcript equals the in-process engine's on the
 same PCM16 samples (the random model's words are meaningless but deterministic, so equality
 checks the whole path), and the hotword-biased one differs from the plain one."""
 
@@ -23,7 +24,7 @@ from protos.oasr.speech.v1 import speech_pb2 as pb
 from protos.oasr.speech.v1 import speech_pb2_grpc
 from tests.audio_variants import encode_variant
 from tests.e2e.conftest import ServerProcess, start_server
-from tests.e2e.test_realtime_common import pcm16_at
+from tests.e2e.test_realtime_common import COMMITTED, TERMINAL, check_session_events, pcm16_at, sdk_session
 from tests.engine.paraformer.conftest import SEACO_CKPT, clip, reference
 
 pytestmark = pytest.mark.slow  # starts a real server
@@ -36,7 +37,8 @@ HOTWORDS = tuple(reference()["seaco"]["hotwords"])
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = start_server(Path(tmp_path_factory.mktemp("paraformer-server")), env={"OASR_CKPT_DIR": str(SEACO_CKPT)})
+    srv = start_server(Path(tmp_path_factory.mktemp("paraformer-server")),
+                       env={"OASR_CKPT_DIR": str(SEACO_CKPT), "OASR_PARAFORMER_LANGUAGES": "en"})  # fmt: skip
     yield srv
     srv.terminate()
 
@@ -66,7 +68,7 @@ def test_models_card_declares_the_family(server: ServerProcess) -> None:
     assert info["family"] == "paraformer" and info["streaming"] is False and info["decode_method"] == "paraformer"
     caps = info["capabilities"]
     assert caps["keywords"] is True and caps["max_beam_size"] == 1 and caps["word_timestamps"] is True
-    assert info["contextual"] == "seaco"
+    assert info["contextual"] == "seaco" and info["languages"] == ["en"]
 
 
 def test_openai_transcriptions_batched(server: ServerProcess, expected: dict[str, RequestOutput]) -> None:
@@ -121,3 +123,12 @@ def test_a_prompt_is_refused(server: ServerProcess) -> None:
                    files={"file": ("a.wav", _wav(CLIPS[0]), "audio/wav")},
                    data={"model": "paraformer", "prompt": "curtain"}, timeout=TIMEOUT_S)  # fmt: skip
     assert r.status_code == 400 and "prompt" in r.text
+
+
+def test_realtime_session_in_offline_mode(server: ServerProcess, expected: dict[str, RequestOutput]) -> None:
+    cid = CLIPS[0]
+    log = asyncio.run(sdk_session(server.ws_url, pcm16_at(clip(cid), RATE), rate=RATE))
+    check_session_events(log.events)
+    completed = [e for e in log.events if e["type"] == TERMINAL[0]]
+    assert len(log.of_type(COMMITTED)) == 1 and len(completed) == 1
+    assert completed[0]["transcript"] == expected[cid].text
