@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.models.nemo.options import MAX_WINDOW_FRAMES
-from engine.runner import ModelInfo
+from engine.runner import Capabilities, ModelInfo
 from engine.types import DELAYS
 
 if TYPE_CHECKING:
@@ -53,6 +53,10 @@ def describe(runner: NemoRunner) -> ModelInfo:
         decode_methods=tuple(methods),
         decode_method=runner.method,
         can_align_words=True,
+        capabilities=Capabilities(
+            max_beam_size=runner.max_beam, max_n_best=runner.max_beam, keywords=runner.max_beam > 1, logprobs=True,
+            word_timestamps=True, stream_context=runner.streaming_kind == "buffered",
+        ),
         checkpoint_format="nemo",
         parameters=sum(p.numel() for p in ckpt.model.parameters()),
         details={
@@ -67,7 +71,7 @@ def describe(runner: NemoRunner) -> ModelInfo:
             "stream_settings": streaming,
             "max_streams": runner.slots.num_slots,
             "kv_blocks": runner.pool.num_blocks if runner.pool else 0,
-            "max_beam_size": 10 if runner.method == "ctc" else 1,
+            "max_beam_size": runner.max_beam,
         },
     )
 

@@ -25,6 +25,7 @@ from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError, UnsupportedError
 from engine.metrics import stage_timer
+from engine.models.nemo.beam import MAX_TRANSDUCER_BEAM, new_beam
 from engine.models.nemo.buffered import BufferedEncoder, BufferedSchedule, BufferedStream
 from engine.models.nemo.cache_aware import CONV_CACHE, CacheAwareEncoder, CacheAwareStream, StreamGeometry
 from engine.models.nemo.checkpoint import NemoCheckpoint, load_checkpoint
@@ -118,8 +119,9 @@ class NemoRunner:
         if self.pool is not None and self.geometry is not None:
             self.ca_encoder = CacheAwareEncoder(ckpt.model.encoder, self.geometry, self.pool, self.slots)
         self.buffered_encoder = BufferedEncoder(ckpt)
-        self.decoder = BatchDecoder(ckpt.model, self.method, self.slots,
-                                    cfg.transducer.max_symbols if cfg.transducer else 0)  # fmt: skip
+        tr_cfg = cfg.transducer
+        self.decoder = BatchDecoder(ckpt.model, self.method, self.slots, tr_cfg.max_symbols if tr_cfg else 0,
+                                    tr_cfg.beam_max_symbols if tr_cfg else 0)  # fmt: skip
         self.outputs = OutputBuilder(ckpt.tokenizer, self.frame_seconds)
         self._jobs: dict[str, _Job] = {}
         self._step = 0
@@ -147,23 +149,30 @@ class NemoRunner:
     def info(self) -> ModelInfo:
         return describe(self)
 
+    @property
+    def max_beam(self) -> int:
+        """Widest beam served: CTC prefix beam search, or the RNN-T's malsd_batch (TDT: greedy only)."""
+        if self.method == "ctc":
+            return MAX_CTC_BEAM
+        tr = self.ckpt.config.transducer
+        return 1 if tr is None or tr.durations else MAX_TRANSDUCER_BEAM
+
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
-        if options.beam_size > 1 and self.method != "ctc":
+        if options.beam_size > self.max_beam:
             raise UnsupportedError(
-                "the transducer decodes greedily (beam_size 1); CTC heads take beam_size <= 10"
+                f"this model's {self.method} search serves beam_size <= {self.max_beam}"
+                + (" (TDT transducers decode greedily)" if self.max_beam == 1 else "")
             )
-        if options.beam_size > MAX_CTC_BEAM:
-            raise UnsupportedError(f"CTC prefix beam search supports beam_size <= {MAX_CTC_BEAM}")
         if options.temperature > 0:
             raise UnsupportedError("this model does not sample: temperature must be 0")
         if options.task != "transcribe":
             raise UnsupportedError("this model only transcribes (task='translate' unsupported)")
         if options.prompt:
             raise UnsupportedError("this model takes no prompt")
-        if options.keywords and self.method != "ctc":
+        if options.keywords and self.max_beam == 1:
             raise UnsupportedError(
-                "keywords bias the CTC head's beam search; this model decodes with its transducer "
-                "(greedy, no biasing): serve it with decode_method='ctc' for keywords"
+                "keywords bias a beam search; this TDT transducer decodes greedily"
+                + (": serve it with decode_method='ctc' for keywords" if self.ckpt.config.ctc_classes else "")
             )
         if options.stream_context is not None:
             if self.streaming_kind != "buffered":
@@ -177,11 +186,13 @@ class NemoRunner:
         failed = []
         for req in requests:
             mode: Mode = self.streaming_kind if (req.streaming and self.streaming_kind) else "offline"
-            ctc = None
+            ctc = beam = None
+            keywords = [k for k in (self.ckpt.tokenizer.encode(w) for w in req.decoding.keywords) if k]
             if self.method == "ctc":
-                keywords = [self.ckpt.tokenizer.encode(k) for k in req.decoding.keywords]
-                ctc = CtcDecoder(req.decoding.beam_size, [k for k in keywords if k], self.options.keyword_boost)
-            state = DecodeState(hyp=None if ctc else Hypothesis(), ctc=ctc)
+                ctc = CtcDecoder(req.decoding.beam_size, keywords, self.options.keyword_boost)
+            elif req.decoding.beam_size > 1 or keywords:
+                beam = new_beam(self.decoder.net, req.decoding.beam_size, keywords, self.options.keyword_boost)
+            state = DecodeState(hyp=None if ctc or beam else Hypothesis(), ctc=ctc, beam=beam)
             job = _Job(req, mode, state)
             if mode != "offline":
                 slot = self.slots.allocate()
@@ -349,7 +360,8 @@ class NemoRunner:
             if self._exhausted(job):
                 outputs.append(self._finish(job, "stop"))
             else:
-                outputs.append(self.outputs.partial(job.request, job.decode.hyp, job.decode.ctc, job.tentative))
+                outputs.append(self.outputs.partial(job.request, job.decode.hyp, job.decode.ctc, job.tentative,
+                                                    job.decode.beam))  # fmt: skip
         return outputs
 
     def _decode_tentative(self, batch: list[_Job], rights: list[torch.Tensor]) -> None:
@@ -359,7 +371,7 @@ class NemoRunner:
             job.tentative = None
         if not self.options.tentative_partials or self.method == "ctc":
             return
-        rows = [i for i, r in enumerate(rights) if r.shape[0]]
+        rows = [i for i, r in enumerate(rights) if r.shape[0] and batch[i].decode.beam is None]
         if not rows:
             return
         enc, lengths = _pad([rights[i] for i in rows])
@@ -369,7 +381,7 @@ class NemoRunner:
 
     def _finish(self, job: _Job, reason: FinishReason) -> RequestOutput:
         try:
-            out = self.outputs.final(job.request, job.decode.hyp, job.decode.ctc, reason)
+            out = self.outputs.final(job.request, job.decode.hyp, job.decode.ctc, reason, job.decode.beam)
         except Exception as exc:
             logger.exception("output failed for request %s", job.request.request_id)
             return self._fail(job, "postprocess", exc)

@@ -99,8 +99,14 @@ def test_request_options_are_checked() -> None:
     cache_aware = make_runner("hybrid_cache_aware")
     with pytest.raises(UnsupportedError, match="buffered streaming"):
         cache_aware.check_options(DecodingOptions(stream_context=(10, 1, 4)), streaming=True)
+    cache_aware.check_options(DecodingOptions(beam_size=4, keywords=("hello",)), streaming=True)
+    with pytest.raises(UnsupportedError, match=r"beam_size <= 16"):
+        cache_aware.check_options(DecodingOptions(beam_size=17), streaming=False)
+    tdt = make_runner("tdt")
+    with pytest.raises(UnsupportedError, match="TDT transducers decode greedily"):
+        tdt.check_options(DecodingOptions(beam_size=4), streaming=False)
     with pytest.raises(UnsupportedError, match="greedily"):
-        cache_aware.check_options(DecodingOptions(beam_size=4), streaming=False)
+        tdt.check_options(DecodingOptions(keywords=("hello",)), streaming=False)
     make_runner("hybrid_cache_aware", decode_method="ctc").check_options(
         DecodingOptions(beam_size=4), streaming=False
     )

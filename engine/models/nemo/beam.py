@@ -1,0 +1,64 @@
+"""The NeMo transducer as the beam searches see it (`engine.ops.transducer_beam.TransducerNet`),
+and one request's beam search state.
+
+The predictor state of a hypothesis is its LSTM (h, c) and the joint's projection of its last
+prediction; rows are hypotheses. The joint's log-probs follow NeMo on the device: on CPU NeMo's
+joint already returns log-softmax outputs and `malsd_batch` normalises them again, so the CPU
+path does both (identical in exact arithmetic; the same rounding as NeMo's scores).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.ops import TransducerWeights
+from engine.ops.context_graph import ContextGraph
+from engine.ops.malsd import MalsdBeam
+from engine.ops.transducer_beam import PredictorState
+
+MAX_TRANSDUCER_BEAM = 16
+"""Largest transducer beam served: the search's cost grows with K^2 per step (candidates)."""
+KEYWORD_BEAM = 4
+"""Beam of a greedy request that names keywords: biasing needs alternatives to promote."""
+
+
+class NemoTransducerNet:
+    """TransducerWeights (NeMo's RNNTDecoder + RNNTJoint tensors) as a `TransducerNet`."""
+
+    def __init__(self, weights: TransducerWeights) -> None:
+        if len(weights.durations):
+            raise ValueError("TDT transducers have their own beam search (not served): RNN-T only")
+        self.weights = weights
+        self._start = weights.initial_state(1)
+
+    @property
+    def blank(self) -> int:
+        return self.weights.blank
+
+    def project(self, enc: torch.Tensor) -> torch.Tensor:
+        return self.weights.project(enc)
+
+    def start(self, rows: int) -> PredictorState:
+        s = self._start
+        return (s.h.transpose(0, 1).repeat(rows, 1, 1), s.c.transpose(0, 1).repeat(rows, 1, 1), s.pred.repeat(rows, 1))
+
+    def step(self, labels: torch.Tensor, state: PredictorState) -> PredictorState:
+        h, c = state[0].transpose(0, 1).contiguous(), state[1].transpose(0, 1).contiguous()
+        pred, h, c = self.weights.predict(labels, h, c)
+        return h.transpose(0, 1), c.transpose(0, 1), pred
+
+    def log_probs(self, frames: torch.Tensor, state: PredictorState) -> torch.Tensor:
+        w = self.weights
+        hidden = getattr(torch, w.activation)(frames + state[2])
+        out = torch.nn.functional.linear(hidden, w.out_weight, w.out_bias)
+        if not out.is_cuda:
+            out = out.log_softmax(dim=-1)
+        return out.log_softmax(dim=-1)
+
+
+def new_beam(net: NemoTransducerNet, beam_size: int, keywords: list[list[int]], boost: float) -> MalsdBeam:
+    """A request's search: `beam_size` hypotheses (at least KEYWORD_BEAM with keywords)."""
+    graph = ContextGraph.from_keywords(keywords, boost) if keywords and boost > 0 else None
+    beam = max(beam_size, KEYWORD_BEAM) if graph is not None else beam_size
+    with torch.inference_mode():
+        return MalsdBeam.initial(net, beam, graph)
