@@ -33,12 +33,13 @@ from engine.errors import (
     UnknownRequestError,
     UnsupportedError,
 )
+from engine.loop import LoopObserver, drive
 
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_MAX_AGE_S = 5.0  # readiness fails when the engine thread has not beaten for this long
 STUCK_STEP_S = 120.0  # ...unless it is inside a step younger than this (one long batch is not a hang)
-IDLE_WAIT_S = 1.0  # the engine thread wakes this often while idle, to beat
+IDLE_WAIT_S = 1.0  # the engine thread wakes this often while idle, to beat (well inside HEARTBEAT_MAX_AGE_S)
 MAX_CONSECUTIVE_STEP_FAILURES = 3  # then the heartbeat stops and readiness fails
 
 
@@ -122,6 +123,7 @@ class EngineService:
         self._steps_done = 0
         self._consecutive_failures = 0
         self._step_started: float | None = None
+        self._tick_started = 0.0
         self._started = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
@@ -156,9 +158,12 @@ class EngineService:
 
     def stop(self) -> None:
         self._stop.set()
-        self.engine.shutdown()  # wakes the thread's blocking wait
+        self.engine.wake()  # the thread's blocking wait returns; it sees the stop and ends
         if self._thread is not None:
             self._thread.join(timeout=10)
+            if self._thread.is_alive():  # a step longer than the join: it owns the engine still
+                logger.warning("engine thread still stepping after 10 s; shutting the engine down anyway")
+        self.engine.shutdown()
 
     # ------------------------------------------------------------------ admission
 
@@ -285,44 +290,29 @@ class EngineService:
         self.series.beat(heartbeat=alive)
 
     def _run(self) -> None:
-        engine = self.engine
         try:
-            engine.step()  # first step after start-up: readiness needs one
+            self.engine.step()  # first step after start-up: readiness needs one
             self._steps_done += 1
             self._beat()
         finally:
             self._started.set()
-        while not self._stop.is_set():
-            if not engine.has_work():
-                engine.wait_for_work(timeout=IDLE_WAIT_S)
-                self._beat()
-                if not engine.has_work():
-                    continue
-            # one tick: the step (it applies the queued commands), then the extract
-            tick_started = time.perf_counter()
-            self._step_started = time.monotonic()
-            try:
-                outputs = engine.step()
-                self._consecutive_failures = 0
-            except Exception as exc:
-                self._consecutive_failures += 1
-                self.series.step_failures.inc()
-                logger.exception("engine step failed (%d in a row)", self._consecutive_failures)
-                outputs = engine.fail_all(f"engine step failed: {exc}")
-            stepped = time.perf_counter()
-            self._step_started = None
-            self._steps_done += 1
-            try:
-                self._observe_step(stepped - tick_started)
-            except Exception:  # metrics are best effort: the step's outputs must still reach their clients
-                logger.exception("recording the metrics of an engine step failed")
-            posted = self._post(outputs)
-            done = time.perf_counter()
-            self.series.extract.observe(done - stepped)
-            self.series.tick.observe(done - tick_started)
-            self._beat()
-            if not posted:
-                break
+        drive(self.engine, self._deliver, stop=self._stop.is_set, observer=_ThreadObserver(self),
+              idle_wait_s=IDLE_WAIT_S)
+
+    def _deliver(self, outputs: list[RequestOutput]) -> bool:
+        """After each step (engine thread): its metrics, then its outputs to the event loop; False
+        once the loop is closed (shutdown), which ends the thread."""
+        stepped = time.perf_counter()
+        try:
+            self._observe_step(stepped - self._tick_started)
+        except Exception:  # metrics are best effort: the step's outputs must still reach their clients
+            logger.exception("recording the metrics of an engine step failed")
+        posted = self._post(outputs)
+        done = time.perf_counter()
+        self.series.extract.observe(done - stepped)
+        self.series.tick.observe(done - self._tick_started)
+        self._beat()
+        return posted
 
     def _observe_step(self, seconds: float) -> None:
         e = self.engine
@@ -347,3 +337,33 @@ class EngineService:
             if out.finished and out.finish_reason == "error":
                 self.series.failed(out.error_stage or "unknown")
         self.series.route.observe(time.perf_counter() - sent_at)
+
+
+class _ThreadObserver(LoopObserver):
+    """The engine thread's view of its loop: heartbeats while idle, the step's start (readiness
+    tells a long step from a stuck one), and failures counted (readiness fails after
+    MAX_CONSECUTIVE_STEP_FAILURES in a row)."""
+
+    def __init__(self, service: EngineService) -> None:
+        self.service = service
+
+    def idle(self) -> None:
+        self.service._beat()
+
+    def step_started(self) -> None:
+        s = self.service
+        s._tick_started = time.perf_counter()
+        s._step_started = time.monotonic()
+
+    def step_failed(self, exc: Exception) -> None:
+        s = self.service
+        s._consecutive_failures += 1
+        s.series.step_failures.inc()
+        logger.error("engine step failed (%d in a row)", s._consecutive_failures, exc_info=exc)
+
+    def stepped(self, seconds: float, failed: bool) -> None:
+        s = self.service
+        if not failed:
+            s._consecutive_failures = 0
+        s._step_started = None
+        s._steps_done += 1

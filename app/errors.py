@@ -42,6 +42,14 @@ def google_shaped(path: str) -> bool:
     return path.startswith(GOOGLE_PATH_PREFIXES)
 
 
+class ModelNotFound(EngineError):
+    """The request names a model this server does not serve (HTTP 404, gRPC NOT_FOUND)."""
+
+    def __init__(self, model: str, served: str):
+        super().__init__(f"model {model!r} does not exist; this server serves {served!r}")
+        self.model = model
+
+
 class ApiError(Exception):
     def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
                  status_name: str | None = None):
@@ -66,6 +74,8 @@ def to_api_error(exc: Exception) -> ApiError:
     """Map engine and audio errors onto HTTP statuses."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, ModelNotFound):
+        return ApiError(404, str(exc), param="model", code="model_not_found")
     if isinstance(exc, AudioError):
         return ApiError(exc.status_code, str(exc), param="file")
     if isinstance(exc, (EngineShutdownError, EngineOverloadedError)):

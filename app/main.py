@@ -141,8 +141,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.grpc = None
     if settings.grpc_port:
         from app.grpc.service import start_grpc_server
+        from app.grpc.speech import GrpcDeps
+        from app.live import VadModelCache
 
-        app.state.grpc = await start_grpc_server(app, settings)
+        deps = GrpcDeps(settings=settings, service=service, decoder=app.state.decoder, metrics=metrics,
+                        vad_models=VadModelCache.of(app.state), jobs=app.state.jobs)
+        app.state.grpc = await start_grpc_server(deps, settings)
     drainer = Drainer(app)
     _install_sigterm(app, drainer)
     logger.info("ready: %s (%s) on %s, mode=%s, grpc=%s", info.get("model"), info.get("family"),

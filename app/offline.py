@@ -24,8 +24,10 @@ class RequestTimeout(ApiError):
 def take_permit(service: EngineService) -> None:
     """Take an inflight permit or raise 503; the caller must `service.release()` it."""
     if not service.try_acquire():
-        msg = "server is shutting down" if service.draining else "server is at capacity (--max-inflight); retry later"
-        raise ApiError(503, msg)
+        if service.draining:
+            raise ApiError(503, "server is shutting down")  # UNAVAILABLE: go to another replica
+        # over capacity is RESOURCE_EXHAUSTED (seed 001's table), still HTTP 503
+        raise ApiError(503, "server is at capacity (--max-inflight); retry later", status_name="RESOURCE_EXHAUSTED")
 
 
 @contextlib.asynccontextmanager

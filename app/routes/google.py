@@ -4,7 +4,6 @@ recognition config in the query string."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -17,7 +16,8 @@ from app.disconnect import wait_for_disconnect
 from app.errors import ApiError, to_api_error
 from app.formats import to_google_recognize, to_google_recognize_channels
 from app.offline import inflight_permit
-from app.routes.openai import build_options
+from app.requests import admit_options, build_options
+from engine.errors import InvalidRequestError
 
 router = APIRouter(tags=["google"])
 
@@ -49,15 +49,13 @@ async def recognize(
         enc = parse_encoding(encoding)
     except Exception as exc:
         raise to_api_error(exc) from exc
-    lang = language or language_code
-    if lang:
-        lang = lang.split("-")[0]  # Google sends BCP-47 ('en-US'); the model knows ISO 639-1
     n_alt = max(1, max_alternatives)
-    options = build_options(task="transcribe", language=lang, prompt=prompt, temperature=temperature,
-                            word_timestamps=enable_word_time_offsets,
-                            beam_size=beam_size or (n_alt if n_alt > 1 else None))
-    if n_alt > 1:
-        options = replace(options, n_best=min(n_alt, options.beam_size))
+    try:  # BCP-47 ('en-US') becomes the ISO 639-1 code the model knows in build_options
+        options = admit_options(service.engine, build_options(
+            task="transcribe", language=language or language_code, prompt=prompt, temperature=temperature,
+            word_timestamps=enable_word_time_offsets, beam_size=beam_size, n_best=n_alt))
+    except InvalidRequestError as exc:
+        raise to_api_error(exc) from exc
     rid = request_id or uuid.uuid4().hex
     async with inflight_permit(service):
         body = await request.body()

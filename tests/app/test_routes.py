@@ -96,6 +96,11 @@ class FakeEngine:
     def num_waiting(self) -> int:
         return 0
 
+    def validate_options(self, decoding: DecodingOptions | None, streaming: bool = False) -> DecodingOptions:
+        options = decoding or DecodingOptions()
+        options.validate()
+        return options
+
     def add_request(self, audio: np.ndarray, priority: int = 0, decoding: DecodingOptions | None = None,
                     request_id: str | None = None) -> str:
         options = decoding or DecodingOptions()

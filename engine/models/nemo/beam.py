@@ -16,8 +16,6 @@ from engine.ops.context_graph import ContextGraph
 from engine.ops.malsd import MalsdBeam
 from engine.ops.transducer_beam import PredictorState
 
-MAX_TRANSDUCER_BEAM = 16
-"""Largest transducer beam served: the search's cost grows with K^2 per step (candidates)."""
 KEYWORD_BEAM = 4
 """Beam of a greedy request that names keywords: biasing needs alternatives to promote."""
 

@@ -3,14 +3,49 @@ with its trained look-aheads or buffered presets, and the decode methods."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from engine.models.nemo.options import MAX_WINDOW_FRAMES
-from engine.runner import Capabilities, ModelInfo
+from engine.cache.block_pool import BlockPool
+from engine.capabilities import Capabilities
+from engine.models.nemo.checkpoint import NemoCheckpoint
+from engine.models.nemo.options import MAX_WINDOW_FRAMES, delay_preset
+from engine.models.nemo.state_slots import StateSlots
+from engine.runner import ModelInfo
 from engine.types import DELAYS
 
-if TYPE_CHECKING:
-    from engine.models.nemo.runner import NemoRunner
+MAX_CTC_BEAM = 10
+"""Widest CTC prefix beam (and n-best list) a NeMo CTC head serves."""
+MAX_TRANSDUCER_BEAM = 16
+"""Widest RNN-T beam (malsd_batch) served: the search's cost grows with K^2 candidates per step."""
+
+
+class DescribedRunner(Protocol):
+    """What `describe` reads of a NeMo runner (a Protocol, so this module need not import it)."""
+
+    ckpt: NemoCheckpoint
+    sample_rate: int
+    supports_streaming: bool
+    frame_seconds: float
+    method: str
+    max_beam: int
+    streaming_kind: str | None
+    look_ahead: tuple[int, int] | None
+    presets: list[tuple[int, int, int]]
+    default_context: tuple[int, int, int]
+    slots: StateSlots
+    pool: BlockPool | None
+
+
+def max_beam(method: str, tdt: bool) -> int:
+    """CTC heads and RNN-T transducers beam-search (with keyword biasing); TDT decodes greedily."""
+    return MAX_CTC_BEAM if method == "ctc" else 1 if tdt else MAX_TRANSDUCER_BEAM
+
+
+def capabilities(beam: int, streaming_kind: str | None) -> Capabilities:
+    """Beam search (`beam` > 1) brings n-best lists and keyword biasing; only buffered streaming
+    takes a per-stream (left, chunk, right) window."""
+    return Capabilities(max_beam_size=beam, max_n_best=beam, keywords=beam > 1, logprobs=True,
+                        word_timestamps=True, stream_context=streaming_kind == "buffered")
 
 
 def look_ahead_entry(left: int, right: int, frame_ms: float) -> dict[str, Any]:
@@ -22,7 +57,7 @@ def look_ahead_entry(left: int, right: int, frame_ms: float) -> dict[str, Any]:
     }
 
 
-def describe(runner: NemoRunner) -> ModelInfo:
+def describe(runner: DescribedRunner) -> ModelInfo:
     ckpt = runner.ckpt
     cfg = ckpt.config
     enc = cfg.encoder
@@ -52,11 +87,7 @@ def describe(runner: NemoRunner) -> ModelInfo:
         streaming_styles=(runner.streaming_kind,) if runner.streaming_kind else (),
         decode_methods=tuple(methods),
         decode_method=runner.method,
-        can_align_words=True,
-        capabilities=Capabilities(
-            max_beam_size=runner.max_beam, max_n_best=runner.max_beam, keywords=runner.max_beam > 1, logprobs=True,
-            word_timestamps=True, stream_context=runner.streaming_kind == "buffered",
-        ),
+        capabilities=capabilities(runner.max_beam, runner.streaming_kind),
         checkpoint_format="nemo",
         parameters=sum(p.numel() for p in ckpt.model.parameters()),
         details={
@@ -76,7 +107,5 @@ def describe(runner: NemoRunner) -> ModelInfo:
     )
 
 
-def _delay(runner: NemoRunner, delay: str) -> tuple[int, int, int]:
-    from engine.models.nemo.options import delay_preset
-
+def _delay(runner: DescribedRunner, delay: str) -> tuple[int, int, int]:
     return delay_preset(runner.presets, delay)  # type: ignore[arg-type]

@@ -23,22 +23,21 @@ import torch
 from engine.cache import BlockPool, BlockTable, KVSpec, plan_num_blocks
 from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
-from engine.errors import InvalidRequestError, UnsupportedError
+from engine.errors import InvalidRequestError
 from engine.metrics import stage_timer
-from engine.models.nemo.beam import MAX_TRANSDUCER_BEAM, new_beam
+from engine.models.nemo.beam import new_beam
 from engine.models.nemo.buffered import BufferedEncoder, BufferedSchedule, BufferedStream
 from engine.models.nemo.cache_aware import CONV_CACHE, CacheAwareEncoder, CacheAwareStream, StreamGeometry
 from engine.models.nemo.checkpoint import NemoCheckpoint, load_checkpoint
 from engine.models.nemo.ctc import CtcDecoder
 from engine.models.nemo.decode import BatchDecoder, DecodeState, transducer_slot_shapes
 from engine.models.nemo.frontend import MelStream
-from engine.models.nemo.info import describe
+from engine.models.nemo.info import describe, max_beam
 from engine.models.nemo.options import (
     NemoOptions,
     buffered_presets,
     check_stream_context,
     delay_preset,
-    refuse_stream_context,
     request_context,
     select_look_ahead,
 )
@@ -50,7 +49,6 @@ from engine.types import DecodingOptions, FinishReason, RequestOutput
 
 logger = logging.getLogger(__name__)
 
-MAX_CTC_BEAM = 10
 Mode = Literal["offline", "cache_aware", "buffered"]
 
 
@@ -152,31 +150,11 @@ class NemoRunner:
     @property
     def max_beam(self) -> int:
         """Widest beam served: CTC prefix beam search, or the RNN-T's malsd_batch (TDT: greedy only)."""
-        if self.method == "ctc":
-            return MAX_CTC_BEAM
         tr = self.ckpt.config.transducer
-        return 1 if tr is None or tr.durations else MAX_TRANSDUCER_BEAM
+        return max_beam(self.method, tdt=bool(tr and tr.durations))
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
-        if options.beam_size > self.max_beam:
-            raise UnsupportedError(
-                f"this model's {self.method} search serves beam_size <= {self.max_beam}"
-                + (" (TDT transducers decode greedily)" if self.max_beam == 1 else "")
-            )
-        if options.temperature > 0:
-            raise UnsupportedError("this model does not sample: temperature must be 0")
-        if options.task != "transcribe":
-            raise UnsupportedError("this model only transcribes (task='translate' unsupported)")
-        if options.prompt:
-            raise UnsupportedError("this model takes no prompt")
-        if options.keywords and self.max_beam == 1:
-            raise UnsupportedError(
-                "keywords bias a beam search; this TDT transducer decodes greedily"
-                + (": serve it with decode_method='ctc' for keywords" if self.ckpt.config.ctc_classes else "")
-            )
-        if options.stream_context is not None:
-            if self.streaming_kind != "buffered":
-                raise refuse_stream_context(self.look_ahead)
+        if options.stream_context is not None:  # buffered only (Capabilities.stream_context)
             check_stream_context(self.ckpt.config.encoder, options.stream_context)
 
     def free_slots(self) -> int:

@@ -21,10 +21,11 @@ import numpy as np
 import torch
 
 from engine.cache import BlockPool, BlockTable, KVSpec, plan_num_blocks
+from engine.capabilities import Capabilities
 from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
-from engine.errors import InvalidRequestError, UnsupportedError
-from engine.fbank import KaldiFbank, frames_for
+from engine.errors import InvalidRequestError
+from engine.fbank import frames_for
 from engine.metrics import stage_timer
 from engine.models.wenet.checkpoint import WenetCheckpoint, load_checkpoint
 from engine.models.wenet.ctc import CTCState, Detokenizer, advance_batch
@@ -40,6 +41,7 @@ from engine.models.wenet.model import (
 from engine.models.wenet.options import WenetOptions
 from engine.models.wenet.outputs import OutputBuilder
 from engine.models.wenet.stream import WenetStream
+from engine.ops.fbank import KaldiFbank
 from engine.request import Request
 from engine.runner import ModelInfo, RunnerStats
 from engine.types import DecodingOptions, FinishReason, RequestOutput
@@ -134,7 +136,8 @@ class WenetRunner:
             streaming_styles=("chunked",),
             decode_methods=self.decode_methods,
             decode_method=self.decode_method,
-            can_align_words=True,
+            capabilities=Capabilities(max_beam_size=MAX_CTC_BEAM, max_n_best=MAX_CTC_BEAM, keywords=True,
+                                      word_timestamps=True),
             checkpoint_format="wenet",
             parameters=sum(p.numel() for p in self.model.parameters()),
             details={
@@ -154,18 +157,8 @@ class WenetRunner:
         )
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
-        if options.beam_size > MAX_CTC_BEAM:
-            raise UnsupportedError(f"CTC prefix beam search supports beam_size <= {MAX_CTC_BEAM}")
-        if options.temperature > 0:
-            raise UnsupportedError("CTC decoding does not sample: temperature must be 0")
-        if options.task != "transcribe":
-            raise UnsupportedError("this CTC model only transcribes (task='translate' unsupported)")
-        if options.prompt:
-            raise UnsupportedError("CTC decoding takes no prompt")
-        for keyword in options.keywords:
+        for keyword in options.keywords:  # a keyword the vocabulary cannot spell is refused by name
             self.speller.spell(keyword)
-        if options.logprobs:
-            raise UnsupportedError("this CTC model does not report per-token log-probabilities")
 
     def free_slots(self) -> int:
         return self.pool.num_free // self.blocks_per_chunk

@@ -17,6 +17,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from engine.capabilities import Capabilities
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
 from engine.metrics import stage_timer
@@ -38,7 +39,7 @@ from engine.models.whisper.window import WindowJob, WindowOwner, WindowResult
 from engine.request import Request
 from engine.runner import ModelInfo, RunnerStats
 from engine.streaming.silence_gate import SilenceGate
-from engine.types import DecodingOptions, RequestOutput
+from engine.types import MAX_BEAM_SIZE, MAX_N_BEST, DecodingOptions, RequestOutput
 
 logger = logging.getLogger(__name__)
 
@@ -109,8 +110,9 @@ class WhisperRunner:
             streaming_styles=("sliding_window",),
             decode_methods=("autoregressive",),
             decode_method="autoregressive",
-            can_align_words=True,
-            can_translate=parts.multilingual,
+            capabilities=Capabilities(
+                max_beam_size=MAX_BEAM_SIZE, max_n_best=MAX_N_BEST, sampling=True, prompt=True, keywords=True,
+                logprobs=True, language=parts.multilingual, translate=parts.multilingual, word_timestamps=True),
             checkpoint_format=parts.checkpoint_format,
             parameters=sum(p.numel() for p in parts.model.parameters()),
             details={

@@ -13,10 +13,8 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import pytest
 import torch
 
-from engine.errors import UnsupportedError
 from engine.models.nemo.beam import new_beam
 from engine.models.nemo.ctc import CtcDecoder
 from engine.models.nemo.runner import NemoRunner
@@ -118,7 +116,6 @@ def test_unrelated_keywords_leave_the_transducer_transcript_unchanged() -> None:
         assert biased.tokens == plain.tokens
 
 
-def test_a_tdt_transducer_refuses_keywords() -> None:
-    runner = make_runner("tdt")
-    with pytest.raises(UnsupportedError, match="decodes greedily"):
-        runner.check_options(DecodingOptions(keywords=("hello",)), streaming=False)
+def test_a_tdt_transducer_declares_no_keywords() -> None:
+    """TDT decodes greedily: admission refuses keywords from its capabilities."""
+    assert not make_runner("tdt").info().capabilities.keywords

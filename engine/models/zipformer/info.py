@@ -1,0 +1,53 @@
+"""What `/v1/models` shows for a Zipformer checkpoint: sizes, the chunk geometry in use and the
+trained choices, the per-stream state, and the capabilities admission enforces."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from engine.runner import Capabilities, ModelInfo
+
+if TYPE_CHECKING:
+    from engine.models.zipformer.runner import ZipformerRunner
+
+CAPABILITIES = Capabilities(logprobs=True, word_timestamps=True)
+"""Greedy transducer decoding: per-token log-probabilities and word times from token frames."""
+
+
+def describe(runner: ZipformerRunner) -> ModelInfo:
+    cfg = runner.ckpt.config
+    geo = runner.geometry
+    streaming: dict[str, Any] = {
+        "style": "chunked" if geo else "none",
+        "trained_chunk_sizes": list(cfg.streaming_chunks),
+        "trained_left_context_frames": list(cfg.streaming_lefts),
+    }
+    if geo is not None:
+        streaming.update(chunk_size=geo.chunk, left_context_frames=geo.left, chunk_ms=geo.chunk * 20,
+                         encoder_frames_per_chunk=geo.out_frames, lookahead_ms=geo.lookahead_frames * 10,
+                         state_bytes_per_stream=runner.slots.bytes_per_stream())  # fmt: skip
+    return ModelInfo(
+        family="zipformer",
+        model=runner.ckpt.name,
+        sample_rate=runner.sample_rate,
+        supports_streaming=runner.supports_streaming,
+        streaming_styles=("chunked",) if geo else (),
+        decode_methods=("greedy_search",),
+        decode_method="greedy_search",
+        can_align_words=True,
+        capabilities=CAPABILITIES,
+        checkpoint_format="icefall",
+        parameters=sum(p.numel() for p in runner.model.parameters()),
+        details={
+            "architecture": "zipformer2-transducer" + ("-causal" if cfg.causal else ""),
+            "stacks": cfg.num_stacks,
+            "layers": list(cfg.num_encoder_layers),
+            "encoder_dim": list(cfg.encoder_dim),
+            "downsampling_factor": list(cfg.downsampling_factor),
+            "context_size": cfg.context_size,
+            "vocab_size": cfg.vocab_size,
+            "frame_ms": round(runner.frame_seconds * 1000),
+            "stream_settings": streaming,
+            "max_streams": runner.slots.num_slots,
+        },
+    )

@@ -1,0 +1,12 @@
+"""The zipformer family's engine options (the streaming chunk is chosen by EngineConfig's
+chunk_size / num_left_chunks: see geometry.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ZipformerOptions:
+    max_streams: int = 256
+    """Live streams at once: rows of the per-stream state slots (see streaming.py)."""
