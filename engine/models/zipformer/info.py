@@ -5,13 +5,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine.runner import Capabilities, ModelInfo
+from engine.capabilities import Capabilities
+from engine.models.zipformer.beam import MAX_BEAM
+from engine.runner import ModelInfo
 
 if TYPE_CHECKING:
     from engine.models.zipformer.runner import ZipformerRunner
 
-CAPABILITIES = Capabilities(logprobs=True, word_timestamps=True)
-"""Greedy transducer decoding: per-token log-probabilities and word times from token frames."""
+def capabilities(can_encode: bool) -> Capabilities:
+    """Greedy or modified beam search (n-best), per-token log-probabilities, word times from
+    token frames; keywords need the BPE model to spell them in pieces (not tokens.txt alone)."""
+    return Capabilities(max_beam_size=MAX_BEAM, max_n_best=MAX_BEAM, keywords=can_encode, logprobs=True,
+                        word_timestamps=True)  # fmt: skip
 
 
 def describe(runner: ZipformerRunner) -> ModelInfo:
@@ -35,7 +40,7 @@ def describe(runner: ZipformerRunner) -> ModelInfo:
         decode_methods=("greedy_search",),
         decode_method="greedy_search",
         can_align_words=True,
-        capabilities=CAPABILITIES,
+        capabilities=capabilities(runner.ckpt.tokenizer.sp is not None),
         checkpoint_format="icefall",
         parameters=sum(p.numel() for p in runner.model.parameters()),
         details={

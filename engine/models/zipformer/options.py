@@ -10,3 +10,6 @@ from dataclasses import dataclass
 class ZipformerOptions:
     max_streams: int = 256
     """Live streams at once: rows of the per-stream state slots (see streaming.py)."""
+    keyword_boost: float = 2.0
+    """Bonus (log-probability) per matched token of a request's keywords in the beam search
+    (icefall's ContextGraph; 2.0 is icefall's default `--context-score`)."""
