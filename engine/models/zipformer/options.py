@@ -12,4 +12,4 @@ class ZipformerOptions:
     """Live streams at once: rows of the per-stream state slots (see streaming.py)."""
     keyword_boost: float = 2.0
     """Bonus (log-probability) per matched token of a request's keywords in the beam search
-    (icefall's ContextGraph; 2.0 is icefall's default `--context-score`)."""
+    (icefall's ContextGraph; 2.0 is icefall's default context score)."""
