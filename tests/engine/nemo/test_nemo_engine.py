@@ -4,12 +4,14 @@ output fields, aborts."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import numpy as np
 import pytest
 
 from engine import ASREngine, EngineConfig
+from engine.errors import UnsupportedError
 from engine.types import DecodingOptions, RequestOutput
 from tests.engine.nemo.conftest import FIXTURES, clip, reference
 
@@ -108,3 +110,28 @@ def test_ctc_prefix_beam_search_gives_nbest() -> None:
         assert all(0 <= a.confidence <= 1 for a in beam.nbest)
     finally:
         engine.shutdown()
+
+
+def test_transducer_beam_search_gives_nemo_nbest_and_admission_bounds_it() -> None:
+    """Through the engine: the RNN-T's malsd_batch n-best equals NeMo's; a beam past the declared
+    16 is refused at admission; a TDT checkpoint refuses beams and keywords there."""
+    engine = ASREngine(EngineConfig(ckpt_dir=str(FIXTURES / "hybrid_cache_aware"), num_threads=1))
+    try:
+        setting = next(s for s in json.loads((FIXTURES / "hybrid_cache_aware" / "beam_reference.json").read_text())
+                       ["offline"] if s["beam"] == 4 and s["clip"] == "ps_goforward")  # fmt: skip
+        out = engine.transcribe_outputs(clip("hybrid_cache_aware", "ps_goforward"),
+                                        decoding=DecodingOptions(beam_size=4, n_best=4))[0]  # fmt: skip
+        text = engine.runner.ckpt.tokenizer.text  # type: ignore[attr-defined]
+        assert [a.text for a in out.nbest] == [text(h["tokens"]) for h in setting["nbest"]]
+        assert all(0 < a.confidence <= 1 for a in out.nbest)
+        with pytest.raises(UnsupportedError, match="largest beam is 16"):
+            engine.validate_options(DecodingOptions(beam_size=17, n_best=1))
+    finally:
+        engine.shutdown()
+    tdt = ASREngine(EngineConfig(ckpt_dir=str(FIXTURES / "tdt"), num_threads=1))
+    try:
+        for options in (DecodingOptions(beam_size=2), DecodingOptions(keywords=("hello",))):
+            with pytest.raises(UnsupportedError, match="is not supported by the nemo model"):
+                tdt.validate_options(options)
+    finally:
+        tdt.shutdown()
