@@ -12,6 +12,12 @@ while any hypothesis is inside its frames:
    of their scores, the others drop out;
 4. the prediction network advances the hypotheses that took a label; blank moves a hypothesis to
    its next frame.
+TDT transducers (`durations`: NeMo's ModifiedALSDBatchedTDTComputer): each hypothesis proposes
+its K best (output, duration) pairs by summed log-probs; an output moves its hypothesis on by its
+duration (blank by at least one frame), a label with duration 0 stays on its frame (counting
+towards max_symbols); hypotheses merge only on the same frame; a duration past the chunk's end
+carries into the next chunk (`time_jump`). Duration choices are read by value (NeMo reads the
+index, the same for its usual 0..n durations).
 The n-best order is NeMo's `score_norm`: score / (labels + 1). Ties and ordering follow NeMo's
 tensor calls (torch.topk, argmax), so the tokens match NeMo's on the same model.
 
@@ -24,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -69,18 +76,23 @@ class MalsdBeam:
     prefixes: list[BeamHypothesis]
     """The K transcripts (tokens, frames, log-probs) so far."""
     graph: ContextGraph | None = None
+    time_jump: torch.Tensor | None = None
+    """(K,) int64 TDT frames each hypothesis skips at the start of the next chunk (None: RNN-T)."""
     frames_decoded: int = 0
     """Encoder frames consumed before the next chunk (frame indices are absolute)."""
     _finalized: list[BeamHypothesis] | None = field(default=None, repr=False)
 
     @classmethod
-    def initial(cls, net: TransducerNet, beam: int, graph: ContextGraph | None = None) -> MalsdBeam:
+    def initial(
+        cls, net: TransducerNet, beam: int, graph: ContextGraph | None = None, tdt: bool = False
+    ) -> MalsdBeam:
         scores = torch.full((beam,), INACTIVE)
         scores[0] = 0.0
         zeros = torch.zeros(beam, dtype=torch.long)
         return cls(scores, net.start(beam), torch.full((beam,), NO_LABEL), zeros.clone(), zeros.clone(),
                    zeros.clone(), zeros.clone(), torch.zeros(beam), [BeamHypothesis() for _ in range(beam)],
-                   graph if graph is not None and not graph.is_empty else None)  # fmt: skip
+                   graph if graph is not None and not graph.is_empty else None,
+                   zeros.clone() if tdt else None)  # fmt: skip
 
     @property
     def beam_size(self) -> int:
@@ -115,12 +127,22 @@ def _stack(beams: Sequence[MalsdBeam], name: str) -> torch.Tensor:
     return torch.stack([getattr(b, name) for b in beams])
 
 
+class TdtNet(TransducerNet, Protocol):
+    """A TDT transducer: the joint also scores durations."""
+
+    def tdt_log_probs(self, frames: torch.Tensor, state: PredictorState) -> tuple[torch.Tensor, torch.Tensor]:
+        """Projected frames (N, Hj) -> log-probs over tokens + blank (N, V) and over durations (N, D)."""
+        ...
+
+
 @torch.inference_mode()
 def malsd_search(
-    net: TransducerNet, enc: torch.Tensor, lengths: torch.Tensor, beams: Sequence[MalsdBeam], max_symbols: int | None
-) -> None:
+    net: TransducerNet, enc: torch.Tensor, lengths: torch.Tensor, beams: Sequence[MalsdBeam], max_symbols: int | None,
+    durations: torch.Tensor | None = None,
+) -> None:  # fmt: skip
     """Advance each row's beam over its chunk: projected frames enc (B, T, Hj) (`net.project`),
-    row i valid for lengths[i]; `beams` (one per row, equal K) are updated in place."""
+    row i valid for lengths[i]; `beams` (one per row, equal K) are updated in place. `durations`
+    (D,) int64: a TDT transducer's duration choices (`net` is then a `TdtNet`)."""
     b, k = len(beams), beams[0].beam_size
     device = enc.device
     blank = net.blank
@@ -136,20 +158,37 @@ def malsd_search(
     rows = torch.arange(b, device=device)[:, None].expand(b, k)
     cand_source = torch.arange(k, device=device)[None, :, None].expand(b, k, k).reshape(b, -1)
     slots = torch.arange(k, device=device)[None]
-    time = torch.zeros(b, k, dtype=torch.long, device=device)
+    tdt = durations is not None
+    time = (torch.stack([bm.time_jump for bm in beams]).to(device) if tdt  # type: ignore[misc]
+            else torch.zeros(b, k, dtype=torch.long, device=device))  # fmt: skip
     last_t = torch.clamp(lengths - 1, min=0)[:, None].expand(b, k)
     has_frames = (lengths > 0)[:, None].expand(b, k)
     active = has_frames & (time <= last_t)
     history: list[tuple[torch.Tensor, ...]] = []
     while bool(active.any()):
         # 1. joint at each hypothesis' frame; each proposes its K best outputs
-        lp = net.log_probs(enc[rows.reshape(-1), torch.minimum(time, last_t).reshape(-1)], state)
+        frames = enc[rows.reshape(-1), torch.minimum(time, last_t).reshape(-1)]
+        if tdt:
+            lp, dur_lp = net.tdt_log_probs(frames, state)  # type: ignore[attr-defined]
+            dur_lp = dur_lp.view(b, k, -1)
+        else:
+            lp = net.log_probs(frames, state)
         lp = lp.view(b, k, -1)
         ranked = lp
         if biased:
             deltas, nexts = context_rows(graphs, nodes, lp.shape[-1], blank)
             ranked = lp + deltas.to(device)
-        top_lp, top_labels = torch.topk(ranked, k, dim=-1, largest=True, sorted=True)
+        if tdt:
+            n_dur = dur_lp.shape[-1]
+            top_lp, top_idx = torch.topk((ranked[..., :, None] + dur_lp[..., None, :]).view(b, k, -1), k, dim=-1,
+                                         largest=True, sorted=True)  # fmt: skip
+            top_labels = top_idx // n_dur
+            top_dur = durations.to(device)[top_idx % n_dur]  # type: ignore[union-attr]
+            top_dur = torch.where((top_labels == blank) & (top_dur == 0), 1, top_dur)
+            forced_lp = lp[..., blank] + dur_lp.max(dim=-1).values
+        else:
+            top_lp, top_labels = torch.topk(ranked, k, dim=-1, largest=True, sorted=True)
+            forced_lp = lp[..., blank]
         # 2. candidates: final hypotheses keep their score, max_symbols forces blank
         cand = torch.where(active[..., None], scores[..., None] + top_lp, INACTIVE)
         cand[..., 0] = torch.where(active, cand[..., 0], scores)
@@ -157,8 +196,10 @@ def malsd_search(
         if max_symbols is not None:
             force = (lasts >= max_symbols) & active
             cand = torch.where(force[..., None], INACTIVE, cand)
-            cand[..., 0] = torch.where(force, scores + lp[..., blank], cand[..., 0])
+            cand[..., 0] = torch.where(force, scores + forced_lp, cand[..., 0])
             top_labels = torch.where(force[..., None], blank, top_labels)
+            if tdt:
+                top_dur = torch.where(force[..., None] & (top_dur == 0), 1, top_dur)
         scores, pick = torch.topk(cand.view(b, -1), k, dim=-1, largest=True, sorted=True)
         src = torch.gather(cand_source, 1, pick)
         labels = torch.gather(top_labels.reshape(b, -1), 1, pick)
@@ -168,7 +209,11 @@ def malsd_search(
         safe = labels.clamp(min=0)
         token_lp = lp[rows, src, safe]
         history.append((src, labels, emit_time, token_lp))
-        lasts = torch.where(is_blank, 0, torch.gather(lasts, 1, src) + is_label)
+        if tdt:
+            dur = torch.where(labels >= 0, torch.gather(top_dur.reshape(b, -1), 1, pick), 0)
+            lasts = torch.where(dur > 0, 0, torch.gather(lasts, 1, src) + is_label)
+        else:
+            lasts = torch.where(is_blank, 0, torch.gather(lasts, 1, src) + is_label)
         n_labels = torch.gather(n_labels, 1, src) + is_label
         prev_hash = torch.gather(hashes, 1, src)
         hashes = torch.where(is_label, prev_hash * HASH_MULTIPLIER + 1 + labels, prev_hash)
@@ -181,6 +226,9 @@ def malsd_search(
         if k > 1:
             equal = ((hashes[:, :, None] == hashes[:, None, :]) & (last_label[:, :, None] == last_label[:, None, :])
                      & (n_labels[:, :, None] == n_labels[:, None, :]))  # fmt: skip
+            if tdt:  # a TDT hypothesis' frame is its own: equal labels on other frames stay apart
+                next_time = emit_time + dur
+                equal &= next_time[:, :, None] == next_time[:, None, :]
             merged = torch.where(equal, scores[:, None, :].expand(b, k, k), INACTIVE)
             keep = slots == merged.argmax(-1)
             scores = torch.where(keep, torch.logsumexp(merged, dim=-1), INACTIVE)
@@ -188,9 +236,13 @@ def malsd_search(
         labels_wb = torch.where(labels >= 0, labels, blank)
         prev_state = gather_rows(state, (rows * k + src).reshape(-1))
         state = where_rows((labels_wb == blank).reshape(-1), prev_state, net.step(labels_wb.reshape(-1), prev_state))
-        time = emit_time + is_blank
+        time = emit_time + (dur if tdt else is_blank)
         active = has_frames & (time <= last_t)
     _write_back(beams, history, blank, lengths, scores, state, last_label, hashes, n_labels, lasts, nodes, bonus)
+    if tdt:
+        jumps = torch.clamp(time - lengths[:, None], min=0).cpu()
+        for i, beam in enumerate(beams):
+            beam.time_jump = jumps[i]
 
 
 def _write_back(

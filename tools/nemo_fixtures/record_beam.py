@@ -32,8 +32,8 @@ import make_fixtures
 
 logger = logging.getLogger("nemo_beam_fixtures")
 
-FIXTURES = ("hybrid_cache_aware", "unified_rc")
-"""The fixtures with an RNN-T head (TDT's beam search is a different algorithm, not recorded)."""
+FIXTURES = ("hybrid_cache_aware", "unified_rc", "tdt")
+"""The transducer fixtures (for TDT NeMo's malsd_batch is its TDT variant, ModifiedALSDBatchedTDTComputer)."""
 OFFLINE_BEAMS = (2, 4, 8)
 STREAM_BEAM = 4
 MAX_SYMBOLS = 10

@@ -59,7 +59,7 @@ class BatchDecoder:
 
     @property
     def net(self) -> NemoTransducerNet:
-        """The transducer as the beam search sees it (built on first use; RNN-T only)."""
+        """The transducer as the beam search sees it (built on first use)."""
         if self._net is None:
             assert self.model.transducer is not None
             self._net = NemoTransducerNet(operator_weights(self.model.transducer))
@@ -104,7 +104,7 @@ class BatchDecoder:
             beams = [states[i].beam for i in rows]
             frames = self.net.project(enc.index_select(0, index))
             malsd_search(self.net, frames, lengths.index_select(0, index.to(lengths.device)), beams,  # type: ignore[arg-type]
-                         self.beam_max_symbols)  # fmt: skip
+                         self.beam_max_symbols, self.net.durations)  # fmt: skip
 
     @torch.inference_mode()
     def peek(self, states: list[DecodeState], enc: torch.Tensor, lengths: torch.Tensor) -> GreedyResult:

@@ -16,7 +16,7 @@ from engine.types import DELAYS
 MAX_CTC_BEAM = 10
 """Widest CTC prefix beam (and n-best list) a NeMo CTC head serves."""
 MAX_TRANSDUCER_BEAM = 16
-"""Widest RNN-T beam (malsd_batch) served: the search's cost grows with K^2 candidates per step."""
+"""Widest transducer beam (malsd_batch) served: the search's cost grows with K^2 candidates per step."""
 
 
 class DescribedRunner(Protocol):
@@ -36,9 +36,10 @@ class DescribedRunner(Protocol):
     pool: BlockPool | None
 
 
-def max_beam(method: str, tdt: bool) -> int:
-    """CTC heads and RNN-T transducers beam-search (with keyword biasing); TDT decodes greedily."""
-    return MAX_CTC_BEAM if method == "ctc" else 1 if tdt else MAX_TRANSDUCER_BEAM
+def max_beam(method: str) -> int:
+    """CTC heads (prefix beam search) and transducers (malsd_batch, RNN-T and TDT) beam-search,
+    with keyword biasing."""
+    return MAX_CTC_BEAM if method == "ctc" else MAX_TRANSDUCER_BEAM
 
 
 def capabilities(beam: int, streaming_kind: str | None) -> Capabilities:

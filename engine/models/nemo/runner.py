@@ -149,9 +149,8 @@ class NemoRunner:
 
     @property
     def max_beam(self) -> int:
-        """Widest beam served: CTC prefix beam search, or the RNN-T's malsd_batch (TDT: greedy only)."""
-        tr = self.ckpt.config.transducer
-        return max_beam(self.method, tdt=bool(tr and tr.durations))
+        """Widest beam served: CTC prefix beam search, or the transducer's malsd_batch."""
+        return max_beam(self.method)
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
         if options.stream_context is not None:  # buffered only (Capabilities.stream_context)

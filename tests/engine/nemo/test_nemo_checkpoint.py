@@ -108,21 +108,20 @@ def _admit(runner: NemoRunner, options: DecodingOptions) -> None:
 
 
 def test_capabilities_follow_the_decoder() -> None:
-    """RNN-T and CTC heads beam-search with n-best and keywords; TDT decodes greedily; only a
+    """CTC heads and transducers (RNN-T and TDT) beam-search with n-best and keywords; only a
     buffered checkpoint takes a stream_context."""
     rnnt, ctc, tdt = make_runner("hybrid_cache_aware"), make_runner("hybrid_cache_aware", decode_method="ctc"), \
         make_runner("tdt")  # fmt: skip
     caps = {r.method + ("-tdt" if r is tdt else ""): r.info().capabilities for r in (rnnt, ctc, tdt)}
     assert {k: (c.max_beam_size, c.max_n_best, c.keywords) for k, c in caps.items()} == {
-        "rnnt": (16, 16, True), "ctc": (10, 10, True), "rnnt-tdt": (1, 1, False)}  # fmt: skip
+        "rnnt": (16, 16, True), "ctc": (10, 10, True), "rnnt-tdt": (16, 16, True)}  # fmt: skip
     assert not caps["rnnt"].stream_context and make_runner("unified_rc").info().capabilities.stream_context
     _admit(rnnt, DecodingOptions(beam_size=4, n_best=4, keywords=("hello",)))
     with pytest.raises(UnsupportedError, match=r"beam_size is not supported.*largest beam is 16"):
         _admit(rnnt, DecodingOptions(beam_size=17))
-    with pytest.raises(UnsupportedError, match=r"beam_size is not supported.*greedily"):
-        _admit(tdt, DecodingOptions(beam_size=4))
-    with pytest.raises(UnsupportedError, match=r"keywords is not supported"):
-        _admit(tdt, DecodingOptions(keywords=("hello",)))
+    _admit(tdt, DecodingOptions(beam_size=4, keywords=("hello",)))
+    with pytest.raises(UnsupportedError, match=r"n_best is not supported.*at most 10"):
+        _admit(ctc, DecodingOptions(beam_size=10, n_best=11))
 
 
 def test_delay_maps_to_presets() -> None:

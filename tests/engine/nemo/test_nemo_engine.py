@@ -114,7 +114,7 @@ def test_ctc_prefix_beam_search_gives_nbest() -> None:
 
 def test_transducer_beam_search_gives_nemo_nbest_and_admission_bounds_it() -> None:
     """Through the engine: the RNN-T's malsd_batch n-best equals NeMo's; a beam past the declared
-    16 is refused at admission; a TDT checkpoint refuses beams and keywords there."""
+    16 is refused at admission."""
     engine = ASREngine(EngineConfig(ckpt_dir=str(FIXTURES / "hybrid_cache_aware"), num_threads=1))
     try:
         setting = next(s for s in json.loads((FIXTURES / "hybrid_cache_aware" / "beam_reference.json").read_text())
@@ -128,10 +128,3 @@ def test_transducer_beam_search_gives_nemo_nbest_and_admission_bounds_it() -> No
             engine.validate_options(DecodingOptions(beam_size=17, n_best=1))
     finally:
         engine.shutdown()
-    tdt = ASREngine(EngineConfig(ckpt_dir=str(FIXTURES / "tdt"), num_threads=1))
-    try:
-        for options in (DecodingOptions(beam_size=2), DecodingOptions(keywords=("hello",))):
-            with pytest.raises(UnsupportedError, match="is not supported by the nemo model"):
-                tdt.validate_options(options)
-    finally:
-        tdt.shutdown()

@@ -1,7 +1,6 @@
 """Keywords on NeMo checkpoints: the CTC head's beam search is biased toward them (the shared
 `ctc_prefix_beam_search` operator and its token trie); the RNN-T's beam search (malsd_batch) is
-biased by icefall's ContextGraph scoring (engine/ops/context_graph.py); a TDT transducer, which
-decodes greedily, refuses them clearly.
+biased by icefall's ContextGraph scoring (engine/ops/context_graph.py), TDT's too.
 
 The fixtures' weights are random, so "a rare phrase wrong without the keyword and right with it"
 cannot be shown on speech here: the tests show the mechanism on the same audio instead (a word a
@@ -115,7 +114,3 @@ def test_unrelated_keywords_leave_the_transducer_transcript_unchanged() -> None:
         biased = transcribe_offline(runner, audio, DecodingOptions(beam_size=4, keywords=unrelated))
         assert biased.tokens == plain.tokens
 
-
-def test_a_tdt_transducer_declares_no_keywords() -> None:
-    """TDT decodes greedily: admission refuses keywords from its capabilities."""
-    assert not make_runner("tdt").info().capabilities.keywords

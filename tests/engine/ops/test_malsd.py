@@ -97,3 +97,28 @@ def test_keywords_pull_their_tokens_into_the_best_hypothesis() -> None:
     assert any(biased.tokens[j : j + 2] == keyword for j in range(len(biased.tokens) - 1))
     assert biased.bonus == pytest.approx(4.0 * 2 * sum(
         1 for j in range(len(biased.tokens) - 1) if biased.tokens[j : j + 2] == keyword), abs=1e-4)  # fmt: skip
+
+
+@torch.inference_mode()
+def test_tdt_rows_batch_as_alone_and_durations_carry_across_chunks() -> None:
+    """TDT: durations move hypotheses on by several frames; a jump past a chunk's end is carried."""
+    weights = TransducerWeights.random(vocab=24, enc_hidden=ENC_HIDDEN, seed=9, blank_bias=1.0, durations=(0, 1, 2, 3))
+    net = NemoTransducerNet(weights)
+    enc = _frames(2, 21, seed=10)
+    durations = net.durations
+    together = [MalsdBeam.initial(net, 4, tdt=True) for _ in range(2)]
+    malsd_search(net, net.project(enc), torch.tensor([21, 13]), together, max_symbols=3, durations=durations)
+    for i, n in enumerate((21, 13)):
+        alone = MalsdBeam.initial(net, 4, tdt=True)
+        malsd_search(net, net.project(enc[i : i + 1, :n]), torch.tensor([n]), [alone], max_symbols=3, durations=durations)
+        assert _nbest(together[i]) == _nbest(alone)
+    stream = MalsdBeam.initial(net, 4, tdt=True)
+    jumped = False
+    for start in range(0, 21, 5):
+        chunk = enc[:, start : start + 5]
+        malsd_search(net, net.project(chunk), torch.tensor([chunk.shape[1]]), [stream], max_symbols=3,
+                     durations=durations)  # fmt: skip
+        assert stream.time_jump is not None
+        jumped |= bool((stream.time_jump > 0).any())
+    best = stream.hypotheses(final=True)[0]
+    assert jumped and len(best.tokens) > 3 and best.frames == sorted(best.frames) and max(best.frames) < 21
