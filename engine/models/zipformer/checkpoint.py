@@ -92,6 +92,20 @@ def _remap(name: str) -> str | None:
     return re.sub(r"^encoder\.encoders\.(\d+)\.encoder\.", r"encoder.encoders.\1.", name)
 
 
+def icefall_state_dict(model: ZipformerModel) -> dict[str, torch.Tensor]:
+    """Our state dict under icefall's names (the inverse of `_remap`): how tools write checkpoints
+    of this family (e.g. benchmarks' random models) that icefall's own loader would also take."""
+    ds = model.cfg.downsampling_factor
+    out = {}
+    for name, t in model.state_dict().items():
+        if name.startswith("encoder.embed."):
+            name = "encoder_embed." + name[len("encoder.embed."):]
+        elif (m := re.match(r"^encoder\.encoders\.(\d+)\.layers\.", name)) and ds[int(m.group(1))] > 1:
+            name = name.replace(f"encoder.encoders.{m.group(1)}.", f"encoder.encoders.{m.group(1)}.encoder.", 1)
+        out[name] = t
+    return out
+
+
 def load_checkpoint(ckpt_dir: str, checkpoint_name: str | None, device: torch.device,
                     dtype: torch.dtype) -> ZipformerCheckpoint:  # fmt: skip
     weights = weights_file(ckpt_dir, checkpoint_name)

@@ -128,3 +128,20 @@ def test_streams_stepped_together_equal_each_alone(chunk: int, left: int) -> Non
         ref = next(s for s in reference()["clips"][c]["streaming"] if s["chunk_size"] == chunk)
         assert finals[c].tokens == ref["greedy"]
     assert runner.stats().decode_slots_used == 0
+
+
+def test_word_timestamps_come_from_token_frames() -> None:
+    from engine.types import DecodingOptions
+
+    runner = make_runner()
+    clip_id = CLIPS[1]
+    out = transcribe_offline(runner, clip(clip_id), DecodingOptions(word_timestamps=True, logprobs=True))
+    ref = reference()["clips"][clip_id]["offline"]["greedy"]
+    assert out.words and [w.word for w in out.words] == out.text.split()
+    pieces = runner.ckpt.tokenizer.pieces
+    starts = [round(f * runner.frame_seconds, 3) for t, f in zip(ref["tokens"], ref["timestamps"], strict=True)
+              if pieces[t].startswith("▁")]  # fmt: skip
+    assert [w.start for w in out.words] == starts
+    assert all(w.end > w.start for w in out.words)
+    assert out.token_logprobs is not None and len(out.token_logprobs) == len(out.tokens)
+    assert all(lp <= 0.0 for lp in out.token_logprobs)
