@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from app.backlog import Backlog
 from app.engine_metrics import EngineSeries
 from app.metrics import Metrics
 from engine import ASREngine, DecodingOptions, RequestOutput
@@ -102,7 +103,7 @@ class _HeldStream:
 
 class EngineService:
     def __init__(self, engine: ASREngine, metrics: Metrics, max_inflight: int = 64,
-                 max_held_seconds: float = 3600.0):
+                 max_held_seconds: float = 3600.0, max_queue_delay_secs: float = 0.0):
         self.engine = engine
         self.metrics = metrics
         info = engine.model_info
@@ -111,6 +112,10 @@ class EngineService:
         self.max_inflight = max_inflight
         self.max_held_seconds = max_held_seconds
         """Most audio (s) held for one live stream on an offline engine (the server's max_audio_seconds)."""
+        self.max_queue_delay_secs = max_queue_delay_secs
+        """New offline work is refused while its expected queue delay is over this (0: never)."""
+        self.backlog = Backlog()
+        """Offline work accepted and not finished, and the measured rate of finishing it."""
         self._held: dict[str, _HeldStream] = {}
         self.inflight = 0
         self.draining = False
@@ -154,6 +159,9 @@ class EngineService:
             "running": self.engine.num_running,
             "waiting": self.engine.num_waiting,
             "inflight": self.inflight,
+            "queue_delay_s": round(self.backlog.delay(), 3),
+            "backlog_audio_s": round(self.backlog.seconds, 3),
+            "max_queue_delay_s": self.max_queue_delay_secs,
         }
 
     def stop(self) -> None:
@@ -177,6 +185,21 @@ class EngineService:
 
     def release(self) -> None:
         self.inflight = max(0, self.inflight - 1)
+
+    def shed_offline(self, priority: int = 0, *, count: bool = True) -> int | None:
+        """Seconds a client should wait before offering new offline work (Retry-After), or None
+        to admit it: refused while the work ahead of it would keep it queued longer than
+        `max_queue_delay_secs`. Live streams already admitted are never shed."""
+        if self.max_queue_delay_secs <= 0:
+            return None
+        retry = self.backlog.retry_after(self.max_queue_delay_secs, priority)
+        if retry is not None and count:
+            self.series.requests_busy.inc()
+        return retry
+
+    def _track(self, request_id: str, samples: int, priority: int) -> None:
+        self.backlog.add(request_id, samples / self.engine.sample_rate, priority)
+        self.series.queue_delay.set(self.backlog.delay())
 
     def open_request(
         self,
@@ -208,6 +231,7 @@ class EngineService:
                                                             request_id=request_id)
                 else:
                     rid = self.engine.add_request(audio, priority=priority, decoding=decoding, request_id=request_id)
+                    self._track(rid, 0 if audio is None else int(audio.size), priority)
         except (InvalidRequestError, UnsupportedError):
             self.series.requests_rejected.inc()
             raise
@@ -241,6 +265,7 @@ class EngineService:
         audio = np.concatenate(held.chunks)
         try:
             self.engine.add_request(audio, priority=held.priority, decoding=held.decoding, request_id=request_id)
+            self._track(request_id, int(audio.size), held.priority)
         except EngineError as exc:  # e.g. shut down meanwhile: the stream ends with the reason
             self._put(RequestOutput(request_id, finished=True, finish_reason="error", error=str(exc),
                                     error_stage="admission"))
@@ -330,12 +355,17 @@ class EngineService:
 
     def _dispatch(self, outputs: list[RequestOutput], sent_at: float) -> None:
         for out in outputs:
+            if out.finished and out.finish_reason in ("abort", "error"):
+                self.backlog.forget(out.request_id)  # left without being transcribed: no progress
+            else:  # offline partials report the audio decoded so far
+                self.backlog.progress(out.request_id, out.duration, out.finished)
             stream = self._streams.get(out.request_id)
             if stream is None:
                 continue  # its handler already left (disconnect); the engine was told to abort
             stream.put(out)
             if out.finished and out.finish_reason == "error":
                 self.series.failed(out.error_stage or "unknown")
+        self.series.queue_delay.set(self.backlog.delay())
         self.series.route.observe(time.perf_counter() - sent_at)
 
 

@@ -128,7 +128,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     engine = await asyncio.to_thread(ASREngine, settings.engine_config())
     info = engine.info()
     metrics.set_build_info(_version(), str(info.get("model", "unknown")))
-    service = EngineService(engine, metrics, settings.max_inflight, max_held_seconds=settings.max_audio_seconds)
+    service = EngineService(engine, metrics, settings.max_inflight, max_held_seconds=settings.max_audio_seconds,
+                            max_queue_delay_secs=settings.max_queue_delay_secs)
     service.start()
     await service.wait_started()
     app.state.service = service
@@ -183,7 +184,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(ApiError)
     async def api_error_handler(request: Request, exc: ApiError) -> JSONResponse:
         body = exc.google_body() if google_shaped(request.url.path) else exc.openai_body()
-        return JSONResponse(body, status_code=exc.status)
+        return JSONResponse(body, status_code=exc.status, headers=exc.headers())
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error_handler(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -119,10 +119,3 @@ def _best(
 def _confidence(h: BeamHypothesis) -> float:
     """exp(log P / (tokens + 1)): the search's own length normalisation (NeMo's score_norm)."""
     return math.exp(h.score / (len(h.tokens) + 1))
-
-
-def error_output(req: Request, stage: str, message: str) -> RequestOutput:
-    return RequestOutput(
-        request_id=req.request_id, finished=True, finish_reason="error", error=message, error_stage=stage,
-        duration=req.duration,
-    )  # fmt: skip

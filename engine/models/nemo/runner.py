@@ -41,9 +41,9 @@ from engine.models.nemo.options import (
     request_context,
     select_look_ahead,
 )
-from engine.models.nemo.outputs import Hypothesis, OutputBuilder, error_output
+from engine.models.nemo.outputs import Hypothesis, OutputBuilder
 from engine.models.nemo.state_slots import StateSlots
-from engine.request import Request
+from engine.request import Request, error_output
 from engine.runner import ModelInfo, RunnerStats
 from engine.types import DecodingOptions, FinishReason, RequestOutput
 
