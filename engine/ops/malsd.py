@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -80,7 +80,6 @@ class MalsdBeam:
     """(K,) int64 TDT frames each hypothesis skips at the start of the next chunk (None: RNN-T)."""
     frames_decoded: int = 0
     """Encoder frames consumed before the next chunk (frame indices are absolute)."""
-    _finalized: list[BeamHypothesis] | None = field(default=None, repr=False)
 
     @classmethod
     def initial(
