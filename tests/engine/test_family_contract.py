@@ -46,6 +46,11 @@ def _paraformer(tmp: Path) -> EngineConfig:
     return EngineConfig(ckpt_dir=str(fixture))
 
 
+def _zipformer(tmp: Path) -> EngineConfig:
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "zipformer" / "tiny_streaming"
+    return EngineConfig(ckpt_dir=str(fixture))
+
+
 def _fake(tmp: Path) -> EngineConfig:
     from engine.models.fake import write_checkpoint
 
@@ -57,6 +62,7 @@ CHECKPOINTS: dict[str, Callable[[Path], EngineConfig]] = {
     "wenet": _wenet,
     "nemo": _nemo,
     "paraformer": _paraformer,
+    "zipformer": _zipformer,
     "fake": _fake,
 }
 """How to build a servable checkpoint of each family (real or reference-written weights)."""
