@@ -48,6 +48,7 @@ class EngineSeries:
         self.route = m.dispatch_route.labels(**labels)
         self.running = m.engine_running.labels(**labels)
         self.waiting = m.engine_waiting.labels(**labels)
+        self.queue_delay = m.engine_queue_delay.labels(**labels)
         self.requests_admitted = m.requests_admitted.labels(**labels)
         self.requests_rejected = m.requests_rejected.labels(**labels)
         self.requests_busy = m.requests_busy.labels(**labels)
@@ -125,8 +126,8 @@ class EngineSeries:
         self._slots_capacity.set(stats.decode_slots_capacity)
 
     def beat(self, heartbeat: bool = True) -> None:
-        """The engine thread looped (after a step or an idle wait); `heartbeat` False once repeated
-        step failures stopped it."""
+        """The engine thread looped (after a step or an idle wait); with `heartbeat` False only
+        the GPU is sampled."""
         if heartbeat:
             self.heartbeat.set(time.time())
         if self.gpu is not None:

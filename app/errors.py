@@ -52,8 +52,10 @@ class ModelNotFound(EngineError):
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 status_name: str | None = None):
+                 status_name: str | None = None, retry_after: int | None = None):
         super().__init__(message)
+        self.retry_after = retry_after
+        """Seconds a client should wait before retrying (sent as Retry-After; gRPC pushback)."""
         self.status = status
         self.message = message
         self.param = param
@@ -64,6 +66,9 @@ class ApiError(Exception):
     def openai_body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": OPENAI_TYPE.get(self.status, "invalid_request_error"),
                           "param": self.param, "code": self.code}}
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
 
     def google_body(self) -> dict[str, Any]:
         return {"error": {"code": self.status, "status": self.status_name or GOOGLE_STATUS.get(self.status, "UNKNOWN"),

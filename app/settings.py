@@ -53,7 +53,7 @@ class ServerSettings(BaseSettings):
     dtype: str = "auto"
     """'auto' (float16 on cuda, float32 on cpu), 'float32', 'float16', 'bfloat16'."""
     quantization: Literal["auto", "none", "int8_w8a8", "fp16", "bf16"] = "auto"
-    """Weight quantization: int8_w8a8 (int8 linears, CPU), fp16/bf16 (CUDA), none; 'auto' is int8_w8a8 on CPUs with VNNI, else none."""
+    """Weight quantization: int8_w8a8 (int8 linears, CPU), fp16/bf16 (CUDA), none; 'auto' is int8_w8a8 on CPUs with int8 dot products (avx512_vnni, avx_vnni, amx_int8 flags) whose int8 GEMM is exact, else none; decided from the CPU, never a timing (see /v1/models quantization_reason)."""
     quantization_option: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     """Quantization object options as KEY=VALUE, folded with --quantization into one object: ignore=GLOB,... keeps module paths in full precision (e.g. ignore=decoder.*), module_types=linear,pointwise_conv picks layer kinds. Repeat the flag; separate entries with ';' in the env var."""
     service_mode: Literal["offline", "streaming"] = "offline"
@@ -92,8 +92,8 @@ class ServerSettings(BaseSettings):
     """Cache-aware streaming models on CPU: KV pool byte budget when max_num_blocks is unset."""
     gpu_memory_utilization: float = 0.5
     """Cache-aware streaming models on CUDA: fraction of free memory for the KV pool."""
-    recycle_streaming_history: bool = False
-    """At a stream's KV ceiling: drop its oldest block (True) or finish it with 'length' (False)."""
+    recycle_streaming_history: bool | None = None
+    """Deprecated alias of OASR_WENET_RECYCLE_STREAMING_HISTORY (kept one release; setting it logs a warning)."""
     gc_freeze: bool = True
     """Freeze the Python heap after the engine is built so full garbage collections skip it (avoids ~0.2 s stalls of every stream)."""
 
@@ -104,8 +104,16 @@ class ServerSettings(BaseSettings):
     """Longest decoded audio per request in seconds; longer gets 413."""
     request_timeout_secs: float = 600.0
     """Seconds an offline request may take end to end; then 408 / DEADLINE_EXCEEDED and it is aborted."""
+    upload_timeout_secs: float = 120.0
+    """Seconds an HTTP request body may take to arrive in full; then 408 and the connection is closed (25 MiB over a 2 Mbit/s uplink takes ~105 s). 0 disables."""
     max_inflight: int = 64
     """Requests and live sessions in flight at once; more get 503 / RESOURCE_EXHAUSTED (probes and metrics exempt)."""
+    max_queue_delay_secs: float = 30.0
+    """New offline work (REST, gRPC Recognize) is refused with 503 RESOURCE_EXHAUSTED and a Retry-After while
+    the backlog ahead of it (audio-seconds over the measured transcription rate) would queue it longer than
+    this; batch jobs wait instead of starting, and admitted live sessions are never shed. 30 s: proxies and
+    load balancers commonly cut a request after 60 s (nginx proxy_read_timeout, AWS ALB idle timeout), and
+    half of that leaves room for the request's own processing. 0 disables the check."""
     max_concurrent_decodes: int = 2
     """Audio files decoded at once (worker threads); further uploads queue."""
     shutdown_grace_secs: float = 20.0
@@ -200,8 +208,11 @@ class ServerSettings(BaseSettings):
             if setting in fields:
                 value = getattr(self, setting)
                 values[f.name] = tuple(value) if isinstance(value, list) else value
+        # only the family options given (env, .env, arguments): the rest are the family's defaults,
+        # and a deprecated EngineConfig alias still applies where its new name was not given
         options = {
-            name: {option: getattr(self, setting) for setting, option in settings.items()}
+            name: {option: getattr(self, setting) for setting, option in settings.items()
+                   if setting in self.model_fields_set}
             for name, settings in _family_setting_names().items()
         }
         if self.quantization_option:  # the reference design's one quantization object

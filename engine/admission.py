@@ -24,7 +24,8 @@ def load_runner(config: EngineConfig) -> ModelRunner:
     """The runner of the family whose checkpoint `config` names, loaded with its options."""
     family = resolve_family(config.resolved_ckpt_dir(), config.checkpoint_name)
     check_quantization(family, config)
-    return family.build(config, family_options(family, config.family_options))
+    aliased = config.family_knob_aliases().get(family.name)
+    return family.build(config, family_options(family, config.family_options, aliased))
 
 
 def check_decode_method(runner: ModelRunner, info: ModelInfo, method: str | None) -> None:

@@ -27,7 +27,7 @@ from engine.errors import EngineShutdownError, InvalidRequestError, UnknownReque
 from engine.gc_freeze import freeze_heap, thaw_heap
 from engine.metrics import EngineMetrics
 from engine.ops.extension import extension_status
-from engine.request import Request, RequestStatus
+from engine.request import Request, RequestStatus, error_output
 from engine.runner import ModelInfo, ModelRunner
 from engine.scheduler import Scheduler, SchedulerOutput, WaitingRequest
 from engine.types import AbortRequest, AddRequest, Command, DecodingOptions, FeedAudio, RequestOutput, Samples
@@ -115,26 +115,17 @@ class ASREngine:
         return rid
 
     def validate_options(self, decoding: DecodingOptions | None, streaming: bool = False) -> DecodingOptions:
-        """The options a request would be admitted with, or InvalidRequestError / UnsupportedError:
-        for a caller that holds a request's audio itself before submitting it."""
-        return self._check_options(decoding, streaming)
-
-    def _check_options(self, decoding: DecodingOptions | None, streaming: bool) -> DecodingOptions:
+        """The options a request would be admitted with, or InvalidRequestError / UnsupportedError
+        (ranges, the model's capabilities, the family's checks: engine/admission.py)."""
         return check_options(self.runner, self.model_info, decoding, streaming)
 
     def validate_audio(self, audio: Any, sample_rate: int | None = None, allow_empty: bool = False) -> Samples:
         """Return `audio` as a contiguous float32 mono array, or raise InvalidRequestError."""
         return check_audio(audio, self.sample_rate, sample_rate, allow_empty)
 
-    def add_request(
-        self,
-        audio: Any,
-        streaming: bool = False,
-        priority: int = 0,
-        decoding: DecodingOptions | None = None,
-        request_id: str | None = None,
-        sample_rate: int | None = None,
-    ) -> str:
+    def add_request(self, audio: Any, streaming: bool = False, priority: int = 0,
+                    decoding: DecodingOptions | None = None, request_id: str | None = None,
+                    sample_rate: int | None = None) -> str:
         """Queue a request with all of its audio attached; returns its id.
 
         `streaming=False` decodes it in one offline pass. `streaming=True` runs the streaming path
@@ -147,18 +138,17 @@ class ASREngine:
             self._inbox.put(FeedAudio(rid, samples, is_last=True, attached=True))
             return rid
         samples = self.validate_audio(audio, sample_rate)
-        options = self._check_options(decoding, streaming=False)
+        options = self.validate_options(decoding, streaming=False)
         rid = self._new_id(request_id)
         self._inbox.put(AddRequest(rid, samples, streaming=False, priority=priority, decoding=options))
         return rid
 
-    def add_streaming_request(
-        self, priority: int = 0, decoding: DecodingOptions | None = None, request_id: str | None = None
-    ) -> str:
+    def add_streaming_request(self, priority: int = 0, decoding: DecodingOptions | None = None,
+                              request_id: str | None = None) -> str:
         """Open a live stream; audio follows through `feed_chunk`. Refused by an engine whose
         `service_mode` is 'offline' (it builds no streaming runtime)."""
         self._check_streaming()
-        options = self._check_options(decoding, streaming=True)
+        options = self.validate_options(decoding, streaming=True)
         rid = self._new_id(request_id)
         self._inbox.put(AddRequest(rid, None, streaming=True, priority=priority, decoding=options))
         return rid
@@ -319,21 +309,11 @@ class ASREngine:
             self._waiting.remove(r)
             r.status = RequestStatus.RUNNING
             r.first_scheduled_time = now
-        self._observe_admission(admitted, decision, now)
+        self.metrics.observe_admission(admitted, decision.padded_length, decision.useful_length, now)
         if admitted:
             with self.metrics.stage("streaming.allocate") if any(r.streaming for r in admitted) else nullcontext():
                 outputs += self.runner.admit(admitted)
         return outputs
-
-    def _observe_admission(self, admitted: list[Request], decision: SchedulerOutput, now: float) -> None:
-        streams = [r for r in admitted if r.streaming]
-        if streams:  # their batch size is counted where they run together (step)
-            self.metrics.observe_queue_waits("streaming", [now - r.arrival_time for r in streams])
-        offline = [r for r in admitted if not r.streaming]
-        if offline:  # admitted together, encoded together: one offline batch
-            self.metrics.observe_batch("offline", len(offline), [now - r.arrival_time for r in offline])
-            self.metrics.count_audio(sum(r.duration for r in offline))
-            self.metrics.observe_padding(decision.padded_length, decision.useful_length)
 
     def _update(self, outputs: list[RequestOutput]) -> list[RequestOutput]:
         self.metrics.count_outputs(len(outputs))
@@ -364,28 +344,22 @@ class ASREngine:
                     self.runner.release(req)
                 except Exception:  # the runner is already in trouble; the request ends anyway
                     logger.exception("release of %s failed", req.request_id)
-            outputs.append(RequestOutput(request_id=req.request_id, finished=True, finish_reason="error",
-                                         error=error, error_stage=stage, duration=req.duration))
+            outputs.append(error_output(req, stage, error))
         self._waiting.clear()
         return self._update(outputs)
 
-    # ------------------------------------------------------------ convenience (engine/reference_api.py)
+    # ------------------------------------------------ the reference convenience API (engine/reference_api.py)
 
     def run(self, timeout: float | None = None) -> list[RequestOutput]:
-        """Step until no request is unfinished; return the outputs of the requests that finished,
-        in the order they finished. Streams end when their input does (`feed_chunk(...,
-        is_last=True)` or attached audio), so feed the last chunk before draining; while live
-        streams wait for audio from another thread, `run` blocks on the engine's inbox.
-        `timeout` (seconds) raises TimeoutError if the engine has not drained by then."""
+        """Step until no request is unfinished; the finished outputs, in the order they finished
+        (feed streams their last chunk first). TimeoutError past `timeout` seconds."""
         return reference_api.run(self, timeout)
 
     def transcribe_outputs(self, audio: np.ndarray | Sequence[np.ndarray], streaming: bool = False,
                            decoding: DecodingOptions | None = None, priority: int = 0,
                            sample_rate: int | None = None) -> list[RequestOutput]:
-        """Transcribe one waveform or a list of them, submitted together so they batch; returns one
-        finished `RequestOutput` per waveform, in input order (words, confidence, timestamps,
-        nbest_texts and finish_reason live there). `streaming=True` runs the streaming path with
-        all audio attached (see `add_request`)."""
+        """One finished RequestOutput per waveform, in input order, submitted together so they batch;
+        `streaming=True` runs the streaming path with all audio attached."""
         return reference_api.transcribe_outputs(self, audio, streaming, decoding, priority, sample_rate)
 
     def transcribe_offline(self, audio: np.ndarray | Sequence[np.ndarray],
@@ -395,8 +369,7 @@ class ASREngine:
 
     def transcribe(self, audio: np.ndarray | Sequence[np.ndarray], streaming: bool = False,
                    decoding: DecodingOptions | None = None) -> str | list[str]:
-        """Transcript text: a str for one waveform, a list for a list. `streaming=True` runs the
-        streaming path with all audio attached. A failed request raises RuntimeError."""
+        """Transcript text (a str for one waveform, a list for a list); a failed request raises RuntimeError."""
         return reference_api.transcribe(self, audio, streaming=streaming, decoding=decoding)
 
     def shutdown(self) -> None:

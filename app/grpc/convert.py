@@ -40,10 +40,14 @@ HTTP_TO_GRPC = {
 class RpcError(Exception):
     """Ends an RPC with `code` and `message` (raised inside handlers, rendered by the wrapper)."""
 
-    def __init__(self, code: grpc.StatusCode, message: str):
+    def __init__(self, code: grpc.StatusCode, message: str, *, retry_after: int | None = None):
         super().__init__(message)
         self.code = code
         self.message = message
+        self.trailing_metadata: tuple[tuple[str, str], ...] = ()
+        """Sent with the status; `grpc-retry-pushback-ms` tells gRPC's retry policy when to retry."""
+        if retry_after is not None:
+            self.trailing_metadata = (("grpc-retry-pushback-ms", str(retry_after * 1000)),)
 
 
 def invalid(message: str) -> RpcError:
@@ -70,7 +74,7 @@ def to_rpc_error(exc: Exception, *, draining: bool) -> RpcError:
             # a permit refused while draining, or work cancelled by the drain -> UNAVAILABLE;
             # a permit refused for capacity -> RESOURCE_EXHAUSTED (retry later)
             code = grpc.StatusCode.UNAVAILABLE if draining else grpc.StatusCode.RESOURCE_EXHAUSTED
-            return RpcError(code, exc.message)
+            return RpcError(code, exc.message, retry_after=exc.retry_after)
         return RpcError(HTTP_TO_GRPC.get(exc.status, grpc.StatusCode.INTERNAL), exc.message)
     if isinstance(exc, EngineError):
         return RpcError(grpc.StatusCode.INTERNAL, str(exc))

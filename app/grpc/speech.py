@@ -137,7 +137,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         except Exception as exc:
             err = self._status(exc, "Recognize")
             code = err.code
-            await context.abort(err.code, err.message)
+            await context.abort(err.code, err.message, trailing_metadata=err.trailing_metadata)
             raise  # not reached: abort raises
         finally:
             self._calls.leave()
@@ -192,7 +192,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
             return await submit_operation(self._deps.jobs, request)
         except RpcError as err:
             code = err.code
-            await context.abort(err.code, err.message)
+            await context.abort(err.code, err.message, trailing_metadata=err.trailing_metadata)
             raise  # not reached: abort raises
         finally:
             self._count("LongRunningRecognize", code, started)
@@ -215,7 +215,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         except Exception as exc:
             err = self._status(exc, "StreamingRecognize")
             code = err.code
-            await context.abort(err.code, err.message)
+            await context.abort(err.code, err.message, trailing_metadata=err.trailing_metadata)
         finally:
             self._calls.leave()
             self._count("StreamingRecognize", code, started)
@@ -245,7 +245,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
             return LiveCall(self.service, self.settings, streaming_config, call_spec, options, rid,
                             self._deps.vad_models)
 
-        async with inflight_permit(self.service):
+        async with inflight_permit(self.service, live=self._live(streaming_config, spec)):
             gauge = self.metrics.stream_sessions_active.labels(api=STREAMING_API)
             gauge.inc()
             try:

@@ -42,7 +42,7 @@ from engine.models.wenet.options import WenetOptions
 from engine.models.wenet.outputs import OutputBuilder
 from engine.models.wenet.stream import WenetStream
 from engine.ops.fbank import KaldiFbank
-from engine.request import Request
+from engine.request import Request, error_output
 from engine.runner import ModelInfo, RunnerStats
 from engine.types import DecodingOptions, FinishReason, RequestOutput
 
@@ -172,12 +172,12 @@ class WenetRunner:
             try:
                 trie = self.speller.trie(opts.keywords, self.options.keyword_boost)
             except InvalidRequestError as exc:
-                failed.append(_error(req, "admission", str(exc)))
+                failed.append(error_output(req, "admission", str(exc)))
                 continue
             table = BlockTable(self.pool.block_size)
             if not self._grow(table, self.chunk_size):
                 table.release(self.pool)
-                failed.append(_error(req, "admission", "no free KV blocks to admit the stream"))
+                failed.append(error_output(req, "admission", "no free KV blocks to admit the stream"))
                 continue
             stream = WenetStream(
                 request=req,
@@ -300,7 +300,7 @@ class WenetRunner:
     def _grow(self, table: BlockTable, frames: int) -> bool:
         """Allocate the blocks `frames` more frames need, recycling own history if allowed."""
         need = table.blocks_needed(frames)
-        recycle = self.config.recycle_streaming_history
+        recycle = self.options.recycle_streaming_history
         while need:
             if len(table.blocks) >= self.stream_ceiling or self.pool.num_free == 0:
                 if not recycle or table.droppable_blocks() == 0:
@@ -441,10 +441,4 @@ class WenetRunner:
 
     def _fail(self, stream: WenetStream, stage: str, exc: Exception) -> RequestOutput:
         self.release(stream.request)
-        return _error(stream.request, stage, f"{type(exc).__name__}: {exc}")
-
-
-def _error(req: Request, stage: str, message: str) -> RequestOutput:
-    return RequestOutput(
-        request_id=req.request_id, finished=True, finish_reason="error", error=message, error_stage=stage
-    )
+        return error_output(stream.request, stage, f"{type(exc).__name__}: {exc}")

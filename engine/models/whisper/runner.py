@@ -36,7 +36,7 @@ from engine.models.whisper.stream_passes import StreamPassPicker
 from engine.models.whisper.streaming import StreamingTranscription
 from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.models.whisper.window import WindowJob, WindowOwner, WindowResult
-from engine.request import Request
+from engine.request import Request, error_output
 from engine.runner import ModelInfo, RunnerStats
 from engine.streaming.silence_gate import SilenceGate
 from engine.types import MAX_BEAM_SIZE, MAX_N_BEST, DecodingOptions, RequestOutput
@@ -121,6 +121,7 @@ class WhisperRunner:
                 "device": str(parts.device),
                 "dtype": str(parts.dtype).removeprefix("torch."),
                 "quantization": parts.quantization,
+                "quantization_reason": parts.quantization_reason,
                 "int8_kernel": int8_gemm_kind() if parts.quantization == "int8_w8a8" else None,
                 "quantization_ignore": list(self.config.quantization_config().ignore)
                 if parts.quantization == "int8_w8a8" else [],
@@ -180,7 +181,7 @@ class WhisperRunner:
                     try:
                         mels[i] = self.parts.features([requests[i].audio], audio_padding=audio_padding)[0]
                     except Exception as one_exc:
-                        outputs.append(_error_output(requests[i], "features", one_exc))
+                        outputs.append(error_output(requests[i], "features", one_exc))
         return mels
 
     def _collate(self, outputs: list[RequestOutput]) -> None:
@@ -433,20 +434,9 @@ class WhisperRunner:
             return
         logger.error("request %s failed at %s: %s", rid, stage, exc)
         self.release(state.request)
-        outputs.append(_error_output(state.request, stage, exc))
+        outputs.append(error_output(state.request, stage, exc))
 
 
 def _mode(jobs: list[WindowJob]) -> str:
     """The stage prefix of work over `jobs`: 'streaming' when every job is a live pass."""
     return "streaming" if jobs and all(j.live for j in jobs) else "offline"
-
-
-def _error_output(request: Request, stage: str, exc: Exception) -> RequestOutput:
-    return RequestOutput(
-        request_id=request.request_id,
-        finished=True,
-        finish_reason="error",
-        error=f"{type(exc).__name__}: {exc}",
-        error_stage=stage,
-        duration=request.duration,
-    )

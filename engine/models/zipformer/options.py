@@ -18,3 +18,6 @@ class ZipformerOptions:
     attention weights grow with the square of the length (about 150 MB per request at 60 s on
     the 50 Hz stack). Longer ones run through the chunked streaming path on a streaming model
     (icefall's streaming decode of the whole file) and are refused by a non-streaming one."""
+    keyword_boost: float = 2.0
+    """Bonus (log-probability) per matched token of a request's keywords in the beam search
+    (icefall's ContextGraph; 2.0 is icefall's default context score)."""

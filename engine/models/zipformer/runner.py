@@ -7,8 +7,13 @@ Per `execute()`:
 2. offline: up to `max_batch_size` whole utterances through the full-context encoder at once;
 3. streams: every stream with a whole chunk of features (or whose input ended), least recently
    advanced first, up to `max_batch_size`, steps one chunk together: cache rows gathered, one
-   encoder forward, rows scattered back, one batched greedy decode; then a partial, or the final
-   output when its padded end has been read.
+   encoder forward, rows scattered back, one batched greedy decode (and one batched modified beam
+   search for the requests with a beam); then a partial, or the final output when its padded end
+   has been read.
+
+A request with beam_size > 1 (or keywords) is decoded by icefall's modified beam search
+(engine/ops/modified_beam.py through beam.py's ZipformerNet), its hypothesis set carried across
+chunks; keywords bias it with icefall's ContextGraph.
 
 Decoding interface (for a beam search over this family, e.g. the shared transducer search):
 - `self.model.decoder` is the stateless predictor: `predict(context)` with context (N,
@@ -34,16 +39,18 @@ from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError
 from engine.metrics import stage_timer
+from engine.models.zipformer.beam import ZipformerNet, new_beam
 from engine.models.zipformer.checkpoint import ZipformerCheckpoint, load_checkpoint
 from engine.models.zipformer.config import EMBED_CONTEXT
 from engine.models.zipformer.frontend import LOG_EPS, SHIFT, FbankStream, Featurizer
 from engine.models.zipformer.geometry import StreamGeometry, select_geometry
 from engine.models.zipformer.info import describe
 from engine.models.zipformer.options import ZipformerOptions
-from engine.models.zipformer.outputs import OutputBuilder, error_output
+from engine.models.zipformer.outputs import OutputBuilder
 from engine.models.zipformer.streaming import CacheSlots
 from engine.models.zipformer.transducer import GreedyState, greedy_decode
-from engine.request import Request
+from engine.ops.modified_beam import ModifiedBeam, modified_beam_search
+from engine.request import Request, error_output
 from engine.runner import ModelInfo, RunnerStats
 from engine.types import DecodingOptions, FinishReason, RequestOutput
 
@@ -75,6 +82,8 @@ class _Job:
     request: Request
     mode: Mode
     hyp: GreedyState
+    beam: ModifiedBeam | None = None
+    """The request's hypothesis set when it beam-searches (then `hyp` stays empty)."""
     stream: _Stream | None = None
     last_advanced: int = -1
 
@@ -97,6 +106,7 @@ class ZipformerRunner:
         self.slots = CacheSlots(ckpt.config, self.geometry or StreamGeometry(0, 0), options.max_streams, dtype, device)
         self.featurizer = Featurizer(device)
         self.outputs = OutputBuilder(ckpt.tokenizer, self.frame_seconds)
+        self.net = ZipformerNet(self.model.decoder, self.model.joiner)
         self._jobs: dict[str, _Job] = {}
         self._step = 0
         self.streams_stepped = 0
@@ -110,7 +120,7 @@ class ZipformerRunner:
     # ---- ModelRunner protocol ----
 
     def info(self) -> ModelInfo:
-        return describe(self.ckpt, self.geometry, self.slots, self.options.language, self.frame_seconds)
+        return describe(self)
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
         """Nothing family-specific to check: the chunk is engine-wide (chosen at load) and the
@@ -123,7 +133,12 @@ class ZipformerRunner:
         failed = []
         for req in requests:
             hyp = GreedyState(context=self.model.decoder.start_context())
-            job = _Job(req, "offline", hyp)
+            words = req.decoding.keywords  # admission allows them only with bpe.model (info.py)
+            keywords = [k for k in (self.ckpt.tokenizer.encode(w) for w in words) if k] if words else []
+            beam = None
+            if req.decoding.beam_size > 1 or keywords:
+                beam = new_beam(self.net, req.decoding.beam_size, keywords, self.options.keyword_boost)
+            job = _Job(req, "offline", hyp, beam)
             long_offline = not req.streaming and req.duration > self.options.full_context_seconds
             if long_offline and self.geometry is None:
                 failed.append(error_output(req, "admission", (
@@ -236,8 +251,7 @@ class ZipformerRunner:
                         enc, enc_len = self.model.encoder(batch[keep].to(self.device, dtype), lengths[keep].to(self.device))
                         enc_proj = self.model.joiner.project_encoder(enc)
                     with stage_timer("offline.decode"):
-                        greedy_decode(self.model.decoder, self.model.joiner, [jobs[i].hyp for i in keep], enc_proj,
-                                      enc_len.tolist())  # fmt: skip
+                        self._decode([jobs[i] for i in keep], enc_proj, enc_len.tolist())
         except Exception as exc:
             logger.exception("offline batch of %d failed", len(jobs))
             return [self._fail(j, "encode", exc) for j in jobs]
@@ -258,8 +272,7 @@ class ZipformerRunner:
                     self.slots.scatter(slots, embed, processed + geo.chunk, caches)
                     enc_proj = self.model.joiner.project_encoder(enc)
                 with stage_timer("streaming.decode"):
-                    greedy_decode(self.model.decoder, self.model.joiner, [j.hyp for j in batch], enc_proj,
-                                  [enc.shape[1]] * len(batch))  # fmt: skip
+                    self._decode(batch, enc_proj, [enc.shape[1]] * len(batch))
         except Exception as exc:
             logger.exception("stream step failed for %d streams", len(batch))
             return [self._fail(j, "encode", exc) for j in batch]
@@ -271,8 +284,23 @@ class ZipformerRunner:
             if s.total is not None and s.pos >= s.total + geo.end_padding:
                 outputs.append(self._finish(job, "stop"))
             elif job.request.streaming:  # a long offline request reports once, finished
-                outputs.append(self.outputs.partial(job.request, job.hyp))
+                outputs.append(self.outputs.partial(job.request, job.hyp, job.beam))
         return outputs
+
+    def _decode(self, jobs: list[_Job], enc_proj: torch.Tensor, lengths: list[int]) -> None:
+        """Greedy rows in one batched decode, beam rows in one batched modified beam search."""
+        greedy = [i for i, j in enumerate(jobs) if j.beam is None]
+        beams = [i for i, j in enumerate(jobs) if j.beam is not None]
+        for rows, run in ((greedy, self._greedy), (beams, self._beam)):
+            if rows:
+                index = torch.tensor(rows, device=enc_proj.device)
+                run([jobs[i] for i in rows], enc_proj.index_select(0, index), [lengths[i] for i in rows])
+
+    def _greedy(self, jobs: list[_Job], enc_proj: torch.Tensor, lengths: list[int]) -> None:
+        greedy_decode(self.model.decoder, self.model.joiner, [j.hyp for j in jobs], enc_proj, lengths)
+
+    def _beam(self, jobs: list[_Job], enc_proj: torch.Tensor, lengths: list[int]) -> None:
+        modified_beam_search(self.net, enc_proj, lengths, [j.beam for j in jobs])  # type: ignore[misc]
 
     def _take_window(self, s: _Stream) -> torch.Tensor:
         """The next chunk's 2c + 13 feature frames (log(1e-10) past the end), then advance 2c."""
@@ -287,7 +315,7 @@ class ZipformerRunner:
 
     def _finish(self, job: _Job, reason: FinishReason) -> RequestOutput:
         try:
-            out = self.outputs.final(job.request, job.hyp, reason)
+            out = self.outputs.final(job.request, job.hyp, reason, job.beam)
         except Exception as exc:
             logger.exception("output failed for request %s", job.request.request_id)
             return self._fail(job, "postprocess", exc)
@@ -296,7 +324,7 @@ class ZipformerRunner:
 
     def _fail(self, job: _Job, stage: str, exc: Exception) -> RequestOutput:
         self.release(job.request)
-        return error_output(job.request, stage, f"{type(exc).__name__}: {exc}")
+        return error_output(job.request, stage, exc)
 
 
 def _windows_of(req: Request) -> np.ndarray:

@@ -23,7 +23,7 @@ import websockets
 
 from app.audio import pcm16_to_float
 from engine import ASREngine, EngineConfig
-from engine.types import RequestOutput
+from engine.types import DecodingOptions, RequestOutput
 from protos.oasr.speech.v1 import speech_pb2 as pb
 from protos.oasr.speech.v1 import speech_pb2_grpc
 from tests.e2e.conftest import ServerProcess, start_server
@@ -146,7 +146,24 @@ def test_models_endpoint_declares_capabilities(server: ServerProcess) -> None:
     assert info["languages"] == ["en"]  # OASR_ZIPFORMER_LANGUAGE: icefall checkpoints do not record it
     caps = info["capabilities"]
     assert caps["word_timestamps"] and caps["logprobs"]
-    assert caps["max_beam_size"] == 1 and not caps["keywords"] and not caps["stream_context"]
+    assert (caps["max_beam_size"], caps["max_n_best"]) == (16, 16) and caps["keywords"] and not caps["stream_context"]
     settings = info["stream_settings"]
     assert settings["style"] == "chunked" and (settings["chunk_size"], settings["left_context_frames"]) == (16, 64)
     assert settings["trained_chunk_sizes"] == [16, 32, 64]
+
+
+def test_google_recognize_alternatives_are_the_beam_nbest(server: ServerProcess) -> None:
+    """max_alternatives asks for the n-best of a beam search: the server's alternatives are the
+    in-process modified beam search's n-best on the same samples, in order."""
+    pcm = pcm16_at(clip(CLIP), RATE)
+    r = httpx.post(f"{server.base_url}/v1/speech:recognize", content=pcm, timeout=TIMEOUT_S,
+                   params={"encoding": "linear16", "sample_rate": RATE, "max_alternatives": 4})  # fmt: skip
+    assert r.status_code == 200, r.text
+    alternatives = [a["transcript"] for res in r.json()["results"] for a in res["alternatives"]]
+    eng = ASREngine(EngineConfig(ckpt_dir=str(CHECKPOINT), num_threads=1))
+    try:
+        out = eng.transcribe_outputs(pcm16_to_float(pcm), decoding=DecodingOptions(beam_size=4, n_best=4))[0]
+    finally:
+        eng.shutdown()
+    assert len(out.nbest) == 4
+    assert alternatives == [a.text for a in out.nbest]
