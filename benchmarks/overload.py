@@ -71,6 +71,7 @@ request that ends in a timeout is lost by the server, not given up on by the cli
 SURFACES = ("http", "grpc", "realtime")
 ALONE_RUNS = 3  # times the clip is transcribed alone on each surface (processing time p50)
 LIVE_STAGGER_S = 0.25  # start offset between the pre-admitted live sessions
+MONITOR_PERIOD_S = 1.0  # seconds between reads of the server's /readyz during the overload phase
 SEED = 35  # the arrival process's random seed: runs offer the same schedule
 
 Kind = Literal["served", "refused_hint", "refused_bare", "lost"]
@@ -255,10 +256,10 @@ def run_live(base_url: str, turns: list[np.ndarray], admitted: threading.Event, 
 
 # ---------------------------------------------------------------------------------------- phases
 
-def time_alone(surfaces: Surfaces, runs: int) -> dict[str, Outcome]:
-    """Each surface's median outcome over `runs` requests sent one at a time on an idle server."""
+def time_alone(surfaces: Surfaces, runs: int, names: tuple[str, ...]) -> dict[str, Outcome]:
+    """Each named surface's median outcome over `runs` requests sent one at a time on an idle server."""
     alone: dict[str, Outcome] = {}
-    for surface in SURFACES:
+    for surface in names:
         outs = [surfaces.call(surface) for _ in range(runs)]
         bad = [o for o in outs if o.kind != "served"]
         if bad:
@@ -323,10 +324,10 @@ def arrival_times(rate_per_s: float, seconds: float, process: str, seed: int = S
     return times
 
 
-def offer(surfaces: Surfaces, times: list[float]) -> dict[str, list[Outcome]]:
-    """Send request k at times[k] (from now) on SURFACES[k % 3], each from its own thread so a
-    slow answer never delays the next arrival; wait for every one to end."""
-    outcomes: dict[str, list[Outcome]] = {s: [] for s in SURFACES}
+def offer(surfaces: Surfaces, times: list[float], names: tuple[str, ...]) -> dict[str, list[Outcome]]:
+    """Send request k at times[k] (from now) on names[k % len(names)], each from its own thread so
+    a slow answer never delays the next arrival; wait for every one to end."""
+    outcomes: dict[str, list[Outcome]] = {s: [] for s in names}
     lock = threading.Lock()
 
     def one(surface: str) -> None:
@@ -341,12 +342,51 @@ def offer(surfaces: Surfaces, times: list[float]) -> dict[str, list[Outcome]]:
     threads = []
     for k, at in enumerate(times):
         time.sleep(max(0.0, t0 + at - time.perf_counter()))
-        th = threading.Thread(target=one, args=(SURFACES[k % len(SURFACES)],), daemon=True)
+        th = threading.Thread(target=one, args=(names[k % len(names)],), daemon=True)
         th.start()
         threads.append(th)
     for th in threads:
         th.join()
     return outcomes
+
+
+class ReadyMonitor:
+    """Reads the server's /readyz every MONITOR_PERIOD_S from its own thread: the admission's own
+    view (its queue-delay estimate, the offline backlog, permits in flight) to set beside what
+    the clients saw. A read that times out is skipped: a busy event loop is part of the story."""
+
+    def __init__(self, base_url: str) -> None:
+        self.samples: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._base_url = base_url
+        self._thread = threading.Thread(target=self._run, name="readyz", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self._base_url, timeout=5.0) as client:
+            while not self._stop.wait(MONITOR_PERIOD_S):
+                try:
+                    self.samples.append(client.get("/readyz").json())
+                except (httpx.HTTPError, ValueError):
+                    continue
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join()
+        return monitor_row(self.samples)
+
+
+def monitor_row(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    delays = [float(s["queue_delay_s"]) for s in samples]
+    return {
+        "surface": "server (/readyz)",
+        "samples": len(samples),
+        "not_ready": sum(not s["ready"] for s in samples),
+        "inflight_max": max((int(s["inflight"]) for s in samples), default=0),
+        "queue_delay_estimate_p50_s": round(statistics.median(delays), 1) if delays else float("nan"),
+        "queue_delay_estimate_max_s": round(max(delays), 1) if delays else float("nan"),
+        "backlog_audio_max_s": round(max((float(s["backlog_audio_s"]) for s in samples), default=0.0), 1),
+    }
 
 
 # ---------------------------------------------------------------------------------------- report
@@ -403,7 +443,7 @@ def hard_failures(rows: list[dict[str, Any]]) -> list[str]:
                 out.append(f"{r['surface']}: {r['lost']} lost")
             if r["refused_without_retry"]:
                 out.append(f"{r['surface']}: {r['refused_without_retry']} refused without a retry hint")
-        elif r["refused"] or r["failed"]:
+        elif "sessions" in r and (r["refused"] or r["failed"]):
             out.append(f"{r['surface']}: {r['refused']} refused, {r['failed']} failed")
     return out
 
@@ -418,6 +458,11 @@ def markdown(rows: list[dict[str, Any]], max_queue_delay_s: float) -> str:
                          f"{r['refused_without_retry']} | {r['lost']} | {r['accepted_p50_s']} / {r['accepted_p95_s']} / "
                          f"{r['accepted_p99_s']} | {r['processing_alone_p50_s']} | {r['p99_within_limit']} |")
     for r in rows:
+        if "samples" in r:
+            lines.append(f"\n{r['surface']}: {r['samples']} reads, {r['not_ready']} not ready; most permits in flight "
+                         f"{r['inflight_max']}; queue-delay estimate p50 {r['queue_delay_estimate_p50_s']} s, "
+                         f"max {r['queue_delay_estimate_max_s']} s; offline backlog at most "
+                         f"{r['backlog_audio_max_s']} audio-s")
         if "sessions" in r:
             lines.append(f"\n{r['surface']}: {r['sessions']} sessions, {r['refused']} refused, {r['failed']} failed; "
                          f"{r['turns']} turns, final p50 {r['final_p50_s']} s, p95 {r['final_p95_s']} s "
@@ -436,6 +481,7 @@ class Plan:
     capacity_s: float = 15.0
     capacity_concurrency: int = 8
     arrivals: str = "poisson"
+    surfaces: tuple[str, ...] = SURFACES  # those the offered load is dealt to, in turn
     clip: str = CLIP
     clip_seconds: float | None = None  # the clip's first seconds only (a quicker smoke run)
     alone_runs: int = ALONE_RUNS
@@ -459,7 +505,7 @@ def run(plan: Plan, on_phase: Callable[[str], None] = logger.info) -> dict[str, 
                       .get("max_queue_delay_s", plan.max_queue_delay_secs or 0.0))
         on_phase("warm-up and the clip alone")
         surfaces.http()  # the first request pays for lazy initialisation
-        alone = time_alone(surfaces, plan.alone_runs)
+        alone = time_alone(surfaces, plan.alone_runs, plan.surfaces)
         on_phase("capacity")
         capacity = measure_capacity(surfaces, plan.capacity_concurrency, plan.capacity_s)
         on_phase(f"capacity {capacity['requests_per_s']} requests/s; admitting {plan.live_sessions} live sessions")
@@ -480,15 +526,18 @@ def run(plan: Plan, on_phase: Callable[[str], None] = logger.info) -> dict[str, 
             time.sleep(LIVE_STAGGER_S)
         times = arrival_times(plan.factor * capacity["requests_per_s"], plan.duration_s, plan.arrivals)
         on_phase(f"offering {len(times)} requests over {plan.duration_s:g} s ({plan.factor:g}x capacity)")
-        outcomes = offer(surfaces, times)
+        monitor = ReadyMonitor(server.base_url)
+        outcomes = offer(surfaces, times, plan.surfaces)
         for th in threads:
             th.join()
+        server_row = monitor.stop()
     finally:
         surfaces.close()
         server.stop()
-    offered = {s: sum(1 for k in range(len(times)) if SURFACES[k % len(SURFACES)] == s) for s in SURFACES}
-    rows = [surface_row(s, offered[s], outcomes[s], alone[s], limit) for s in SURFACES]
-    rows.append(live_row(live))
+    names = plan.surfaces
+    offered = {s: sum(1 for k in range(len(times)) if names[k % len(names)] == s) for s in names}
+    rows = [surface_row(s, offered[s], outcomes[s], alone[s], limit) for s in names]
+    rows += [live_row(live), server_row]
     return {"capacity": capacity, "max_queue_delay_s": limit, "factor": plan.factor, "duration_s": plan.duration_s,
             "arrivals": plan.arrivals, "offered": len(times), "clip": plan.clip, "clip_s": round(audio.size / SAMPLE_RATE, 2),
             "rows": rows, "failures": hard_failures(rows)}
@@ -504,18 +553,22 @@ def main() -> None:
     parser.add_argument("--capacity-s", type=float, default=15.0, help="seconds of the closed capacity loop")
     parser.add_argument("--capacity-concurrency", type=int, default=8, help="uploads in flight in the capacity loop")
     parser.add_argument("--arrivals", choices=["poisson", "uniform"], default="poisson")
+    parser.add_argument("--surfaces", nargs="+", choices=SURFACES, default=list(SURFACES),
+                        help="the surfaces the offered load is dealt to, in turn (default: all three)")
     parser.add_argument("--clip", default=CLIP, help="dev clip id every request sends")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     result = run(Plan(duration_s=args.duration_s, factor=args.factor, max_queue_delay_secs=args.max_queue_delay_secs,
                       live_sessions=args.live_sessions, capacity_s=args.capacity_s,
-                      capacity_concurrency=args.capacity_concurrency, arrivals=args.arrivals, clip=args.clip))
+                      capacity_concurrency=args.capacity_concurrency, arrivals=args.arrivals,
+                      surfaces=tuple(args.surfaces), clip=args.clip))
     for row in result["rows"]:
         print(json.dumps(row), flush=True)
     cap = result["capacity"]
     print(f"\nclip {result['clip']} ({result['clip_s']} s); capacity {cap['requests_per_s']} requests/s = "
           f"{cap['audio_s_per_s']} audio-s/s ({cap['concurrency']} concurrent uploads, {cap['requests']} in "
-          f"{cap['wall_s']} s); offered {result['factor']:g}x for {result['duration_s']:g} s ({result['arrivals']}); "
+          f"{cap['wall_s']} s, {cap['refused']} refused); offered {result['factor']:g}x for {result['duration_s']:g} s ({result['arrivals']}); "
           f"max_queue_delay_secs {result['max_queue_delay_s']:g}\n")
     print(markdown(result["rows"], result["max_queue_delay_s"]))
     if result["failures"]:

@@ -69,4 +69,6 @@ def test_short_overload_run_accounts_for_every_request() -> None:
     live = rows["live (pre-admitted)"]
     assert live["sessions"] == 2 and live["refused"] == 0 and live["failed"] == 0, live
     assert live["turns"] >= 2 and math.isfinite(live["final_p95_s"])
+    server = rows["server (/readyz)"]  # the admission's own view while the load was offered
+    assert server["samples"] > 0 and server["inflight_max"] >= plan.live_sessions, server
     assert result["failures"] == []
