@@ -414,6 +414,8 @@ def surface_row(surface: str, offered: int, outs: list[Outcome], alone: Outcome,
         "processing_alone_p50_s": round(processing, 2),
         "p99_within_limit": bool(lat) and p99 <= max_queue_delay_s + processing,
         "examples": sorted({o.detail for o in lost + bare})[:3],
+        "alone_text": alone.text,
+        "other_text_example": next((o.text for o in served if o.text != alone.text), None),
     }
 
 
@@ -556,13 +558,16 @@ def main() -> None:
     parser.add_argument("--surfaces", nargs="+", choices=SURFACES, default=list(SURFACES),
                         help="the surfaces the offered load is dealt to, in turn (default: all three)")
     parser.add_argument("--clip", default=CLIP, help="dev clip id every request sends")
+    parser.add_argument("--server-env", nargs="*", default=[], metavar="OASR_X=VALUE",
+                        help="more settings for the server, e.g. OASR_MAX_WAIT_TIME=60")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     result = run(Plan(duration_s=args.duration_s, factor=args.factor, max_queue_delay_secs=args.max_queue_delay_secs,
                       live_sessions=args.live_sessions, capacity_s=args.capacity_s,
                       capacity_concurrency=args.capacity_concurrency, arrivals=args.arrivals,
-                      surfaces=tuple(args.surfaces), clip=args.clip))
+                      surfaces=tuple(args.surfaces), clip=args.clip,
+                      env=dict(pair.split("=", 1) for pair in args.server_env)))
     for row in result["rows"]:
         print(json.dumps(row), flush=True)
     cap = result["capacity"]
