@@ -151,7 +151,7 @@ class Surfaces:
             stream = RealtimeStream(self.base_url, model="", turn_detection="none")
         except InvalidStatus as exc:  # the upgrade was refused with an HTTP status
             status, headers = exc.response.status_code, exc.response.headers
-            detail = f"HTTP {status} on the upgrade: {exc.response.body[:200]!r}"
+            detail = f"HTTP {status} on the upgrade: {bytes(exc.response.body).decode(errors='replace')[:200]}"
             if status in (429, 503):
                 return _refusal(time.perf_counter() - start, detail, headers.get("retry-after"), 1.0)
             return Outcome("lost", time.perf_counter() - start, detail=detail)
@@ -400,12 +400,15 @@ def surface_row(surface: str, offered: int, outs: list[Outcome], alone: Outcome,
     p99 = percentile(lat, 0.99) if lat else float("nan")
     lost = [o for o in outs if o.kind == "lost"]
     bare = [o for o in outs if o.kind == "refused_bare"]
+    hints = [o.retry_after_s for o in outs if o.retry_after_s is not None]
     return {
         "surface": surface,
         "offered": offered,
         "served": len(served),
         "refused_with_retry": sum(o.kind == "refused_hint" for o in outs),
         "refused_without_retry": len(bare),
+        "retry_after_p50_s": statistics.median(hints) if hints else None,
+        "retry_after_max_s": max(hints, default=None),
         "lost": len(lost) + offered - len(outs),  # an offered request with no outcome is lost too
         "served_same_text_as_alone": sum(o.text == alone.text for o in served),
         "accepted_p50_s": round(statistics.median(lat), 2) if lat else float("nan"),
@@ -450,13 +453,19 @@ def hard_failures(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _hints(row: dict[str, Any]) -> str:
+    if row["retry_after_max_s"] is None:
+        return ""
+    return f" (wait p50 {row['retry_after_p50_s']:g} s, max {row['retry_after_max_s']:g} s)"
+
+
 def markdown(rows: list[dict[str, Any]], max_queue_delay_s: float) -> str:
     lines = [f"| surface | offered | served | refused + Retry-After/pushback | refused without | lost | "
              f"accepted p50 / p95 / p99 s | alone p50 s | p99 ≤ {max_queue_delay_s:g} s + alone |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "offered" in r:
-            lines.append(f"| {r['surface']} | {r['offered']} | {r['served']} | {r['refused_with_retry']} | "
+            lines.append(f"| {r['surface']} | {r['offered']} | {r['served']} | {r['refused_with_retry']}{_hints(r)} | "
                          f"{r['refused_without_retry']} | {r['lost']} | {r['accepted_p50_s']} / {r['accepted_p95_s']} / "
                          f"{r['accepted_p99_s']} | {r['processing_alone_p50_s']} | {r['p99_within_limit']} |")
     for r in rows:

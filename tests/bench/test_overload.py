@@ -28,12 +28,14 @@ def test_uniform_arrivals_are_evenly_spaced() -> None:
 def test_a_row_accounts_for_every_offered_request() -> None:
     alone = Outcome("served", 2.0, text="hello")
     outs = [Outcome("served", 3.0, text="hello"), Outcome("served", 40.0, text="other"),
-            Outcome("refused_hint", 0.1, detail="HTTP 503"), Outcome("refused_bare", 0.1, detail="HTTP 503 bare"),
+            Outcome("refused_hint", 0.1, detail="HTTP 503", retry_after_s=7.0), Outcome("refused_bare", 0.1, detail="HTTP 503 bare"),
             Outcome("lost", 300.0, detail="ReadTimeout")]
     row = overload.surface_row("http", 6, outs, alone, max_queue_delay_s=30.0)
     # one offered request never came back: it is lost too
     assert (row["served"], row["refused_with_retry"], row["refused_without_retry"], row["lost"]) == (2, 1, 1, 2)
     assert row["served_same_text_as_alone"] == 1
+    assert row["retry_after_p50_s"] == row["retry_after_max_s"] == 7.0
+    assert "wait p50 7 s, max 7 s" in overload.markdown([row], 30.0)
     assert row["accepted_p99_s"] == 40.0 and row["p99_within_limit"] is False  # 40 > 30 + 2
     assert row["examples"] == ["HTTP 503 bare", "ReadTimeout"]
     failures = overload.hard_failures([row, overload.live_row([overload.LiveResult(finals=[0.5])])])
