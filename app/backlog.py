@@ -6,9 +6,11 @@ RESOURCE_EXHAUSTED + grpc-retry-pushback-ms).
 Why audio-seconds and a measured rate rather than a request count: a count of 64 is a second of
 work for 1 s clips and an hour for meeting recordings. The rate is measured from the progress the
 engine reports (Whisper's offline decoder reports every finished 30 s window; other families
-report at the end), smoothed over `RATE_TAU_S`, and measured only while there is work, so an
-idle server keeps its last estimate. Before anything has been measured, the age of the oldest
-outstanding request bounds the delay from below, so a burst at start-up is shed too.
+report at the end), one sample per engine step's outputs (a batch that finishes together is
+one measurement, however long its step took), smoothed over `RATE_TAU_S`, and measured only
+while there is work, so an idle server keeps its last estimate. Before anything has been measured,
+the age of the oldest outstanding request stands in for the delay, so a burst at start-up is
+shed too. Known limit: live streams that slow offline work down show only at its next output.
 
 Event-loop only (the bridge calls it from its dispatch), so no lock.
 """
@@ -62,31 +64,43 @@ class Backlog:
         done = work.seconds if finished else min(max(decoded_seconds, work.done), work.seconds)
         self._progress += done - work.done
         work.done = done
+        if finished:
+            self._work.pop(request_id, None)  # idle bookkeeping waits for sample(): its progress counts
+
+    def sample(self) -> None:
+        """Close a throughput sample after a step's outputs were reported (call once per step)."""
         now = self._clock()
-        if self._since is not None and now - self._since >= MIN_SAMPLE_S:
+        if self._since is not None and now - self._since >= MIN_SAMPLE_S and self._progress > 0:
             span = now - self._since
             sample = self._progress / span
             weight = 1.0 - math.exp(-span / RATE_TAU_S)
             self.rate = sample if self.rate is None else self.rate + weight * (sample - self.rate)
             self._since, self._progress = now, 0.0
-        if finished:
-            self.forget(request_id)
+        if not self._work:
+            self._since = None  # idle: the rate keeps its last value
 
     def forget(self, request_id: str) -> None:
-        """A tracked request left (finished, aborted or failed)."""
+        """A tracked request left without being transcribed (aborted or failed)."""
         if self._work.pop(request_id, None) is not None and not self._work:
-            self._since = None  # idle: the rate keeps its last value
+            self._since, self._progress = None, 0.0  # idle: the rate keeps its last value
 
     def delay(self, priority: int = 0) -> float:
         """Expected seconds before new work at `priority` (lower is sooner) starts being served:
-        the work ahead of it over the measured rate; before a measurement, the oldest
-        outstanding request's age."""
-        ahead = sum(max(0.0, w.seconds - w.done) for w in self._work.values() if w.priority <= priority)
-        if not ahead:
+        the work ahead of it over the measured rate; before a measurement, the oldest request's
+        age. (Not the age once measured: requests wait out a batch's step by design, and the next
+        batch takes them all.)"""
+        ahead = [w for w in self._work.values() if w.priority <= priority]
+        left = sum(max(0.0, w.seconds - w.done) for w in ahead)
+        if not left:
             return 0.0
         if self.rate:
-            return ahead / self.rate
-        return self._clock() - min(w.added for w in self._work.values() if w.priority <= priority)
+            return left / self.rate
+        return self._clock() - min(w.added for w in ahead)
+
+    def drain_time(self) -> int:
+        """Whole seconds (at least 1) for the work now queued to be done at the measured rate: a
+        client refused for lack of a permit is told to come back then."""
+        return max(1, math.ceil(self.delay()))
 
     def retry_after(self, limit: float, priority: int = 0) -> int | None:
         """Whole seconds after which the delay should be back under `limit`, or None when it is

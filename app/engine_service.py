@@ -405,6 +405,7 @@ class EngineService:
             stream.put(out)
             if out.finished and out.finish_reason == "error":
                 self.series.failed(out.error_stage or "unknown")
+        self.backlog.sample()  # one step's outputs, one throughput sample
         self.series.queue_delay.set(self.backlog.delay())
         self.series.route.observe(time.perf_counter() - sent_at)
 

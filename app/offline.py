@@ -35,7 +35,9 @@ def take_permit(service: EngineService, *, live: bool = False) -> None:
         if service.draining:
             raise ApiError(503, "server is shutting down")  # UNAVAILABLE: go to another replica
         # over capacity is RESOURCE_EXHAUSTED (seed 001's table), still HTTP 503
-        raise ApiError(503, "server is at capacity (--max-inflight); retry later", status_name="RESOURCE_EXHAUSTED")
+        retry = service.backlog.drain_time()
+        raise ApiError(503, f"server is at capacity (--max-inflight); retry after {retry} s",
+                       status_name="RESOURCE_EXHAUSTED", retry_after=retry)
 
 
 @contextlib.asynccontextmanager

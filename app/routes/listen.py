@@ -58,10 +58,13 @@ async def listen(websocket: WebSocket) -> None:
     state = websocket.app.state
     service: EngineService = state.service
     if not service.try_acquire():
-        message = "server is shutting down" if service.draining else "server is at capacity (--max-inflight); retry later"
+        retry = None if service.draining else service.backlog.drain_time()
+        message = ("server is shutting down" if retry is None
+                   else f"server is at capacity (--max-inflight); retry after {retry} s")
+        headers = {} if retry is None else {"Retry-After": str(retry)}
         try:
             await websocket.send_denial_response(JSONResponse({"err_code": "UNAVAILABLE", "err_msg": message},
-                                                              status_code=503))
+                                                              status_code=503, headers=headers))
         except RuntimeError:  # the ASGI server lacks the denial extension: a bare close (HTTP 403)
             await websocket.close(1013, message)
         return

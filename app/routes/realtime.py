@@ -60,7 +60,8 @@ Outcome = Literal["ended", "dropped"]
 async def _deny(websocket: WebSocket, err: ApiError) -> None:
     """Refuse the upgrade with a plain HTTP response (a WebSocket client sees the status)."""
     try:
-        await websocket.send_denial_response(JSONResponse(err.openai_body(), status_code=err.status))
+        await websocket.send_denial_response(JSONResponse(err.openai_body(), status_code=err.status,
+                                                          headers=err.headers()))
     except RuntimeError:  # the ASGI server lacks the denial extension: a bare close (HTTP 403)
         await websocket.close(1013 if err.status == 503 else 1008, err.message)
 
@@ -98,8 +99,12 @@ async def realtime(websocket: WebSocket) -> None:
             await _deny(websocket, ApiError(401, str(exc), code="invalid_client_secret"))
             return
     if not service.try_acquire():
-        msg = "server is shutting down" if service.draining else "server is at capacity (--max-inflight); retry later"
-        await _deny(websocket, ApiError(503, msg))
+        if service.draining:
+            await _deny(websocket, ApiError(503, "server is shutting down"))
+        else:
+            retry = service.backlog.drain_time()
+            await _deny(websocket, ApiError(503, f"server is at capacity (--max-inflight); retry after {retry} s",
+                                            retry_after=retry))
         return
     try:
         session = await _open(websocket, settings, service, registry, VadModelCache.of(state), secret)

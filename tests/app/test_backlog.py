@@ -15,9 +15,16 @@ class Clock:
         return self.now
 
 
+def step(backlog: Backlog, *outputs: tuple[str, float, bool]) -> None:
+    """One engine step's outputs reported together, as the bridge's dispatch does."""
+    for rid, decoded, finished in outputs:
+        backlog.progress(rid, decoded, finished)
+    backlog.sample()
+
+
 def test_an_empty_backlog_has_no_delay_and_admits() -> None:
     backlog = Backlog(Clock())
-    assert backlog.delay() == 0.0 and backlog.retry_after(30.0) is None
+    assert backlog.delay() == 0.0 and backlog.retry_after(30.0) is None and backlog.drain_time() == 1
 
 
 def test_before_any_measurement_the_oldest_request_age_bounds_the_delay() -> None:
@@ -36,11 +43,24 @@ def test_the_rate_is_measured_from_progress_and_the_delay_is_work_over_rate() ->
     for k in range(4):
         backlog.add(f"r{k}", 30.0)
     clock.now += 6.0
-    backlog.progress("r0", 30.0, finished=True)  # 30 audio-seconds in 6 s: 5x real time
+    step(backlog, ("r0", 30.0, True))  # 30 audio-seconds in 6 s: 5x real time
     assert backlog.rate == pytest.approx(5.0)
     assert backlog.seconds == pytest.approx(90.0)
     assert backlog.delay() == pytest.approx(18.0)
     assert backlog.retry_after(10.0) == 8 and backlog.retry_after(20.0) is None
+
+
+def test_a_batch_finishing_after_a_long_step_is_one_sample_not_a_collapse() -> None:
+    """16 requests of 7.66 s finishing together after a 60 s step: 2.04 audio-s/s, not the first
+    output over 60 s and the rest over nothing (the overload benchmark's 1123 s Retry-After)."""
+    clock = Clock()
+    backlog = Backlog(clock)
+    for k in range(17):
+        backlog.add(f"r{k}", 7.66)
+    clock.now += 60.0
+    step(backlog, *((f"r{k}", 7.66, True) for k in range(16)))
+    assert backlog.rate == pytest.approx(16 * 7.66 / 60.0)
+    assert backlog.delay() == pytest.approx(7.66 / (16 * 7.66 / 60.0))
 
 
 def test_partial_progress_counts_once_and_aborted_work_leaves_without_progress() -> None:
@@ -48,8 +68,8 @@ def test_partial_progress_counts_once_and_aborted_work_leaves_without_progress()
     backlog = Backlog(clock)
     backlog.add("long", 120.0)
     clock.now += 3.0
-    backlog.progress("long", 30.0, finished=False)  # one 30 s window decoded
-    backlog.progress("long", 30.0, finished=False)  # the same window again: no new progress
+    step(backlog, ("long", 30.0, False))  # one 30 s window decoded
+    step(backlog, ("long", 30.0, False))  # the same window again: no new progress
     assert backlog.seconds == pytest.approx(90.0)
     backlog.forget("long")
     assert backlog.seconds == 0.0 and backlog.delay() == 0.0
@@ -62,10 +82,10 @@ def test_outputs_within_one_sample_interval_are_measured_together() -> None:
     backlog.add("b", 4.0)
     backlog.add("c", 100.0)
     clock.now += MIN_SAMPLE_S / 2
-    backlog.progress("a", 4.0, finished=True)
-    assert backlog.rate is None  # too short a span to measure: one step's outputs arrive together
+    step(backlog, ("a", 4.0, True))
+    assert backlog.rate is None  # too short a span to measure
     clock.now += MIN_SAMPLE_S / 2
-    backlog.progress("b", 4.0, finished=True)
+    step(backlog, ("b", 4.0, True))
     assert backlog.rate == pytest.approx(8.0 / MIN_SAMPLE_S)
 
 
@@ -75,6 +95,6 @@ def test_lower_priority_work_does_not_delay_interactive_requests() -> None:
     backlog.add("job", 600.0, priority=10)
     backlog.add("req", 5.0, priority=0)
     clock.now += 1.0
-    backlog.progress("req", 5.0, finished=True)
+    step(backlog, ("req", 5.0, True))
     assert backlog.delay(priority=0) == 0.0  # only the job is left, behind interactive work
     assert backlog.delay(priority=10) == pytest.approx(600.0 / 5.0)
