@@ -133,3 +133,15 @@ def test_greedy_and_beam_streams_share_a_batch() -> None:
         finals.update({o.request_id: o.tokens for o in runner.execute() if o.finished})
     assert set(stepped) <= {0, 3}, "the three streams advance together"
     assert finals == {f"b{b}": alone[b] for b in (1, 2, 4)}
+
+
+def test_greedy_and_beam_requests_share_an_offline_batch() -> None:
+    name = "unified_rc"
+    runner = make_runner(name, decode_method="rnnt")
+    ref = {s["clip"]: s for s in beam_reference(name)["offline"] if s["beam"] == 4}
+    greedy = {c: transcribe_offline(runner, clip(name, c)).tokens for c in ref}
+    reqs = [Request(f"{c}/{b}", streaming=False, decoding=DecodingOptions(beam_size=b), sample_rate=runner.sample_rate,
+                    audio=clip(name, c)) for c in ref for b in (1, 4)]  # fmt: skip
+    assert runner.admit(reqs) == []
+    outs = {o.request_id: o.tokens for o in runner.execute()}
+    assert outs == {**{f"{c}/1": greedy[c] for c in ref}, **{f"{c}/4": ref[c]["nbest"][0]["tokens"] for c in ref}}

@@ -18,7 +18,7 @@ import pytest
 
 from app.audio import pcm16_to_float
 from engine import ASREngine, EngineConfig
-from engine.types import RequestOutput
+from engine.types import DecodingOptions, RequestOutput
 from protos.oasr.speech.v1 import speech_pb2 as pb
 from protos.oasr.speech.v1 import speech_pb2_grpc
 from tests.e2e.conftest import ServerProcess
@@ -120,3 +120,34 @@ def test_models_endpoint_shows_the_family(server: ServerProcess) -> None:
     assert info["family"] == "nemo" and info["decode_methods"] == ["rnnt", "ctc"]
     assert [la["chunk_ms"] for la in info["stream_settings"]["look_aheads"]] == [320, 160, 80]
     assert info["stream_settings"]["style"] == "cache_aware"
+
+
+def test_grpc_streaming_alternatives_are_the_streamed_beam_nbest(server: ServerProcess) -> None:
+    """A live stream asking for alternatives beam-searches (malsd_batch) as it streams: the final
+    result's alternatives are the in-process stream's n-best on the same samples, in order."""
+    audio = pcm16_at(clip("hybrid_cache_aware", CLIP), RATE)
+    recognition = pb.RecognitionConfig(encoding=pb.RecognitionConfig.AudioEncoding.LINEAR16, sample_rate_hertz=RATE,
+                                       max_alternatives=3)  # fmt: skip
+    config = pb.StreamingRecognitionConfig(config=recognition)
+
+    def requests() -> Iterator[pb.StreamingRecognizeRequest]:
+        yield pb.StreamingRecognizeRequest(streaming_config=config)
+        step = RATE * 2 // 10  # 100 ms
+        for i in range(0, len(audio), step):
+            yield pb.StreamingRecognizeRequest(audio_content=audio[i : i + step])
+
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        responses = list(speech_pb2_grpc.SpeechStub(channel).StreamingRecognize(requests(), timeout=TIMEOUT_S))
+    finals = [r.results[0] for r in responses if r.results and r.results[0].is_final]
+    eng = ASREngine(EngineConfig(ckpt_dir=str(FIXTURES / "hybrid_cache_aware"), service_mode="streaming",
+                                 num_threads=1))  # fmt: skip
+    try:
+        rid = eng.add_streaming_request(decoding=DecodingOptions(beam_size=3, n_best=3))
+        eng.feed_chunk(rid, pcm16_to_float(audio), is_last=True)
+        outs: list[RequestOutput] = []
+        while not (outs and outs[-1].finished):
+            outs += [o for o in eng.step() if o.request_id == rid]
+    finally:
+        eng.shutdown()
+    assert len(outs[-1].nbest) == 3
+    assert len(finals) == 1 and [a.transcript for a in finals[0].alternatives] == [a.text for a in outs[-1].nbest]

@@ -13,11 +13,13 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
 from engine.models.zipformer.beam import new_beam
 from engine.ops.modified_beam import modified_beam_search
+from engine.request import Request
 from engine.types import DecodingOptions, RequestOutput
 from tests.engine.zipformer.conftest import (
     clip,
@@ -81,3 +83,30 @@ def test_streaming_nbest_equals_icefall(clip_id: str, chunk: int, left: int) -> 
     _assert_nbest(outs[-1], ref["nbest"], runner.ckpt.tokenizer.text)
     committed = [o.committed for o in outs]
     assert all(b.startswith(a) for a, b in itertools.pairwise(committed)), committed
+
+
+def test_beam_and_greedy_streams_stepped_together_equal_icefall() -> None:
+    """The three clips as concurrent streams, two beam-searching and one greedy: one batched
+    forward per step, each stream icefall's own result (beam: the best of the n-best)."""
+    chunk, left = 16, 64
+    runner = make_runner(chunk_size=chunk, num_left_chunks=left // chunk)
+    beams = {c: (4 if i < 2 else 1) for i, c in enumerate(CLIPS)}
+    reqs = [Request(c, streaming=True, decoding=DecodingOptions(beam_size=beams[c]), sample_rate=16000) for c in CLIPS]
+    assert runner.admit(reqs) == []
+    audios = {c: np.asarray(clip(c)) for c in CLIPS}
+    piece = runner.stream_chunk_samples
+    finals: dict[str, RequestOutput] = {}
+    batched = 0
+    for start in range(0, max(len(a) for a in audios.values()) + piece, piece):
+        for r in reqs:
+            if not r.input_finished:
+                r.append_audio(np.ascontiguousarray(audios[r.request_id][start : start + piece]))
+                r.input_finished = start + piece >= len(audios[r.request_id])
+        finals.update({o.request_id: o for o in runner.execute() if o.finished})
+        batched = max(batched, runner.streams_stepped)
+    while len(finals) < len(CLIPS):
+        finals.update({o.request_id: o for o in runner.execute() if o.finished})
+    assert batched == len(CLIPS)
+    for c in CLIPS:
+        ref = next(s for s in reference()["clips"][c]["streaming"] if s["chunk_size"] == chunk)
+        assert finals[c].tokens == (ref["modified_beam_search"]["best"] if beams[c] > 1 else ref["greedy"])

@@ -167,3 +167,33 @@ def test_google_recognize_alternatives_are_the_beam_nbest(server: ServerProcess)
         eng.shutdown()
     assert len(out.nbest) == 4
     assert alternatives == [a.text for a in out.nbest]
+
+
+def test_grpc_streaming_alternatives_are_the_streamed_beam_nbest(server: ServerProcess) -> None:
+    """A live stream asking for alternatives beam-searches as it streams: the final result's
+    alternatives are the in-process stream's n-best on the same samples, in order."""
+    audio = pcm16_at(clip(CLIP), RATE)
+    recognition = pb.RecognitionConfig(encoding=pb.RecognitionConfig.AudioEncoding.LINEAR16, sample_rate_hertz=RATE,
+                                       max_alternatives=3)  # fmt: skip
+    config = pb.StreamingRecognitionConfig(config=recognition)
+
+    def requests() -> Iterator[pb.StreamingRecognizeRequest]:
+        yield pb.StreamingRecognizeRequest(streaming_config=config)
+        step = RATE * 2 // 10  # 100 ms of PCM16
+        for i in range(0, len(audio), step):
+            yield pb.StreamingRecognizeRequest(audio_content=audio[i : i + step])
+
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        responses = list(speech_pb2_grpc.SpeechStub(channel).StreamingRecognize(requests(), timeout=TIMEOUT_S))
+    finals = [r.results[0] for r in responses if r.results and r.results[0].is_final]
+    eng = ASREngine(EngineConfig(ckpt_dir=str(CHECKPOINT), service_mode="streaming", num_threads=1))
+    try:
+        rid = eng.add_streaming_request(decoding=DecodingOptions(beam_size=3, n_best=3))
+        eng.feed_chunk(rid, pcm16_to_float(audio), is_last=True)
+        outs: list[RequestOutput] = []
+        while not (outs and outs[-1].finished):
+            outs += [o for o in eng.step() if o.request_id == rid]
+    finally:
+        eng.shutdown()
+    assert len(outs[-1].nbest) == 3
+    assert len(finals) == 1 and [a.transcript for a in finals[0].alternatives] == [a.text for a in outs[-1].nbest]
