@@ -114,7 +114,8 @@ async def sdk_session(ws_url: str, pcm: bytes, *, rate: int = 24000, chunk_ms: i
     end (manual turn detection) and collect events until every committed item has ended.
     `hold_at_s`: once that much audio is out, wait for the first delta before sending the rest
     (a streaming server answers while the audio is still coming, however slow the machine).
-    `transcription`: more session transcription settings (keywords, delay, stream_context).
+    `transcription`: more session transcription settings (language, keywords, delay, stream_context);
+    none by default, since a model without language control refuses a `language`.
     `start_together`: sessions sharing it send their first audio only once all are connected and
     configured (so connection set-up jitter does not offset their passes)."""
     import openai
@@ -128,7 +129,7 @@ async def sdk_session(ws_url: str, pcm: bytes, *, rate: int = 24000, chunk_ms: i
             "type": "transcription",
             "audio": {"input": {
                 "format": {"type": "audio/pcm", "rate": rate},
-                "transcription": {"model": "whisper-1", "language": "en", **(transcription or {})},
+                "transcription": {"model": "whisper-1", **(transcription or {})},
                 "turn_detection": {"type": "server_vad"} if server_vad else None,
             }},
         })

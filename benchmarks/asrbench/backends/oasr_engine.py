@@ -125,7 +125,11 @@ class OasrEngineBackend(Backend):
     def _decoding(self) -> Any:
         from engine import DecodingOptions
 
-        return DecodingOptions(beam_size=int(self.options["beam_size"]), language="en")
+        info = self._engine.model_info
+        # the datasets are English: say so where the model lets a request choose (or is English);
+        # a model without language control refuses a language (engine/capabilities.py)
+        english = info.capabilities.language or info.languages == ("en",)
+        return DecodingOptions(beam_size=int(self.options["beam_size"]), language="en" if english else None)
 
     def _drive(self) -> None:
         from engine.loop import LoopObserver, drive
