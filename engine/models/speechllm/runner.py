@@ -57,7 +57,6 @@ class _Running:
     length: int = 0
     """Positions each row has written (prompt + fed tokens)."""
     prefilled: bool = False
-    out_of_blocks: bool = False
 
 
 class SpeechLLMRunner:
@@ -211,19 +210,23 @@ class SpeechLLMRunner:
         return head + [self.ckpt.audio_token] * n_audio + self.tokenizer.encode(after), len(head)
 
     def _prefill(self, state: _Running) -> list[RequestOutput]:
+        """Encode the request's audio and run its prompt; it waits (stays unprefilled) while the
+        pool lacks the prompt's blocks, which decoding requests return as they finish."""
         req = state.request
         audio = req.audio
         assert audio is not None
-        mel = self.mel([audio], audio_padding=True)[0]
         frames = min(math.ceil(audio.shape[0] / HOP_LENGTH), N_FRAMES)
         n_audio = audio_tokens(frames)
         ids, first_audio = self._prompt_ids(req.decoding, n_audio)
+        if self.blocks.blocks_for(len(ids) + 1) > self.pool.num_blocks:
+            self._running.pop(req.request_id)
+            return [_error(req, "admission", f"the prompt ({len(ids)} tokens) does not fit the KV pool "
+                           f"({self.pool.num_blocks} blocks of {self.pool.block_size} tokens)")]
         table = self.blocks.allocate(len(ids))
         if table is None:
-            self._running.pop(req.request_id)
-            self.kv_exhausted_total += 1
-            return [_error(req, "admission", "no free KV blocks for the request's prompt")]
+            return []
         state.tables = [table]
+        mel = self.mel([audio], audio_padding=True)[0]
         embeds = self.model.decoder.embed_tokens(torch.tensor(ids, device=self.device))
         embeds[first_audio : first_audio + n_audio] = self.model.audio_embeddings(mel, frames).to(embeds.dtype)
         slots = self.blocks.slots(table, len(ids)).to(self.device)
