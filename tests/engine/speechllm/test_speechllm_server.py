@@ -1,11 +1,14 @@
 """End to end: a real offline-mode server on the Transformers-written Qwen2-Audio fixture serves
 every offline surface: OpenAI transcriptions (JSON, and SSE with one delta per token carrying its
-log-probability), Google's REST and gRPC Recognize, and /v1/models with the family's declared
-capabilities. Each transcript equals what the in-process engine makes of the same samples (the
+log-probability), the realtime WebSocket (a committed turn decoded offline, its transcript
+arriving as per-token deltas), Google's REST and gRPC Recognize, and /v1/models with the
+family's declared capabilities. Each transcript equals what the in-process engine makes of the same samples (the
 random model's words are meaningless but deterministic, so equality checks the whole path)."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +17,7 @@ import grpc
 import httpx
 import numpy as np
 import pytest
+import websockets
 
 from app.audio import pcm16_to_float
 from engine import ASREngine, DecodingOptions, EngineConfig
@@ -124,3 +128,31 @@ def test_grpc_recognize_with_alternatives(server: ServerProcess, expected: Reque
             content=pcm16(load_clip(CLIP)))), timeout=TIMEOUT_S)
     (result,) = response.results
     assert len(result.alternatives) >= 1 and all(a.transcript for a in result.alternatives)
+
+
+async def realtime_turn(server: ServerProcess, audio: bytes) -> list[dict]:
+    """One manual-commit transcription session: append the audio, commit, read until completed."""
+    events: list[dict] = []
+    async with websockets.connect(server.ws_url + "/v1/realtime?intent=transcription", max_size=None) as ws:
+        async def until(kind: str) -> None:
+            async for message in ws:
+                events.append(json.loads(message))
+                if events[-1]["type"] == kind:
+                    return
+
+        await asyncio.wait_for(until("session.created"), TIMEOUT_S)
+        await ws.send(json.dumps({"type": "session.update", "session": {"type": "transcription", "audio": {
+            "input": {"format": {"type": "audio/pcm", "rate": RATE}, "turn_detection": None}}}}))
+        await asyncio.wait_for(until("session.updated"), TIMEOUT_S)
+        await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(audio).decode()}))
+        await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        await asyncio.wait_for(until("conversation.item.input_audio_transcription.completed"), TIMEOUT_S)
+    return events
+
+
+def test_realtime_turn_arrives_as_per_token_deltas(server: ServerProcess, expected: RequestOutput) -> None:
+    events = asyncio.run(realtime_turn(server, pcm16(load_clip(CLIP))))
+    deltas = [e["delta"] for e in events if e["type"] == "conversation.item.input_audio_transcription.delta"]
+    (completed,) = [e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    assert completed["transcript"] == expected.text == "".join(deltas)
+    assert len([d for d in deltas if d]) >= len(expected.tokens) - 2
