@@ -14,14 +14,17 @@ from typing import Any
 
 import torch
 from safetensors import safe_open
+from torch import nn
 
 from engine.errors import CheckpointError
-from engine.models.speechllm.model import DecoderDims, EncoderDims, SpeechLLM
+from engine.models.speechllm.model import AudioEncoder, DecoderDims, EncoderDims, SpeechLLM, TwoLayerProjector
+from engine.models.speechllm.prompt import AUDIO_PAD, QWEN3_AUDIO_PAD
+from engine.models.speechllm.qwen3_audio import Qwen3AudioDims, Qwen3AudioEncoder
 from engine.models.speechllm.tokenizer import QwenTokenizer
 
 logger = logging.getLogger(__name__)
 
-MODEL_TYPES = ("qwen2_audio",)
+MODEL_TYPES = ("qwen2_audio", "qwen3_asr")
 """config.json `model_type`s this family loads."""
 SAMPLE_RATE = 16000  # Hz, the Whisper front end's
 
@@ -31,6 +34,8 @@ _PREFIXES = (
     ("model.audio_tower.", "audio_tower."),
     ("multi_modal_projector.linear.", "projector."),
     ("model.multi_modal_projector.linear.", "projector."),
+    ("model.multi_modal_projector.", "projector."),
+    ("multi_modal_projector.", "projector."),
     ("language_model.model.", "decoder."),
     ("model.language_model.", "decoder."),
     ("language_model.lm_head.", "decoder.lm_head."),
@@ -70,16 +75,31 @@ def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
     return cfg is not None and cfg.get("model_type") in MODEL_TYPES and bool(glob.glob(os.path.join(ckpt_dir, "*.safetensors")))
 
 
-def _dims(cfg: dict[str, Any]) -> tuple[EncoderDims, DecoderDims]:
-    a, t = cfg["audio_config"], cfg["text_config"]
-    rope = t.get("rope_parameters") or {}
-    heads = int(t["num_attention_heads"])
-    hidden = int(t["hidden_size"])
+def _audio(model_type: str, a: dict[str, Any], hidden: int) -> tuple[nn.Module, nn.Module]:
+    """The audio tower and projector of `model_type`."""
+    if model_type == "qwen3_asr":
+        tower = Qwen3AudioEncoder(Qwen3AudioDims(
+            n_mels=int(a.get("num_mel_bins", 128)), d_model=int(a["d_model"]), layers=int(a["encoder_layers"]),
+            heads=int(a["encoder_attention_heads"]), ffn=int(a["encoder_ffn_dim"]),
+            conv_channels=int(a.get("downsample_hidden_size", 480)), n_window=int(a.get("n_window", 50)),
+            n_window_infer=int(a.get("n_window_infer", 800)), max_positions=int(a.get("max_position_embeddings", 13)),
+        ))  # fmt: skip
+        if int(a.get("output_dim", hidden)) != hidden:
+            raise CheckpointError(f"audio output_dim {a.get('output_dim')} != the decoder's hidden_size {hidden}")
+        return tower, TwoLayerProjector(int(a["d_model"]), hidden)
     encoder = EncoderDims(
         n_mels=int(a.get("num_mel_bins", 128)), d_model=int(a["d_model"]), layers=int(a["encoder_layers"]),
         heads=int(a["encoder_attention_heads"]), ffn=int(a["encoder_ffn_dim"]),
         max_positions=int(a.get("max_source_positions", 1500)),
     )  # fmt: skip
+    return AudioEncoder(encoder), nn.Linear(encoder.d_model, hidden)
+
+
+def _dims(cfg: dict[str, Any]) -> DecoderDims:
+    t = cfg["text_config"]
+    rope = t.get("rope_parameters") or {}
+    heads = int(t["num_attention_heads"])
+    hidden = int(t["hidden_size"])
     decoder = DecoderDims(
         vocab=int(t["vocab_size"]), hidden=hidden, layers=int(t["num_hidden_layers"]), heads=heads,
         kv_heads=int(t.get("num_key_value_heads") or heads), head_dim=int(t.get("head_dim") or hidden // heads),
@@ -92,7 +112,7 @@ def _dims(cfg: dict[str, Any]) -> tuple[EncoderDims, DecoderDims]:
         raise CheckpointError(f"rope_type {rope['rope_type']!r} is not supported (only 'default')")
     if t.get("use_sliding_window"):
         raise CheckpointError("sliding-window attention is not supported")
-    return encoder, decoder
+    return decoder
 
 
 def _our_name(name: str) -> str | None:
@@ -126,8 +146,9 @@ def load_checkpoint(ckpt_dir: str, device: torch.device, dtype: torch.dtype) -> 
     cfg = read_config(ckpt_dir)
     if cfg is None or cfg.get("model_type") not in MODEL_TYPES:
         raise CheckpointError(f"{ckpt_dir!r}: config.json names no speech-LLM model_type ({', '.join(MODEL_TYPES)})")
-    encoder, decoder = _dims(cfg)
-    model = SpeechLLM(encoder, decoder)
+    decoder = _dims(cfg)
+    tower, projector = _audio(str(cfg["model_type"]), cfg["audio_config"], decoder.hidden)
+    model = SpeechLLM(tower, projector, decoder)
     ours = model.state_dict()
     loaded: set[str] = set()
     files = sorted(glob.glob(os.path.join(ckpt_dir, "*.safetensors")))
@@ -150,12 +171,17 @@ def load_checkpoint(ckpt_dir: str, device: torch.device, dtype: torch.dtype) -> 
         raise CheckpointError(f"{ckpt_dir!r}: the checkpoint lacks {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
     model = model.to(device=device, dtype=dtype).eval()
     model.decoder.inv_freq = model.decoder.inv_freq.float()  # rotary angles stay float32 whatever the dtype
+    if isinstance(tower, Qwen3AudioEncoder):  # so does its mel front end
+        tower.filters, tower.window = tower.filters.float(), tower.window.float()
     tok = QwenTokenizer(os.path.join(ckpt_dir, "tokenizer.json"))
-    audio_token = int(cfg.get("audio_token_index", cfg.get("audio_token_id", tok.token_id("<|AUDIO|>"))))
+    audio_token = cfg.get("audio_token_index", cfg.get("audio_token_id"))
+    if audio_token is None:
+        audio_token = tok.token_id(QWEN3_AUDIO_PAD if cfg["model_type"] == "qwen3_asr" else AUDIO_PAD)
+    n_mels = int(cfg["audio_config"].get("num_mel_bins", 128))
     name = cfg.get("_name_or_path") or os.path.basename(os.path.normpath(ckpt_dir))
     return SpeechLLMCheckpoint(
-        model=model, tokenizer=tok, model_type=str(cfg["model_type"]), n_mels=encoder.n_mels,
-        audio_token=audio_token, eos_tokens=_eos_tokens(ckpt_dir, cfg, tok),
+        model=model, tokenizer=tok, model_type=str(cfg["model_type"]), n_mels=n_mels,
+        audio_token=int(audio_token), eos_tokens=_eos_tokens(ckpt_dir, cfg, tok),
         max_positions=int(cfg["text_config"].get("max_position_embeddings", 32768)), name=os.path.basename(str(name)),
         weights=tuple(os.path.basename(p) for p in files),
     )  # fmt: skip

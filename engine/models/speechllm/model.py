@@ -10,12 +10,16 @@ one token each, reading every row's history through its block table.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Protocol
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from engine.models.whisper.features import HOP_LENGTH, N_FRAMES, LogMelExtractor
 from engine.ops.paged_attention import paged_attention
 
 ENCODER_CONV_STRIDE = 2
@@ -54,11 +58,15 @@ class DecoderDims:
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, d: int, heads: int, ffn: int) -> None:
+    """Pre-LN transformer block. Whisper's (Qwen2-Audio) has no k bias and scales q before the
+    product; Qwen3-ASR's has a k bias and scales the product (the references' rounding orders)."""
+
+    def __init__(self, d: int, heads: int, ffn: int, whisper: bool = True) -> None:
         super().__init__()
         self.heads = heads
+        self.whisper = whisper
         self.q_proj = nn.Linear(d, d)
-        self.k_proj = nn.Linear(d, d, bias=False)
+        self.k_proj = nn.Linear(d, d, bias=not whisper)
         self.v_proj = nn.Linear(d, d)
         self.out_proj = nn.Linear(d, d)
         self.self_attn_layer_norm = nn.LayerNorm(d)
@@ -70,21 +78,23 @@ class EncoderLayer(nn.Module):
         b, t, d = x.shape
         hd = d // self.heads
         h = self.self_attn_layer_norm(x)
-        # the reference scales q before the product (its rounding), then attends with scale 1
-        q = (self.q_proj(h) * hd**-0.5).view(b, t, self.heads, hd).transpose(1, 2)  # (B, H, T, hd)
+        q = self.q_proj(h) * hd**-0.5 if self.whisper else self.q_proj(h)
+        q = q.view(b, t, self.heads, hd).transpose(1, 2)  # (B, H, T, hd)
         k = self.k_proj(h).view(b, t, self.heads, hd).transpose(1, 2)
         v = self.v_proj(h).view(b, t, self.heads, hd).transpose(1, 2)
-        a = F.scaled_dot_product_attention(q, k, v, scale=1.0).transpose(1, 2).reshape(b, t, d)
+        scale = 1.0 if self.whisper else hd**-0.5
+        a = F.scaled_dot_product_attention(q, k, v, scale=scale).transpose(1, 2).reshape(b, t, d)
         x = x + self.out_proj(a)
         return x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
 
 
 class AudioEncoder(nn.Module):
-    """Log-mel (n_mels, frames) of one clip -> audio token embeddings (tokens, d_model)."""
+    """Qwen2-Audio's (Whisper's) encoder: a clip of at most 30 s -> (tokens, d_model)."""
 
     def __init__(self, dims: EncoderDims) -> None:
         super().__init__()
         self.dims = dims
+        self._mel: LogMelExtractor | None = None
         self.conv1 = nn.Conv1d(dims.n_mels, dims.d_model, kernel_size=3, padding=1)
         self.conv2 = nn.Conv1d(dims.d_model, dims.d_model, kernel_size=3, stride=2, padding=1)
         self.embed_positions = nn.Parameter(torch.zeros(dims.max_positions, dims.d_model), requires_grad=False)
@@ -104,6 +114,26 @@ class AudioEncoder(nn.Module):
             x = layer(x)
         x = F.avg_pool1d(x.transpose(1, 2), POOL_STRIDE, POOL_STRIDE).transpose(1, 2)  # (1, P // 2, d)
         return self.layer_norm(x)[0]
+
+    @staticmethod
+    def tokens(samples: int) -> int:
+        """Audio tokens a clip of `samples` becomes (the processor's formula)."""
+        return audio_tokens(_whisper_frames(samples))
+
+    def encode(self, audio: np.ndarray) -> Tensor:
+        """Waveform (16 kHz) -> (tokens, d_model): the reference's 30 s log-mel window (the audio
+        followed by zeros), of which the audio's positions are encoded."""
+        if self._mel is None:
+            self._mel = LogMelExtractor(self.dims.n_mels, self.conv1.weight.device)
+        mel = self._mel([audio], audio_padding=True)[0]
+        frames = _whisper_frames(audio.shape[0])
+        positions = (frames - 1) // ENCODER_CONV_STRIDE + 1
+        return self(mel[:, : ENCODER_CONV_STRIDE * positions + 1], positions)
+
+
+def _whisper_frames(samples: int) -> int:
+    """Mel frames of a clip the Whisper front end marks as audio (its attention mask)."""
+    return min(math.ceil(samples / HOP_LENGTH), N_FRAMES)
 
 
 class RMSNorm(nn.Module):
@@ -224,19 +254,43 @@ class QwenDecoder(nn.Module):
         return self.logits(x[:, 0])
 
 
+class AudioTower(Protocol):
+    def tokens(self, samples: int) -> int: ...
+
+    def encode(self, audio: np.ndarray) -> Tensor: ...
+
+
 class SpeechLLM(nn.Module):
     """Audio encoder + projector + decoder (the whole checkpoint)."""
 
-    def __init__(self, encoder: EncoderDims, decoder: DecoderDims) -> None:
+    def __init__(self, audio_tower: nn.Module, projector: nn.Module, decoder: DecoderDims) -> None:
         super().__init__()
-        self.audio_tower = AudioEncoder(encoder)
-        self.projector = nn.Linear(encoder.d_model, decoder.hidden)
+        self.audio_tower = audio_tower
+        self.projector = projector
         self.decoder = QwenDecoder(decoder)
 
-    def audio_embeddings(self, mel: Tensor, mel_frames: int) -> Tensor:
-        """Log-mel of one clip (n_mels, frames; `mel_frames` of them hold audio) -> (tokens, hidden)."""
-        positions = (mel_frames - 1) // ENCODER_CONV_STRIDE + 1
-        return self.projector(self.audio_tower(mel[:, : ENCODER_CONV_STRIDE * positions + 1], positions))
+    @property
+    def tower(self) -> AudioTower:
+        return self.audio_tower  # type: ignore[return-value]
+
+    def audio_tokens(self, samples: int) -> int:
+        return self.tower.tokens(samples)
+
+    def audio_embeddings(self, audio: np.ndarray) -> Tensor:
+        """Waveform (16 kHz mono) -> its audio tokens' embeddings (tokens, hidden)."""
+        return self.projector(self.tower.encode(audio))
+
+
+class TwoLayerProjector(nn.Module):
+    """Qwen3-ASR's projector: linear, GELU, linear."""
+
+    def __init__(self, d_in: int, d_out: int) -> None:
+        super().__init__()
+        self.linear_1 = nn.Linear(d_in, d_in)
+        self.linear_2 = nn.Linear(d_in, d_out)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear_2(F.gelu(self.linear_1(x)))
 
 
 def audio_tokens(mel_frames: int) -> int:

@@ -27,12 +27,11 @@ from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError, UnsupportedError
 from engine.metrics import stage_timer
 from engine.models.speechllm.checkpoint import SAMPLE_RATE, SpeechLLMCheckpoint, load_checkpoint
-from engine.models.speechllm.model import audio_tokens
 from engine.models.speechllm.options import SpeechLLMOptions
-from engine.models.speechllm.prompt import LANGUAGE_NAMES, PromptSpec
+from engine.models.speechllm.prompt import ASR_TEXT, LANGUAGE_NAMES, PromptSpec, Qwen3ASRPrompt
 from engine.models.speechllm.rows import SharedBlocks
 from engine.models.speechllm.search import BeamSearch, GreedySearch, Hypothesis
-from engine.models.whisper.features import HOP_LENGTH, N_FRAMES, N_SAMPLES, LogMelExtractor
+from engine.models.whisper.features import N_SAMPLES
 from engine.request import Request
 from engine.runner import Capabilities, ModelInfo, RunnerStats
 from engine.types import Alternative, DecodingOptions, FinishReason, RequestOutput
@@ -73,12 +72,15 @@ class SpeechLLMRunner:
         self.model = ckpt.model
         self.tokenizer = ckpt.tokenizer
         self.sample_rate = SAMPLE_RATE
-        self.mel = LogMelExtractor(ckpt.n_mels, device)
+        self.qwen3 = ckpt.model_type == "qwen3_asr"
+        """Qwen3-ASR: its own prompt layout, and a `language <Name><asr_text>` header before the transcript."""
+        self.asr_text = self.tokenizer.token_id(ASR_TEXT) if self.qwen3 else None
         dims = self.model.decoder.dims
         dtype = next(self.model.parameters()).dtype
         spec = KVSpec(dims.layers, dims.kv_heads, dims.head_dim, dtype)
         block_size = config.block_size_frames or options.block_size
-        self.typical_blocks = math.ceil((PROMPT_TEXT_TOKENS + audio_tokens(N_FRAMES) + options.max_new_tokens) / block_size)
+        self.typical_blocks = math.ceil(
+            (PROMPT_TEXT_TOKENS + self.model.audio_tokens(N_SAMPLES) + options.max_new_tokens) / block_size)
         num_blocks = plan_num_blocks(
             spec, block_size, self.typical_blocks, max_num_blocks=config.max_num_blocks, device=device,
             gpu_memory_utilization=config.gpu_memory_utilization, cpu_cache_bytes=config.cpu_cache_bytes,
@@ -205,7 +207,9 @@ class SpeechLLMRunner:
     # ---- steps ----
 
     def _prompt_ids(self, options: DecodingOptions, n_audio: int) -> tuple[list[int], int]:
-        before, after = PromptSpec.from_options(options).render()
+        """The prompt's ids with `n_audio` audio placeholders, and where the first one is."""
+        spec = Qwen3ASRPrompt.from_options(options) if self.qwen3 else PromptSpec.from_options(options)
+        before, after = spec.render()
         head = self.tokenizer.encode(before)
         return head + [self.ckpt.audio_token] * n_audio + self.tokenizer.encode(after), len(head)
 
@@ -215,8 +219,7 @@ class SpeechLLMRunner:
         req = state.request
         audio = req.audio
         assert audio is not None
-        frames = min(math.ceil(audio.shape[0] / HOP_LENGTH), N_FRAMES)
-        n_audio = audio_tokens(frames)
+        n_audio = self.model.audio_tokens(audio.shape[0])
         ids, first_audio = self._prompt_ids(req.decoding, n_audio)
         if self.blocks.blocks_for(len(ids) + 1) > self.pool.num_blocks:
             self._running.pop(req.request_id)
@@ -226,9 +229,8 @@ class SpeechLLMRunner:
         if table is None:
             return []
         state.tables = [table]
-        mel = self.mel([audio], audio_padding=True)[0]
         embeds = self.model.decoder.embed_tokens(torch.tensor(ids, device=self.device))
-        embeds[first_audio : first_audio + n_audio] = self.model.audio_embeddings(mel, frames).to(embeds.dtype)
+        embeds[first_audio : first_audio + n_audio] = self.model.audio_embeddings(audio).to(embeds.dtype)
         slots = self.blocks.slots(table, len(ids)).to(self.device)
         logits = self.model.decoder.prefill(embeds, self.pool.k, self.pool.v, slots)
         state.length = len(ids)
@@ -302,23 +304,38 @@ class SpeechLLMRunner:
                 reason: FinishReason | None = None) -> RequestOutput:  # fmt: skip
         req = state.request
         best = hyps[0]
-        tokens = [t for t in best.tokens if t not in self.eos]
-        logprobs = best.logprobs[: len(tokens)]
+        tokens, logprobs, language = self._transcript(best, req.decoding, finished)
         text = self.tokenizer.decode(tokens)
         if not finished:
             text = text.rstrip("\ufffd")  # a partial may end inside a character: wait for its last byte
         out = RequestOutput(
             request_id=req.request_id, text=text, tokens=tokens, finished=finished, finish_reason=reason,
-            duration=req.duration,
+            duration=req.duration, language=language or req.decoding.language,
             confidence=math.exp(sum(logprobs) / len(logprobs)) if logprobs else None,
         )  # fmt: skip
         if req.decoding.logprobs:
             out.token_logprobs = logprobs
             out.token_bytes = [self.tokenizer.token_bytes(t) for t in tokens]
         if finished and req.decoding.beam_size > 1:
-            out.nbest = [Alternative(self.tokenizer.decode([t for t in h.tokens if t not in self.eos]),
-                                     math.exp(h.score)) for h in hyps]
+            out.nbest = [Alternative(self.tokenizer.decode(self._transcript(h, req.decoding)[0]), math.exp(h.score)) for h in hyps]
         return out
+
+    def _transcript(self, hyp: Hypothesis, options: DecodingOptions,
+                    finished: bool = True) -> tuple[list[int], list[float], str | None]:  # fmt: skip
+        """The transcript's tokens and log-probabilities (no end token, no Qwen3-ASR header) and
+        the language a Qwen3-ASR header names. A finished Qwen3-ASR output that never closed its
+        header is all transcript (its processor's reading)."""
+        tokens = [t for t in hyp.tokens if t not in self.eos]
+        logprobs = hyp.logprobs[: len(tokens)]
+        if not self.qwen3 or options.language is not None:  # a forced language's header is in the prompt
+            return tokens, logprobs, None
+        if self.asr_text not in tokens:  # the model is still writing its header (or wrote none)
+            return (tokens, logprobs, None) if finished else ([], [], None)
+        cut = tokens.index(self.asr_text) + 1  # type: ignore[arg-type]
+        header = self.tokenizer.decode(tokens[: cut - 1]).strip()
+        name = header[len("language "):].strip() if header.startswith("language ") else ""
+        code = next((c for c, n in LANGUAGE_NAMES.items() if n.lower() == name.lower()), None)
+        return tokens[cut:], logprobs[cut:], code
 
 
 def _refuse_beyond(caps: Capabilities, options: DecodingOptions) -> None:
