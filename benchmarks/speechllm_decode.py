@@ -2,7 +2,7 @@
 
 A random-weight speech-LLM sized like the smallest Qwen3-ASR (its Qwen3-0.6B decoder: 28
 layers, width 1024, 16 query / 8 KV heads of 128, SwiGLU 3072, 151,936-token vocabulary with
-tied embeddings; a small Whisper-style audio encoder, which decode steps never run) decodes N
+tied embeddings; a small AuT audio encoder, which decode steps never run) decodes N
 requests at once (N = 1, 8, 32 by default): each N-batch is admitted and prefilled, then
 `--steps` engine steps (`runner.execute()`, every request advancing one token in one batched
 forward) are timed. The sizes alternate round by round, so a shared machine's load hits them
@@ -28,31 +28,34 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 from engine.config import EngineConfig
 from engine.models.speechllm.checkpoint import SpeechLLMCheckpoint
-from engine.models.speechllm.model import DecoderDims, EncoderDims, SpeechLLM, audio_tokens
+from engine.models.speechllm.model import DecoderDims, SpeechLLM, TwoLayerProjector
 from engine.models.speechllm.options import SpeechLLMOptions
+from engine.models.speechllm.qwen3_audio import Qwen3AudioDims, Qwen3AudioEncoder
 from engine.models.speechllm.runner import PROMPT_TEXT_TOKENS, SpeechLLMRunner
 from engine.models.speechllm.tokenizer import QwenTokenizer
-from engine.models.whisper.features import HOP_LENGTH, N_FRAMES
+from engine.models.whisper.features import N_SAMPLES
 from engine.request import Request
 from engine.types import DecodingOptions
 
 logger = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[1]
-TOKENIZER = REPO / "tests" / "fixtures" / "speechllm" / "qwen2_audio" / "tokenizer.json"
+TOKENIZER = REPO / "tests" / "fixtures" / "speechllm" / "qwen3_asr" / "tokenizer.json"
 """Any Qwen-layout tokenizer renders the chat prompt; token ids beyond it are just rows."""
 SAMPLE_RATE = 16000  # Hz
 AUDIO_SECONDS = 5.0
-"""Each request's audio (a 5 s clip: 62 audio tokens + the chat text, a ~100-token prompt)."""
+"""Each request's audio (a 5 s clip: 65 audio tokens + the chat text, a ~80-token prompt)."""
 KV_POOL_BYTES = 2 * 2**30
 """2 GiB: 585 blocks of 16 tokens at 28 layers x 8 KV heads x 128 x float32 (229 KiB per token)."""
 
 
-def qwen3_asr_small(layers: int) -> tuple[EncoderDims, DecoderDims]:
-    encoder = EncoderDims(n_mels=128, d_model=256, layers=2, heads=4, ffn=1024, max_positions=1500)
+def qwen3_asr_small(layers: int) -> tuple[Qwen3AudioDims, DecoderDims]:
+    encoder = Qwen3AudioDims(n_mels=128, d_model=256, layers=2, heads=4, ffn=1024, conv_channels=64, n_window=50,
+                             n_window_infer=800, max_positions=13)
     decoder = DecoderDims(vocab=151936, hidden=1024, layers=layers, heads=16, kv_heads=8, head_dim=128,
                           intermediate=3072, rms_eps=1e-6, rope_theta=1_000_000.0, qkv_bias=False, qk_norm=True,
                           tie_embeddings=True)
@@ -63,20 +66,21 @@ def build_runner(layers: int, max_new_tokens: int, max_rows: int) -> SpeechLLMRu
     torch.manual_seed(0)
     encoder, decoder = qwen3_asr_small(layers)
     with torch.device("meta"):  # allocate once, below, instead of initializing 600M weights twice
-        model = SpeechLLM(encoder, decoder)
+        model = SpeechLLM(nn.Identity(), TwoLayerProjector(encoder.d_model, decoder.hidden), decoder)
     model = model.to_empty(device="cpu")
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight") or name.endswith("layer_norm.weight"):
+            if name.endswith("norm.weight"):
                 p.fill_(1.0)
             else:
                 p.normal_(0.0, 0.02)
+    model.audio_tower = Qwen3AudioEncoder(encoder)  # small: built as is (its buffers are computed)
     model.decoder.lm_head.weight = model.decoder.embed_tokens.weight  # tied, as Qwen3-0.6B's
     model.decoder.inv_freq = 1.0 / (decoder.rope_theta ** (torch.arange(0, decoder.head_dim, 2).float() / decoder.head_dim))
     model.eval()
     tok = QwenTokenizer(str(TOKENIZER))
-    ckpt = SpeechLLMCheckpoint(model=model, tokenizer=tok, model_type="qwen3_asr (random, 0.6B-sized)", n_mels=128,
-                               audio_token=tok.token_id("<|AUDIO|>"), eos_tokens=(), max_positions=65536,
+    ckpt = SpeechLLMCheckpoint(model=model, tokenizer=tok, model_type="qwen3_asr", n_mels=128,
+                               audio_token=tok.token_id("<|audio_pad|>"), eos_tokens=(), max_positions=65536,
                                name="qwen3-asr-0.6b-random", weights=())  # fmt: skip
     config = EngineConfig(service_mode="offline", max_decode_rows=max_rows, device="cpu",
                           cpu_cache_bytes=KV_POOL_BYTES)
@@ -124,7 +128,7 @@ def run_once(runner: SpeechLLMRunner, n: int, beams: int, steps: int, audio: np.
     if prefill:
         runner.execute()  # every request's prefill and first token
     else:
-        skip_prefill(runner, reqs, len(runner._prompt_ids(opts, audio_tokens(len(audio) // HOP_LENGTH))[0]))
+        skip_prefill(runner, reqs, len(runner._prompt_ids(opts, runner.model.audio_tokens(len(audio)))[0]))
     prefill_s = time.perf_counter() - start
     runner.execute()  # warm: the first batched decode step
     start = time.perf_counter()
@@ -133,7 +137,7 @@ def run_once(runner: SpeechLLMRunner, n: int, beams: int, steps: int, audio: np.
     step = (time.perf_counter() - start) / steps
     used = runner.stats().kv_blocks_used
     rows = runner.decode_rows_last
-    worst = PROMPT_TEXT_TOKENS + audio_tokens(N_FRAMES) + runner.options.max_new_tokens
+    worst = PROMPT_TEXT_TOKENS + runner.model.audio_tokens(N_SAMPLES) + runner.options.max_new_tokens
     contiguous = n * beams * math.ceil(worst / runner.pool.block_size)
     for r in reqs:
         runner.release(r)
