@@ -43,6 +43,7 @@ serve: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy --follow-imports=silent -m engine.types -m engine.config -m engine.errors
 
 # Debian's chromium (browser test), promtool (alert rules) and PostgreSQL (the shared jobs store;

@@ -65,7 +65,7 @@ async def run_offline_channels(
 
 def channel_results(outs: Sequence[RequestOutput], config: Any, separate: bool) -> list[Any]:
     """gRPC `SpeechRecognitionResult`s: one per channel that said something, in channel order."""
-    from app.grpc.convert import alternatives, duration, result_language
+    from app.google.convert import alternatives, duration, result_language
     from protos.oasr.speech.v1 import speech_pb2 as pb
 
     results = []

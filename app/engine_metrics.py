@@ -48,6 +48,7 @@ class EngineSeries:
         self.route = m.dispatch_route.labels(**labels)
         self.running = m.engine_running.labels(**labels)
         self.waiting = m.engine_waiting.labels(**labels)
+        self.queue_delay = m.engine_queue_delay.labels(**labels)
         self.requests_admitted = m.requests_admitted.labels(**labels)
         self.requests_rejected = m.requests_rejected.labels(**labels)
         self.requests_busy = m.requests_busy.labels(**labels)

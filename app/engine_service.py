@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from app.backlog import Backlog
 from app.engine_metrics import EngineSeries
 from app.metrics import Metrics
 from engine import ASREngine, DecodingOptions, RequestOutput
@@ -33,12 +34,13 @@ from engine.errors import (
     UnknownRequestError,
     UnsupportedError,
 )
+from engine.loop import LoopObserver, drive
 
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_MAX_AGE_S = 5.0  # readiness fails when the engine thread has not beaten for this long
 STUCK_STEP_S = 120.0  # ...unless it is inside a step younger than this (one long batch is not a hang)
-IDLE_WAIT_S = 1.0  # the engine thread wakes this often while idle, to beat
+IDLE_WAIT_S = 1.0  # the engine thread wakes this often while idle, to beat (well inside HEARTBEAT_MAX_AGE_S)
 MAX_CONSECUTIVE_STEP_FAILURES = 3  # then the heartbeat stops and readiness fails
 
 
@@ -101,7 +103,7 @@ class _HeldStream:
 
 class EngineService:
     def __init__(self, engine: ASREngine, metrics: Metrics, max_inflight: int = 64,
-                 max_held_seconds: float = 3600.0):
+                 max_held_seconds: float = 3600.0, max_queue_delay_secs: float = 0.0):
         self.engine = engine
         self.metrics = metrics
         info = engine.model_info
@@ -110,6 +112,10 @@ class EngineService:
         self.max_inflight = max_inflight
         self.max_held_seconds = max_held_seconds
         """Most audio (s) held for one live stream on an offline engine (the server's max_audio_seconds)."""
+        self.max_queue_delay_secs = max_queue_delay_secs
+        """New offline work is refused while its expected queue delay is over this (0: never)."""
+        self.backlog = Backlog()
+        """Offline work accepted and not finished, and the measured rate of finishing it."""
         self._held: dict[str, _HeldStream] = {}
         self.inflight = 0
         self.draining = False
@@ -122,6 +128,7 @@ class EngineService:
         self._steps_done = 0
         self._consecutive_failures = 0
         self._step_started: float | None = None
+        self._tick_started = 0.0
         self._started = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
@@ -152,13 +159,19 @@ class EngineService:
             "running": self.engine.num_running,
             "waiting": self.engine.num_waiting,
             "inflight": self.inflight,
+            "queue_delay_s": round(self.backlog.delay(), 3),
+            "backlog_audio_s": round(self.backlog.seconds, 3),
+            "max_queue_delay_s": self.max_queue_delay_secs,
         }
 
     def stop(self) -> None:
         self._stop.set()
-        self.engine.shutdown()  # wakes the thread's blocking wait
+        self.engine.wake()  # the thread's blocking wait returns; it sees the stop and ends
         if self._thread is not None:
             self._thread.join(timeout=10)
+            if self._thread.is_alive():  # a step longer than the join: it owns the engine still
+                logger.warning("engine thread still stepping after 10 s; shutting the engine down anyway")
+        self.engine.shutdown()
 
     # ------------------------------------------------------------------ admission
 
@@ -172,6 +185,21 @@ class EngineService:
 
     def release(self) -> None:
         self.inflight = max(0, self.inflight - 1)
+
+    def shed_offline(self, priority: int = 0, *, count: bool = True) -> int | None:
+        """Seconds a client should wait before offering new offline work (Retry-After), or None
+        to admit it: refused while the work ahead of it would keep it queued longer than
+        `max_queue_delay_secs`. Live streams already admitted are never shed."""
+        if self.max_queue_delay_secs <= 0:
+            return None
+        retry = self.backlog.retry_after(self.max_queue_delay_secs, priority)
+        if retry is not None and count:
+            self.series.requests_busy.inc()
+        return retry
+
+    def _track(self, request_id: str, samples: int, priority: int) -> None:
+        self.backlog.add(request_id, samples / self.engine.sample_rate, priority)
+        self.series.queue_delay.set(self.backlog.delay())
 
     def open_request(
         self,
@@ -203,6 +231,7 @@ class EngineService:
                                                             request_id=request_id)
                 else:
                     rid = self.engine.add_request(audio, priority=priority, decoding=decoding, request_id=request_id)
+                    self._track(rid, 0 if audio is None else int(audio.size), priority)
         except (InvalidRequestError, UnsupportedError):
             self.series.requests_rejected.inc()
             raise
@@ -236,6 +265,7 @@ class EngineService:
         audio = np.concatenate(held.chunks)
         try:
             self.engine.add_request(audio, priority=held.priority, decoding=held.decoding, request_id=request_id)
+            self._track(request_id, int(audio.size), held.priority)
         except EngineError as exc:  # e.g. shut down meanwhile: the stream ends with the reason
             self._put(RequestOutput(request_id, finished=True, finish_reason="error", error=str(exc),
                                     error_stage="admission"))
@@ -285,44 +315,29 @@ class EngineService:
         self.series.beat(heartbeat=alive)
 
     def _run(self) -> None:
-        engine = self.engine
         try:
-            engine.step()  # first step after start-up: readiness needs one
+            self.engine.step()  # first step after start-up: readiness needs one
             self._steps_done += 1
             self._beat()
         finally:
             self._started.set()
-        while not self._stop.is_set():
-            if not engine.has_work():
-                engine.wait_for_work(timeout=IDLE_WAIT_S)
-                self._beat()
-                if not engine.has_work():
-                    continue
-            # one tick: the step (it applies the queued commands), then the extract
-            tick_started = time.perf_counter()
-            self._step_started = time.monotonic()
-            try:
-                outputs = engine.step()
-                self._consecutive_failures = 0
-            except Exception as exc:
-                self._consecutive_failures += 1
-                self.series.step_failures.inc()
-                logger.exception("engine step failed (%d in a row)", self._consecutive_failures)
-                outputs = engine.fail_all(f"engine step failed: {exc}")
-            stepped = time.perf_counter()
-            self._step_started = None
-            self._steps_done += 1
-            try:
-                self._observe_step(stepped - tick_started)
-            except Exception:  # metrics are best effort: the step's outputs must still reach their clients
-                logger.exception("recording the metrics of an engine step failed")
-            posted = self._post(outputs)
-            done = time.perf_counter()
-            self.series.extract.observe(done - stepped)
-            self.series.tick.observe(done - tick_started)
-            self._beat()
-            if not posted:
-                break
+        drive(self.engine, self._deliver, stop=self._stop.is_set, observer=_ThreadObserver(self),
+              idle_wait_s=IDLE_WAIT_S)
+
+    def _deliver(self, outputs: list[RequestOutput]) -> bool:
+        """After each step (engine thread): its metrics, then its outputs to the event loop; False
+        once the loop is closed (shutdown), which ends the thread."""
+        stepped = time.perf_counter()
+        try:
+            self._observe_step(stepped - self._tick_started)
+        except Exception:  # metrics are best effort: the step's outputs must still reach their clients
+            logger.exception("recording the metrics of an engine step failed")
+        posted = self._post(outputs)
+        done = time.perf_counter()
+        self.series.extract.observe(done - stepped)
+        self.series.tick.observe(done - self._tick_started)
+        self._beat()
+        return posted
 
     def _observe_step(self, seconds: float) -> None:
         e = self.engine
@@ -340,10 +355,45 @@ class EngineService:
 
     def _dispatch(self, outputs: list[RequestOutput], sent_at: float) -> None:
         for out in outputs:
+            if out.finished and out.finish_reason in ("abort", "error"):
+                self.backlog.forget(out.request_id)  # left without being transcribed: no progress
+            else:  # offline partials report the audio decoded so far
+                self.backlog.progress(out.request_id, out.duration, out.finished)
             stream = self._streams.get(out.request_id)
             if stream is None:
                 continue  # its handler already left (disconnect); the engine was told to abort
             stream.put(out)
             if out.finished and out.finish_reason == "error":
                 self.series.failed(out.error_stage or "unknown")
+        self.series.queue_delay.set(self.backlog.delay())
         self.series.route.observe(time.perf_counter() - sent_at)
+
+
+class _ThreadObserver(LoopObserver):
+    """The engine thread's view of its loop: heartbeats while idle, the step's start (readiness
+    tells a long step from a stuck one), and failures counted (readiness fails after
+    MAX_CONSECUTIVE_STEP_FAILURES in a row)."""
+
+    def __init__(self, service: EngineService) -> None:
+        self.service = service
+
+    def idle(self) -> None:
+        self.service._beat()
+
+    def step_started(self) -> None:
+        s = self.service
+        s._tick_started = time.perf_counter()
+        s._step_started = time.monotonic()
+
+    def step_failed(self, exc: Exception) -> None:
+        s = self.service
+        s._consecutive_failures += 1
+        s.series.step_failures.inc()
+        logger.error("engine step failed (%d in a row)", s._consecutive_failures, exc_info=exc)
+
+    def stepped(self, seconds: float, failed: bool) -> None:
+        s = self.service
+        if not failed:
+            s._consecutive_failures = 0
+        s._step_started = None
+        s._steps_done += 1

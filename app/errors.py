@@ -42,10 +42,20 @@ def google_shaped(path: str) -> bool:
     return path.startswith(GOOGLE_PATH_PREFIXES)
 
 
+class ModelNotFound(EngineError):
+    """The request names a model this server does not serve (HTTP 404, gRPC NOT_FOUND)."""
+
+    def __init__(self, model: str, served: str):
+        super().__init__(f"model {model!r} does not exist; this server serves {served!r}")
+        self.model = model
+
+
 class ApiError(Exception):
     def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 status_name: str | None = None):
+                 status_name: str | None = None, retry_after: int | None = None):
         super().__init__(message)
+        self.retry_after = retry_after
+        """Seconds a client should wait before retrying (sent as Retry-After; gRPC pushback)."""
         self.status = status
         self.message = message
         self.param = param
@@ -57,6 +67,9 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": OPENAI_TYPE.get(self.status, "invalid_request_error"),
                           "param": self.param, "code": self.code}}
 
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
+
     def google_body(self) -> dict[str, Any]:
         return {"error": {"code": self.status, "status": self.status_name or GOOGLE_STATUS.get(self.status, "UNKNOWN"),
                           "message": self.message}}
@@ -66,6 +79,8 @@ def to_api_error(exc: Exception) -> ApiError:
     """Map engine and audio errors onto HTTP statuses."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, ModelNotFound):
+        return ApiError(404, str(exc), param="model", code="model_not_found")
     if isinstance(exc, AudioError):
         return ApiError(exc.status_code, str(exc), param="file")
     if isinstance(exc, (EngineShutdownError, EngineOverloadedError)):

@@ -128,7 +128,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     engine = await asyncio.to_thread(ASREngine, settings.engine_config())
     info = engine.info()
     metrics.set_build_info(_version(), str(info.get("model", "unknown")))
-    service = EngineService(engine, metrics, settings.max_inflight, max_held_seconds=settings.max_audio_seconds)
+    service = EngineService(engine, metrics, settings.max_inflight, max_held_seconds=settings.max_audio_seconds,
+                            max_queue_delay_secs=settings.max_queue_delay_secs)
     service.start()
     await service.wait_started()
     app.state.service = service
@@ -141,8 +142,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.grpc = None
     if settings.grpc_port:
         from app.grpc.service import start_grpc_server
+        from app.grpc.speech import GrpcDeps
+        from app.live import VadModelCache
 
-        app.state.grpc = await start_grpc_server(app, settings)
+        deps = GrpcDeps(settings=settings, service=service, decoder=app.state.decoder, metrics=metrics,
+                        vad_models=VadModelCache.of(app.state), jobs=app.state.jobs)
+        app.state.grpc = await start_grpc_server(deps, settings)
     drainer = Drainer(app)
     _install_sigterm(app, drainer)
     logger.info("ready: %s (%s) on %s, mode=%s, grpc=%s", info.get("model"), info.get("family"),
@@ -179,7 +184,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(ApiError)
     async def api_error_handler(request: Request, exc: ApiError) -> JSONResponse:
         body = exc.google_body() if google_shaped(request.url.path) else exc.openai_body()
-        return JSONResponse(body, status_code=exc.status)
+        return JSONResponse(body, status_code=exc.status, headers=exc.headers())
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error_handler(request: Request, exc: StarletteHTTPException) -> JSONResponse:

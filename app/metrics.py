@@ -52,9 +52,11 @@ __all__ = [
     "QUEUE_WAIT_BUCKETS",
     "REALTIME_FACTOR_BUCKETS",
     "REQUEST_DURATION_BUCKETS",
+    "SCOPES",
     "SECTIONS",
     "STAGE_BUCKETS",
     "UNMATCHED_ROUTE",
+    "Declared",
     "MetricSpec",
     "Metrics",
 ]
@@ -108,6 +110,19 @@ class MetricSpec:
     section: str
 
 
+@dataclass(frozen=True)
+class Declared:
+    """One metric family as data: the `Metrics` attribute it becomes and what to create."""
+
+    attr: str
+    kind: Kind
+    name: str
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] | None = None
+    """Histograms only: explicit bucket bounds, in the metric's unit."""
+
+
 class _Declarer:
     """Creates families in one registry and records their specs under the current section."""
 
@@ -133,298 +148,290 @@ class _Declarer:
         self._spec(name, "histogram", labels, help)
         return Histogram(name, help, labels, buckets=buckets, registry=self.registry)
 
+    def family(self, m: Declared) -> Counter | Gauge | Histogram:
+        if m.kind == "counter":
+            return self.counter(m.name, m.help, m.labels)
+        if m.kind == "gauge":
+            return self.gauge(m.name, m.help, m.labels)
+        if m.buckets is None:
+            raise ValueError(f"histogram {m.name} needs explicit buckets")
+        return self.histogram(m.name, m.help, m.labels, m.buckets)
+
+
+REQUEST_METRICS: tuple[Declared, ...] = (
+    Declared("request_duration", "histogram", "oasr_request_duration_seconds",
+        "End-to-end wall time of a request, arrival to its terminal event; the number an SLO is "
+        "written against (seconds).",
+        ("api", "mode", "outcome"), buckets=REQUEST_DURATION_BUCKETS),
+    Declared("audio_seconds", "counter", "oasr_audio_seconds_total",
+        "Audio the front-end accepted, counted before the submit so audio a saturated engine refuses "
+        "still reaches the denominator; rate() over request_duration_seconds_sum is RTFx (seconds).",
+        ("api", "mode")),
+    Declared("request_audio_seconds", "histogram", "oasr_request_audio_seconds",
+        "Audio duration of one request: the utterance lengths the latency histogram is read against "
+        "(seconds).",
+        ("api", "mode"), buckets=AUDIO_LENGTH_BUCKETS),
+    Declared("time_to_first_partial", "histogram", "oasr_time_to_first_partial_seconds",
+        "The streaming SLI: first inbound audio of a stream (or turn) to its first partial transcript "
+        "(seconds).",
+        ("api",), buckets=FIRST_PARTIAL_BUCKETS),
+    Declared("stream_sessions_active", "gauge", "oasr_stream_sessions_active",
+        "Live streaming sessions open now: realtime WebSockets and StreamingRecognize calls (count).",
+        ("api",)),
+    Declared("stream_realtime_factor", "histogram", "oasr_stream_realtime_factor",
+        "Audio seconds received per wall second over a live session's life; below 1 the stream was "
+        "slower than real time (ratio).",
+        (), buckets=REALTIME_FACTOR_BUCKETS),
+)
+"""The Requests section of docs/operations.md#metrics."""
+
+TRANSPORT_METRICS: tuple[Declared, ...] = (
+    Declared("http_requests", "counter", "oasr_http_requests_total",
+        "HTTP responses by method, matched route pattern (never the request URI; '<unmatched>' when "
+        "none matches) and status (count).",
+        ("method", "route", "status")),
+    Declared("http_request_duration", "histogram", "oasr_http_request_duration_seconds",
+        "Listener-to-response wall time of an HTTP request, to its last body byte (seconds).",
+        ("method", "route"), buckets=REQUEST_DURATION_BUCKETS),
+    Declared("http_requests_in_flight", "gauge", "oasr_http_requests_in_flight",
+        "HTTP requests being served now (count).",
+        ("method", "route")),
+    Declared("grpc_requests", "counter", "oasr_grpc_requests_total",
+        "gRPC calls by method and canonical status name, recorded when the call really ends (at the "
+        "trailer for a streaming call) (count).",
+        ("method", "code")),
+    Declared("grpc_request_duration", "histogram", "oasr_grpc_request_duration_seconds",
+        "Wall time of a gRPC call to its terminal status, not to the response head (seconds).",
+        ("method",), buckets=REQUEST_DURATION_BUCKETS),
+)
+"""The Transport section of docs/operations.md#metrics."""
+
+DISPATCHER_METRICS: tuple[Declared, ...] = (
+    Declared("dispatch_tick", "histogram", "oasr_dispatch_tick_seconds",
+        "Wall time of one engine-thread tick: the step (which applies the queued commands) and the "
+        "extract; its p99 is the worst delay a cancel, an admission or a partial can see (seconds).",
+        ENGINE_LABELS, buckets=DISPATCH_BUCKETS),
+    Declared("engine_step", "histogram", "oasr_engine_step_seconds",
+        "Time inside ASREngine.step(): schedule, execute, update (seconds).",
+        ENGINE_LABELS, buckets=ENGINE_STEP_BUCKETS),
+    Declared("dispatch_admit", "histogram", "oasr_dispatch_admit_seconds",
+        "Checking one command (open, feed, abort) and posting it to the engine's queue, on the event "
+        "loop, where every other request's I/O waits for it (seconds).",
+        ENGINE_LABELS, buckets=DISPATCH_BUCKETS),
+    Declared("dispatch_extract", "histogram", "oasr_dispatch_extract_seconds",
+        "The tick after the step: draining the engine's metrics and handing the step's outputs to the "
+        "event loop (seconds).",
+        ENGINE_LABELS, buckets=DISPATCH_BUCKETS),
+    Declared("dispatch_route", "histogram", "oasr_dispatch_route_seconds",
+        "Hand-off to routed: from the engine thread posting a step's outputs to each reaching its "
+        "request's queue on the event loop, outside the tick (seconds).",
+        ENGINE_LABELS, buckets=DISPATCH_BUCKETS),
+    Declared("engine_running", "gauge", "oasr_engine_running",
+        "Requests the engine is running, live streams and parked generations included (count).",
+        ENGINE_LABELS),
+    Declared("engine_waiting", "gauge", "oasr_engine_waiting",
+        "Requests waiting for admission into a batch: the autoscaling signal, it rises before latency "
+        "does (count).",
+        ENGINE_LABELS),
+    Declared("engine_queue_delay", "gauge", "oasr_engine_queue_delay_seconds",
+        "Expected wait of new offline work before the engine starts on it: the offline backlog "
+        "(audio-seconds) over the measured transcription rate; admission refuses new offline work above "
+        "--max-queue-delay-secs with Retry-After (seconds).",
+        ENGINE_LABELS),
+    Declared("engine_outputs", "counter", "oasr_engine_outputs_total",
+        "RequestOutputs returned by step(), partials included (count).",
+        ENGINE_LABELS),
+    Declared("requests_admitted", "counter", "oasr_requests_admitted_total",
+        "Requests accepted at admission (count).",
+        ENGINE_LABELS),
+    Declared("requests_rejected", "counter", "oasr_requests_rejected_total",
+        "Requests rejected at admission: options the engine refuses, a mode it does not serve (count).",
+        ENGINE_LABELS),
+    Declared("requests_busy", "counter", "oasr_requests_busy_total",
+        "Requests refused at the in-flight limit (--max-inflight): HTTP 503 / RESOURCE_EXHAUSTED (count).",
+        ENGINE_LABELS),
+    Declared("engine_step_failures", "counter", "oasr_engine_step_failures_total",
+        "step() raised; the requests in it are failed, and three in a row stop the heartbeat so "
+        "/readyz and gRPC health go NOT_SERVING (count).",
+        ENGINE_LABELS),
+    Declared("requests_cancelled", "counter", "oasr_requests_cancelled_total",
+        "Requests aborted before completion, almost always a client disconnect (count).",
+        ENGINE_LABELS),
+    Declared("requests_failed", "counter", "oasr_requests_failed_total",
+        "Requests the engine finished with an error, by the stage that failed; the engine kept "
+        "ticking, unlike a step failure (count).",
+        (*ENGINE_LABELS, "stage")),
+    Declared("events_dropped", "counter", "oasr_events_dropped_total",
+        "A request's queue was not empty and a partial was folded into the newer one: harmless, the "
+        "next partial supersedes it (count).",
+        ENGINE_LABELS),
+    Declared("events_deferred", "counter", "oasr_events_deferred_total",
+        "A request's queue was not empty and an event that must arrive (the terminal one) queued "
+        "behind the others: the client reads slower than the engine emits (count).",
+        ENGINE_LABELS),
+    Declared("engine_heartbeat", "gauge", "oasr_engine_heartbeat_timestamp_seconds",
+        "Unix time of the engine thread's last loop iteration, busy or idle (seconds).",
+        ENGINE_LABELS),
+)
+"""The Dispatcher section of docs/operations.md#metrics."""
+
+ENGINE_METRICS: tuple[Declared, ...] = (
+    Declared("engine_stage_host", "histogram", "oasr_engine_stage_host_seconds",
+        "Host wall time per engine stage (offline.{collate,encode,prefill,decode,advance}, "
+        "streaming.{schedule,allocate,features,encode,decode,finalize}); on CUDA a forward returns "
+        "before the device finishes, and live passes encoded on the CPU encoder thread count their "
+        "wait, so read it as where the step loop's wall clock goes (seconds).",
+        (*ENGINE_LABELS, "stage"), buckets=STAGE_BUCKETS),
+    Declared("engine_batch_size", "histogram", "oasr_engine_batch_size",
+        "Rows in one executed batch: offline requests encoded together, or live streams one step "
+        "advanced together (count).",
+        (*ENGINE_LABELS, "mode"), buckets=BATCH_SIZE_BUCKETS),
+    Declared("engine_batch_padding", "histogram", "oasr_engine_batch_padding_ratio",
+        "Fraction of a padded offline batch that is padding, from host-side waveform lengths: whether "
+        "length bucketing works (ratio).",
+        ENGINE_LABELS, buckets=PADDING_RATIO_BUCKETS),
+    Declared("engine_queue_wait", "histogram", "oasr_engine_queue_wait_seconds",
+        "Admission to first scheduled; a rising tail with a flat tick time means saturated, not slow "
+        "(seconds).",
+        (*ENGINE_LABELS, "mode"), buckets=QUEUE_WAIT_BUCKETS),
+    Declared("engine_kv_blocks_used", "gauge", "oasr_engine_kv_blocks_used",
+        "Blocks of the paged streaming-encoder cache in use; absent on runtimes without a block pool "
+        "(count).",
+        ENGINE_LABELS),
+    Declared("engine_kv_blocks_capacity", "gauge", "oasr_engine_kv_blocks_capacity",
+        "Blocks in the paged streaming-encoder cache; absent on runtimes without a block pool (count).",
+        ENGINE_LABELS),
+    Declared("engine_kv_pool_usage", "gauge", "oasr_engine_kv_pool_usage_ratio",
+        "kv_blocks_used / kv_blocks_capacity, for a quick look; absent without a block pool (ratio).",
+        ENGINE_LABELS),
+    Declared("engine_kv_exhausted", "counter", "oasr_engine_kv_exhausted_total",
+        "Streams that reached their encoder-cache ceiling: finalized early with finish_reason='length' "
+        "(a truncated transcript), or continued on recycled history where the family allows (count).",
+        ENGINE_LABELS),
+    Declared("engine_decode_slots_in_use", "gauge", "oasr_engine_decode_slots_in_use",
+        "Autoregressive decode rows in flight (count).",
+        ENGINE_LABELS),
+    Declared("engine_decode_slots_capacity", "gauge", "oasr_engine_decode_slots_capacity",
+        "Most autoregressive decode rows allowed; 0 means no ceiling applies, the family is one-shot "
+        "and parks nothing (count).",
+        ENGINE_LABELS),
+    Declared("engine_tokens_generated", "counter", "oasr_engine_tokens_generated_total",
+        "Tokens on finished outputs, counted once per request (count).",
+        ENGINE_LABELS),
+    Declared("engine_search_overflow", "counter", "oasr_engine_search_overflow_total",
+        "Finished results whose decoder search hit a capacity limit it could not recover from, so the "
+        "transcript may miss words (RequestOutput.search_overflow; each is logged) (count).",
+        ENGINE_LABELS),
+    Declared("engine_audio_seconds", "counter", "oasr_engine_audio_seconds_total",
+        "Audio admitted to the engine; the gap to oasr_audio_seconds_total is rejection before or at "
+        "admission (seconds).",
+        ENGINE_LABELS),
+    Declared("engine_stream_passes_shed", "counter", "oasr_engine_stream_passes_shed_total",
+        "Interim passes of live streams not run because the engine was behind their cadence: a "
+        "re-decoding stream (Whisper) sheds partial passes before it delays a final, and gets one "
+        "pass over all its new audio once the engine catches up; a steady rate means fewer partials "
+        "than stream_step_ms promises (count).",
+        ENGINE_LABELS),
+    Declared("engine_stream_passes", "counter", "oasr_engine_stream_passes_total",
+        "Passes started over live streams' windows by a re-decoding family (Whisper), finals included "
+        "(an interim pass a final supersedes before it runs too): each re-encodes its stream's window. "
+        "Per live stream and second it is the partial cadence the engine keeps (count).",
+        ENGINE_LABELS),
+    Declared("engine_stream_encoded_seconds", "counter", "oasr_engine_stream_encoded_seconds_total",
+        "Audio the live passes encoded, padding included: over the streaming audio seconds fed it "
+        "is how many times each second is encoded; per pass, the encoder's cost of a pass (seconds).",
+        ENGINE_LABELS),
+    Declared("engine_stream_passes_skipped", "counter", "oasr_engine_stream_passes_skipped_total",
+        "Interim passes of live streams not run because the VAD heard no speech after what the last "
+        "pass heard and every word was committed (such a pass writes nothing): the CPU a "
+        "re-decoding stream (Whisper) saves over pauses (count).",
+        ENGINE_LABELS),
+    Declared("engine_samples_dropped", "counter", "oasr_engine_metric_samples_dropped_total",
+        "Samples the engine's collector did not keep because a series was at its cap between two "
+        "drains: non-zero means a histogram here shows a truncated distribution (count).",
+        ENGINE_LABELS),
+)
+"""The Engine internals section of docs/operations.md#metrics."""
+
+JOB_METRICS: tuple[Declared, ...] = (
+    Declared("jobs", "gauge", "oasr_jobs",
+        "Jobs in the store by state; the store is shared by every replica on one database (count).",
+        ("state",)),
+    Declared("jobs_queue_age", "gauge", "oasr_jobs_queue_age_seconds",
+        "Age of the oldest queued job, 0 when none waits, in seconds.",
+        ()),
+    Declared("job_duration", "histogram", "oasr_job_duration_seconds",
+        "Wall time of one job attempt on this replica, by outcome: succeeded, failed, released, "
+        "dropped, lost (seconds).",
+        ("outcome",), buckets=JOB_DURATION_BUCKETS),
+    Declared("webhook_deliveries", "counter", "oasr_webhook_deliveries_total",
+        "Webhook delivery attempts by outcome: delivered, retry (failed, will retry), failed (gave up) "
+        "(count).",
+        ("outcome",)),
+)
+"""The Batch jobs section of docs/operations.md#metrics."""
+
+BUILD_METRICS: tuple[Declared, ...] = (
+    Declared("build_info", "gauge", "oasr_build_info",
+        "Always 1; labels name the server version and the loaded model.",
+        ("version", "model")),
+)
+"""The Build section of docs/operations.md#metrics."""
+
+GPU_METRICS: tuple[Declared, ...] = (
+    Declared("gpu_memory_used", "gauge", "oasr_gpu_memory_used_bytes",
+        "Device memory in use on the engine's GPU, sampled once a second; device-wide, not this "
+        "process's (bytes).",
+        ENGINE_LABELS),
+    Declared("gpu_memory_total", "gauge", "oasr_gpu_memory_total_bytes",
+        "Device memory of the engine's GPU (bytes).",
+        ENGINE_LABELS),
+    Declared("gpu_utilization", "gauge", "oasr_gpu_utilization_ratio",
+        "NVML's fraction of its sampling window in which any kernel ran on the engine's GPU: a "
+        "saturation hint, not SM occupancy; absent when NVML cannot be read (no nvidia-ml-py) (ratio).",
+        ENGINE_LABELS),
+)
+"""The GPU section: declared only when the engine runs on CUDA (`Metrics.declare_gpu`)."""
+
+SCOPES: tuple[tuple[str, tuple[Declared, ...]], ...] = (
+    ("Requests", REQUEST_METRICS),
+    ("Transport", TRANSPORT_METRICS),
+    ("Dispatcher", DISPATCHER_METRICS),
+    ("Engine internals", ENGINE_METRICS),
+    ("Batch jobs", JOB_METRICS),
+    ("Build", BUILD_METRICS),
+)
+"""Every family the server always exports, by scope (docs/operations.md's sections, in order)."""
+
 
 class Metrics:
     """The server's metrics in a registry of their own.
 
-    Attributes are the metric families: `metrics.request_duration.labels(api="openai",
-    mode="offline", outcome="ok").observe(1.2)`. Dispatcher and engine families are observed
-    through one engine's bound handles (app/engine_metrics.py `EngineSeries`)."""
+    Attributes are the metric families, named by `Declared.attr`: `metrics.request_duration.labels(
+    api="openai", mode="offline", outcome="ok").observe(1.2)`. Dispatcher and engine families are
+    observed through one engine's bound handles (app/engine_metrics.py `EngineSeries`)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.specs: list[MetricSpec] = []
-        d = self._declare = _Declarer(self.registry, self.specs)
-        e = ENGINE_LABELS
-
-        d.section = "Requests"
-        self.request_duration = d.histogram(
-            "oasr_request_duration_seconds",
-            "End-to-end wall time of a request, arrival to its terminal event; the number an SLO is "
-            "written against (seconds).",
-            ("api", "mode", "outcome"), REQUEST_DURATION_BUCKETS)
-        self.audio_seconds = d.counter(
-            "oasr_audio_seconds_total",
-            "Audio the front-end accepted, counted before the submit so audio a saturated engine refuses "
-            "still reaches the denominator; rate() over request_duration_seconds_sum is RTFx (seconds).",
-            ("api", "mode"))
-        self.request_audio_seconds = d.histogram(
-            "oasr_request_audio_seconds",
-            "Audio duration of one request: the utterance lengths the latency histogram is read against "
-            "(seconds).",
-            ("api", "mode"), AUDIO_LENGTH_BUCKETS)
-        self.time_to_first_partial = d.histogram(
-            "oasr_time_to_first_partial_seconds",
-            "The streaming SLI: first inbound audio of a stream (or turn) to its first partial transcript "
-            "(seconds).",
-            ("api",), FIRST_PARTIAL_BUCKETS)
-        self.stream_sessions_active = d.gauge(
-            "oasr_stream_sessions_active",
-            "Live streaming sessions open now: realtime WebSockets and StreamingRecognize calls (count).",
-            ("api",))
-        self.stream_realtime_factor = d.histogram(
-            "oasr_stream_realtime_factor",
-            "Audio seconds received per wall second over a live session's life; below 1 the stream was "
-            "slower than real time (ratio).",
-            (), REALTIME_FACTOR_BUCKETS)
-
-        d.section = "Transport"
-        self.http_requests = d.counter(
-            "oasr_http_requests_total",
-            "HTTP responses by method, matched route pattern (never the request URI; '<unmatched>' when "
-            "none matches) and status (count).",
-            ("method", "route", "status"))
-        self.http_request_duration = d.histogram(
-            "oasr_http_request_duration_seconds",
-            "Listener-to-response wall time of an HTTP request, to its last body byte (seconds).",
-            ("method", "route"), REQUEST_DURATION_BUCKETS)
-        self.http_requests_in_flight = d.gauge(
-            "oasr_http_requests_in_flight",
-            "HTTP requests being served now (count).",
-            ("method", "route"))
-        self.grpc_requests = d.counter(
-            "oasr_grpc_requests_total",
-            "gRPC calls by method and canonical status name, recorded when the call really ends (at the "
-            "trailer for a streaming call) (count).",
-            ("method", "code"))
-        self.grpc_request_duration = d.histogram(
-            "oasr_grpc_request_duration_seconds",
-            "Wall time of a gRPC call to its terminal status, not to the response head (seconds).",
-            ("method",), REQUEST_DURATION_BUCKETS)
-
-        d.section = "Dispatcher"
-        self.dispatch_tick = d.histogram(
-            "oasr_dispatch_tick_seconds",
-            "Wall time of one engine-thread tick: the step (which applies the queued commands) and the "
-            "extract; its p99 is the worst delay a cancel, an admission or a partial can see (seconds).",
-            e, DISPATCH_BUCKETS)
-        self.engine_step = d.histogram(
-            "oasr_engine_step_seconds",
-            "Time inside ASREngine.step(): schedule, execute, update (seconds).",
-            e, ENGINE_STEP_BUCKETS)
-        self.dispatch_admit = d.histogram(
-            "oasr_dispatch_admit_seconds",
-            "Checking one command (open, feed, abort) and posting it to the engine's queue, on the event "
-            "loop, where every other request's I/O waits for it (seconds).",
-            e, DISPATCH_BUCKETS)
-        self.dispatch_extract = d.histogram(
-            "oasr_dispatch_extract_seconds",
-            "The tick after the step: draining the engine's metrics and handing the step's outputs to the "
-            "event loop (seconds).",
-            e, DISPATCH_BUCKETS)
-        self.dispatch_route = d.histogram(
-            "oasr_dispatch_route_seconds",
-            "Hand-off to routed: from the engine thread posting a step's outputs to each reaching its "
-            "request's queue on the event loop, outside the tick (seconds).",
-            e, DISPATCH_BUCKETS)
-        self.engine_running = d.gauge(
-            "oasr_engine_running",
-            "Requests the engine is running, live streams and parked generations included (count).",
-            e)
-        self.engine_waiting = d.gauge(
-            "oasr_engine_waiting",
-            "Requests waiting for admission into a batch: the autoscaling signal, it rises before latency "
-            "does (count).",
-            e)
-        self.engine_outputs = d.counter(
-            "oasr_engine_outputs_total",
-            "RequestOutputs returned by step(), partials included (count).",
-            e)
-        self.requests_admitted = d.counter(
-            "oasr_requests_admitted_total",
-            "Requests accepted at admission (count).",
-            e)
-        self.requests_rejected = d.counter(
-            "oasr_requests_rejected_total",
-            "Requests rejected at admission: options the engine refuses, a mode it does not serve (count).",
-            e)
-        self.requests_busy = d.counter(
-            "oasr_requests_busy_total",
-            "Requests refused at the in-flight limit (--max-inflight): HTTP 503 / RESOURCE_EXHAUSTED (count).",
-            e)
-        self.engine_step_failures = d.counter(
-            "oasr_engine_step_failures_total",
-            "step() raised; the requests in it are failed, and three in a row stop the heartbeat so "
-            "/readyz and gRPC health go NOT_SERVING (count).",
-            e)
-        self.requests_cancelled = d.counter(
-            "oasr_requests_cancelled_total",
-            "Requests aborted before completion, almost always a client disconnect (count).",
-            e)
-        self.requests_failed = d.counter(
-            "oasr_requests_failed_total",
-            "Requests the engine finished with an error, by the stage that failed; the engine kept "
-            "ticking, unlike a step failure (count).",
-            (*e, "stage"))
-        self.events_dropped = d.counter(
-            "oasr_events_dropped_total",
-            "A request's queue was not empty and a partial was folded into the newer one: harmless, the "
-            "next partial supersedes it (count).",
-            e)
-        self.events_deferred = d.counter(
-            "oasr_events_deferred_total",
-            "A request's queue was not empty and an event that must arrive (the terminal one) queued "
-            "behind the others: the client reads slower than the engine emits (count).",
-            e)
-        self.engine_heartbeat = d.gauge(
-            "oasr_engine_heartbeat_timestamp_seconds",
-            "Unix time of the engine thread's last loop iteration, busy or idle (seconds).",
-            e)
-
-        d.section = "Engine internals"
-        self.engine_stage_host = d.histogram(
-            "oasr_engine_stage_host_seconds",
-            "Host wall time per engine stage (offline.{collate,encode,prefill,decode,advance}, "
-            "streaming.{schedule,allocate,features,encode,decode,finalize}); on CUDA a forward returns "
-            "before the device finishes, and live passes encoded on the CPU encoder thread count their "
-            "wait, so read it as where the step loop's wall clock goes (seconds).",
-            (*e, "stage"), STAGE_BUCKETS)
-        self.engine_batch_size = d.histogram(
-            "oasr_engine_batch_size",
-            "Rows in one executed batch: offline requests encoded together, or live streams one step "
-            "advanced together (count).",
-            (*e, "mode"), BATCH_SIZE_BUCKETS)
-        self.engine_batch_padding = d.histogram(
-            "oasr_engine_batch_padding_ratio",
-            "Fraction of a padded offline batch that is padding, from host-side waveform lengths: whether "
-            "length bucketing works (ratio).",
-            e, PADDING_RATIO_BUCKETS)
-        self.engine_queue_wait = d.histogram(
-            "oasr_engine_queue_wait_seconds",
-            "Admission to first scheduled; a rising tail with a flat tick time means saturated, not slow "
-            "(seconds).",
-            (*e, "mode"), QUEUE_WAIT_BUCKETS)
-        self.engine_kv_blocks_used = d.gauge(
-            "oasr_engine_kv_blocks_used",
-            "Blocks of the paged streaming-encoder cache in use; absent on runtimes without a block pool "
-            "(count).",
-            e)
-        self.engine_kv_blocks_capacity = d.gauge(
-            "oasr_engine_kv_blocks_capacity",
-            "Blocks in the paged streaming-encoder cache; absent on runtimes without a block pool (count).",
-            e)
-        self.engine_kv_pool_usage = d.gauge(
-            "oasr_engine_kv_pool_usage_ratio",
-            "kv_blocks_used / kv_blocks_capacity, for a quick look; absent without a block pool (ratio).",
-            e)
-        self.engine_kv_exhausted = d.counter(
-            "oasr_engine_kv_exhausted_total",
-            "Streams that reached their encoder-cache ceiling: finalized early with finish_reason='length' "
-            "(a truncated transcript), or continued on recycled history where the family allows (count).",
-            e)
-        self.engine_decode_slots_in_use = d.gauge(
-            "oasr_engine_decode_slots_in_use",
-            "Autoregressive decode rows in flight (count).",
-            e)
-        self.engine_decode_slots_capacity = d.gauge(
-            "oasr_engine_decode_slots_capacity",
-            "Most autoregressive decode rows allowed; 0 means no ceiling applies, the family is one-shot "
-            "and parks nothing (count).",
-            e)
-        self.engine_tokens_generated = d.counter(
-            "oasr_engine_tokens_generated_total",
-            "Tokens on finished outputs, counted once per request (count).",
-            e)
-        self.engine_search_overflow = d.counter(
-            "oasr_engine_search_overflow_total",
-            "Finished results whose decoder search hit a capacity limit it could not recover from, so the "
-            "transcript may miss words (RequestOutput.search_overflow; each is logged) (count).",
-            e)
-        self.engine_audio_seconds = d.counter(
-            "oasr_engine_audio_seconds_total",
-            "Audio admitted to the engine; the gap to oasr_audio_seconds_total is rejection before or at "
-            "admission (seconds).",
-            e)
-        self.engine_stream_passes_shed = d.counter(
-            "oasr_engine_stream_passes_shed_total",
-            "Interim passes of live streams not run because the engine was behind their cadence: a "
-            "re-decoding stream (Whisper) sheds partial passes before it delays a final, and gets one "
-            "pass over all its new audio once the engine catches up; a steady rate means fewer partials "
-            "than stream_step_ms promises (count).",
-            e)
-        self.engine_stream_passes = d.counter(
-            "oasr_engine_stream_passes_total",
-            "Passes started over live streams' windows by a re-decoding family (Whisper), finals included "
-            "(an interim pass a final supersedes before it runs too): each re-encodes its stream's window. "
-            "Per live stream and second it is the partial cadence the engine keeps (count).",
-            e)
-        self.engine_stream_encoded_seconds = d.counter(
-            "oasr_engine_stream_encoded_seconds_total",
-            "Audio the live passes encoded, padding included: over the streaming audio seconds fed it "
-            "is how many times each second is encoded; per pass, the encoder's cost of a pass (seconds).",
-            e)
-        self.engine_stream_passes_skipped = d.counter(
-            "oasr_engine_stream_passes_skipped_total",
-            "Interim passes of live streams not run because the VAD heard no speech after what the last "
-            "pass heard and every word was committed (such a pass writes nothing): the CPU a "
-            "re-decoding stream (Whisper) saves over pauses (count).",
-            e)
-        self.engine_samples_dropped = d.counter(
-            "oasr_engine_metric_samples_dropped_total",
-            "Samples the engine's collector did not keep because a series was at its cap between two "
-            "drains: non-zero means a histogram here shows a truncated distribution (count).",
-            e)
-
-        d.section = "Batch jobs"
-        self.jobs = d.gauge(
-            "oasr_jobs",
-            "Jobs in the store by state; the store is shared by every replica on one database (count).",
-            ("state",))
-        self.jobs_queue_age = d.gauge(
-            "oasr_jobs_queue_age_seconds",
-            "Age of the oldest queued job, 0 when none waits, in seconds.")
-        self.job_duration = d.histogram(
-            "oasr_job_duration_seconds",
-            "Wall time of one job attempt on this replica, by outcome: succeeded, failed, released, "
-            "dropped, lost (seconds).",
-            ("outcome",), JOB_DURATION_BUCKETS)
-        self.webhook_deliveries = d.counter(
-            "oasr_webhook_deliveries_total",
-            "Webhook delivery attempts by outcome: delivered, retry (failed, will retry), failed (gave up) "
-            "(count).",
-            ("outcome",))
-
-        d.section = "Build"
-        self.build_info = d.gauge(
-            "oasr_build_info",
-            "Always 1; labels name the server version and the loaded model.",
-            ("version", "model"))
-
+        self._declare = _Declarer(self.registry, self.specs)
+        for section, declared in SCOPES:
+            self._declare_all(section, declared)
         self.gpu_memory_used: Gauge | None = None
         self.gpu_memory_total: Gauge | None = None
         self.gpu_utilization: Gauge | None = None
 
+    def _declare_all(self, section: str, declared: Sequence[Declared]) -> None:
+        self._declare.section = section
+        for m in declared:
+            setattr(self, m.attr, self._declare.family(m))
+
     def declare_gpu(self) -> tuple[Gauge, Gauge, Gauge]:
         """Add the device families (the engine runs on CUDA) and return them: memory used, memory
         total, utilization. Idempotent."""
-        if self.gpu_memory_used and self.gpu_memory_total and self.gpu_utilization:
-            return self.gpu_memory_used, self.gpu_memory_total, self.gpu_utilization
-        d, e = self._declare, ENGINE_LABELS
-        d.section = "GPU"
-        self.gpu_memory_used = d.gauge(
-            "oasr_gpu_memory_used_bytes",
-            "Device memory in use on the engine's GPU, sampled once a second; device-wide, not this "
-            "process's (bytes).",
-            e)
-        self.gpu_memory_total = d.gauge(
-            "oasr_gpu_memory_total_bytes",
-            "Device memory of the engine's GPU (bytes).",
-            e)
-        self.gpu_utilization = d.gauge(
-            "oasr_gpu_utilization_ratio",
-            "NVML's fraction of its sampling window in which any kernel ran on the engine's GPU: a "
-            "saturation hint, not SM occupancy; absent when NVML cannot be read (no nvidia-ml-py) (ratio).",
-            e)
+        if self.gpu_memory_used is None or self.gpu_memory_total is None or self.gpu_utilization is None:
+            self._declare_all("GPU", GPU_METRICS)
+        assert self.gpu_memory_used and self.gpu_memory_total and self.gpu_utilization
         return self.gpu_memory_used, self.gpu_memory_total, self.gpu_utilization
 
     def set_build_info(self, version: str, model: str) -> None:

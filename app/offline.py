@@ -21,16 +21,26 @@ class RequestTimeout(ApiError):
         super().__init__(408, f"request did not finish within {seconds:g} s (--request-timeout-secs)")
 
 
-def take_permit(service: EngineService) -> None:
-    """Take an inflight permit or raise 503; the caller must `service.release()` it."""
+def take_permit(service: EngineService, *, live: bool = False) -> None:
+    """Take an inflight permit or raise 503; the caller must `service.release()` it. Offline work
+    is also refused while the backlog ahead of it would queue it past --max-queue-delay-secs:
+    503 RESOURCE_EXHAUSTED with a Retry-After taken from the measured backlog. `live` work (a
+    stream the engine advances as it arrives) is admitted up to --max-inflight only."""
+    retry = None if live else service.shed_offline()
+    if retry is not None:
+        raise ApiError(503, f"server is overloaded: new work would wait about {service.backlog.delay():.0f} s "
+                            f"(--max-queue-delay-secs {service.max_queue_delay_secs:g}); retry after {retry} s",
+                       status_name="RESOURCE_EXHAUSTED", retry_after=retry)
     if not service.try_acquire():
-        msg = "server is shutting down" if service.draining else "server is at capacity (--max-inflight); retry later"
-        raise ApiError(503, msg)
+        if service.draining:
+            raise ApiError(503, "server is shutting down")  # UNAVAILABLE: go to another replica
+        # over capacity is RESOURCE_EXHAUSTED (seed 001's table), still HTTP 503
+        raise ApiError(503, "server is at capacity (--max-inflight); retry later", status_name="RESOURCE_EXHAUSTED")
 
 
 @contextlib.asynccontextmanager
-async def inflight_permit(service: EngineService) -> AsyncIterator[None]:
-    take_permit(service)
+async def inflight_permit(service: EngineService, *, live: bool = False) -> AsyncIterator[None]:
+    take_permit(service, live=live)
     try:
         yield
     finally:

@@ -92,8 +92,8 @@ class ServerSettings(BaseSettings):
     """Cache-aware streaming models on CPU: KV pool byte budget when max_num_blocks is unset."""
     gpu_memory_utilization: float = 0.5
     """Cache-aware streaming models on CUDA: fraction of free memory for the KV pool."""
-    recycle_streaming_history: bool = False
-    """At a stream's KV ceiling: drop its oldest block (True) or finish it with 'length' (False)."""
+    recycle_streaming_history: bool | None = None
+    """Deprecated alias of OASR_WENET_RECYCLE_STREAMING_HISTORY (kept one release; setting it logs a warning)."""
     gc_freeze: bool = True
     """Freeze the Python heap after the engine is built so full garbage collections skip it (avoids ~0.2 s stalls of every stream)."""
 
@@ -106,6 +106,12 @@ class ServerSettings(BaseSettings):
     """Seconds an offline request may take end to end; then 408 / DEADLINE_EXCEEDED and it is aborted."""
     max_inflight: int = 64
     """Requests and live sessions in flight at once; more get 503 / RESOURCE_EXHAUSTED (probes and metrics exempt)."""
+    max_queue_delay_secs: float = 30.0
+    """New offline work (REST, gRPC Recognize) is refused with 503 RESOURCE_EXHAUSTED and a Retry-After while
+    the backlog ahead of it (audio-seconds over the measured transcription rate) would queue it longer than
+    this; batch jobs wait instead of starting, and admitted live sessions are never shed. 30 s: proxies and
+    load balancers commonly cut a request after 60 s (nginx proxy_read_timeout, AWS ALB idle timeout), and
+    half of that leaves room for the request's own processing. 0 disables the check."""
     max_concurrent_decodes: int = 2
     """Audio files decoded at once (worker threads); further uploads queue."""
     shutdown_grace_secs: float = 20.0
@@ -200,8 +206,11 @@ class ServerSettings(BaseSettings):
             if setting in fields:
                 value = getattr(self, setting)
                 values[f.name] = tuple(value) if isinstance(value, list) else value
+        # only the family options given (env, .env, arguments): the rest are the family's defaults,
+        # and a deprecated EngineConfig alias still applies where its new name was not given
         options = {
-            name: {option: getattr(self, setting) for setting, option in settings.items()}
+            name: {option: getattr(self, setting) for setting, option in settings.items()
+                   if setting in self.model_fields_set}
             for name, settings in _family_setting_names().items()
         }
         if self.quantization_option:  # the reference design's one quantization object

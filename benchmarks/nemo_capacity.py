@@ -46,7 +46,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.streaming_capacity import load, percentile
-from engine import ASREngine, EngineConfig
+from engine import ASREngine, EngineConfig, RequestOutput
+from engine.loop import drive
 from engine.models.nemo.testing import NEMO_LOOK_AHEADS, UNIFIED_TEMPLATE, write_checkpoint
 
 SAMPLE_RATE = 16000
@@ -105,10 +106,9 @@ def run(ckpt_dir: str, n: int, audio: np.ndarray, look_ahead: list[int], max_bat
         w.start()
     stepped: list[int] = []
     done = 0
-    while done < n:
-        if not engine.wait_for_work(timeout=0.5):
-            continue
-        outs = engine.step()
+
+    def deliver(outs: list[RequestOutput]) -> None:
+        nonlocal done
         if engine.runner.streams_stepped:
             stepped.append(engine.runner.streams_stepped)
         now = time.monotonic()
@@ -123,6 +123,8 @@ def run(ckpt_dir: str, n: int, audio: np.ndarray, look_ahead: list[int], max_bat
             sample = needed_samples(step)
             piece_idx = min(sample // piece, len(s.captured) - 1)
             s.partials.append((sample / SAMPLE_RATE, now - s.captured[piece_idx]))
+
+    drive(engine, deliver, stop=lambda: done >= n)
     engine.shutdown()
     latencies = [lat for s in streams.values() for _, lat in s.partials]
     drifts = [float(np.polyfit([p for p, _ in s.partials], [lat for _, lat in s.partials], 1)[0])

@@ -40,7 +40,8 @@ import soxr
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.metrics import BATCH_SIZE_BUCKETS
-from engine import ASREngine, EngineConfig
+from engine import ASREngine, EngineConfig, RequestOutput
+from engine.loop import drive
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
 CHUNK_S = 0.02
@@ -174,10 +175,9 @@ def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None
     for th in threads:
         th.start()
     finished = 0
-    while finished < n:
-        if not engine.wait_for_work(timeout=0.5):
-            continue
-        outs = engine.step()
+
+    def deliver(outs: list[RequestOutput]) -> None:
+        nonlocal finished, passes_shed, passes_skipped, passes, encoded_s, streams_stepped
         snap = engine.metrics.drain()
         passes_shed = snap.stream_passes_shed_total
         passes_skipped = snap.stream_passes_skipped_total
@@ -198,6 +198,8 @@ def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None
                 s.final = now - s.audio_end if s.audio_end else float("nan")
                 s.texts.append(o.text)
                 finished += 1
+
+    drive(engine, deliver, stop=lambda: finished >= n)
     engine.shutdown()
     histogram = {b: sum(1 for x in streams_stepped if x <= b) for b in BATCH_SIZE_BUCKETS}
     finals = {s.index: s.texts[-1] for s in sessions.values() if s.texts}

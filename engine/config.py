@@ -5,7 +5,9 @@ Per-request decoding choices live in `engine.types.DecodingOptions`, not here.
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -17,6 +19,14 @@ SchedulePolicy = Literal["fcfs", "window", "bucket", "sjf"]
 ServiceMode = Literal["offline", "streaming"]
 Quantization = str | QuantizationConfig | Mapping[str, object] | None
 """A scheme name, or the quantization object (engine/quantization.py)."""
+
+logger = logging.getLogger(__name__)
+
+
+DEPRECATED_FAMILY_KNOBS: dict[str, tuple[str, str]] = {
+    "recycle_streaming_history": ("wenet", "recycle_streaming_history"),
+}
+"""EngineConfig fields that were one family's knob, kept for one release: field -> (family, option)."""
 
 
 def embedded_checkpoint_dir() -> str:
@@ -134,11 +144,9 @@ class EngineConfig:
     """CPU: byte budget of the KV pool when max_num_blocks is None (256 MiB)."""
     max_stream_blocks: int | None = None
     """Per-stream ceiling of KV blocks; None allows a stream the whole pool."""
-    recycle_streaming_history: bool = False
-    """At the per-stream ceiling: True drops the stream's oldest block (the stream goes on with
-    less left context), False finishes it with finish_reason='length'. Off by default because
-    recycling silently changes what the encoder attends to, and so the transcript, while
-    'length' tells the client its stream was cut."""
+    recycle_streaming_history: bool | None = None
+    """Deprecated alias (one release) of `family_options["wenet"]["recycle_streaming_history"]`;
+    setting it logs a warning. None: the family's option decides."""
 
     gc_freeze: bool = True
     """Freeze the Python heap after construction so full garbage collections skip the loaded
@@ -149,6 +157,21 @@ class EngineConfig:
     """Options of model families, by family name: that family's frozen options dataclass (e.g.
     `{"wenet": WenetOptions(ctc_weight=0.3)}`) or a mapping of its fields. Only the loaded
     family's entry is read; its unknown keys are refused."""
+
+    def family_knob_aliases(self) -> dict[str, dict[str, object]]:
+        """The deprecated family-only fields that are set, as {family: {option: value}} (each
+        logged once per call with its new name)."""
+        given: dict[str, dict[str, object]] = {}
+        for field_name, (family, option) in DEPRECATED_FAMILY_KNOBS.items():
+            value = getattr(self, field_name)
+            if value is None:
+                continue
+            message = (f"EngineConfig.{field_name} is deprecated: use family_options[{family!r}][{option!r}] "
+                       f"(server setting OASR_{family.upper()}_{option.upper()})")
+            warnings.warn(message, DeprecationWarning, stacklevel=3)
+            logger.warning("%s", message)
+            given.setdefault(family, {})[option] = value
+        return given
 
     def quantization_config(self) -> QuantizationConfig:
         """`quantization` as the checked object (a scheme name becomes `{"scheme": name}`)."""

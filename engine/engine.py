@@ -9,38 +9,35 @@ state has exactly one owner: the thread that calls `step()`.
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import logging
 import queue
 import threading
 import time
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import Future
 from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 
+from engine import reference_api
+from engine.admission import check_audio, check_decode_method, check_options, load_runner, model_card
 from engine.config import EngineConfig
 from engine.errors import EngineShutdownError, InvalidRequestError, UnknownRequestError, UnsupportedError
-from engine.families import check_quantization, family_options, resolve_family
 from engine.gc_freeze import freeze_heap, thaw_heap
 from engine.metrics import EngineMetrics
 from engine.ops.extension import extension_status
-from engine.request import Request, RequestStatus
+from engine.request import Request, RequestStatus, error_output
 from engine.runner import ModelInfo, ModelRunner
 from engine.scheduler import Scheduler, SchedulerOutput, WaitingRequest
-from engine.types import AbortRequest, AddRequest, Command, DecodingOptions, FeedAudio, RequestOutput
+from engine.types import AbortRequest, AddRequest, Command, DecodingOptions, FeedAudio, RequestOutput, Samples
 
 logger = logging.getLogger(__name__)
 
-IDLE_WAIT_S = 0.5
-"""Longest a driving loop blocks on the inbox before re-checking its stop flag or deadline."""
 
 class ASREngine:
-    """Thread-safe front of one model runner. See the module docstring for the step loop."""
+    """Thread-safe front of one model runner. See the module docstring for the step loop; one
+    thread drives it (`engine.loop.drive`), any thread may add, feed and abort."""
 
     def __init__(self, config: EngineConfig | None = None, runner: ModelRunner | None = None):
         self.config = config or EngineConfig()
@@ -50,22 +47,12 @@ class ASREngine:
             import torch
 
             torch.set_num_threads(self.config.num_threads)
-        if runner is None:
-            family = resolve_family(self.config.resolved_ckpt_dir(), self.config.checkpoint_name)
-            check_quantization(family, self.config)
-            runner = family.build(self.config, family_options(family, self.config.family_options))
-        self.runner = runner
-        self.model_info: ModelInfo = runner.info()
+        self.runner = runner or load_runner(self.config)
+        self.model_info: ModelInfo = self.runner.info()
         """What the loaded model is and can do (typed; `info()` is its JSON card)."""
         self.family = self.model_info.family
-        self.sample_rate = runner.sample_rate
-        method = self.config.decode_method
-        if method is not None and method not in self.model_info.decode_methods:
-            runner.shutdown()
-            raise InvalidRequestError(
-                f"decode_method {method!r} is not offered by this {self.family} model "
-                f"(it offers: {', '.join(self.model_info.decode_methods) or 'none'})"
-            )
+        self.sample_rate = self.runner.sample_rate
+        check_decode_method(self.runner, self.model_info, self.config.decode_method)
         self.scheduler = Scheduler.from_config(self.config)
         self._inbox: queue.SimpleQueue[Command | None] = queue.SimpleQueue()
         self._peeked: list[Command | None] = []  # taken by wait_for_work, applied first by step
@@ -73,13 +60,9 @@ class ASREngine:
         self._waiting: list[Request] = []
         self._live_ids: set[str] = set()  # ids accepted and not yet finished (any thread may read)
         self._ids_lock = threading.Lock()
-        self._step_lock = threading.Lock()
-        self._waiters: dict[str, Future[RequestOutput]] = {}
-        self._loop_thread: threading.Thread | None = None
-        self._stop = threading.Event()
         self._shutdown = False
-        self._counter = itertools.count()
-        self.stats: dict[str, int] = {"steps": 0, "admitted": 0, "finished": 0, "errors": 0}
+        self.waiters = reference_api.Waiters()
+        """Callers of `transcribe*` waiting on their requests' final outputs."""
         self.metrics = EngineMetrics()
         """Engine-side counters and samples; the serving layer drains them after each step."""
         self._admit_hold_until: float | None = None
@@ -99,15 +82,8 @@ class ASREngine:
     def info(self) -> dict[str, Any]:
         """The JSON model card `/v1/models` shows: the model's facts (its `details` merged in) and
         how this engine serves it. Holds no file-system path."""
-        mi = self.model_info
-        card: dict[str, Any] = {
-            f.name: list(v) if isinstance(v := getattr(mi, f.name), tuple) else v
-            for f in dataclasses.fields(mi) if f.name != "details"
-        }
-        card.update(mi.details)
-        card.update(streaming=mi.supports_streaming, service_mode=self.config.service_mode,
-                    streaming_enabled=self.streaming_enabled, kernels=self.kernels.as_info())
-        return card
+        return model_card(self.model_info, service_mode=self.config.service_mode,
+                          streaming_enabled=self.streaming_enabled, kernels=self.kernels.as_info())
 
     @property
     def num_running(self) -> int:
@@ -118,8 +94,13 @@ class ASREngine:
         return len(self._waiting)
 
     def has_unfinished(self) -> bool:
+        return self.num_unfinished > 0
+
+    @property
+    def num_unfinished(self) -> int:
+        """Requests accepted and not yet finished (any thread may read)."""
         with self._ids_lock:
-            return bool(self._live_ids)
+            return len(self._live_ids)
 
     # --------------------------------------------------------------- mutations
 
@@ -134,45 +115,17 @@ class ASREngine:
         return rid
 
     def validate_options(self, decoding: DecodingOptions | None, streaming: bool = False) -> DecodingOptions:
-        """The options a request would be admitted with, or InvalidRequestError / UnsupportedError:
-        for a caller that holds a request's audio itself before submitting it."""
-        return self._check_options(decoding, streaming)
+        """The options a request would be admitted with, or InvalidRequestError / UnsupportedError
+        (ranges, the model's capabilities, the family's checks: engine/admission.py)."""
+        return check_options(self.runner, self.model_info, decoding, streaming)
 
-    def _check_options(self, decoding: DecodingOptions | None, streaming: bool) -> DecodingOptions:
-        options = decoding or DecodingOptions()
-        if not isinstance(options, DecodingOptions):
-            raise InvalidRequestError(f"decoding must be DecodingOptions, got {type(options).__name__}")
-        options.validate()
-        self.runner.check_options(options, streaming)
-        return options
-
-    def validate_audio(self, audio: Any, sample_rate: int | None = None, allow_empty: bool = False) -> np.ndarray:
+    def validate_audio(self, audio: Any, sample_rate: int | None = None, allow_empty: bool = False) -> Samples:
         """Return `audio` as a contiguous float32 mono array, or raise InvalidRequestError."""
-        if sample_rate is not None and sample_rate != self.sample_rate:
-            raise InvalidRequestError(
-                f"audio must be at {self.sample_rate} Hz (got {sample_rate} Hz); resample before submitting"
-            )
-        if not isinstance(audio, np.ndarray):
-            raise InvalidRequestError(f"audio must be a numpy float32 array, got {type(audio).__name__}")
-        if audio.dtype != np.float32:
-            raise InvalidRequestError(f"audio must be float32 samples in [-1, 1], got dtype {audio.dtype}")
-        if audio.ndim != 1:
-            raise InvalidRequestError(f"audio must be mono (1-D), got shape {audio.shape}")
-        if audio.size == 0 and not allow_empty:
-            raise InvalidRequestError("audio is empty")
-        if audio.size and not np.isfinite(audio).all():
-            raise InvalidRequestError("audio contains NaN or infinite samples")
-        return np.ascontiguousarray(audio)
+        return check_audio(audio, self.sample_rate, sample_rate, allow_empty)
 
-    def add_request(
-        self,
-        audio: Any,
-        streaming: bool = False,
-        priority: int = 0,
-        decoding: DecodingOptions | None = None,
-        request_id: str | None = None,
-        sample_rate: int | None = None,
-    ) -> str:
+    def add_request(self, audio: Any, streaming: bool = False, priority: int = 0,
+                    decoding: DecodingOptions | None = None, request_id: str | None = None,
+                    sample_rate: int | None = None) -> str:
         """Queue a request with all of its audio attached; returns its id.
 
         `streaming=False` decodes it in one offline pass. `streaming=True` runs the streaming path
@@ -185,18 +138,17 @@ class ASREngine:
             self._inbox.put(FeedAudio(rid, samples, is_last=True, attached=True))
             return rid
         samples = self.validate_audio(audio, sample_rate)
-        options = self._check_options(decoding, streaming=False)
+        options = self.validate_options(decoding, streaming=False)
         rid = self._new_id(request_id)
         self._inbox.put(AddRequest(rid, samples, streaming=False, priority=priority, decoding=options))
         return rid
 
-    def add_streaming_request(
-        self, priority: int = 0, decoding: DecodingOptions | None = None, request_id: str | None = None
-    ) -> str:
+    def add_streaming_request(self, priority: int = 0, decoding: DecodingOptions | None = None,
+                              request_id: str | None = None) -> str:
         """Open a live stream; audio follows through `feed_chunk`. Refused by an engine whose
         `service_mode` is 'offline' (it builds no streaming runtime)."""
         self._check_streaming()
-        options = self._check_options(decoding, streaming=True)
+        options = self.validate_options(decoding, streaming=True)
         rid = self._new_id(request_id)
         self._inbox.put(AddRequest(rid, None, streaming=True, priority=priority, decoding=options))
         return rid
@@ -224,17 +176,6 @@ class ASREngine:
                 raise UnknownRequestError(f"unknown request id {request_id!r}")
         self._inbox.put(AbortRequest(request_id))
 
-    def submit(self, command: Command) -> None:
-        """Post an already-validated command (the serving layer's path)."""
-        if isinstance(command, AddRequest):
-            if command.streaming:
-                self._check_streaming()
-            if command.audio is not None:
-                command.audio = self.validate_audio(command.audio)
-            command.decoding = self._check_options(command.decoding, command.streaming)
-            command.request_id = self._new_id(command.request_id)
-        self._inbox.put(command)
-
     # -------------------------------------------------------------------- step
 
     def has_work(self) -> bool:
@@ -249,6 +190,10 @@ class ASREngine:
                 return False  # preferred_batch_size holds the waiting requests until then
             self._admit_hold_until = None
         return bool(self._waiting) and self.runner.free_slots() > 0
+
+    def wake(self) -> None:
+        """Return a blocked `wait_for_work` at once (a driver about to stop)."""
+        self._inbox.put(None)
 
     def wait_for_work(self, timeout: float | None = None) -> bool:
         """Block until a command arrives (or `timeout`) when there is nothing to do; no polling."""
@@ -265,17 +210,16 @@ class ASREngine:
         return True
 
     def step(self) -> list[RequestOutput]:
-        with self._step_lock:
-            outputs = self._apply_commands()
-            outputs += self._schedule()
-            self._release_attached_audio()
-            if self.runner.has_work():
-                with self.metrics.active():
-                    outputs += self.runner.execute()
-                if self.runner.streams_stepped:  # the rows of a streaming batch: streams advanced together
-                    self.metrics.observe_batch("streaming", self.runner.streams_stepped)
-            self.stats["steps"] += 1
-            return self._update(outputs)
+        """Schedule, execute, update. Only the thread that drives the engine calls it."""
+        outputs = self._apply_commands()
+        outputs += self._schedule()
+        self._release_attached_audio()
+        if self.runner.has_work():
+            with self.metrics.active():
+                outputs += self.runner.execute()
+            if self.runner.streams_stepped:  # the rows of a streaming batch: streams advanced together
+                self.metrics.observe_batch("streaming", self.runner.streams_stepped)
+        return self._update(outputs)
 
     def _apply_commands(self) -> list[RequestOutput]:
         outputs: list[RequestOutput] = []
@@ -297,7 +241,7 @@ class ASREngine:
                     decoding=cmd.decoding or DecodingOptions(),
                     sample_rate=self.sample_rate,
                     priority=cmd.priority,
-                    audio=cmd.audio,  # type: ignore[arg-type]
+                    audio=cmd.audio,
                 )
                 self._requests[req.request_id] = req
                 self._waiting.append(req)
@@ -305,13 +249,14 @@ class ASREngine:
                 req = self._requests.get(cmd.request_id)
                 if req is None or req.input_finished:
                     continue  # finished meanwhile (abort, error): late audio is dropped
-                self.metrics.count_audio(cmd.chunk.size / self.sample_rate)  # type: ignore[attr-defined]
+                self.metrics.count_audio(cmd.chunk.size / self.sample_rate)
                 if cmd.attached:
-                    req.attached_audio = cmd.chunk  # type: ignore[assignment]
-                    if not req.attached_audio.size:  # type: ignore[union-attr]
+                    if cmd.chunk.size:
+                        req.attached_audio = cmd.chunk
+                    else:
                         req.attached_audio, req.input_finished = None, True
                     continue
-                req.append_audio(cmd.chunk)  # type: ignore[arg-type]
+                req.append_audio(cmd.chunk)
                 if cmd.is_last:
                     req.input_finished = True
             elif isinstance(cmd, AbortRequest):
@@ -364,22 +309,11 @@ class ASREngine:
             self._waiting.remove(r)
             r.status = RequestStatus.RUNNING
             r.first_scheduled_time = now
-        self.stats["admitted"] += len(admitted)
-        self._observe_admission(admitted, decision, now)
+        self.metrics.observe_admission(admitted, decision.padded_length, decision.useful_length, now)
         if admitted:
             with self.metrics.stage("streaming.allocate") if any(r.streaming for r in admitted) else nullcontext():
                 outputs += self.runner.admit(admitted)
         return outputs
-
-    def _observe_admission(self, admitted: list[Request], decision: SchedulerOutput, now: float) -> None:
-        streams = [r for r in admitted if r.streaming]
-        if streams:  # their batch size is counted where they run together (step)
-            self.metrics.observe_queue_waits("streaming", [now - r.arrival_time for r in streams])
-        offline = [r for r in admitted if not r.streaming]
-        if offline:  # admitted together, encoded together: one offline batch
-            self.metrics.observe_batch("offline", len(offline), [now - r.arrival_time for r in offline])
-            self.metrics.count_audio(sum(r.duration for r in offline))
-            self.metrics.observe_padding(decision.padded_length, decision.useful_length)
 
     def _update(self, outputs: list[RequestOutput]) -> list[RequestOutput]:
         self.metrics.count_outputs(len(outputs))
@@ -397,148 +331,62 @@ class ASREngine:
                     self._waiting.remove(req)
             with self._ids_lock:
                 self._live_ids.discard(out.request_id)
-            self.stats["finished"] += 1
-            if out.finish_reason == "error":
-                self.stats["errors"] += 1
-            waiter = self._waiters.pop(out.request_id, None)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(out)
+            self.waiters.resolve(out)
         return outputs
 
     def fail_all(self, error: str, stage: str = "engine") -> list[RequestOutput]:
         """End every request with an error output (after a step failure left the state unknown)."""
-        with self._step_lock:
-            self._apply_commands()
-            outputs = []
-            for req in list(self._requests.values()):
-                if req.status == RequestStatus.RUNNING:
-                    try:
-                        self.runner.release(req)
-                    except Exception:  # the runner is already in trouble; the request ends anyway
-                        logger.exception("release of %s failed", req.request_id)
-                outputs.append(RequestOutput(request_id=req.request_id, finished=True, finish_reason="error",
-                                             error=error, error_stage=stage, duration=req.duration))
-            self._waiting.clear()
-            return self._update(outputs)
+        self._apply_commands()
+        outputs = []
+        for req in list(self._requests.values()):
+            if req.status == RequestStatus.RUNNING:
+                try:
+                    self.runner.release(req)
+                except Exception:  # the runner is already in trouble; the request ends anyway
+                    logger.exception("release of %s failed", req.request_id)
+            outputs.append(error_output(req, stage, error))
+        self._waiting.clear()
+        return self._update(outputs)
 
-    # ------------------------------------------------------------ convenience
+    # ------------------------------------------------ the reference convenience API (engine/reference_api.py)
 
     def run(self, timeout: float | None = None) -> list[RequestOutput]:
-        """Step until no request is unfinished; return the outputs of the requests that finished,
-        in the order they finished. Streams end when their input does (`feed_chunk(...,
-        is_last=True)` or attached audio), so feed the last chunk before draining; while live
-        streams wait for audio from another thread, `run` blocks on the engine's inbox.
-        `timeout` (seconds) raises TimeoutError if the engine has not drained by then."""
-        if self._loop_thread is not None:
-            raise RuntimeError("run() drains the engine from the caller's thread, but the background loop owns it")
-        deadline = None if timeout is None else time.monotonic() + timeout
-        finished: list[RequestOutput] = []
-        while self.has_unfinished():
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise TimeoutError(f"run(): {len(self._live_ids)} request(s) still unfinished after {timeout} s")
-            if not self.wait_for_work(timeout=IDLE_WAIT_S if remaining is None else min(remaining, IDLE_WAIT_S)):
-                continue
-            finished.extend(o for o in self.step() if o.finished)
-        return finished
+        """Step until no request is unfinished; the finished outputs, in the order they finished
+        (feed streams their last chunk first). TimeoutError past `timeout` seconds."""
+        return reference_api.run(self, timeout)
 
-    def run_forever(self) -> None:
-        """Drive `step()` until `shutdown()`, blocking on the inbox while idle: the loop of
-        `start_background_loop`. Outputs reach `transcribe*` callers through their futures; a
-        serving layer that routes outputs itself runs its own loop over `wait_for_work` + `step`."""
-        while not self._stop.is_set():
-            if not self.wait_for_work(timeout=IDLE_WAIT_S):
-                continue
-            self.step()
+    def transcribe_outputs(self, audio: np.ndarray | Sequence[np.ndarray], streaming: bool = False,
+                           decoding: DecodingOptions | None = None, priority: int = 0,
+                           sample_rate: int | None = None) -> list[RequestOutput]:
+        """One finished RequestOutput per waveform, in input order, submitted together so they batch;
+        `streaming=True` runs the streaming path with all audio attached."""
+        return reference_api.transcribe_outputs(self, audio, streaming, decoding, priority, sample_rate)
 
-    def start_background_loop(self) -> None:
-        if self._loop_thread is None:
-            self._loop_thread = threading.Thread(target=self.run_forever, name="oasr-engine", daemon=True)
-            self._loop_thread.start()
-
-    def transcribe_outputs(
-        self,
-        audio: np.ndarray | Sequence[np.ndarray],
-        streaming: bool = False,
-        decoding: DecodingOptions | None = None,
-        priority: int = 0,
-        sample_rate: int | None = None,
-    ) -> list[RequestOutput]:
-        """Transcribe one waveform or a list of them, submitted together so they batch; returns one
-        finished `RequestOutput` per waveform, in input order (words, confidence, timestamps,
-        nbest_texts and finish_reason live there). `streaming=True` runs the streaming path with
-        all audio attached (see `add_request`)."""
-        if not isinstance(streaming, bool):
-            raise TypeError(f"streaming must be a bool, got {type(streaming).__name__} (decoding is the third argument)")
-        audios = [audio] if isinstance(audio, np.ndarray) else list(audio)
-        futures: list[Future[RequestOutput]] = []
-        submitted: list[str] = []
-        try:
-            for a in audios:
-                rid = f"tx-{next(self._counter)}-{uuid.uuid4().hex[:6]}"
-                fut: Future[RequestOutput] = Future()
-                self._waiters[rid] = fut
-                try:
-                    self.add_request(a, streaming=streaming, priority=priority, decoding=decoding,
-                                     request_id=rid, sample_rate=sample_rate)
-                except Exception:
-                    self._waiters.pop(rid, None)
-                    raise
-                submitted.append(rid)
-                futures.append(fut)
-        except Exception:
-            for rid in submitted:  # a bad waveform in the list: withdraw the ones already queued
-                self._waiters.pop(rid, None)
-                self.abort_request(rid)
-            raise
-        if self._loop_thread is None:
-            while not all(f.done() for f in futures):
-                self.step()
-        return [f.result() for f in futures]
-
-    def transcribe_offline(
-        self, audio: np.ndarray | Sequence[np.ndarray], decoding: DecodingOptions | None = None
-    ) -> str | list[str]:
+    def transcribe_offline(self, audio: np.ndarray | Sequence[np.ndarray],
+                           decoding: DecodingOptions | None = None) -> str | list[str]:
         """Offline transcription whatever the service mode: a str for one waveform, a list for a list."""
-        return self.transcribe(audio, streaming=False, decoding=decoding)
+        return reference_api.transcribe(self, audio, streaming=False, decoding=decoding)
 
-    def transcribe(
-        self,
-        audio: np.ndarray | Sequence[np.ndarray],
-        streaming: bool = False,
-        decoding: DecodingOptions | None = None,
-    ) -> str | list[str]:
-        """Transcript text: a str for one waveform, a list for a list. `streaming=True` runs the
-        streaming path with all audio attached. A failed request raises RuntimeError."""
-        outs = self.transcribe_outputs(audio, streaming=streaming, decoding=decoding)
-        for o in outs:
-            if o.finish_reason == "error":
-                raise RuntimeError(f"request {o.request_id} failed at {o.error_stage}: {o.error}")
-        texts = [o.text for o in outs]
-        return texts[0] if isinstance(audio, np.ndarray) else texts
+    def transcribe(self, audio: np.ndarray | Sequence[np.ndarray], streaming: bool = False,
+                   decoding: DecodingOptions | None = None) -> str | list[str]:
+        """Transcript text (a str for one waveform, a list for a list); a failed request raises RuntimeError."""
+        return reference_api.transcribe(self, audio, streaming=streaming, decoding=decoding)
 
     def shutdown(self) -> None:
-        """Stop the background loop, abort what is left, free the runner. Idempotent."""
+        """Refuse new requests, abort what is left, free the runner. Idempotent. Call it from the
+        thread that drives the engine, or after that thread has stopped (`wake()` first)."""
         with self._ids_lock:
             if self._shutdown:
                 return
             self._shutdown = True
-        self._stop.set()
-        self._inbox.put(None)
-        if self._loop_thread is not None:
-            self._loop_thread.join(timeout=10)
-        with self._step_lock:
-            self._apply_commands()  # requests still in the inbox are aborted too
-            for req in list(self._requests.values()):
-                out = self._abort(req)
-                waiter = self._waiters.pop(req.request_id, None)
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(out)
-            self._requests.clear()
-            self._waiting.clear()
-            with self._ids_lock:
-                self._live_ids.clear()
-            self.runner.shutdown()
+        self._apply_commands()  # requests still in the inbox are aborted too
+        for req in list(self._requests.values()):
+            self.waiters.resolve(self._abort(req))
+        self._requests.clear()
+        self._waiting.clear()
+        with self._ids_lock:
+            self._live_ids.clear()
+        self.runner.shutdown()
         if self._heap_frozen:
             thaw_heap()
             self._heap_frozen = False

@@ -101,7 +101,14 @@ def resolve_family(ckpt_dir: str, checkpoint_name: str | None = None) -> ModelFa
     )
 
 
-def family_options(family: ModelFamily, given: Mapping[str, object]) -> Any:
+def _set_fields(options: Any) -> set[str]:
+    """Fields of an options instance that differ from the class default (set by the caller)."""
+    default = type(options)()
+    return {f.name for f in dataclasses.fields(options) if getattr(options, f.name) != getattr(default, f.name)}
+
+
+def family_options(family: ModelFamily, given: Mapping[str, object],
+                   aliased: Mapping[str, object] | None = None) -> Any:
     """The family's options instance from `EngineConfig.family_options[family.name]`: an instance
     of its options class, a mapping of field values (unknown keys are refused), or absent.
     Entries keyed by anything but a family name are refused too: an option given without its
@@ -112,6 +119,11 @@ def family_options(family: ModelFamily, given: Mapping[str, object]) -> Any:
             f"family_options is keyed by family name ({', '.join(family_names())}); got {', '.join(map(repr, strays))}"
         )
     value = given.get(family.name)
+    if aliased:
+        if value is None or isinstance(value, Mapping):
+            value = {**aliased, **(value or {})}  # the family's own entry wins over a deprecated alias
+        elif isinstance(value, family.options):
+            value = dataclasses.replace(value, **{k: v for k, v in aliased.items() if k not in _set_fields(value)})
     if value is None:
         return family.options()
     if isinstance(value, family.options):

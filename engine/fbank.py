@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
 
 import torch
 
@@ -88,49 +87,6 @@ def mel_banks(opts: FbankOptions) -> torch.Tensor:
 def povey_window(size: int) -> torch.Tensor:
     n = torch.arange(size, dtype=torch.float32)
     return (0.5 - 0.5 * torch.cos(2 * math.pi * n / (size - 1))).pow(0.85)
-
-
-class KaldiFbank:
-    """Batched Kaldi fbank on one device. Waveforms must already be scaled (WeNet: × 32768)."""
-
-    def __init__(self, opts: FbankOptions | None = None, device: torch.device | str = "cpu") -> None:
-        self.opts = opts or FbankOptions()
-        self.device = torch.device(device)
-
-    @cached_property
-    def _window(self) -> torch.Tensor:
-        return povey_window(self.opts.window_size).to(self.device, torch.float32)
-
-    @cached_property
-    def _banks(self) -> torch.Tensor:
-        return mel_banks(self.opts).to(self.device, torch.float32)
-
-    def __call__(self, waveforms: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Features of each 1-D waveform, (frames_i, num_mel_bins) float32, in ONE batched
-        computation: every waveform is framed as a view, frames of all of them are stacked
-        without padding, transformed together, and split back."""
-        if self.device.type == "cuda":
-            from engine.ops.fbank import kaldi_fbank_batched, kernel_for
-
-            if kernel_for(self.device):  # one CUDA kernel launch for every frame of every stream
-                return kaldi_fbank_batched(waveforms, self._window, self._banks, self.opts)
-        opts = self.opts
-        counts = [frames_for(int(w.shape[0]), opts) for w in waveforms]
-        framed = [
-            w.to(self.device, torch.float32).unfold(0, opts.window_size, opts.window_shift)
-            for w, n in zip(waveforms, counts, strict=True)
-            if n > 0
-        ]
-        if not framed:
-            return [torch.zeros(0, opts.num_mel_bins, device=self.device) for _ in waveforms]
-        frames = torch.cat(framed, dim=0)  # (N, window_size)
-        feats = self._compute(frames)
-        out = list(torch.split(feats, [n for n in counts if n > 0]))
-        it = iter(out)
-        return [next(it) if n > 0 else feats.new_zeros(0, opts.num_mel_bins) for n in counts]
-
-    def _compute(self, frames: torch.Tensor) -> torch.Tensor:
-        return log_mel_frames(frames, self._window, self._banks, self.opts)
 
 
 def log_mel_frames(

@@ -22,6 +22,7 @@ import contextvars
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 MAX_SAMPLES_PER_SERIES = 4096
 """Samples one series may buffer between two drains (a drain runs after every engine step, so
@@ -72,9 +73,30 @@ class MetricsSnapshot:
     """mode -> seconds from arrival to admission."""
 
 
+class Admitted(Protocol):
+    """What admission metrics read of a request."""
+
+    streaming: bool
+    arrival_time: float
+    duration: float
+
+
 class EngineMetrics:
     """The engine's collector. Written by the engine thread only; `drain()` is called by the same
     thread (the serving layer's engine loop), so it needs no lock."""
+
+
+    def observe_admission(self, admitted: Sequence[Admitted], padded_length: float, useful_length: float,
+                          now: float) -> None:
+        """Requests the scheduler admitted together: queue waits, and one offline batch."""
+        streams = [r for r in admitted if r.streaming]
+        if streams:  # their batch size is counted where they run together (step)
+            self.observe_queue_waits("streaming", [now - r.arrival_time for r in streams])
+        offline = [r for r in admitted if not r.streaming]
+        if offline:  # admitted together, encoded together: one offline batch
+            self.observe_batch("offline", len(offline), [now - r.arrival_time for r in offline])
+            self.count_audio(sum(r.duration for r in offline))
+            self.observe_padding(padded_length, useful_length)
 
     def __init__(self, max_samples: int = MAX_SAMPLES_PER_SERIES) -> None:
         self.max_samples = max_samples

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.types import DecodingOptions, FinishReason
+from engine.types import DecodingOptions, FinishReason, RequestOutput
 
 
 class RequestStatus(enum.Enum):
@@ -88,3 +88,11 @@ class Request:
 class FinishedInfo:
     request_id: str
     reason: FinishReason
+
+
+def error_output(request: Request, stage: str, error: str | BaseException) -> RequestOutput:
+    """The one terminal error output of a request, whoever fails it (a family's runner at a stage,
+    or the engine after a failed step): the exception's type and message when given one."""
+    message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return RequestOutput(request_id=request.request_id, finished=True, finish_reason="error", error=message,
+                         error_stage=stage, duration=request.duration)

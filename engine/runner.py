@@ -10,37 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from engine.capabilities import Capabilities
 from engine.request import Request
 from engine.types import DecodingOptions, RequestOutput
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """Which per-request `DecodingOptions` a loaded model honours. Admission refuses a request that
-    uses one the model lacks (one message naming the family and the option), so no family ignores
-    an option silently. Defaults are the most restrictive: a family states what it can do."""
-
-    max_beam_size: int = 1
-    """Largest `beam_size` served; 1 decodes greedily only."""
-    max_n_best: int = 1
-    """Largest `n_best` (alternatives in `RequestOutput.nbest`)."""
-    sampling: bool = False
-    """`temperature > 0` (sampling, fallback ladders)."""
-    prompt: bool = False
-    """A previous-text `prompt` conditions decoding."""
-    keywords: bool = False
-    """`keywords` bias recognition (prompting or contextual biasing)."""
-    logprobs: bool = False
-    """Per-token log-probabilities (`logprobs=True`)."""
-    language: bool = False
-    """The request may choose the language. Without it, `language` is accepted only when it names
-    the model's one declared language (ModelInfo.languages) and refused otherwise."""
-    translate: bool = False
-    """`task='translate'`."""
-    word_timestamps: bool = False
-    """Per-word times (`word_timestamps=True`)."""
-    stream_context: bool = False
-    """A per-stream (left, chunk, right) buffered-streaming context (`stream_context`)."""
 
 
 @dataclass(frozen=True)
@@ -64,10 +36,6 @@ class ModelInfo:
     """Decoders this checkpoint can run (EngineConfig.decode_method picks one)."""
     decode_method: str = ""
     """The decoder in use."""
-    can_align_words: bool = False
-    """Word timestamps are available (`DecodingOptions.word_timestamps`)."""
-    can_translate: bool = False
-    """`task='translate'` is served."""
     capabilities: Capabilities = field(default_factory=Capabilities)
     """The per-request options this model honours (enforced at admission)."""
     checkpoint_format: str = ""

@@ -1,6 +1,6 @@
 """Wire types of the engine: per-request options, outputs, and the commands posted to it.
 
-Plain dataclasses only (no torch, no pydantic) so every surface can build and read them,
+Plain dataclasses only (no torch, no pydantic; audio is a numpy array) so every surface can build and read them,
 and mypy checks them strictly.
 """
 
@@ -10,7 +10,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from engine.errors import InvalidRequestError
+
+Samples = npt.NDArray[np.float32]
+"""A mono waveform: float32 samples in [-1, 1] at the model's rate."""
 
 FinishReason = Literal["stop", "length", "error", "abort"]
 Task = Literal["transcribe", "translate"]
@@ -210,8 +216,8 @@ class RequestOutput:
 @dataclass
 class AddRequest:
     request_id: str
-    audio: object | None
-    """float32 mono numpy array at the model rate; None for a streaming request."""
+    audio: Samples | None
+    """float32 mono samples at the model rate; None for a streaming request."""
     streaming: bool = False
     priority: int = 0
     decoding: DecodingOptions | None = None
@@ -220,8 +226,8 @@ class AddRequest:
 @dataclass
 class FeedAudio:
     request_id: str
-    chunk: object
-    """float32 mono numpy array at the model rate (may be empty when is_last)."""
+    chunk: Samples
+    """float32 mono samples at the model rate (may be empty when is_last)."""
     is_last: bool = False
     attached: bool = False
     """The stream's whole input at once: the engine releases it one stream chunk per step, as

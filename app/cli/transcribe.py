@@ -55,20 +55,25 @@ def _run_with_progress(engine: Any, samples: Any, options: Any, seconds: float, 
     """Transcribe one waveform by stepping the engine ourselves, so the offline decoder's
     per-window outputs (their `duration` is the audio decoded so far) can drive a progress bar
     in audio seconds; shown for long audio only."""
+    from engine.loop import drive
+
     request_id = engine.add_request(samples, decoding=options)
+    final: list[Any] = []
     with _progress(0, "s", seconds >= LONG_AUDIO_S, leave=False) as bar:
         bar.reset(total=round(seconds, 1))
         bar.set_description_str(name)
-        while True:
-            for out in engine.step():
+
+        def show(outputs: list[Any]) -> None:
+            for out in outputs:
                 if out.request_id != request_id:
                     continue
                 if out.finished:
-                    bar.n = bar.total
-                    bar.refresh()
-                    return out
-                bar.n = min(round(out.duration, 1), bar.total)
+                    final.append(out)
+                bar.n = bar.total if out.finished else min(round(out.duration, 1), bar.total)
                 bar.refresh()
+
+        drive(engine, show, stop=lambda: bool(final))
+    return final[0]
 
 
 def _transcribe_local(args: argparse.Namespace, files: list[Path]) -> Iterator[_Transcript]:

@@ -47,9 +47,10 @@ from app.live import (
     TurnRefused,
     VadBatcher,
 )
-from app.realtime.sender import EventSender
+from app.live.sender import EventSender
+from app.requests import admit_options, build_options
 from app.settings import Settings
-from engine import DecodingOptions, RequestOutput
+from engine import RequestOutput
 from engine.errors import EngineError, EngineShutdownError, InvalidRequestError
 from engine.vad import TurnSettings
 
@@ -111,11 +112,11 @@ class ListenSession:
         self.params = params
         self.model = model
         self.rate: int = service.engine.sample_rate
-        options = DecodingOptions(task="transcribe", language=params.language, keywords=params.keywords,
-                                  word_timestamps=True)
+        # Deepgram's results carry word times when the model has them
+        words = service.engine.model_info.capabilities.word_timestamps
         try:
-            options.validate()
-            service.engine.runner.check_options(options, True)
+            options = admit_options(service.engine, build_options(language=params.language, keywords=params.keywords,
+                                                                  word_timestamps=words), streaming=True)
         except InvalidRequestError as exc:
             raise QueryError(str(exc)) from exc
         self.live = LiveSession(service, self._on_event, options=options, vad=vad, on_turn_done=self._turn_done,

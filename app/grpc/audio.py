@@ -7,7 +7,8 @@ import grpc
 import numpy as np
 
 from app.audio import AudioDecoder, HeaderlessStream
-from app.grpc.convert import AudioSpec, RpcError
+from app.google.convert import AudioSpec
+from app.grpc.convert import RpcError
 from app.settings import Settings
 
 

@@ -16,7 +16,8 @@ from dataclasses import replace
 from typing import Any
 
 from app.audio import ChannelSplitter
-from app.grpc.convert import AudioSpec, invalid
+from app.google.convert import AudioSpec
+from app.grpc.convert import invalid
 from app.grpc.live import DONE, LiveCall, until_done
 from protos.oasr.speech.v1 import speech_pb2 as pb
 

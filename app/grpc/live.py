@@ -24,8 +24,9 @@ from typing import Any
 import grpc
 
 from app.engine_service import EngineService
+from app.google.convert import AudioSpec, alternatives, billed, duration, result_language
 from app.grpc.audio import PcmChunker
-from app.grpc.convert import AudioSpec, RpcError, alternatives, billed, duration, invalid, result_language
+from app.grpc.convert import RpcError, invalid
 from app.live import (
     LiveEvent,
     LiveSession,

@@ -7,7 +7,9 @@ reach the engine through the same `EngineService` as the HTTP routes.
     app/grpc/speech.py    the servicer: Recognize, StreamingRecognize (buffered on offline engines)
     app/grpc/live.py      one live StreamingRecognize: engine streaming requests, server-VAD turns
     app/grpc/audio.py     stream audio: headerless chunks -> model-rate samples, container buffer
-    app/grpc/convert.py   proto <-> engine types and the status-code table
+    app/grpc/operations.py  LongRunningRecognize's Operations service (batch jobs, app/jobs)
+    app/grpc/auth.py      API keys in call metadata
+    app/grpc/convert.py   errors -> status codes (message conversions: app/google/convert.py)
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ import logging
 from typing import Any
 
 import grpc
+from google.longrunning import operations_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from app.grpc.speech import ActiveCalls, SpeechServicer
+from app.grpc.operations import OperationsServicer
+from app.grpc.speech import ActiveCalls, GrpcDeps, SpeechServicer
 from app.settings import Settings
 from protos.oasr.speech.v1 import speech_pb2, speech_pb2_grpc
 
@@ -91,7 +95,7 @@ class GrpcServer:
         logger.info("gRPC listener stopped")
 
 
-async def start_grpc_server(app: Any, settings: Settings) -> GrpcServer:
+async def start_grpc_server(deps: GrpcDeps, settings: Settings) -> GrpcServer:
     """Bind `{host}:{grpc_port}` and start serving; raises when the port cannot be bound."""
     server = grpc.aio.server(
         options=[
@@ -100,12 +104,10 @@ async def start_grpc_server(app: Any, settings: Settings) -> GrpcServer:
         ]
     )
     calls = ActiveCalls()
-    speech_pb2_grpc.add_SpeechServicer_to_server(SpeechServicer(app, calls), server)  # type: ignore[no-untyped-call]
-    from google.longrunning import operations_pb2_grpc
-
-    from app.jobs.grpc_operations import OperationsServicer
-
-    operations_pb2_grpc.add_OperationsServicer_to_server(OperationsServicer(app), server)  # type: ignore[no-untyped-call]
+    speech_pb2_grpc.add_SpeechServicer_to_server(SpeechServicer(deps, calls), server)  # type: ignore[no-untyped-call]
+    if deps.jobs is not None:
+        operations = OperationsServicer(deps.jobs, settings, deps.metrics)
+        operations_pb2_grpc.add_OperationsServicer_to_server(operations, server)  # type: ignore[no-untyped-call]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -117,7 +119,7 @@ async def start_grpc_server(app: Any, settings: Settings) -> GrpcServer:
     if server.add_insecure_port(address) == 0:
         raise RuntimeError(f"cannot bind the gRPC listener to {address}")
     await server.start()
-    grpc_server = GrpcServer(server, health_servicer, getattr(app.state, "service", None), calls)
+    grpc_server = GrpcServer(server, health_servicer, deps.service, calls)
     await grpc_server._set_all(health_pb2.HealthCheckResponse.NOT_SERVING)
     grpc_server.start_watching()
     logger.info("gRPC listening on %s (max message %d bytes)", address, settings.max_body_bytes)

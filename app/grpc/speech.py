@@ -12,6 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -19,27 +20,28 @@ import grpc
 from app.audio import AudioDecoder
 from app.channels import channel_results, run_offline_channels, waveforms
 from app.engine_service import EngineService
-from app.grpc.audio import BufferedAudio
-from app.grpc.channels import ChannelCalls
-from app.grpc.convert import (
+from app.google.convert import (
     AudioSpec,
-    RpcError,
     alternatives,
     audio_spec,
     billed,
     decoding_options,
     duration,
-    invalid,
     recognize_response,
     result_language,
-    to_rpc_error,
 )
+from app.grpc.audio import BufferedAudio
+from app.grpc.auth import presented_keys
+from app.grpc.channels import ChannelCalls
+from app.grpc.convert import RpcError, invalid, to_rpc_error
 from app.grpc.live import LiveCall
+from app.grpc.operations import submit_operation
+from app.jobs.system import JobSystem
 from app.live import VadModelCache
 from app.metrics import Metrics
 from app.middleware import key_matches
 from app.offline import RequestTimeout, inflight_permit
-from app.routes.openai import check_model
+from app.requests import admit_options, check_model
 from app.settings import Settings
 from protos.oasr.speech.v1 import speech_pb2 as pb
 from protos.oasr.speech.v1 import speech_pb2_grpc
@@ -48,18 +50,6 @@ logger = logging.getLogger(__name__)
 
 API = "grpc"
 STREAMING_API = "grpc_streaming"  # the `api` label of StreamingRecognize, buffered or live
-
-
-def presented_keys(context: grpc.aio.ServicerContext) -> list[str]:
-    keys = []
-    for key, value in context.invocation_metadata() or ():
-        if not isinstance(value, str):
-            continue
-        if key == "authorization" and value.lower().startswith("bearer "):
-            keys.append(value[7:].strip())
-        elif key == "x-api-key":
-            keys.append(value.strip())
-    return keys
 
 
 class ActiveCalls:
@@ -84,27 +74,27 @@ class ActiveCalls:
         await self._idle.wait()
 
 
+@dataclass(frozen=True)
+class GrpcDeps:
+    """What the gRPC servicers work with, handed over by the lifespan once they exist (the
+    servicers know nothing of the FastAPI app)."""
+
+    settings: Settings
+    service: EngineService
+    decoder: AudioDecoder
+    metrics: Metrics
+    vad_models: VadModelCache
+    jobs: JobSystem | None = None
+
+
 class SpeechServicer(speech_pb2_grpc.SpeechServicer):
-    def __init__(self, app: Any, calls: ActiveCalls | None = None):
-        self._state = app.state
+    def __init__(self, deps: GrpcDeps, calls: ActiveCalls | None = None):
+        self.settings = deps.settings
+        self.service = deps.service
+        self.decoder = deps.decoder
+        self.metrics = deps.metrics
+        self._deps = deps
         self._calls = calls or ActiveCalls()
-
-    # state is read per call: the lifespan fills it in before the listener starts
-    @property
-    def settings(self) -> Settings:
-        return self._state.settings  # type: ignore[no-any-return]
-
-    @property
-    def service(self) -> EngineService:
-        return self._state.service  # type: ignore[no-any-return]
-
-    @property
-    def decoder(self) -> AudioDecoder:
-        return self._state.decoder  # type: ignore[no-any-return]
-
-    @property
-    def metrics(self) -> Metrics:
-        return self._state.metrics  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ plumbing
 
@@ -147,7 +137,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         except Exception as exc:
             err = self._status(exc, "Recognize")
             code = err.code
-            await context.abort(err.code, err.message)
+            await context.abort(err.code, err.message, trailing_metadata=err.trailing_metadata)
             raise  # not reached: abort raises
         finally:
             self._calls.leave()
@@ -155,9 +145,9 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
 
     async def _recognize(self, request: pb.RecognizeRequest, context: grpc.aio.ServicerContext) -> pb.RecognizeResponse:
         config = request.config
-        check_model(self.settings, config.model or None)
+        check_model(self.settings.served_model_name, config.model or None)
         spec = audio_spec(config)
-        options = decoding_options(config)
+        options = admit_options(self.service.engine, decoding_options(config))
         source = request.audio.WhichOneof("audio_source")
         if source == "uri":
             raise invalid("RecognitionAudio.uri is not supported: this server fetches nothing from outside; "
@@ -193,16 +183,16 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         self, request: pb.LongRunningRecognizeRequest, context: grpc.aio.ServicerContext
     ) -> Any:
         """Queue a batch job (app/jobs); its Operation comes back at once."""
-        from app.jobs.grpc_operations import submit_operation
-
         code = grpc.StatusCode.OK
         started = time.monotonic()
         try:
             self._authorize(context)
-            return await submit_operation(self._state.jobs, request)
+            if self._deps.jobs is None:
+                raise RpcError(grpc.StatusCode.UNIMPLEMENTED, "batch jobs are not enabled on this server")
+            return await submit_operation(self._deps.jobs, request)
         except RpcError as err:
             code = err.code
-            await context.abort(err.code, err.message)
+            await context.abort(err.code, err.message, trailing_metadata=err.trailing_metadata)
             raise  # not reached: abort raises
         finally:
             self._count("LongRunningRecognize", code, started)
@@ -225,7 +215,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         except Exception as exc:
             err = self._status(exc, "StreamingRecognize")
             code = err.code
-            await context.abort(err.code, err.message)
+            await context.abort(err.code, err.message, trailing_metadata=err.trailing_metadata)
         finally:
             self._calls.leave()
             self._count("StreamingRecognize", code, started)
@@ -245,17 +235,17 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
                           "audio_content goes in the messages after it")
         streaming_config = first.streaming_config
         config = streaming_config.config
-        check_model(self.settings, config.model or None)
+        check_model(self.settings.served_model_name, config.model or None)
         spec = audio_spec(config)
-        options = decoding_options(config)
+        options = decoding_options(config)  # checked against the model where the call opens its requests
         rid = config.request_id or uuid.uuid4().hex
         audio_in = self._audio(it)
 
         def live_call(call_spec: AudioSpec) -> LiveCall:
             return LiveCall(self.service, self.settings, streaming_config, call_spec, options, rid,
-                            VadModelCache.of(self._state))
+                            self._deps.vad_models)
 
-        async with inflight_permit(self.service):
+        async with inflight_permit(self.service, live=self._live(streaming_config, spec)):
             gauge = self.metrics.stream_sessions_active.labels(api=STREAMING_API)
             gauge.inc()
             try:

@@ -21,12 +21,12 @@ import numpy as np
 from app.audio import AudioDecoder, AudioError
 from app.channels import channel_results, waveforms
 from app.engine_service import EngineService
-from app.grpc.convert import RpcError, audio_spec, billed, decoding_options
+from app.google.convert import audio_spec, billed, decoding_options
 from app.jobs.model import Job
 from app.jobs.spool import Spool
 from app.jobs.uri import resolve_audio_uri
 from engine import RequestOutput
-from engine.errors import EngineError, EngineShutdownError
+from engine.errors import EngineError, EngineShutdownError, InvalidRequestError
 from protos.oasr.speech.v1 import speech_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -80,8 +80,8 @@ async def recognize_job(job: Job, runtime: JobRuntime,
         audio = await runtime.decoder.decode(data, encoding=spec.encoding, sample_rate=spec.sample_rate,
                                              channels=spec.channels, max_seconds=runtime.max_audio_seconds,
                                              keep_channels=separate)
-    except RpcError as exc:
-        raise JobFailed(exc.code, exc.message) from exc
+    except InvalidRequestError as exc:  # the stored config no longer passes (a check added since)
+        raise JobFailed(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
     except AudioError as exc:
         raise JobFailed(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
     except OSError as exc:  # the spooled file or the uri's file vanished

@@ -11,13 +11,15 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from app.grpc.convert import RpcError, audio_spec, decoding_options
+from app.google.convert import audio_spec, decoding_options
 from app.jobs.callbacks import check_callback_url
 from app.jobs.errors import InvalidJobError
 from app.jobs.model import NewJob
 from app.jobs.spool import digest_of
 from app.jobs.uri import resolve_audio_uri
+from app.requests import ModelNotFound, OptionsChecker, admit_options, check_model
 from app.settings import Settings
+from engine.errors import InvalidRequestError
 from protos.oasr.speech.v1 import speech_pb2 as pb
 
 
@@ -28,17 +30,20 @@ class PreparedJob:
     """Bytes to spool (content audio); None for a uri."""
 
 
-def prepare(request: pb.LongRunningRecognizeRequest, settings: Settings) -> PreparedJob:
-    """Validate; raise InvalidJobError naming the problem. Hashes the audio (call off the loop)."""
+def prepare(request: pb.LongRunningRecognizeRequest, settings: Settings,
+            engine: OptionsChecker | None = None) -> PreparedJob:
+    """Validate (the options against `engine`'s model too, when given, so a job the model cannot
+    serve is refused at submission as `recognize` refuses it); raise InvalidJobError naming the
+    problem. Hashes the audio (call off the loop)."""
     config = request.config
-    if settings.served_model_name and config.model and config.model != settings.served_model_name:
-        raise InvalidJobError(f"model {config.model!r} is not served here; this server serves "
-                              f"{settings.served_model_name!r}")
     try:
+        check_model(settings.served_model_name, config.model or None)
         audio_spec(config)
-        decoding_options(config)
-    except RpcError as exc:
-        raise InvalidJobError(exc.message) from exc
+        options = decoding_options(config)
+        if engine is not None:
+            admit_options(engine, options)
+    except (ModelNotFound, InvalidRequestError) as exc:
+        raise InvalidJobError(str(exc)) from exc
     source = request.audio.WhichOneof("audio_source")
     content: bytes | None = None
     uri: str | None = None

@@ -85,7 +85,7 @@ class JobSystem:
     # ------------------------------------------------------------------ operations
 
     async def submit(self, request: pb.LongRunningRecognizeRequest) -> Job:
-        prepared = await asyncio.to_thread(prepare, request, self.settings)
+        prepared = await asyncio.to_thread(prepare, request, self.settings, self.worker.runtime.service.engine)
         new, data = prepared.job, prepared.audio
 
         def create() -> Job:

@@ -101,7 +101,9 @@ class JobWorker:
     async def _claim_loop(self) -> None:
         while True:
             free = self.max_running - len(self._running)
-            if free > 0 and self._claiming and not self.runtime.service.draining:
+            service = self.runtime.service
+            # batch jobs yield to interactive work: none starts while new requests are being shed
+            if free > 0 and self._claiming and not service.draining and service.shed_offline(count=False) is None:
                 try:
                     jobs = await asyncio.to_thread(self.store.claim, self.owner, free, self.lease_s)
                 except Exception:

@@ -6,21 +6,21 @@ secret never carries a configuration its session would refuse.
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.realtime.config import TranscriptionConfig
 from app.realtime.events import ProtocolError
+from app.requests import ModelNotFound, OptionsChecker, admit_options, check_model
 from engine import DecodingOptions
 from engine.errors import InvalidRequestError
 
 
-def decoding_options(tc: TranscriptionConfig, *, logprobs: bool, runner: Any, served_model_name: str | None,
-                     param: str) -> DecodingOptions:
-    """`runner` is the engine's model runner (its `check_options` refuses what the model cannot
-    serve: a language, keywords past its prompt budget)."""
-    if served_model_name and tc.model and tc.model != served_model_name:
-        raise ProtocolError(f"model {tc.model!r} does not exist; this server serves {served_model_name!r}",
-                            code="model_not_found", param=f"{param}.model")
+def decoding_options(tc: TranscriptionConfig, *, logprobs: bool, engine: OptionsChecker,
+                     served_model_name: str | None, param: str) -> DecodingOptions:
+    """The session's options as `engine` admits them (app/requests.py: the model's capabilities,
+    a language, keywords past its prompt budget), or a ProtocolError naming `param`."""
+    try:
+        check_model(served_model_name, tc.model or None)
+    except ModelNotFound as exc:
+        raise ProtocolError(str(exc), code="model_not_found", param=f"{param}.model") from exc
     language = tc.language
     if tc.languages:
         if len(tc.languages) > 1:
@@ -32,8 +32,7 @@ def decoding_options(tc: TranscriptionConfig, *, logprobs: bool, runner: Any, se
                               keywords=tc.keywords, logprobs=logprobs, delay=tc.delay,
                               stream_context=tc.stream_context)
     try:
-        options.validate()
-        runner.check_options(options, True)
+        options = admit_options(engine, options, streaming=True)
     except InvalidRequestError as exc:
         raise ProtocolError(str(exc), code="invalid_value", param=param) from exc
     return options

@@ -41,13 +41,13 @@ from app.live import (
     elapsed_ms,
     samples_ms,
 )
+from app.live.sender import EventSender
 from app.realtime import events as ev
 from app.realtime.audio_input import InputPipeline, decode_base64, decode_chunk
 from app.realtime.config import SessionConfig, VadSettings
 from app.realtime.events import ProtocolError
 from app.realtime.options import decoding_options
 from app.realtime.semantic import base_silence_ms, silence_for
-from app.realtime.sender import EventSender
 from app.realtime.update import parse_beta_update, parse_ga_update
 from engine import DecodingOptions, RequestOutput
 from engine.errors import EngineError, EngineShutdownError
@@ -280,7 +280,7 @@ class RealtimeSession:
     def _apply(self, config: SessionConfig) -> None:
         """Take `config` (validated whole first: a refused update changes nothing)."""
         param = "session.input_audio_transcription" if self.beta else "session.audio.input.transcription"
-        options = decoding_options(config.transcription, logprobs=config.logprobs, runner=self.service.engine.runner,
+        options = decoding_options(config.transcription, logprobs=config.logprobs, engine=self.service.engine,
                                    served_model_name=self._served_model_name, param=param)
         if (config.input_format, config.noise_reduction) != (self.config.input_format, self.config.noise_reduction):
             self._pipeline = InputPipeline(config.input_format, self.rate, config.noise_reduction)

@@ -1,23 +1,31 @@
 """Google-STT-shaped REST: POST /v1/speech:recognize with the audio as the raw body and the
-recognition config in the query string."""
+recognition config in the query string (the fast path, and the documented default), or with
+Google's own JSON body, `{"config": RecognitionConfig, "audio": {"content": base64}}`, when the
+Content-Type is JSON: what Google's client libraries send."""
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
+from google.protobuf import json_format
 
-from app.audio import parse_encoding
+from app.audio import AudioDecoder, parse_encoding
 from app.channels import channel_tags, run_offline_channels, waveforms
 from app.deps import DecoderDep, ServiceDep, SettingsDep
 from app.disconnect import wait_for_disconnect
+from app.engine_service import EngineService
 from app.errors import ApiError, to_api_error
 from app.formats import to_google_recognize, to_google_recognize_channels
+from app.google.convert import AudioSpec, alternatives_wanted, audio_spec, decoding_options
 from app.offline import inflight_permit
-from app.routes.openai import build_options
+from app.requests import admit_options, build_options, check_model
+from app.settings import Settings
+from engine import DecodingOptions
+from engine.errors import InvalidRequestError
+from protos.oasr.speech.v1 import speech_pb2 as pb
 
 router = APIRouter(tags=["google"])
 
@@ -42,6 +50,8 @@ async def recognize(
     prompt: Annotated[str | None, Query()] = None,
     request_id: Annotated[str | None, Query()] = None,
 ) -> JSONResponse:
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
+        return await _recognize_json(request, settings, service, decoder)
     if not encoding:
         raise ApiError(400, "query parameter 'encoding' is required (e.g. encoding=LINEAR16&sample_rate=16000, "
                             "or encoding=AUTO for files)")
@@ -49,22 +59,54 @@ async def recognize(
         enc = parse_encoding(encoding)
     except Exception as exc:
         raise to_api_error(exc) from exc
-    lang = language or language_code
-    if lang:
-        lang = lang.split("-")[0]  # Google sends BCP-47 ('en-US'); the model knows ISO 639-1
     n_alt = max(1, max_alternatives)
-    options = build_options(task="transcribe", language=lang, prompt=prompt, temperature=temperature,
-                            word_timestamps=enable_word_time_offsets,
-                            beam_size=beam_size or (n_alt if n_alt > 1 else None))
-    if n_alt > 1:
-        options = replace(options, n_best=min(n_alt, options.beam_size))
-    rid = request_id or uuid.uuid4().hex
+    try:  # BCP-47 ('en-US') becomes the ISO 639-1 code the model knows in build_options
+        options = admit_options(service.engine, build_options(
+            task="transcribe", language=language or language_code, prompt=prompt, temperature=temperature,
+            word_timestamps=enable_word_time_offsets, beam_size=beam_size, n_best=n_alt))
+    except InvalidRequestError as exc:
+        raise to_api_error(exc) from exc
+    spec = AudioSpec(enc, sample_rate or sample_rate_hertz, audio_channel_count)
+    return await _recognize(request, settings, service, decoder, None, spec, options,
+                            n_alt=n_alt, words=enable_word_time_offsets,
+                            separate=enable_separate_recognition_per_channel, rid=request_id or uuid.uuid4().hex)
+
+
+async def _recognize_json(request: Request, settings: Settings, service: EngineService,
+                          decoder: AudioDecoder) -> JSONResponse:
+    """Google's JSON body: the same RecognitionConfig the gRPC surface reads, in proto3 JSON."""
+    try:
+        message = json_format.Parse(await request.body(), pb.RecognizeRequest())
+    except (json_format.ParseError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"invalid RecognizeRequest JSON: {exc}") from exc
+    config = message.config
+    if message.audio.WhichOneof("audio_source") == "uri":
+        raise ApiError(400, "audio.uri is not supported: this server fetches nothing from outside; send the bytes "
+                            "in audio.content (base64)")
+    if not message.audio.content:
+        raise ApiError(400, "audio.content is empty; send the audio bytes base64-encoded in it")
+    try:
+        check_model(settings.served_model_name, config.model or None)
+        spec = audio_spec(config)
+        options = admit_options(service.engine, decoding_options(config))
+    except Exception as exc:
+        raise to_api_error(exc) from exc
+    return await _recognize(request, settings, service, decoder, message.audio.content, spec, options,
+                            n_alt=alternatives_wanted(config), words=config.enable_word_time_offsets,
+                            separate=config.enable_separate_recognition_per_channel,
+                            rid=config.request_id or uuid.uuid4().hex)
+
+
+async def _recognize(request: Request, settings: Settings, service: EngineService, decoder: AudioDecoder,
+                     body: bytes | None, spec: AudioSpec, options: DecodingOptions, *, n_alt: int, words: bool,
+                     separate: bool, rid: str) -> JSONResponse:
+    """Decode (the raw body is read under the permit: `body` None), recognize every channel or the
+    downmix, answer in Google's shape."""
     async with inflight_permit(service):
-        body = await request.body()
         try:
-            separate = enable_separate_recognition_per_channel
-            audio = await decoder.decode(body, encoding=enc, sample_rate=sample_rate or sample_rate_hertz,
-                                         channels=audio_channel_count, max_seconds=settings.max_audio_seconds,
+            data = body if body is not None else await request.body()
+            audio = await decoder.decode(data, encoding=spec.encoding, sample_rate=spec.sample_rate,
+                                         channels=spec.channels, max_seconds=settings.max_audio_seconds,
                                          keep_channels=separate)
             outs = await run_offline_channels(service, waveforms(audio, separate), options, api="google",
                                               timeout=settings.request_timeout_secs,
@@ -72,6 +114,6 @@ async def recognize(
         except Exception as exc:
             raise to_api_error(exc) from exc
     if not separate:
-        return JSONResponse(to_google_recognize(outs[0], n_alt, enable_word_time_offsets, rid))
+        return JSONResponse(to_google_recognize(outs[0], n_alt, words, rid))
     tagged = list(zip(channel_tags(len(outs), separate), outs))
-    return JSONResponse(to_google_recognize_channels(tagged, n_alt, enable_word_time_offsets, rid))
+    return JSONResponse(to_google_recognize_channels(tagged, n_alt, words, rid))

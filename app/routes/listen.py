@@ -33,7 +33,7 @@ from app.deepgram.session import (
 )
 from app.engine_service import EngineService
 from app.live import VadModelCache
-from app.realtime.sender import EventSender
+from app.live.sender import EventSender
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)

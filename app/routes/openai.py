@@ -21,6 +21,7 @@ from app.errors import ApiError, to_api_error
 from app.formats import to_srt, to_verbose_json, to_vtt, usage
 from app.offline import RequestTimeout, inflight_permit, run_offline, take_permit
 from app.realtime.events import logprob_entries
+from app.requests import ModelNotFound, admit_options, build_options, check_model
 from app.settings import Settings
 from engine import DecodingOptions
 from engine.errors import InvalidRequestError
@@ -31,38 +32,6 @@ router = APIRouter(tags=["openai"])
 RESPONSE_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
 GRANULARITIES = ("word", "segment")
 INCLUDES = ("logprobs",)
-
-
-def check_model(settings: Settings, model: str | None) -> None:
-    if settings.served_model_name and model and model != settings.served_model_name:
-        raise ApiError(404, f"model {model!r} does not exist; this server serves {settings.served_model_name!r}",
-                       param="model", code="model_not_found")
-
-
-def build_options(
-    *,
-    task: str,
-    language: str | None,
-    prompt: str | None,
-    temperature: float | None,
-    word_timestamps: bool,
-    beam_size: int | None = None,
-    logprobs: bool = False,
-) -> DecodingOptions:
-    try:
-        options = DecodingOptions(
-            task=task,  # type: ignore[arg-type]
-            language=language.lower() if language else None,
-            prompt=prompt or None,
-            temperature=float(temperature) if temperature is not None else 0.0,
-            word_timestamps=word_timestamps,
-            beam_size=beam_size or 1,
-            logprobs=logprobs,
-        )
-        options.validate()
-    except InvalidRequestError as exc:
-        raise ApiError(400, str(exc)) from exc
-    return options
 
 
 async def _transcribe(
@@ -84,7 +53,10 @@ async def _transcribe(
     chunking: ChunkingStrategy | None = None,
     include: list[str] | None = None,
 ) -> Response:
-    check_model(settings, model)
+    try:
+        check_model(settings.served_model_name, model)
+    except ModelNotFound as exc:
+        raise to_api_error(exc) from exc
     if response_format not in RESPONSE_FORMATS:
         raise ApiError(400, f"response_format must be one of {', '.join(RESPONSE_FORMATS)}", param="response_format")
     bad = [g for g in granularities if g not in GRANULARITIES]
@@ -105,8 +77,12 @@ async def _transcribe(
     if logprobs and response_format != "json":
         raise ApiError(400, "include[]=logprobs needs response_format=json", param="include")
     words = "word" in granularities
-    options = build_options(task=task, language=language, prompt=prompt, temperature=temperature,
-                            word_timestamps=words, beam_size=beam_size, logprobs=logprobs)
+    try:  # refused here, before the upload is decoded, with the engine's own words
+        options = admit_options(service.engine, build_options(
+            task=task, language=language, prompt=prompt, temperature=temperature, word_timestamps=words,
+            beam_size=beam_size, logprobs=logprobs))
+    except InvalidRequestError as exc:
+        raise to_api_error(exc) from exc
     if stream:
         return await _stream_transcription(service, decoder, file, options, settings)
     async with inflight_permit(service):

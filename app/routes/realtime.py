@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse
 
 from app.engine_service import EngineService
 from app.errors import ApiError
+from app.live.sender import EventSender
 from app.live.vad import VadModelCache
 from app.metrics import Metrics
 from app.middleware import presented_keys
@@ -34,7 +35,6 @@ from app.realtime.config import VadSettings
 from app.realtime.events import error_event
 from app.realtime.registry import SessionRegistry
 from app.realtime.secrets import PREFIX, ClientSecret, ClientSecretStore, SecretRefused
-from app.realtime.sender import EventSender
 from app.realtime.session import API, RealtimeSession
 from app.settings import Settings
 

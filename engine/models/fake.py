@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.capabilities import Capabilities
 from engine.config import EngineConfig
-from engine.errors import CheckpointError, UnsupportedError
+from engine.errors import CheckpointError
 from engine.families import ModelFamily
 from engine.request import Request
 from engine.runner import ModelInfo, ModelRunner, RunnerStats
@@ -78,17 +79,14 @@ class FakeRunner:
     def info(self) -> ModelInfo:
         return ModelInfo(family="fake", model=self.name, sample_rate=SAMPLE_RATE, languages=("en",),
                          supports_streaming=True, streaming_styles=("chunked",), decode_methods=("rms",),
-                         decode_method="rms", checkpoint_format="fake", details={"frame_samples": self.frame})
+                         decode_method="rms", capabilities=Capabilities(), checkpoint_format="fake", details={"frame_samples": self.frame})
 
     def stats(self) -> RunnerStats:
         return RunnerStats(streams=sum(s.request.streaming for s in self._running.values()),
                            decode_slots_used=len(self._running), decode_slots_capacity=self.config.max_batch_size)
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
-        if options.task != "transcribe":
-            raise UnsupportedError("the fake family only transcribes")
-        if options.beam_size > 1:
-            raise UnsupportedError("the fake family decodes greedily (beam_size=1)")
+        """Nothing of its own: it has no capabilities to range-check (Capabilities() refuses the rest)."""
 
     def free_slots(self) -> int:
         return self.config.max_batch_size - len(self._running)

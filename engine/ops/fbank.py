@@ -1,6 +1,6 @@
 """Kaldi fbank of many streams' new samples in one call: `torch.ops.oasr.kaldi_fbank` (a CUDA
 kernel, one thread block per frame; its CPU twin exists for tests and benchmarks) or the
-reference (engine/fbank.py's torch computation). `engine.fbank.KaldiFbank` uses the kernel on
+reference (engine/fbank.py's torch computation). `KaldiFbank` (below) uses the kernel on
 CUDA devices; on CPU torch's pocketfft + GEMM path is faster (benchmarks/kernels.py) and stays.
 
     feats = kaldi_fbank(waveform, frame_starts, window, mel_banks, twiddle, preemph)
@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import functools
 import math
+from functools import cached_property
 
 import torch
 
-from engine.fbank import FbankOptions, frames_for, log_mel_frames
+from engine.fbank import FbankOptions, frames_for, log_mel_frames, mel_banks, povey_window
 from engine.ops.extension import kernel_for
 from engine.ops.extension import use_extension as resolve_use_extension
 
-__all__ = ["fft_twiddle", "kaldi_fbank", "kaldi_fbank_batched", "kaldi_fbank_reference", "kernel_for"]
+__all__ = ["KaldiFbank", "fft_twiddle", "kaldi_fbank", "kaldi_fbank_batched", "kaldi_fbank_reference", "kernel_for"]
 
 
 @functools.lru_cache(maxsize=8)
@@ -71,3 +72,43 @@ def kaldi_fbank_batched(
     feats = kaldi_fbank(wave, starts.to(device), window, mel_banks, fft_twiddle(opts.padded_window_size, device),
                         opts.preemph_coeff, use_extension=use_extension)  # fmt: skip
     return list(torch.split(feats, counts))
+
+
+class KaldiFbank:
+    """Batched Kaldi fbank on one device. Waveforms must already be scaled (WeNet: × 32768)."""
+
+    def __init__(self, opts: FbankOptions | None = None, device: torch.device | str = "cpu") -> None:
+        self.opts = opts or FbankOptions()
+        self.device = torch.device(device)
+
+    @cached_property
+    def _window(self) -> torch.Tensor:
+        return povey_window(self.opts.window_size).to(self.device, torch.float32)
+
+    @cached_property
+    def _banks(self) -> torch.Tensor:
+        return mel_banks(self.opts).to(self.device, torch.float32)
+
+    def __call__(self, waveforms: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Features of each 1-D waveform, (frames_i, num_mel_bins) float32, in ONE batched
+        computation: every waveform is framed as a view, frames of all of them are stacked
+        without padding, transformed together, and split back."""
+        if self.device.type == "cuda" and kernel_for(self.device):  # one launch: every frame of every stream
+            return kaldi_fbank_batched(waveforms, self._window, self._banks, self.opts)
+        opts = self.opts
+        counts = [frames_for(int(w.shape[0]), opts) for w in waveforms]
+        framed = [
+            w.to(self.device, torch.float32).unfold(0, opts.window_size, opts.window_shift)
+            for w, n in zip(waveforms, counts, strict=True)
+            if n > 0
+        ]
+        if not framed:
+            return [torch.zeros(0, opts.num_mel_bins, device=self.device) for _ in waveforms]
+        frames = torch.cat(framed, dim=0)  # (N, window_size)
+        feats = self._compute(frames)
+        out = list(torch.split(feats, [n for n in counts if n > 0]))
+        it = iter(out)
+        return [next(it) if n > 0 else feats.new_zeros(0, opts.num_mel_bins) for n in counts]
+
+    def _compute(self, frames: torch.Tensor) -> torch.Tensor:
+        return log_mel_frames(frames, self._window, self._banks, self.opts)

@@ -1,5 +1,5 @@
 """A scripted stand-in for `EngineService` at the seam the live surfaces use (open_request, feed,
-close, engine.sample_rate, engine.runner.check_options): the test plays the engine by putting
+close, engine.sample_rate, engine.model_info, engine.validate_options): the test plays the engine by putting
 outputs into each request's real `OutputStream`, and reads back what was fed and closed."""
 
 from __future__ import annotations
@@ -11,23 +11,33 @@ import numpy as np
 from app.engine_metrics import EngineSeries
 from app.engine_service import OutputStream
 from app.metrics import Metrics
-from engine.errors import InvalidRequestError
+from engine import DecodingOptions
+from engine.capabilities import Capabilities, check_capabilities
+from engine.runner import ModelInfo
 
 
 class ScriptedService:
     def __init__(self, sample_rate: int = 16000) -> None:
         self.metrics = Metrics()
         self.series = EngineSeries(self.metrics, "scripted", "scripted")
-        self.engine = type("E", (), {"sample_rate": sample_rate, "runner": self})()
+        info = ModelInfo("scripted", "scripted-en", sample_rate, ("en",),
+                         capabilities=Capabilities(keywords=True, word_timestamps=True, logprobs=True))
+        self.engine = type("E", (), {"sample_rate": sample_rate, "model_info": info,
+                                     "validate_options": self.validate_options})()
         self.streams: dict[str, OutputStream] = {}
         self.fed: dict[str, list[tuple[int, bool]]] = {}
         self.closed: list[str] = []
         self.refuse: Exception | None = None
         """Raised by open_request while set (an engine refusing new requests)."""
 
-    def check_options(self, options: Any, streaming: bool) -> None:
-        if options.language not in (None, "en"):
-            raise InvalidRequestError(f"model is English-only: language {options.language!r} is not supported")
+    def validate_options(self, options: DecodingOptions | None, streaming: bool = False) -> DecodingOptions:
+        """The engine's own admission checks against the scripted model's capabilities."""
+        options = options or DecodingOptions()
+        options.validate()
+        info = self.engine.model_info
+        check_capabilities(info.capabilities, family=info.family, model=info.model, languages=info.languages,
+                           options=options)
+        return options
 
     def open_request(self, audio: Any, *, streaming: bool, decoding: Any) -> OutputStream:
         if self.refuse is not None:

@@ -9,7 +9,6 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -19,18 +18,20 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from app.audio import AudioEncoding, AudioTooLongError, decode_audio
 from app.errors import ApiError
-from app.grpc.audio import PcmChunker
-from app.grpc.convert import (
+from app.google.convert import (
     AudioSpec,
-    RpcError,
     audio_spec,
     billed,
     decoding_options,
     language_of,
     recognize_response,
-    to_rpc_error,
 )
+from app.grpc.audio import PcmChunker
+from app.grpc.convert import RpcError, to_rpc_error
 from app.grpc.service import SERVICE_NAME, start_grpc_server
+from app.grpc.speech import GrpcDeps
+from app.live import VadModelCache
+from app.metrics import Metrics
 from app.settings import Settings
 from engine import RequestOutput
 from engine.errors import EngineShutdownError, InvalidRequestError
@@ -59,21 +60,21 @@ def test_container_encodings_map_without_a_rate(encoding: int, expected: AudioEn
 
 @pytest.mark.parametrize("encoding", [Enc.LINEAR16, Enc.LINEAR32F, Enc.MULAW, Enc.ALAW])
 def test_headerless_encodings_need_a_rate(encoding: int) -> None:
-    with pytest.raises(RpcError) as err:
+    with pytest.raises(InvalidRequestError) as err:
         audio_spec(pb.RecognitionConfig(encoding=encoding))
-    assert err.value.code == Code.INVALID_ARGUMENT and "sample_rate_hertz is required" in err.value.message
+    assert to_rpc_error(err.value, draining=False).code == Code.INVALID_ARGUMENT and "sample_rate_hertz is required" in str(err.value)
     spec = audio_spec(pb.RecognitionConfig(encoding=encoding, sample_rate_hertz=8000, audio_channel_count=2))
     assert (spec.sample_rate, spec.channels) == (8000, 2)
 
 
 @pytest.mark.parametrize("field", ["sample_rate_hertz", "audio_channel_count"])
 def test_negative_rate_or_channels_rejected(field: str) -> None:
-    with pytest.raises(RpcError, match=field):
+    with pytest.raises(InvalidRequestError, match=field):
         audio_spec(pb.RecognitionConfig(**{"encoding": Enc.LINEAR16, "sample_rate_hertz": 16000, field: -1}))
 
 
 def test_unknown_encoding_number_rejected() -> None:
-    with pytest.raises(RpcError, match="not a known AudioEncoding"):
+    with pytest.raises(InvalidRequestError, match="not a known AudioEncoding"):
         audio_spec(pb.RecognitionConfig(encoding=57))
 
 
@@ -85,7 +86,7 @@ def test_language_code_bcp47_to_primary_subtag(code: str, iso: str | None) -> No
 
 @pytest.mark.parametrize("code", ["e1", "x", "english-US", "-US"])
 def test_bad_language_code_rejected(code: str) -> None:
-    with pytest.raises(RpcError, match="language_code"):
+    with pytest.raises(InvalidRequestError, match="language_code"):
         language_of(code)
 
 
@@ -122,16 +123,16 @@ def test_speech_contexts_become_keywords_and_the_window_passes_through() -> None
     assert (opts.stream_context, opts.delay) == ((70, 2, 2), "low")
     unset = decoding_options(pb.RecognitionConfig())
     assert (unset.keywords, unset.stream_context, unset.delay) == ((), None, None)
-    with pytest.raises(RpcError) as err:
+    with pytest.raises(InvalidRequestError) as err:
         decoding_options(pb.RecognitionConfig(decoding=pb.DecodingExtensions(delay="instant")))
-    assert err.value.code == Code.INVALID_ARGUMENT
+    assert to_rpc_error(err.value, draining=False).code == Code.INVALID_ARGUMENT
 
 @pytest.mark.parametrize("ext", [pb.DecodingExtensions(temperature=3.0), pb.DecodingExtensions(top_p=1.5),
                                  pb.DecodingExtensions(beam_size=99), pb.DecodingExtensions(max_new_tokens=-2)])
 def test_bad_decoding_values_are_invalid_argument(ext: pb.DecodingExtensions) -> None:
-    with pytest.raises(RpcError) as err:
+    with pytest.raises(InvalidRequestError) as err:
         decoding_options(pb.RecognitionConfig(decoding=ext))
-    assert err.value.code == Code.INVALID_ARGUMENT
+    assert to_rpc_error(err.value, draining=False).code == Code.INVALID_ARGUMENT
 
 
 # ----------------------------------------------------------------------------- status codes
@@ -280,8 +281,9 @@ def test_health_follows_readiness_and_the_drain(unused_tcp_port: int) -> None:
 async def check_health(port: int) -> None:
     readiness = _Readiness()
     settings = Settings(host="127.0.0.1", grpc_port=port)
-    app = SimpleNamespace(state=SimpleNamespace(settings=settings, service=readiness))
-    server = await start_grpc_server(app, settings)
+    deps = GrpcDeps(settings=settings, service=readiness, decoder=None, metrics=Metrics(),  # type: ignore[arg-type]
+                    vad_models=VadModelCache(settings.vad))
+    server = await start_grpc_server(deps, settings)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             health = health_pb2_grpc.HealthStub(channel)

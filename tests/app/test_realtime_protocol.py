@@ -17,6 +17,7 @@ import pytest
 import soundfile as sf
 
 from app.audio.g711 import mulaw_to_float
+from app.live.sender import EventSender
 from app.realtime.audio_input import container_of, decode_base64, decode_chunk
 from app.realtime.config import (
     InputFormat,
@@ -28,7 +29,6 @@ from app.realtime.config import (
 )
 from app.realtime.events import ProtocolError, error_event, server_event
 from app.realtime.semantic import silence_for
-from app.realtime.sender import EventSender
 from app.realtime.session import RealtimeSession
 from app.realtime.update import parse_beta_update, parse_ga_update
 from engine import RequestOutput

@@ -96,6 +96,11 @@ class FakeEngine:
     def num_waiting(self) -> int:
         return 0
 
+    def validate_options(self, decoding: DecodingOptions | None, streaming: bool = False) -> DecodingOptions:
+        options = decoding or DecodingOptions()
+        options.validate()
+        return options
+
     def add_request(self, audio: np.ndarray, priority: int = 0, decoding: DecodingOptions | None = None,
                     request_id: str | None = None) -> str:
         options = decoding or DecodingOptions()
@@ -150,8 +155,11 @@ class FakeEngine:
     def fail_all(self, error: str, stage: str = "engine") -> list[RequestOutput]:
         return []
 
-    def shutdown(self) -> None:
+    def wake(self) -> None:
         self._inbox.put(None)
+
+    def shutdown(self) -> None:
+        pass
 
 
 @dataclass
@@ -227,6 +235,18 @@ async def test_json_is_the_default_with_usage(h: Harness) -> None:
     assert r.json() == {"text": "Hello world.", "usage": {"type": "duration", "seconds": 4}}
     (options,) = h.engine.received
     assert options == DecodingOptions()  # nothing asked: transcribe, greedy, temperature 0, no words
+
+
+@pytest.mark.parametrize(("given", "code"), [("en-US", "en"), ("pt_BR", "pt"), ("EN", "en"), ("de", "de")])
+async def test_openai_language_accepts_bcp47_as_the_google_route_does(h: Harness, given: str, code: str) -> None:
+    r = await transcribe(h, language=given)
+    assert r.status_code == 200, r.text
+    (options,) = h.engine.received
+    assert options.language == code
+    r = await h.client.post("/v1/speech:recognize", params={"encoding": "WAV", "language_code": given},
+                            content=wav())
+    assert r.status_code == 200, r.text
+    assert h.engine.received[1].language == code
 
 
 async def test_form_options_reach_the_engine(h: Harness) -> None:
@@ -417,8 +437,9 @@ async def test_at_capacity_is_503_and_probes_still_answer(h: Harness) -> None:
         await asyncio.sleep(0.01)
     error = openai_error(await transcribe(h), 503)
     assert "capacity" in error["message"] and "--max-inflight" in error["message"]
+    # over capacity is RESOURCE_EXHAUSTED in seed 001's table; UNAVAILABLE is for shutdown or a lost engine
     message = google_error(await h.client.post("/v1/speech:recognize", params={"encoding": "WAV"}, content=wav()),
-                           503, "UNAVAILABLE")
+                           503, "RESOURCE_EXHAUSTED")
     assert "capacity" in message
     assert (await h.client.get("/readyz")).status_code == 200
     assert (await h.client.get("/metrics")).status_code == 200
@@ -430,6 +451,9 @@ async def test_draining_refuses_with_503_and_readiness_fails(h: Harness) -> None
     h.service.draining = True
     error = openai_error(await transcribe(h), 503)
     assert "shutting down" in error["message"]
+    message = google_error(await h.client.post("/v1/speech:recognize", params={"encoding": "WAV"}, content=wav()),
+                           503, "UNAVAILABLE")
+    assert "shutting down" in message
     r = await h.client.get("/readyz")
     assert r.status_code == 503 and r.json()["draining"] is True
 
@@ -606,3 +630,19 @@ async def test_cors_allows_the_configured_origin_before_the_key_check(h: Harness
     assert r.headers.get("access-control-allow-origin") != "https://evil.example"
     r = await h.client.get("/v1/models", headers={"origin": "https://app.example", "x-api-key": "s3cret"})
     assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
+
+
+async def test_offline_work_over_the_queue_delay_is_refused_with_retry_after(h: Harness) -> None:
+    h.service.max_queue_delay_secs = 30.0
+    h.service.backlog.add("ahead", 100.0)  # 100 audio-seconds queued, transcribed at 2x real time
+    h.service.backlog.rate = 2.0
+    r = await transcribe(h)
+    error = openai_error(r, 503)
+    assert r.headers["retry-after"] == "20" and "--max-queue-delay-secs" in error["message"]
+    r = await h.client.post("/v1/speech:recognize", params={"encoding": "WAV"}, content=wav())
+    assert google_error(r, 503, "RESOURCE_EXHAUSTED") and r.headers["retry-after"] == "20"
+    readiness = (await h.client.get("/readyz")).json()
+    assert readiness["ready"] is True and readiness["queue_delay_s"] == 50.0
+    assert h.engine.received == []  # nothing reached the engine
+    h.service.backlog.forget("ahead")
+    assert (await transcribe(h)).status_code == 200

@@ -163,10 +163,13 @@ def test_hpa_scales_on_queue_depth_with_cpu_fallback(overlay: str) -> None:
 
     objects = render(overlay)
     hpa = one(objects, "HorizontalPodAutoscaler")
-    metrics = {m["type"]: m for m in hpa["spec"]["metrics"]}
-    assert metrics["Pods"]["pods"]["metric"]["name"] == "oasr_engine_waiting"
-    assert "oasr_engine_waiting" in METRIC_NAMES
-    assert metrics["Resource"]["resource"]["name"] == "cpu"
+    pods = {m["pods"]["metric"]["name"]: m["pods"]["target"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"}
+    assert set(pods) == {"oasr_engine_waiting", "oasr_engine_queue_delay_seconds"}
+    assert set(pods) <= set(METRIC_NAMES)
+    # scale out before a pod refuses offline work (at OASR_MAX_QUEUE_DELAY_SECS, 30 s by default)
+    assert 0 < float(pods["oasr_engine_queue_delay_seconds"]["averageValue"]) < 30
+    resources = [m["resource"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Resource"]
+    assert resources == ["cpu"]
     # CPU utilisation is measured against requests: without one the fallback never fires.
     assert _container(objects)["resources"]["requests"]["cpu"]
     pdb = one(objects, "PodDisruptionBudget")["spec"]

@@ -264,7 +264,7 @@ async def until_closed(ws: Any) -> tuple[list[dict[str, Any]], int | None, str]:
     ("utterance_end_ms=1000", "INVALID_QUERY: utterance_end_ms needs interim_results=true (as on Deepgram)"),
     ("diarize=true", "INVALID_QUERY: diarize: speaker diarization is not supported by this server"),
     ("interim=true", "INVALID_QUERY: unknown query parameter 'interim'"),
-    ("language=fr", "INVALID_QUERY: model tiny.en is English-only"),
+    ("language=fr", "INVALID_QUERY: language 'fr' is not supported by the whisper model 'tiny.en': it is English-only"),
 ])
 def test_bad_query_parameters_get_an_error_and_a_close_frame(server: ServerProcess, query: str, reason: str) -> None:
     async def run() -> tuple[list[dict[str, Any]], int | None, str]:

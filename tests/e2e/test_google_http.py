@@ -212,3 +212,37 @@ def test_max_alternatives_returns_ranked_distinct_hypotheses(client: httpx.Clien
     confidences = [a["confidence"] for a in alternatives]
     assert confidences == sorted(confidences, reverse=True) and all(0 < c <= 1 for c in confidences)
     assert wer([reference()], [transcripts[0]]) <= MAX_WER
+
+
+# ------------------------------------------------------------------------------- Google's JSON body
+
+
+def test_json_body_gives_the_raw_body_transcript(client: httpx.Client) -> None:
+    """Google's clients send `{"config": RecognitionConfig, "audio": {"content": base64}}` as JSON:
+    the same audio and options give the same response as the raw-body fast path."""
+    import base64
+
+    flac = encode("flac", 16000, 1)
+    raw = client.post(RECOGNIZE, content=flac, params={"encoding": "FLAC", "enable_word_time_offsets": "true",
+                                                       "language_code": "en-US", "request_id": "same"})
+    body = {"config": {"encoding": "FLAC", "enableWordTimeOffsets": True, "languageCode": "en-US",
+                       "requestId": "same"},
+            "audio": {"content": base64.b64encode(flac).decode()}}
+    as_json = client.post(RECOGNIZE, json=body)
+    assert raw.status_code == 200 and as_json.status_code == 200, (raw.text, as_json.text)
+    assert as_json.json() == raw.json()
+    assert wer([reference()], [as_json.json()["results"][0]["alternatives"][0]["transcript"]]) <= MAX_WER
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    (b"{not json", "invalid RecognizeRequest JSON"),
+    (b'{"config": {"encoding": "FLAC"}, "audio": {}}', "audio.content is empty"),
+    (b'{"config": {"encoding": "FLAC"}, "audio": {"uri": "gs://b/a.flac"}}', "audio.uri is not supported"),
+    (b'{"config": {"encoding": "LINEAR16"}, "audio": {"content": "AAAA"}}', "sample_rate_hertz is required"),
+    (b'{"config": {"bogus": 1}, "audio": {"content": "AAAA"}}', "invalid RecognizeRequest JSON"),
+])
+def test_bad_json_bodies_get_the_google_envelope(client: httpx.Client, body: bytes, needle: str) -> None:
+    r = client.post(RECOGNIZE, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["status"] == "INVALID_ARGUMENT" and needle in error["message"], error

@@ -87,8 +87,8 @@ def test_bad_audio_is_refused_and_batch_mates_succeed(
         (DecodingOptions(temperature=0.5, top_p=0.0), InvalidRequestError, r"top_p must be in \(0, 1\]"),
         (DecodingOptions(top_k=0), InvalidRequestError, "top_k must be >= 1"),
         (DecodingOptions(max_new_tokens=0), InvalidRequestError, "max_new_tokens must be >= 1"),
-        (DecodingOptions(language="fr"), UnsupportedError, "English-only.*'fr'"),
-        (DecodingOptions(task="translate"), UnsupportedError, "English-only.*translate"),
+        (DecodingOptions(language="fr"), UnsupportedError, "language 'fr' is not supported by the whisper model 'tiny.en': it is English-only"),
+        (DecodingOptions(task="translate"), UnsupportedError, "task='translate' is not supported by the whisper model 'tiny.en'"),
     ],
     ids=["beam0", "beam99", "nbest31", "bestof0", "temp-neg", "temp-nan", "top_p0", "top_k0", "max_new0", "fr", "translate"],
 )

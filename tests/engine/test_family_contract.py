@@ -133,7 +133,7 @@ def test_admission_errors_are_clear(engine: ASREngine) -> None:
         engine.add_request(np.zeros(0, np.float32))
     with pytest.raises(InvalidRequestError, match="beam_size"):
         engine.add_request(audio, decoding=DecodingOptions(beam_size=0))
-    if not engine.model_info.can_translate:
+    if not engine.model_info.capabilities.translate:
         with pytest.raises(UnsupportedError):
             engine.add_request(audio, decoding=DecodingOptions(task="translate"))
     with pytest.raises(UnknownRequestError):

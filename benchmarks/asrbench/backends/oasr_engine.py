@@ -128,19 +128,20 @@ class OasrEngineBackend(Backend):
         return DecodingOptions(beam_size=int(self.options["beam_size"]), language="en")
 
     def _drive(self) -> None:
-        engine = self._engine
-        while not self._stop.is_set():
-            if not engine.wait_for_work(timeout=0.5):
-                continue
-            with self._gate:  # a batch being submitted is complete before the step admits it
-                pass
-            try:
-                outputs = engine.step()
-            except Exception as exc:  # the engine's state is unknown: fail everything in flight
-                logger.exception("engine step failed")
-                outputs = engine.fail_all(f"step failed: {exc}")
+        from engine.loop import LoopObserver, drive
+
+        gate = self._gate
+
+        class _Gated(LoopObserver):
+            def step_started(self) -> None:
+                with gate:  # a batch being submitted is complete before the step admits it
+                    pass
+
+        def route(outputs: list[Any]) -> None:
             for out in outputs:
                 self._route(out)
+
+        drive(self._engine, route, stop=self._stop.is_set, observer=_Gated())
 
     def _route(self, out: Any) -> None:
         with self._routes_lock:

@@ -3,14 +3,43 @@ with its trained look-aheads or buffered presets, and the decode methods."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from engine.models.nemo.options import MAX_WINDOW_FRAMES
+from engine.cache.block_pool import BlockPool
+from engine.capabilities import Capabilities
+from engine.models.nemo.checkpoint import NemoCheckpoint
+from engine.models.nemo.options import MAX_WINDOW_FRAMES, delay_preset
+from engine.models.nemo.state_slots import StateSlots
 from engine.runner import ModelInfo
 from engine.types import DELAYS
 
-if TYPE_CHECKING:
-    from engine.models.nemo.runner import NemoRunner
+MAX_CTC_BEAM = 10
+"""Widest CTC prefix beam (and n-best list) a NeMo CTC head serves."""
+
+
+class DescribedRunner(Protocol):
+    """What `describe` reads of a NeMo runner (a Protocol, so this module need not import it)."""
+
+    ckpt: NemoCheckpoint
+    sample_rate: int
+    supports_streaming: bool
+    frame_seconds: float
+    method: str
+    streaming_kind: str | None
+    look_ahead: tuple[int, int] | None
+    presets: list[tuple[int, int, int]]
+    default_context: tuple[int, int, int]
+    slots: StateSlots
+    pool: BlockPool | None
+
+
+def capabilities(method: str, streaming_kind: str | None) -> Capabilities:
+    """CTC heads beam-search with keyword biasing; transducers decode greedily; only buffered
+    streaming takes a per-stream (left, chunk, right) window."""
+    ctc = method == "ctc"
+    return Capabilities(max_beam_size=MAX_CTC_BEAM if ctc else 1, max_n_best=MAX_CTC_BEAM if ctc else 1,
+                        keywords=ctc, logprobs=True, word_timestamps=True,
+                        stream_context=streaming_kind == "buffered")
 
 
 def look_ahead_entry(left: int, right: int, frame_ms: float) -> dict[str, Any]:
@@ -22,7 +51,7 @@ def look_ahead_entry(left: int, right: int, frame_ms: float) -> dict[str, Any]:
     }
 
 
-def describe(runner: NemoRunner) -> ModelInfo:
+def describe(runner: DescribedRunner) -> ModelInfo:
     ckpt = runner.ckpt
     cfg = ckpt.config
     enc = cfg.encoder
@@ -52,7 +81,7 @@ def describe(runner: NemoRunner) -> ModelInfo:
         streaming_styles=(runner.streaming_kind,) if runner.streaming_kind else (),
         decode_methods=tuple(methods),
         decode_method=runner.method,
-        can_align_words=True,
+        capabilities=capabilities(runner.method, runner.streaming_kind),
         checkpoint_format="nemo",
         parameters=sum(p.numel() for p in ckpt.model.parameters()),
         details={
@@ -67,12 +96,10 @@ def describe(runner: NemoRunner) -> ModelInfo:
             "stream_settings": streaming,
             "max_streams": runner.slots.num_slots,
             "kv_blocks": runner.pool.num_blocks if runner.pool else 0,
-            "max_beam_size": 10 if runner.method == "ctc" else 1,
+            "max_beam_size": MAX_CTC_BEAM if runner.method == "ctc" else 1,
         },
     )
 
 
-def _delay(runner: NemoRunner, delay: str) -> tuple[int, int, int]:
-    from engine.models.nemo.options import delay_preset
-
+def _delay(runner: DescribedRunner, delay: str) -> tuple[int, int, int]:
     return delay_preset(runner.presets, delay)  # type: ignore[arg-type]

@@ -98,10 +98,3 @@ def _best(hyp: Hypothesis | None, ctc: CtcDecoder | None) -> tuple[list[int], li
         return ctc.best()
     assert hyp is not None
     return hyp.tokens, hyp.frames, hyp.logprobs
-
-
-def error_output(req: Request, stage: str, message: str) -> RequestOutput:
-    return RequestOutput(
-        request_id=req.request_id, finished=True, finish_reason="error", error=message, error_stage=stage,
-        duration=req.duration,
-    )  # fmt: skip

@@ -23,7 +23,7 @@ import torch
 from engine.cache import BlockPool, BlockTable, KVSpec, plan_num_blocks
 from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
-from engine.errors import InvalidRequestError, UnsupportedError
+from engine.errors import InvalidRequestError
 from engine.metrics import stage_timer
 from engine.models.nemo.buffered import BufferedEncoder, BufferedSchedule, BufferedStream
 from engine.models.nemo.cache_aware import CONV_CACHE, CacheAwareEncoder, CacheAwareStream, StreamGeometry
@@ -37,19 +37,17 @@ from engine.models.nemo.options import (
     buffered_presets,
     check_stream_context,
     delay_preset,
-    refuse_stream_context,
     request_context,
     select_look_ahead,
 )
-from engine.models.nemo.outputs import Hypothesis, OutputBuilder, error_output
+from engine.models.nemo.outputs import Hypothesis, OutputBuilder
 from engine.models.nemo.state_slots import StateSlots
-from engine.request import Request
+from engine.request import Request, error_output
 from engine.runner import ModelInfo, RunnerStats
 from engine.types import DecodingOptions, FinishReason, RequestOutput
 
 logger = logging.getLogger(__name__)
 
-MAX_CTC_BEAM = 10
 Mode = Literal["offline", "cache_aware", "buffered"]
 
 
@@ -148,26 +146,7 @@ class NemoRunner:
         return describe(self)
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
-        if options.beam_size > 1 and self.method != "ctc":
-            raise UnsupportedError(
-                "the transducer decodes greedily (beam_size 1); CTC heads take beam_size <= 10"
-            )
-        if options.beam_size > MAX_CTC_BEAM:
-            raise UnsupportedError(f"CTC prefix beam search supports beam_size <= {MAX_CTC_BEAM}")
-        if options.temperature > 0:
-            raise UnsupportedError("this model does not sample: temperature must be 0")
-        if options.task != "transcribe":
-            raise UnsupportedError("this model only transcribes (task='translate' unsupported)")
-        if options.prompt:
-            raise UnsupportedError("this model takes no prompt")
-        if options.keywords and self.method != "ctc":
-            raise UnsupportedError(
-                "keywords bias the CTC head's beam search; this model decodes with its transducer "
-                "(greedy, no biasing): serve it with decode_method='ctc' for keywords"
-            )
-        if options.stream_context is not None:
-            if self.streaming_kind != "buffered":
-                raise refuse_stream_context(self.look_ahead)
+        if options.stream_context is not None:  # buffered only (Capabilities.stream_context)
             check_stream_context(self.ckpt.config.encoder, options.stream_context)
 
     def free_slots(self) -> int:

@@ -15,6 +15,12 @@ class WenetOptions:
     """Bonus (log-probability) per matched token of a request's keywords in the CTC beam search
     (contextual biasing; engine/ops/context_biasing.py)."""
 
+    recycle_streaming_history: bool = False
+    """At a stream's KV ceiling: True drops the stream's oldest block (the stream goes on with
+    less left context), False finishes it with finish_reason='length'. Off by default because
+    recycling silently changes what the encoder attends to, and so the transcript, while
+    'length' tells the client its stream was cut."""
+
     def __post_init__(self) -> None:
         if not self.ctc_weight >= 0:
             raise ValueError(f"ctc_weight must be >= 0, got {self.ctc_weight}")

@@ -21,10 +21,11 @@ import numpy as np
 import torch
 
 from engine.cache import BlockPool, BlockTable, KVSpec, plan_num_blocks
+from engine.capabilities import Capabilities
 from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
-from engine.errors import InvalidRequestError, UnsupportedError
-from engine.fbank import KaldiFbank, frames_for
+from engine.errors import InvalidRequestError
+from engine.fbank import frames_for
 from engine.metrics import stage_timer
 from engine.models.wenet.checkpoint import WenetCheckpoint, load_checkpoint
 from engine.models.wenet.ctc import CTCState, Detokenizer, advance_batch
@@ -40,7 +41,8 @@ from engine.models.wenet.model import (
 from engine.models.wenet.options import WenetOptions
 from engine.models.wenet.outputs import OutputBuilder
 from engine.models.wenet.stream import WenetStream
-from engine.request import Request
+from engine.ops.fbank import KaldiFbank
+from engine.request import Request, error_output
 from engine.runner import ModelInfo, RunnerStats
 from engine.types import DecodingOptions, FinishReason, RequestOutput
 
@@ -134,7 +136,8 @@ class WenetRunner:
             streaming_styles=("chunked",),
             decode_methods=self.decode_methods,
             decode_method=self.decode_method,
-            can_align_words=True,
+            capabilities=Capabilities(max_beam_size=MAX_CTC_BEAM, max_n_best=MAX_CTC_BEAM, keywords=True,
+                                      word_timestamps=True),
             checkpoint_format="wenet",
             parameters=sum(p.numel() for p in self.model.parameters()),
             details={
@@ -154,18 +157,8 @@ class WenetRunner:
         )
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
-        if options.beam_size > MAX_CTC_BEAM:
-            raise UnsupportedError(f"CTC prefix beam search supports beam_size <= {MAX_CTC_BEAM}")
-        if options.temperature > 0:
-            raise UnsupportedError("CTC decoding does not sample: temperature must be 0")
-        if options.task != "transcribe":
-            raise UnsupportedError("this CTC model only transcribes (task='translate' unsupported)")
-        if options.prompt:
-            raise UnsupportedError("CTC decoding takes no prompt")
-        for keyword in options.keywords:
+        for keyword in options.keywords:  # a keyword the vocabulary cannot spell is refused by name
             self.speller.spell(keyword)
-        if options.logprobs:
-            raise UnsupportedError("this CTC model does not report per-token log-probabilities")
 
     def free_slots(self) -> int:
         return self.pool.num_free // self.blocks_per_chunk
@@ -179,12 +172,12 @@ class WenetRunner:
             try:
                 trie = self.speller.trie(opts.keywords, self.options.keyword_boost)
             except InvalidRequestError as exc:
-                failed.append(_error(req, "admission", str(exc)))
+                failed.append(error_output(req, "admission", str(exc)))
                 continue
             table = BlockTable(self.pool.block_size)
             if not self._grow(table, self.chunk_size):
                 table.release(self.pool)
-                failed.append(_error(req, "admission", "no free KV blocks to admit the stream"))
+                failed.append(error_output(req, "admission", "no free KV blocks to admit the stream"))
                 continue
             stream = WenetStream(
                 request=req,
@@ -307,7 +300,7 @@ class WenetRunner:
     def _grow(self, table: BlockTable, frames: int) -> bool:
         """Allocate the blocks `frames` more frames need, recycling own history if allowed."""
         need = table.blocks_needed(frames)
-        recycle = self.config.recycle_streaming_history
+        recycle = self.options.recycle_streaming_history
         while need:
             if len(table.blocks) >= self.stream_ceiling or self.pool.num_free == 0:
                 if not recycle or table.droppable_blocks() == 0:
@@ -448,10 +441,4 @@ class WenetRunner:
 
     def _fail(self, stream: WenetStream, stage: str, exc: Exception) -> RequestOutput:
         self.release(stream.request)
-        return _error(stream.request, stage, f"{type(exc).__name__}: {exc}")
-
-
-def _error(req: Request, stage: str, message: str) -> RequestOutput:
-    return RequestOutput(
-        request_id=req.request_id, finished=True, finish_reason="error", error=message, error_stage=stage
-    )
+        return error_output(stream.request, stage, f"{type(exc).__name__}: {exc}")

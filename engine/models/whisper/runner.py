@@ -17,6 +17,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from engine.capabilities import Capabilities
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
 from engine.metrics import stage_timer
@@ -35,10 +36,10 @@ from engine.models.whisper.stream_passes import StreamPassPicker
 from engine.models.whisper.streaming import StreamingTranscription
 from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.models.whisper.window import WindowJob, WindowOwner, WindowResult
-from engine.request import Request
+from engine.request import Request, error_output
 from engine.runner import ModelInfo, RunnerStats
 from engine.streaming.silence_gate import SilenceGate
-from engine.types import DecodingOptions, RequestOutput
+from engine.types import MAX_BEAM_SIZE, MAX_N_BEST, DecodingOptions, RequestOutput
 
 logger = logging.getLogger(__name__)
 
@@ -109,8 +110,9 @@ class WhisperRunner:
             streaming_styles=("sliding_window",),
             decode_methods=("autoregressive",),
             decode_method="autoregressive",
-            can_align_words=True,
-            can_translate=parts.multilingual,
+            capabilities=Capabilities(
+                max_beam_size=MAX_BEAM_SIZE, max_n_best=MAX_N_BEST, sampling=True, prompt=True, keywords=True,
+                logprobs=True, language=parts.multilingual, translate=parts.multilingual, word_timestamps=True),
             checkpoint_format=parts.checkpoint_format,
             parameters=sum(p.numel() for p in parts.model.parameters()),
             details={
@@ -178,7 +180,7 @@ class WhisperRunner:
                     try:
                         mels[i] = self.parts.features([requests[i].audio], audio_padding=audio_padding)[0]
                     except Exception as one_exc:
-                        outputs.append(_error_output(requests[i], "features", one_exc))
+                        outputs.append(error_output(requests[i], "features", one_exc))
         return mels
 
     def _collate(self, outputs: list[RequestOutput]) -> None:
@@ -431,20 +433,9 @@ class WhisperRunner:
             return
         logger.error("request %s failed at %s: %s", rid, stage, exc)
         self.release(state.request)
-        outputs.append(_error_output(state.request, stage, exc))
+        outputs.append(error_output(state.request, stage, exc))
 
 
 def _mode(jobs: list[WindowJob]) -> str:
     """The stage prefix of work over `jobs`: 'streaming' when every job is a live pass."""
     return "streaming" if jobs and all(j.live for j in jobs) else "offline"
-
-
-def _error_output(request: Request, stage: str, exc: Exception) -> RequestOutput:
-    return RequestOutput(
-        request_id=request.request_id,
-        finished=True,
-        finish_reason="error",
-        error=f"{type(exc).__name__}: {exc}",
-        error_stage=stage,
-        duration=request.duration,
-    )

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.fbank import FbankOptions, KaldiFbank, frames_for
-from engine.ops.fbank import fft_twiddle, kaldi_fbank, kaldi_fbank_batched
+from engine.fbank import FbankOptions, frames_for
+from engine.ops.fbank import KaldiFbank, fft_twiddle, kaldi_fbank, kaldi_fbank_batched
 from tests.conftest import load_clip
 from tests.engine.wenet.test_wenet_fbank import AUDIO_SCALE, assert_fbank_close
 

@@ -39,7 +39,8 @@ def make_runner(wenet_ckpt: str) -> Callable[..., WenetRunner]:
         fields: dict[str, Any] = {"ckpt_dir": wenet_ckpt, "service_mode": "streaming", "max_num_blocks": 512}
         fields.update(overrides)
         config = EngineConfig(**fields)
-        return WenetRunner.from_config(config, family_options(FAMILY, config.family_options))
+        aliased = config.family_knob_aliases().get("wenet")  # deprecated EngineConfig names, as the engine reads them
+        return WenetRunner.from_config(config, family_options(FAMILY, config.family_options, aliased))
 
     return make
 

@@ -79,7 +79,7 @@ def test_stream_ceiling_recycles_oldest_history(make_runner: Callable[..., Wenet
     """With recycling, a 3-block ceiling keeps the last 2 chunks of history: exactly what
     num_left_chunks=2 attends to, so both give the same log-probs."""
     audio = load_clip("libri_61-70968-0000")
-    runner = make_runner(chunk_size=4, max_stream_blocks=3, recycle_streaming_history=True)
+    runner = make_runner(chunk_size=4, max_stream_blocks=3, family_options={"wenet": {"recycle_streaming_history": True}})
     seen = record_log_probs(runner)
     outs = drive_alone(runner, audio, 1600)
     assert outs[-1].finish_reason == "stop"
@@ -94,7 +94,7 @@ def test_stream_ceiling_recycles_oldest_history(make_runner: Callable[..., Wenet
 @pytest.mark.parametrize("recycle", [False, True])
 def test_exhausting_the_whole_pool(make_runner: Callable[..., WenetRunner], recycle: bool) -> None:
     audio = load_clip("libri_61-70968-0000")[:32000]
-    runner = make_runner(chunk_size=4, max_num_blocks=6, recycle_streaming_history=recycle)
+    runner = make_runner(chunk_size=4, max_num_blocks=6, family_options={"wenet": {"recycle_streaming_history": recycle}})
     reqs = [Request(f"s{i}", True, DecodingOptions(), 16000) for i in range(3)]
     assert runner.admit(reqs) == []
     assert runner.free_slots() == 3
@@ -165,3 +165,16 @@ def test_bad_audio_fails_only_its_own_stream(make_runner: Callable[..., WenetRun
 def test_stream_ceiling_below_one_chunk_is_refused(make_runner: Callable[..., WenetRunner]) -> None:
     with pytest.raises(InvalidRequestError, match="max_stream_blocks=1 cannot hold one chunk"):
         make_runner(chunk_size=8, block_size_frames=4, max_stream_blocks=1)
+
+
+def test_the_deprecated_engine_config_name_still_works_with_a_warning(make_runner: Callable[..., WenetRunner]) -> None:
+    """EngineConfig.recycle_streaming_history moved to the WeNet options; the old name is an alias
+    for one release, and the family's own entry wins over it."""
+    with pytest.warns(DeprecationWarning, match=r"family_options\['wenet'\]\['recycle_streaming_history'\]"):
+        runner = make_runner(chunk_size=4, recycle_streaming_history=True)
+    assert runner.options.recycle_streaming_history is True
+    with pytest.warns(DeprecationWarning):
+        runner = make_runner(chunk_size=4, recycle_streaming_history=True,
+                             family_options={"wenet": {"recycle_streaming_history": False}})
+    assert runner.options.recycle_streaming_history is False
+    assert make_runner(chunk_size=4).options.recycle_streaming_history is False

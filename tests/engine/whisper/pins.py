@@ -4,8 +4,8 @@ optimisation changes no transcript.
 The fixture `fixtures/whisper_pinned.json` is written by this module from the code as it is,
 never by hand:
 
-    PYTHONPATH=$PWD python -m tests.engine.whisper_pins            # rewrite the fixture
-    PYTHONPATH=$PWD python -m tests.engine.whisper_pins --check     # compare, print differences
+    PYTHONPATH=$PWD python -m tests.engine.whisper.pins            # rewrite the fixture
+    PYTHONPATH=$PWD python -m tests.engine.whisper.pins --check     # compare, print differences
 
 Regenerate it only for a change that is MEANT to alter outputs, and say so in the commit.
 `test_whisper_pinned.py` recomputes the same cases and compares. The cases cover the paths a
@@ -30,7 +30,7 @@ from tests.conftest import load_clip
 
 logger = logging.getLogger(__name__)
 
-FIXTURE = Path(__file__).parent / "fixtures" / "whisper_pinned.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "whisper_pinned.json"
 GREEDY_CLIPS = ("jfk_inaugural", "libri_61-70968-0000", "cv_en_22058264", "mfa_um")
 BEAM_CLIPS = ("libri_2412-153948-0000", "mfa_her")
 WORD_CLIPS = ("jfk_inaugural", "mfa_long")

@@ -11,17 +11,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 from google.longrunning import operations_pb2, operations_pb2_grpc
 from google.protobuf import empty_pb2
 
+from app.grpc.auth import presented_keys
 from app.grpc.convert import RpcError
 from app.jobs.errors import JobError
 from app.jobs.operations import operation
 from app.jobs.system import JobSystem
+from app.metrics import Metrics
 from app.middleware import key_matches
+from app.settings import Settings
 from protos.oasr.speech.v1 import speech_pb2 as pb
 
 T = TypeVar("T")
@@ -44,20 +47,16 @@ async def submit_operation(jobs: JobSystem, request: pb.LongRunningRecognizeRequ
 
 
 class OperationsServicer(operations_pb2_grpc.OperationsServicer):
-    def __init__(self, app: Any):
-        self._state = app.state
-
-    @property
-    def jobs(self) -> JobSystem:
-        return self._state.jobs  # type: ignore[no-any-return]
+    def __init__(self, jobs: JobSystem, settings: Settings, metrics: Metrics):
+        self.jobs = jobs
+        self._settings = settings
+        self._metrics = metrics
 
     async def _call(self, method: str, context: grpc.aio.ServicerContext, work: Callable[[], Awaitable[T]]) -> T:
         code = grpc.StatusCode.OK
         started = time.monotonic()
         try:
-            from app.grpc.speech import presented_keys
-
-            keys = self._state.settings.api_key
+            keys = self._settings.api_key
             if keys and not key_matches(presented_keys(context), keys):
                 raise RpcError(grpc.StatusCode.UNAUTHENTICATED, "invalid or missing API key (send metadata "
                                                                 "'authorization: Bearer <key>' or 'x-api-key')")
@@ -73,7 +72,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
             code = grpc.StatusCode.CANCELLED
             raise
         finally:
-            self._state.metrics.observe_grpc(method, code.name, time.monotonic() - started)
+            self._metrics.observe_grpc(method, code.name, time.monotonic() - started)
 
     async def GetOperation(self, request: operations_pb2.GetOperationRequest,
                            context: grpc.aio.ServicerContext) -> operations_pb2.Operation:

@@ -1,4 +1,4 @@
-"""The one writer of a realtime session: turn pumps and the receive loop share it.
+"""The one writer of a live WebSocket session (realtime and Deepgram): turn pumps and the receive loop share it.
 
 A resumable session outlives its WebSocket. Every event is logged (the last `replay` of them)
 before it goes to the connection attached now, if any; a client that reconnects names the last

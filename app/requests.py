@@ -1,0 +1,71 @@
+"""What every surface asks of a request before any engine work, in one place and one wording:
+is the named model served here, which `DecodingOptions` do the surface's parameters mean, and
+will the engine take them (ranges, the model's declared capabilities, the family's own checks,
+all through `ASREngine.validate_options`).
+
+Surface-neutral: it raises the engine's errors (InvalidRequestError, UnsupportedError) and
+`ModelNotFound`; each surface renders them in its own protocol (HTTP status and envelope, gRPC
+status, realtime error event, Deepgram close frame, job failure). No surface reaches into the
+engine's runner.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from app.errors import ModelNotFound
+from engine import DecodingOptions
+from engine.errors import InvalidRequestError
+from engine.types import Task
+
+
+class OptionsChecker(Protocol):
+    """What admission needs of the engine (ASREngine has it)."""
+
+    def validate_options(self, decoding: DecodingOptions | None, streaming: bool = False) -> DecodingOptions: ...
+
+
+def check_model(served_model_name: str | None, model: str | None) -> None:
+    """ModelNotFound when `model` names another model than the one served (a server without a
+    served name answers to any name, as OpenAI-compatible servers do)."""
+    if served_model_name and model and model != served_model_name:
+        raise ModelNotFound(model, served_model_name)
+
+
+def language_code(code: str | None) -> str | None:
+    """A request's language -> the ISO 639-1 code models know: BCP-47 ('en-US', 'pt_BR') keeps its
+    primary subtag, lower-cased; empty means detect. InvalidRequestError for anything else."""
+    if code is None or not code.strip():
+        return None
+    primary = code.strip().replace("_", "-").split("-")[0].lower()
+    if not primary.isalpha() or not 2 <= len(primary) <= 3:
+        raise InvalidRequestError(f"language {code!r} is not a language code such as 'en' or 'en-US'")
+    return primary
+
+
+def build_options(*, task: str = "transcribe", language: str | None = None, prompt: str | None = None,
+                  temperature: float | None = None, word_timestamps: bool = False, beam_size: int | None = None,
+                  n_best: int | None = None, logprobs: bool = False, **more: Any) -> DecodingOptions:
+    """DecodingOptions from a surface's parameters (None: the default), range-checked;
+    InvalidRequestError names the first bad value. `more` passes other DecodingOptions fields."""
+    beam = beam_size or 1
+    if n_best is not None and n_best > 1:
+        beam = max(beam, n_best)  # alternatives are the beam's n-best list
+    task_name: Task = "translate" if task == "translate" else "transcribe"
+    if task not in ("transcribe", "translate"):
+        raise InvalidRequestError(f"task must be 'transcribe' or 'translate', got {task!r}")
+    options = DecodingOptions(task=task_name, language=language_code(language), prompt=prompt or None,
+                              temperature=float(temperature) if temperature is not None else 0.0,
+                              word_timestamps=word_timestamps, beam_size=beam, n_best=n_best or 1,
+                              logprobs=logprobs, **more)
+    options.validate()
+    return options
+
+
+def admit_options(engine: OptionsChecker, options: DecodingOptions, *, streaming: bool = False) -> DecodingOptions:
+    """The options as the engine will admit them, or its refusal (InvalidRequestError /
+    UnsupportedError with one message per capability, the same on every surface)."""
+    return engine.validate_options(options, streaming)
+
+
+__all__ = ["ModelNotFound", "OptionsChecker", "admit_options", "build_options", "check_model", "language_code"]

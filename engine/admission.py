@@ -1,0 +1,91 @@
+"""What `ASREngine` checks before anything is queued: the runner it loads, a request's options
+against the model's capabilities, its audio; and the model card `/v1/models` shows.
+
+Kept apart from the step loop so the engine file holds the lifecycle only, and so every check a
+surface relies on (through `ASREngine.validate_options` / `validate_audio`) lives in one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from engine.capabilities import check_capabilities
+from engine.config import EngineConfig
+from engine.errors import InvalidRequestError
+from engine.families import check_quantization, family_options, resolve_family
+from engine.runner import ModelInfo, ModelRunner
+from engine.types import DecodingOptions, Samples
+
+
+def load_runner(config: EngineConfig) -> ModelRunner:
+    """The runner of the family whose checkpoint `config` names, loaded with its options."""
+    family = resolve_family(config.resolved_ckpt_dir(), config.checkpoint_name)
+    check_quantization(family, config)
+    aliased = config.family_knob_aliases().get(family.name)
+    return family.build(config, family_options(family, config.family_options, aliased))
+
+
+def check_decode_method(runner: ModelRunner, info: ModelInfo, method: str | None) -> None:
+    """Refuse (and shut the runner down) a configured decode method the model does not offer."""
+    if method is not None and method not in info.decode_methods:
+        runner.shutdown()
+        raise InvalidRequestError(
+            f"decode_method {method!r} is not offered by this {info.family} model "
+            f"(it offers: {', '.join(info.decode_methods) or 'none'})"
+        )
+
+
+def check_options(runner: ModelRunner, info: ModelInfo, decoding: DecodingOptions | None,
+                  streaming: bool) -> DecodingOptions:
+    """The options a request is admitted with: ranges (`DecodingOptions.validate`), then the
+    model's capabilities (one refusal format), then the family's own value checks."""
+    options = decoding or DecodingOptions()
+    if not isinstance(options, DecodingOptions):
+        raise InvalidRequestError(f"decoding must be DecodingOptions, got {type(options).__name__}")
+    options.validate()
+    check_capabilities(info.capabilities, family=info.family, model=info.model, languages=info.languages,
+                       options=options)
+    runner.check_options(options, streaming)
+    return options
+
+
+def check_audio(audio: Any, model_rate: int, sample_rate: int | None = None, allow_empty: bool = False) -> Samples:
+    """`audio` as a contiguous float32 mono array at `model_rate`, or InvalidRequestError."""
+    if sample_rate is not None and sample_rate != model_rate:
+        raise InvalidRequestError(
+            f"audio must be at {model_rate} Hz (got {sample_rate} Hz); resample before submitting"
+        )
+    if not isinstance(audio, np.ndarray):
+        raise InvalidRequestError(f"audio must be a numpy float32 array, got {type(audio).__name__}")
+    if audio.dtype != np.float32:
+        raise InvalidRequestError(f"audio must be float32 samples in [-1, 1], got dtype {audio.dtype}")
+    if audio.ndim != 1:
+        raise InvalidRequestError(f"audio must be mono (1-D), got shape {audio.shape}")
+    if audio.size == 0 and not allow_empty:
+        raise InvalidRequestError("audio is empty")
+    if audio.size and not np.isfinite(audio).all():
+        raise InvalidRequestError("audio contains NaN or infinite samples")
+    return np.ascontiguousarray(audio)
+
+
+def model_card(info: ModelInfo, *, service_mode: str, streaming_enabled: bool,
+               kernels: dict[str, Any]) -> dict[str, Any]:
+    """The JSON card of a loaded model: its facts (`details` merged in), its capabilities, and how
+    the engine serves it. Holds no file-system path."""
+    card: dict[str, Any] = {
+        f.name: list(v) if isinstance(v := getattr(info, f.name), tuple) else v
+        for f in dataclasses.fields(info) if f.name not in ("details", "capabilities")
+    }
+    card["capabilities"] = dataclasses.asdict(info.capabilities)
+    # the flat names /v1/models has always shown
+    card.update(can_align_words=info.capabilities.word_timestamps, can_translate=info.capabilities.translate)
+    card.update(info.details)
+    card.update(streaming=info.supports_streaming, service_mode=service_mode, streaming_enabled=streaming_enabled,
+                kernels=kernels)
+    return card
+
+
+__all__ = ["check_audio", "check_decode_method", "check_options", "load_runner", "model_card"]
