@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.cache import BlockPool, KVSpec, plan_num_blocks
+from engine.capabilities import Capabilities
 from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError, UnsupportedError
@@ -32,8 +33,8 @@ from engine.models.speechllm.prompt import ASR_TEXT, LANGUAGE_NAMES, PromptSpec,
 from engine.models.speechllm.rows import SharedBlocks
 from engine.models.speechllm.search import BeamSearch, GreedySearch, Hypothesis
 from engine.models.whisper.features import N_SAMPLES
-from engine.request import Request
-from engine.runner import Capabilities, ModelInfo, RunnerStats
+from engine.request import Request, error_output
+from engine.runner import ModelInfo, RunnerStats
 from engine.types import Alternative, DecodingOptions, FinishReason, RequestOutput
 
 logger = logging.getLogger(__name__)
@@ -125,7 +126,8 @@ class SpeechLLMRunner:
             checkpoint_format=f"transformers/{self.ckpt.model_type}",
             parameters=sum(p.numel() for p in self.model.parameters()),
             details={
-                "architecture": f"{self.ckpt.model_type}: whisper-style audio encoder + projector + qwen decoder",
+                "architecture": ("qwen3_asr: AuT audio encoder + projector + Qwen3 decoder" if self.qwen3
+                                 else "qwen2_audio: Whisper audio encoder + projector + Qwen2 decoder"),
                 "weights": list(self.ckpt.weights),
                 "encoder_layers": enc.layers,
                 "decoder_layers": dims.layers,
@@ -147,7 +149,6 @@ class SpeechLLMRunner:
         )  # fmt: skip
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
-        _refuse_beyond(self.capabilities(), options)  # until admission enforces Capabilities centrally
         if options.language is not None and options.language not in LANGUAGE_NAMES:
             raise UnsupportedError(
                 f"language {options.language!r} is not one this speech-LLM is asked in (known: {', '.join(LANGUAGE_NAMES)})")
@@ -163,7 +164,7 @@ class SpeechLLMRunner:
         for req in requests:
             audio = req.audio
             if audio is None or audio.shape[0] > N_SAMPLES:
-                failed.append(_error(req, "admission", f"audio longer than {N_SAMPLES // SAMPLE_RATE} s: this "
+                failed.append(error_output(req, "admission", f"audio longer than {N_SAMPLES // SAMPLE_RATE} s: this "
                                      "speech-LLM hears one 30 s window (split the audio first)"))
                 continue
             opts = req.decoding
@@ -223,7 +224,7 @@ class SpeechLLMRunner:
         ids, first_audio = self._prompt_ids(req.decoding, n_audio)
         if self.blocks.blocks_for(len(ids) + 1) > self.pool.num_blocks:
             self._running.pop(req.request_id)
-            return [_error(req, "admission", f"the prompt ({len(ids)} tokens) does not fit the KV pool "
+            return [error_output(req, "admission", f"the prompt ({len(ids)} tokens) does not fit the KV pool "
                            f"({self.pool.num_blocks} blocks of {self.pool.block_size} tokens)")]
         table = self.blocks.allocate(len(ids))
         if table is None:
@@ -336,24 +337,3 @@ class SpeechLLMRunner:
         name = header[len("language "):].strip() if header.startswith("language ") else ""
         code = next((c for c, n in LANGUAGE_NAMES.items() if n.lower() == name.lower()), None)
         return tokens[cut:], logprobs[cut:], code
-
-
-def _refuse_beyond(caps: Capabilities, options: DecodingOptions) -> None:
-    """Refuse options beyond `caps` (interim: admission is to enforce Capabilities for every family)."""
-    if options.beam_size > caps.max_beam_size:
-        raise UnsupportedError(f"speechllm models serve beam_size <= {caps.max_beam_size}")
-    if options.n_best > caps.max_n_best:
-        raise UnsupportedError(f"speechllm models serve n_best <= {caps.max_n_best}")
-    if options.temperature > 0:
-        raise UnsupportedError("speechllm models decode greedily or by beam search: temperature must be 0")
-    if options.task != "transcribe":
-        raise UnsupportedError("speechllm models only transcribe (task='translate' unsupported)")
-    if options.word_timestamps:
-        raise UnsupportedError("speechllm models give no word timestamps")
-    if options.stream_context is not None:
-        raise UnsupportedError("speechllm models do not stream (stream_context unsupported)")
-
-
-def _error(req: Request, stage: str, message: str) -> RequestOutput:
-    return RequestOutput(request_id=req.request_id, finished=True, finish_reason="error", error=message,
-                         error_stage=stage, duration=req.duration)
