@@ -86,7 +86,8 @@ class EncoderLayer(nn.Module):
         scale = 1.0 if self.whisper else hd**-0.5
         a = F.scaled_dot_product_attention(q, k, v, scale=scale).transpose(1, 2).reshape(b, t, d)
         x = x + self.out_proj(a)
-        return x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
+        out: Tensor = x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
+        return out
 
 
 class AudioEncoder(nn.Module):
@@ -114,7 +115,8 @@ class AudioEncoder(nn.Module):
         for layer in self.layers:
             x = layer(x)
         x = F.avg_pool1d(x.transpose(1, 2), POOL_STRIDE, POOL_STRIDE).transpose(1, 2)  # (1, P // 2, d)
-        return self.layer_norm(x)[0]
+        out: Tensor = self.layer_norm(x)[0]
+        return out
 
     @staticmethod
     def tokens(samples: int) -> int:
@@ -129,7 +131,8 @@ class AudioEncoder(nn.Module):
         mel = self._mel([audio], audio_padding=True)[0]
         frames = _whisper_frames(audio.shape[0])
         positions = (frames - 1) // ENCODER_CONV_STRIDE + 1
-        return self(mel[:, : ENCODER_CONV_STRIDE * positions + 1], positions)
+        out: Tensor = self(mel[:, : ENCODER_CONV_STRIDE * positions + 1], positions)
+        return out
 
 
 def _whisper_frames(samples: int) -> int:
@@ -153,7 +156,8 @@ Linear = Callable[[nn.Linear, Tensor], Tensor]
 
 
 def plain(layer: nn.Linear, x: Tensor) -> Tensor:
-    return layer(x)
+    out: Tensor = layer(x)
+    return out
 
 
 def few_rows(layer: nn.Linear, x: Tensor) -> Tensor:
@@ -211,6 +215,8 @@ class DecoderLayer(nn.Module):
 
 
 class QwenDecoder(nn.Module):
+    inv_freq: Tensor
+
     def __init__(self, dims: DecoderDims) -> None:
         super().__init__()
         self.dims = dims
@@ -220,6 +226,10 @@ class QwenDecoder(nn.Module):
         self.lm_head = nn.Linear(dims.hidden, dims.vocab, bias=False)
         inv_freq = 1.0 / (dims.rope_theta ** (torch.arange(0, dims.head_dim, 2, dtype=torch.int64).float() / dims.head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    @property
+    def decoder_layers(self) -> list[DecoderLayer]:
+        return list(self.layers)  # type: ignore[arg-type]
 
     def rope(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """positions (N, T) -> cos, sin (N, T, 1, hd) in `dtype` (computed in float32, as the reference)."""
@@ -236,7 +246,7 @@ class QwenDecoder(nn.Module):
         t = embeds.shape[0]
         x = embeds[None]
         cos, sin = self.rope(torch.arange(t, device=embeds.device)[None], x.dtype)
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.decoder_layers):
             q, k, v = layer.qkv(x, cos, sin)
             k_pool[i, slots] = k[0]
             v_pool[i, slots] = v[0]
@@ -259,7 +269,7 @@ class QwenDecoder(nn.Module):
         zeros = torch.zeros(r, device=tokens.device, dtype=torch.long)
         lengths = positions + 1
         empty = x.new_zeros(r, group, d.kv_heads, d.head_dim)
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.decoder_layers):
             q, k, v = layer.qkv(x, cos, sin, few_rows)
             k_pool[i, slots] = k[:, 0]
             v_pool[i, slots] = v[:, 0]
@@ -297,7 +307,8 @@ class SpeechLLM(nn.Module):
 
     def audio_embeddings(self, audio: np.ndarray) -> Tensor:
         """Waveform (16 kHz mono) -> its audio tokens' embeddings (tokens, hidden)."""
-        return self.projector(self.tower.encode(audio))
+        out: Tensor = self.projector(self.tower.encode(audio))
+        return out
 
 
 class TwoLayerProjector(nn.Module):
@@ -309,7 +320,8 @@ class TwoLayerProjector(nn.Module):
         self.linear_2 = nn.Linear(d_in, d_out)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear_2(F.gelu(self.linear_1(x)))
+        out: Tensor = self.linear_2(F.gelu(self.linear_1(x)))
+        return out
 
 
 def audio_tokens(mel_frames: int) -> int:

@@ -57,6 +57,10 @@ def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> Ten
 
 
 class Qwen3AudioEncoder(nn.Module):
+    positions: Tensor
+    filters: Tensor
+    window: Tensor
+
     def __init__(self, dims: Qwen3AudioDims) -> None:
         super().__init__()
         self.dims = dims
@@ -112,5 +116,6 @@ class Qwen3AudioEncoder(nn.Module):
         h = torch.cat([x[i, :n] for i, n in enumerate(valid)])  # (P, d): the positions holding audio
         window = max(valid) * (self.dims.n_window_infer // self.chunk)
         for layer in self.layers:
-            h = torch.cat([layer(w[None])[0] for w in h.split(window)])
-        return self.ln_post(h)
+            h = torch.cat([layer(w[None])[0] for w in torch.split(h, window)])
+        out: Tensor = self.ln_post(h)
+        return out

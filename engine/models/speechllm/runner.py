@@ -113,7 +113,7 @@ class SpeechLLMRunner:
                             language=True)
 
     def info(self) -> ModelInfo:
-        dims, enc = self.model.decoder.dims, self.model.audio_tower.dims
+        dims, enc_layers = self.model.decoder.dims, len(self.model.audio_tower.layers)  # type: ignore[arg-type]
         return ModelInfo(
             family="speechllm",
             model=self.ckpt.name,
@@ -129,7 +129,7 @@ class SpeechLLMRunner:
                 "architecture": ("qwen3_asr: AuT audio encoder + projector + Qwen3 decoder" if self.qwen3
                                  else "qwen2_audio: Whisper audio encoder + projector + Qwen2 decoder"),
                 "weights": list(self.ckpt.weights),
-                "encoder_layers": enc.layers,
+                "encoder_layers": enc_layers,
                 "decoder_layers": dims.layers,
                 "hidden_size": dims.hidden,
                 "vocab_size": dims.vocab,
@@ -332,7 +332,7 @@ class SpeechLLMRunner:
             return tokens, logprobs, None
         if self.asr_text not in tokens:  # the model is still writing its header (or wrote none)
             return (tokens, logprobs, None) if finished else ([], [], None)
-        cut = tokens.index(self.asr_text) + 1  # type: ignore[arg-type]
+        cut = tokens.index(self.asr_text) + 1
         header = self.tokenizer.decode(tokens[: cut - 1]).strip()
         name = header[len("language "):].strip() if header.startswith("language ") else ""
         code = next((c for c, n in LANGUAGE_NAMES.items() if n.lower() == name.lower()), None)
