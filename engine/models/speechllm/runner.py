@@ -87,6 +87,11 @@ class SpeechLLMRunner:
             gpu_memory_utilization=config.gpu_memory_utilization, cpu_cache_bytes=config.cpu_cache_bytes,
         )  # fmt: skip
         self.pool = BlockPool(spec, num_blocks, block_size, device)
+        if num_blocks < 4 * self.typical_blocks:
+            logger.warning(
+                "KV pool of %d blocks holds %d requests of 30 s at once (%d blocks each): raise cpu_cache_bytes / "
+                "gpu_memory_utilization / max_num_blocks to batch more", num_blocks, num_blocks // self.typical_blocks,
+                self.typical_blocks)  # fmt: skip
         self.blocks = SharedBlocks(self.pool)
         self.eos = frozenset(ckpt.eos_tokens)
         self._running: dict[str, _Running] = {}
