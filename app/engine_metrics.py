@@ -126,8 +126,8 @@ class EngineSeries:
         self._slots_capacity.set(stats.decode_slots_capacity)
 
     def beat(self, heartbeat: bool = True) -> None:
-        """The engine thread looped (after a step or an idle wait); `heartbeat` False once repeated
-        step failures stopped it."""
+        """The engine thread looped (after a step or an idle wait); with `heartbeat` False only
+        the GPU is sampled."""
         if heartbeat:
             self.heartbeat.set(time.time())
         if self.gpu is not None:

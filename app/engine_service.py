@@ -6,6 +6,15 @@ command queue (add, feed, abort are queued and applied together between steps). 
 thread blocks on that queue while idle, calls `engine.step()` while there is work, and hands
 each step's outputs back to the loop in one `call_soon_threadsafe`, where they are routed by
 request id. The engine thread never touches an asyncio object.
+
+An exception escaping `engine.step()` (or anything else on the engine thread) ends the engine:
+the thread owns the runner's state (KV blocks, decoder rows, stream caches), which a step that
+raised halfway leaves unknown, and a CUDA error is sticky besides. Runners already contain the
+per-request failures they can (a batch retried one by one); what still escapes is not one
+request's fault. So the service marks itself dead (readiness false at once), ends every open
+request as a lost engine (stage 'shutdown': 503 / UNAVAILABLE, retryable; jobs go back to the
+queue) and calls `on_death`, which makes the server drain and exit with ENGINE_DIED_EXIT_CODE so
+that Kubernetes restarts the pod with a fresh engine (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +51,7 @@ logger = logging.getLogger(__name__)
 HEARTBEAT_MAX_AGE_S = 5.0  # readiness fails when the engine thread has not beaten for this long
 STUCK_STEP_S = 120.0  # ...unless it is inside a step younger than this (one long batch is not a hang)
 IDLE_WAIT_S = 1.0  # the engine thread wakes this often while idle, to beat (well inside HEARTBEAT_MAX_AGE_S)
-MAX_CONSECUTIVE_STEP_FAILURES = 3  # then the heartbeat stops and readiness fails
+ENGINE_DIED_EXIT_CODE = 70  # sysexits' EX_SOFTWARE: the server exits with it when its engine thread died
 
 
 class OutputStream:
@@ -126,10 +136,14 @@ class EngineService:
         self._stop = threading.Event()
         self._heartbeat = 0.0
         self._steps_done = 0
-        self._consecutive_failures = 0
         self._step_started: float | None = None
         self._tick_started = 0.0
         self._started = threading.Event()
+        self.death: str | None = None
+        """Why the engine thread died (None while it runs): written once by that thread."""
+        self.on_death: Callable[[str], None] | None = None
+        """Called on the event loop once every open request was ended after the engine died
+        (the server drains and exits non-zero: app/main.py)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -145,9 +159,10 @@ class EngineService:
     def ready(self) -> bool:
         now = time.monotonic()
         fresh = now - self._heartbeat <= HEARTBEAT_MAX_AGE_S
-        if not fresh and self._step_started is not None and self._consecutive_failures < MAX_CONSECUTIVE_STEP_FAILURES:
+        if not fresh and self._step_started is not None:
             fresh = now - self._step_started <= STUCK_STEP_S
-        return self._steps_done > 0 and fresh and not self.draining and not self._stop.is_set()
+        return (self._steps_done > 0 and fresh and not self.draining and not self._stop.is_set()
+                and self.death is None)
 
     def readiness(self) -> dict[str, Any]:
         return {
@@ -155,7 +170,7 @@ class EngineService:
             "draining": self.draining,
             "steps": self._steps_done,
             "heartbeat_age_s": round(time.monotonic() - self._heartbeat, 3) if self._heartbeat else None,
-            "consecutive_step_failures": self._consecutive_failures,
+            "engine_died": self.death,
             "running": self.engine.num_running,
             "waiting": self.engine.num_waiting,
             "inflight": self.inflight,
@@ -309,18 +324,43 @@ class EngineService:
     # ------------------------------------------------------------------ engine thread
 
     def _beat(self) -> None:
-        alive = self._consecutive_failures < MAX_CONSECUTIVE_STEP_FAILURES
-        if alive:
-            self._heartbeat = time.monotonic()
-        self.series.beat(heartbeat=alive)
+        self._heartbeat = time.monotonic()
+        self.series.beat(heartbeat=True)
 
     def _run(self) -> None:
         try:
-            self.engine.step()  # first step after start-up: readiness needs one
-            self._steps_done += 1
-            self._beat()
-        finally:
-            self._started.set()
+            try:
+                self.engine.step()  # first step after start-up: readiness needs one
+                self._steps_done += 1
+                self._beat()
+            finally:
+                self._started.set()
+            self._loop_steps()
+        except BaseException as exc:  # the thread ends here: nothing may leave its requests hanging
+            if self._stop.is_set():  # shutting down: the engine was shut under a step
+                logger.info("engine thread ended during shutdown: %r", exc)
+                return
+            if isinstance(exc, Exception):
+                self.series.step_failures.inc()
+            self._die(f"engine thread died: {type(exc).__name__}: {exc}")
+            if not isinstance(exc, Exception):
+                raise
+
+    def _die(self, reason: str) -> None:
+        """Engine thread: mark the engine dead and have the loop end every open request."""
+        logger.critical("%s; every open request ends as UNAVAILABLE and the server exits", reason, exc_info=True)
+        self.death = reason  # readiness reads it: false from now on
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody is waiting
+                self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._after_death(reason)))
+
+    async def _after_death(self, reason: str) -> None:
+        await self.cancel_all(reason)
+        if self.on_death is not None:
+            self.on_death(reason)
+
+    def _loop_steps(self) -> None:
+        """Drive the engine until stopped; a step that raises ends the thread (`_ThreadObserver`)."""
         drive(self.engine, self._deliver, stop=self._stop.is_set, observer=_ThreadObserver(self),
               idle_wait_s=IDLE_WAIT_S)
 
@@ -371,8 +411,8 @@ class EngineService:
 
 class _ThreadObserver(LoopObserver):
     """The engine thread's view of its loop: heartbeats while idle, the step's start (readiness
-    tells a long step from a stuck one), and failures counted (readiness fails after
-    MAX_CONSECUTIVE_STEP_FAILURES in a row)."""
+    tells a long step from a stuck one), and a failed step re-raised: its exception ends the engine
+    thread, which ends every open request and the process (EngineService._run)."""
 
     def __init__(self, service: EngineService) -> None:
         self.service = service
@@ -386,14 +426,9 @@ class _ThreadObserver(LoopObserver):
         s._step_started = time.monotonic()
 
     def step_failed(self, exc: Exception) -> None:
-        s = self.service
-        s._consecutive_failures += 1
-        s.series.step_failures.inc()
-        logger.error("engine step failed (%d in a row)", s._consecutive_failures, exc_info=exc)
+        raise exc
 
     def stepped(self, seconds: float, failed: bool) -> None:
         s = self.service
-        if not failed:
-            s._consecutive_failures = 0
         s._step_started = None
         s._steps_done += 1

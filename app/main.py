@@ -4,7 +4,9 @@
 engine thread, the audio decoder pool and the grpc.aio server on the same event loop, and on
 SIGTERM drains: readiness and gRPC health flip to NOT_SERVING, listeners stop accepting,
 in-flight work gets `shutdown_grace_secs`, the rest is cancelled (503 / UNAVAILABLE), the
-engine shuts down and the process exits 0.
+engine shuts down and the process exits 0. When the engine thread dies instead (an exception
+escaping a step: app/engine_service.py), its open requests end as UNAVAILABLE, the server drains
+the same way and exits with ENGINE_DIED_EXIT_CODE, for Kubernetes to restart it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import AsyncIterator, Callable
 from importlib import metadata
@@ -24,10 +27,15 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.audio import AudioDecoder
-from app.engine_service import EngineService
+from app.engine_service import ENGINE_DIED_EXIT_CODE, EngineService
 from app.errors import ApiError, google_shaped
 from app.metrics import Metrics
-from app.middleware import ApiKeyMiddleware, BodyLimitMiddleware, HttpMetricsMiddleware
+from app.middleware import (
+    ApiKeyMiddleware,
+    BodyLimitMiddleware,
+    HttpMetricsMiddleware,
+    UploadTimeoutMiddleware,
+)
 from app.routes import google, health, listen, openai, operations
 from app.settings import Settings
 from engine import ASREngine
@@ -97,7 +105,10 @@ class Drainer:
 
 def _install_sigterm(app: FastAPI, drainer: Drainer) -> None:
     """Chain SIGTERM: start draining, then tell uvicorn to stop accepting and exit normally
-    (setting should_exit instead of re-raising the signal, so the exit code is 0)."""
+    (setting should_exit instead of re-raising the signal, so the exit code is 0). A dead engine
+    drains the same way (`on_death`; embedded, without signals, it only drains)."""
+    service: EngineService = app.state.service
+    service.on_death = lambda reason: drainer.start()
     try:
         previous = signal.getsignal(signal.SIGTERM)
     except ValueError:  # not the main thread (embedded use): leave signals alone
@@ -118,6 +129,13 @@ def _install_sigterm(app: FastAPI, drainer: Drainer) -> None:
         signal.signal(signal.SIGTERM, on_sigterm)
     except ValueError:
         return
+    service.on_death = lambda reason: drainer.start(lambda: stop_listening(signal.SIGTERM, None))
+
+
+def exit_process(code: int) -> None:
+    """Leave at once with `code` (uvicorn has no way to exit non-zero after serving)."""
+    logging.shutdown()  # flush the log: the last lines say why
+    os._exit(code)
 
 
 @contextlib.asynccontextmanager
@@ -132,6 +150,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                             max_queue_delay_secs=settings.max_queue_delay_secs)
     service.start()
     await service.wait_started()
+    if service.death is not None:  # the first step raised: never serve (uvicorn exits non-zero)
+        raise RuntimeError(service.death)
     app.state.service = service
     app.state.decoder = AudioDecoder(settings.max_concurrent_decodes, target_rate=engine.sample_rate)
     app.state.drain_hooks = []
@@ -150,6 +170,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.grpc = await start_grpc_server(deps, settings)
     drainer = Drainer(app)
     _install_sigterm(app, drainer)
+    if service.death is not None:  # died before on_death was set: its requests are already ended
+        service.on_death(service.death)  # type: ignore[misc]  # set just above
     logger.info("ready: %s (%s) on %s, mode=%s, grpc=%s", info.get("model"), info.get("family"),
                 info.get("device"), settings.service_mode, settings.grpc_port or "off")
     try:
@@ -160,6 +182,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.decoder.close()
         await asyncio.to_thread(service.stop)
         logger.info("engine stopped")
+        if service.death is not None:
+            logger.critical("exiting %d: %s", ENGINE_DIED_EXIT_CODE, service.death)
+            app.state.exit_process(ENGINE_DIED_EXIT_CODE)
 
 
 def _stop_claiming(jobs: Any) -> Callable[[], Any]:
@@ -176,6 +201,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   description="Open speech recognition: OpenAI- and Google-shaped APIs over one batched engine.")
     app.state.settings = settings
     app.state.metrics = Metrics()
+    app.state.exit_process = exit_process  # in-process tests replace it
     routers = [health.router, openai.router, google.router, operations.router, listen.router,
                *_optional_routers(settings)]
     for router in routers:
@@ -202,6 +228,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         err = ApiError(400, f"invalid request: {problems}")
         return await api_error_handler(request, err)
 
+    app.add_middleware(UploadTimeoutMiddleware, seconds=settings.upload_timeout_secs)  # type: ignore[arg-type]
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)  # type: ignore[arg-type]
     app.add_middleware(ApiKeyMiddleware, keys=settings.api_key)  # type: ignore[arg-type]
     if settings.cors_allow_origin:

@@ -251,8 +251,9 @@ DISPATCHER_METRICS: tuple[Declared, ...] = (
         "Requests refused at the in-flight limit (--max-inflight): HTTP 503 / RESOURCE_EXHAUSTED (count).",
         ENGINE_LABELS),
     Declared("engine_step_failures", "counter", "oasr_engine_step_failures_total",
-        "step() raised; the requests in it are failed, and three in a row stop the heartbeat so "
-        "/readyz and gRPC health go NOT_SERVING (count).",
+        "step() raised: the engine thread ends, every open request ends with 503 / UNAVAILABLE, "
+        "/readyz and gRPC health go NOT_SERVING and the process exits 70 to be restarted; it restarts "
+        "at 0 with the process, so the pod's restart count is the lasting record (count).",
         ENGINE_LABELS),
     Declared("requests_cancelled", "counter", "oasr_requests_cancelled_total",
         "Requests aborted before completion, almost always a client disconnect (count).",

@@ -1,7 +1,8 @@
-"""ASGI middleware: API keys, request-body limit, and per-route HTTP metrics."""
+"""ASGI middleware: API keys, request-body limit and upload deadline, and per-route HTTP metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import time
@@ -154,6 +155,66 @@ class BodyLimitMiddleware:
                 raise
             if not started:
                 await send_error(send, scope["path"], self._error())
+
+
+class UploadTimeoutMiddleware:
+    """408 for a request body that has not fully arrived within `seconds` of the request's start.
+
+    uvicorn bounds the wait between requests, not the arrival of one: a client trickling its
+    upload a byte at a time would hold its connection, and a route that takes its in-flight
+    permit before reading the body (an engine slot), for as long as it likes. Here the app's
+    reads of the body share one deadline; past it the app sees a disconnect, the client gets 408
+    and the connection is closed. Reads after the body ended (disconnect watchers) are not bounded."""
+
+    def __init__(self, app: ASGIApp, seconds: float):
+        self.app = app
+        self.seconds = seconds
+
+    def _error(self) -> ApiError:
+        return ApiError(408, f"request body did not arrive within {self.seconds:g} s (--upload-timeout-secs)",
+                        code="upload_timeout")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.seconds <= 0:
+            await self.app(scope, receive, send)
+            return
+        deadline = asyncio.get_running_loop().time() + self.seconds
+        body_done = False
+        timed_out = False
+        started = False
+
+        async def bounded_receive() -> Message:
+            nonlocal body_done, timed_out
+            if body_done or timed_out:
+                return await receive() if not timed_out else {"type": "http.disconnect"}
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                timed_out = True
+                return {"type": "http.disconnect"}
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if timed_out:
+                if not started and message["type"] == "http.response.start":
+                    started = True
+                    await send_error(send, scope["path"], self._error(), [(b"connection", b"close")])
+                return
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, bounded_receive, guarded_send)
+        except Exception:
+            if not timed_out:
+                raise
+        if timed_out and not started:
+            await send_error(send, scope["path"], self._error(), [(b"connection", b"close")])
 
 
 class HttpMetricsMiddleware:

@@ -53,7 +53,7 @@ class ServerSettings(BaseSettings):
     dtype: str = "auto"
     """'auto' (float16 on cuda, float32 on cpu), 'float32', 'float16', 'bfloat16'."""
     quantization: Literal["auto", "none", "int8_w8a8", "fp16", "bf16"] = "auto"
-    """Weight quantization: int8_w8a8 (int8 linears, CPU), fp16/bf16 (CUDA), none; 'auto' is int8_w8a8 on CPUs with VNNI, else none."""
+    """Weight quantization: int8_w8a8 (int8 linears, CPU), fp16/bf16 (CUDA), none; 'auto' is int8_w8a8 on CPUs with int8 dot products (avx512_vnni, avx_vnni, amx_int8 flags) whose int8 GEMM is exact, else none; decided from the CPU, never a timing (see /v1/models quantization_reason)."""
     quantization_option: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     """Quantization object options as KEY=VALUE, folded with --quantization into one object: ignore=GLOB,... keeps module paths in full precision (e.g. ignore=decoder.*), module_types=linear,pointwise_conv picks layer kinds. Repeat the flag; separate entries with ';' in the env var."""
     service_mode: Literal["offline", "streaming"] = "offline"
@@ -104,6 +104,8 @@ class ServerSettings(BaseSettings):
     """Longest decoded audio per request in seconds; longer gets 413."""
     request_timeout_secs: float = 600.0
     """Seconds an offline request may take end to end; then 408 / DEADLINE_EXCEEDED and it is aborted."""
+    upload_timeout_secs: float = 120.0
+    """Seconds an HTTP request body may take to arrive in full; then 408 and the connection is closed (25 MiB over a 2 Mbit/s uplink takes ~105 s). 0 disables."""
     max_inflight: int = 64
     """Requests and live sessions in flight at once; more get 503 / RESOURCE_EXHAUSTED (probes and metrics exempt)."""
     max_queue_delay_secs: float = 30.0

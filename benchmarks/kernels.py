@@ -37,7 +37,6 @@ import torch
 
 import engine.models.wenet.model as wenet_model
 from engine.config import EngineConfig
-from engine.fbank import KaldiFbank
 from engine.models.wenet.runner import WenetRunner
 from engine.models.wenet.testing import CheckpointSpec, write_checkpoint
 from engine.ops import (
@@ -47,7 +46,7 @@ from engine.ops import (
     extension_status,
     rnnt_greedy_label_loop,
 )
-from engine.ops.fbank import kaldi_fbank_batched
+from engine.ops.fbank import KaldiFbank, kaldi_fbank_batched
 from engine.request import Request
 from engine.types import DecodingOptions
 

@@ -1,7 +1,9 @@
 """Keyword biasing on the dev set: does a rare word come out right, and does an unrelated list hurt?
 
 `python -m benchmarks.keywords` decodes every dev clip with one reference and at most 30 s
-(offline, greedy, the embedded model) three times: without keywords, with `--rare` as the one
+(offline, greedy, the embedded model; `--ckpt-dir` another checkpoint, e.g. a trained NeMo RNN-T
+or icefall Zipformer whose beam search takes keywords, with `--language ''` when the checkpoint
+declares no language) three times: without keywords, with `--rare` as the one
 keyword, and with `--unrelated` (words no clip says). It prints the clips whose transcript a
 keyword list changed, how many clips have the rare phrase right each way, and the corpus WER
 (Whisper's English normalizer) of each run.
@@ -45,6 +47,9 @@ def main() -> None:
     parser.add_argument("--rare", default=RARE, help="the rare phrase, passed as the one keyword")
     parser.add_argument("--unrelated", default=UNRELATED, help="comma-separated keywords no clip says")
     parser.add_argument("--manifest", type=Path, default=MANIFEST)
+    parser.add_argument("--ckpt-dir", default=None, help="checkpoint directory (default: the embedded model)")
+    parser.add_argument("--language", default="en", help="the requests' language ('' sends none)")
+    parser.add_argument("--beam-size", type=int, default=1, help="1: greedy (a request with keywords beam-searches)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -57,11 +62,12 @@ def main() -> None:
     clips = _clips(args.manifest)
     refs = [norm(text) for _, text, _ in clips]
     rare = norm(args.rare)
-    engine = ASREngine(EngineConfig())
+    engine = ASREngine(EngineConfig(ckpt_dir=args.ckpt_dir) if args.ckpt_dir else EngineConfig())
     runs: dict[str, list[str]] = {}
     for name, keywords in (("none", ()), ("rare", (args.rare,)), ("unrelated", tuple(args.unrelated.split(",")))):
         started = time.monotonic()
-        hyps = engine.transcribe([a for _, _, a in clips], decoding=DecodingOptions(language="en", keywords=keywords))
+        hyps = engine.transcribe([a for _, _, a in clips], decoding=DecodingOptions(
+            language=args.language or None, keywords=keywords, beam_size=args.beam_size))
         runs[name] = [norm(h) for h in hyps]
         print(f"{name:10s} WER {100 * jiwer.wer(refs, runs[name]):6.2f} %   "
               f"'{rare}' right in {sum(rare in h for h, r in zip(runs[name], refs) if rare in r)} of "

@@ -123,7 +123,8 @@ def cpu_report() -> str:
     """The CPU, its SIMD extensions and the kernels the engine picks on it."""
     import torch
 
-    from engine.models.whisper.int8 import int8_gemm_fast, int8_gemm_kind
+    from engine.cpu_facts import host_cpu_facts
+    from engine.models.whisper.int8 import int8_gemm_kind
 
     model, flags = "unknown", set()
     try:
@@ -136,8 +137,9 @@ def cpu_report() -> str:
         pass
     isa = ", ".join(f.upper() for f in ISA_FLAGS if f in flags) or "unknown"
     kind = int8_gemm_kind()
-    gemm = ("torch._int_mm, faster than float32 here" if int8_gemm_fast() else
-            "torch._int_mm is slower than float32 here, so the int8 products are summed exactly by float32 GEMMs")
+    dot = host_cpu_facts().int8_dot_product
+    gemm = (f"torch._int_mm on {dot}" if dot is not None else
+            "no int8 dot products here, so the int8 products are summed exactly by float32 GEMMs")
     return (f"CPU: {model}, {os.cpu_count()} logical cores, ISA {isa}; torch {torch.__version__} "
             f"kernels {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads; "
             f"engine int8: per-row activations × per-channel "
@@ -215,10 +217,10 @@ def default_is_int8() -> bool:
     """Whether the engine's default ('auto') quantizes to int8 on this CPU."""
     import torch
 
-    from engine.models.whisper.build import uses_int8
+    from engine.models.whisper.build import decide_layer_scheme
     from engine.quantization import QuantizationConfig
 
-    return uses_int8(QuantizationConfig.parse("auto"), torch.device("cpu"))
+    return decide_layer_scheme(QuantizationConfig.parse("auto"), torch.device("cpu")).scheme == "int8_w8a8"
 
 
 def greedy_systems(skip_float32: bool, with_int8: bool) -> list[System]:
@@ -249,16 +251,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only-beam", action="store_true", help="only the beam_size=5 rows (implies --beam)")
     parser.add_argument("--int8", choices=("auto", "always"), default="auto",
                         help="the int8_w8a8 row where the defaults are float32: 'auto' leaves it out when "
-                             "this CPU's int8 GEMM is slower than float32 (it is not the default there)")
+                             "this CPU has no int8 dot products (it is not the default there)")
     args = parser.parse_args(argv)
-    from engine.models.whisper.int8 import int8_gemm_fast
+    from engine.cpu_facts import host_cpu_facts
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     clips = load_clips(args.manifest, args.clips)
     logger.info("%d clips, %.1f s of audio, load average %s", len(clips), sum(c.seconds for c in clips),
                 os.getloadavg())
-    with_int8 = args.int8 == "always" or int8_gemm_fast()
+    with_int8 = args.int8 == "always" or host_cpu_facts().int8_dot_product is not None
     systems = [] if args.only_beam else greedy_systems(args.skip_float32, with_int8)
     if args.beam or args.only_beam:
         fw_beam = "faster-whisper int8 beam 5, sequential"

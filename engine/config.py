@@ -96,10 +96,12 @@ class EngineConfig:
     precision; None is 'auto'). Schemes:
     'int8_w8a8': int8 linear layers, weights per output channel and activations per row (CPU);
     'fp16'/'bf16' on CUDA; 'none' keeps the float type. 'auto' is int8_w8a8 on a CPU whose int8
-    GEMM sums full-range int8 products exactly (VNNI: AVX512-VNNI, AVX-VNNI, AMX) and runs faster
-    than float32 there (probed once at load, engine/models/whisper/int8.py), and 'none'
-    elsewhere: on an AMD EPYC Zen 3 (AVX2 only) the int8 GEMM is exact but ~20x slower than
-    float32, and int8 defaults ran the dev set 7.6x slower than float32 (an explicit int8_w8a8
+    GEMM sums full-range int8 products exactly and that has int8 dot-product instructions
+    (AVX512-VNNI, AVX-VNNI, AMX-INT8 in /proc/cpuinfo: engine/cpu_facts.py), and 'none'
+    elsewhere; decided from those facts, never a start-up timing (issue 35: a timed probe flipped
+    with the machine's load, and the transcripts with it). Without the instructions, on an AMD
+    EPYC Zen 3 (AVX2 only), the int8 GEMM is exact but ~20x slower than float32, and int8
+    defaults ran the dev set 7.6x slower than float32 (an explicit int8_w8a8
     there sums the same int8 products exactly in float32: same transcripts, float32's speed). Why int8 where it pays,
     measured on the Whisper dev set (25 clips, AVX512-VNNI, `benchmarks/offline.py --beam`):
     greedy int8 transcribes at 11.94 % WER against float32's 12.44 %, 1.3-1.7x faster (2.6x

@@ -48,6 +48,8 @@ class FamilyEntry:
 
 
 FAMILY_TABLE: tuple[FamilyEntry, ...] = (
+    FamilyEntry("paraformer", "engine.models.paraformer"),  # before whisper, which takes any lone .pt
+    FamilyEntry("zipformer", "engine.models.zipformer"),  # before whisper, whose detect takes any lone .pt
     FamilyEntry("whisper", "engine.models.whisper"),
     FamilyEntry("wenet", "engine.models.wenet"),
     FamilyEntry("nemo", "engine.models.nemo"),

@@ -1,7 +1,7 @@
 """Kaldi-compatible log-mel filterbank features in torch, batched over many waveforms.
 
 Matches `compute-fbank-feats` / `kaldi-native-fbank` / `torchaudio.compliance.kaldi.fbank` with
-dither 0, snip_edges, povey window, pre-emphasis, DC removal, power spectrum and a log floor of
+dither 0, snip_edges, a povey (or hamming) window, pre-emphasis, DC removal, power spectrum and a log floor of
 FLT_EPSILON: the features WeNet-style checkpoints were trained on. Frames are computed
 independently of each other, so a stream can be featurized piecewise (see `frames_for`) and
 get exactly the frames an utterance-level call would produce.
@@ -34,6 +34,8 @@ class FbankOptions:
     """Hz, lower edge of the first mel bin."""
     high_freq: float = 0.0
     """Hz, upper edge of the last mel bin; <= 0 is an offset from Nyquist (Kaldi convention)."""
+    window_type: str = "povey"
+    """Kaldi's frame window: 'povey' (WeNet), 'hamming' (FunASR), 'hanning' or 'rectangular'."""
 
     @property
     def window_size(self) -> int:
@@ -87,6 +89,21 @@ def mel_banks(opts: FbankOptions) -> torch.Tensor:
 def povey_window(size: int) -> torch.Tensor:
     n = torch.arange(size, dtype=torch.float32)
     return (0.5 - 0.5 * torch.cos(2 * math.pi * n / (size - 1))).pow(0.85)
+
+
+def frame_window(opts: FbankOptions) -> torch.Tensor:
+    """The window Kaldi's FeatureWindowFunction applies to each frame (float32)."""
+    size = opts.window_size
+    n = torch.arange(size, dtype=torch.float32)
+    if opts.window_type == "povey":
+        return povey_window(size)
+    if opts.window_type == "hamming":
+        return 0.54 - 0.46 * torch.cos(2 * math.pi * n / (size - 1))
+    if opts.window_type == "hanning":
+        return 0.5 - 0.5 * torch.cos(2 * math.pi * n / (size - 1))
+    if opts.window_type == "rectangular":
+        return torch.ones(size)
+    raise ValueError(f"unknown window_type {opts.window_type!r} (povey, hamming, hanning, rectangular)")
 
 
 def log_mel_frames(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Literal
 
+from engine.cpu_facts import INT8_DOT_PRODUCT_FLAGS, CpuFacts
 from engine.errors import InvalidRequestError, UnsupportedError
 
 QuantizationScheme = Literal["auto", "none", "int8_w8a8", "fp16", "bf16"]
@@ -120,4 +121,37 @@ class QuantizationConfig:
                     f"(layers are named like {examples})")
 
 
-__all__ = ["MODULE_TYPES", "SCHEMES", "QuantizationConfig", "QuantizationScheme"]
+@dataclass(frozen=True)
+class QuantizationDecision:
+    """Which layer scheme a model's GEMMs run in, and why (logged at load, shown in /v1/models)."""
+
+    asked: str
+    """The configured scheme ('auto' or an explicit one)."""
+    scheme: str
+    """What runs: 'int8_w8a8', or the float type's setting ('none', 'fp16', 'bf16')."""
+    reason: str
+
+
+def decide_quantization(asked: str, device_type: str, cpu: CpuFacts, int8_exact: bool) -> QuantizationDecision:
+    """The scheme `asked` resolves to on this device, as a pure function of what the machine is:
+    an explicit scheme always wins; 'auto' is int8_w8a8 on a CPU that has an int8 dot-product
+    instruction set (cpu_facts.INT8_DOT_PRODUCT_FLAGS) and whose int8 GEMM sums full-range 8-bit
+    products exactly (`int8_exact`, a correctness probe: the same answer on every start), else
+    the float type. Never a timing: the same config on the same machine gives the same numbers."""
+    if asked != "auto":
+        return QuantizationDecision(asked, asked, "set explicitly")
+    if device_type != "cpu":
+        return QuantizationDecision(asked, "none", f"'auto' on {device_type} keeps the float type (see dtype)")
+    isa = cpu.int8_dot_product
+    if isa is None:
+        return QuantizationDecision(asked, "none", f"{cpu.model_name} has none of {', '.join(INT8_DOT_PRODUCT_FLAGS)}: "
+                                                   "its int8 GEMM takes a generic path, slower than float32")
+    if not int8_exact:
+        return QuantizationDecision(asked, "none", f"{cpu.model_name} has {isa}, but the int8 GEMM saturates "
+                                                   "full-range 8-bit products (oneDNN limited below VNNI?)")
+    return QuantizationDecision(asked, "int8_w8a8", f"{cpu.model_name} has {isa} and its int8 GEMM sums 8-bit "
+                                                    "products exactly")
+
+
+__all__ = ["MODULE_TYPES", "SCHEMES", "QuantizationConfig", "QuantizationDecision", "QuantizationScheme",
+           "decide_quantization"]

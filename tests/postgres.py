@@ -64,10 +64,21 @@ class PostgresServer:
     def start(self) -> None:
         self._run(str(self.bin_dir / "initdb"), "-D", str(self.data), "-U", "oasr", "--auth=trust",
                   "-E", "UTF8", "--no-sync")
+        self._start()
+
+    def _start(self) -> None:
         options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
                    "-c synchronous_commit=off -c full_page_writes=off")
         self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-o", options, "-l",
                   str(self.root / "server.log"), "-w", "-t", "60", "start")
+
+    def stop_fast(self) -> None:
+        """Stop the server as an operator's restart does ('fast': open connections are
+        terminated); `start_again` brings it back on the same port with the same data."""
+        self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def start_again(self) -> None:
+        self._start()
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://oasr@127.0.0.1:{self.port}/{database}"

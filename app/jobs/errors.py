@@ -4,7 +4,8 @@
     ├── InvalidJobError      400 INVALID_ARGUMENT: bad config, audio, uri or callback
     ├── OperationNotFound    404 NOT_FOUND: no operation of that name (or it expired)
     ├── OperationDone        400 FAILED_PRECONDITION: cancelling a finished operation
-    └── SpoolFull            429 RESOURCE_EXHAUSTED: --jobs-spool-max-mib would be exceeded
+    ├── SpoolFull            429 RESOURCE_EXHAUSTED: --jobs-spool-max-mib would be exceeded
+    └── StorageFull          507 RESOURCE_EXHAUSTED: the spool's or the database's disk is full
 """
 
 from __future__ import annotations
@@ -39,4 +40,12 @@ class OperationDone(JobError):
 
 class SpoolFull(JobError):
     http_status = 429
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class StorageFull(JobError):
+    """The disk under the spool or the job database has no room (ENOSPC, EDQUOT): the server's
+    storage, not the client's request, is the problem (HTTP 507 Insufficient Storage)."""
+
+    http_status = 507
     grpc_code = "RESOURCE_EXHAUSTED"

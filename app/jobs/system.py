@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from app.jobs.backends import DataDirLock, open_store
-from app.jobs.errors import InvalidJobError
+from app.jobs.errors import InvalidJobError, StorageFull
 from app.jobs.model import Job, JobState, Page
 from app.jobs.runner import JobRuntime
-from app.jobs.spool import Spool
+from app.jobs.spool import DISK_FULL_ERRNOS, Spool
 from app.jobs.store import SqlJobStore
 from app.jobs.submit import prepare
 from app.jobs.webhooks import WebhookSender
@@ -96,7 +96,12 @@ class JobSystem:
             return self.store.create(new, audio_size=len(data), spool_limit=int(self.settings.jobs_spool_max_mib * 2**20),
                                      place_audio=lambda: self.spool.place(digest, data))
 
-        job = await asyncio.to_thread(create)
+        try:
+            job = await asyncio.to_thread(create)
+        except Exception as exc:
+            if not isinstance(exc, StorageFull) and disk_full(exc):  # the database's disk (the spool's raises it)
+                raise StorageFull(f"the job database's disk is full ({exc}); nothing was stored: retry later") from exc
+            raise
         logger.info("job %s queued (%s)", job.name, job.audio_uri or f"{len(data or b'')} bytes spooled")
         self.worker.wake()
         return job
@@ -120,6 +125,14 @@ class JobSystem:
     async def delete(self, name: str) -> None:
         await asyncio.to_thread(self.store.delete, name, self.spool.remove)
         self.worker.drop(name)
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether a storage error says the disk is full: ENOSPC/EDQUOT, SQLite's 'database or disk
+    is full' (SQLITE_FULL), PostgreSQL's disk_full (SQLSTATE 53100)."""
+    if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+        return True
+    return "database or disk is full" in str(exc) or getattr(exc, "sqlstate", None) == "53100"
 
 
 def parse_filter(text: str) -> frozenset[JobState] | None:

@@ -11,6 +11,11 @@ leases, and stops cleanly.
 A job task ends in exactly one of: finish (SUCCEEDED / FAILED), release (shutdown: back to
 the queue, it restarts from the beginning), or drop (it is not ours any more). Every store
 write is guarded by (owner, attempt), so a job completes once even if two replicas ran it.
+
+The store may be away for a while (a PostgreSQL restart or failover): claims and renewals
+are retried by their loops, progress is advisory (a failed progress write never fails the job),
+and a job's end is written again and again (a guarded write is safe to repeat) until it lands
+or a lease has passed, after which another replica may have taken the job over.
 """
 
 from __future__ import annotations
@@ -32,6 +37,10 @@ from app.jobs.webhooks import WebhookSender
 logger = logging.getLogger(__name__)
 
 HOUSEKEEPING_S = 5.0
+END_WRITE_BACKOFF_S = (0.2, 5.0)
+"""First and longest wait (s) between attempts to record a job's end while the store is away."""
+MIN_END_WRITE_RETRY_S = 10.0
+"""Keep retrying a job's end at least this long (s), even with a shorter lease."""
 """How often gauges are refreshed and due webhooks delivered when nothing wakes the loop."""
 RETENTION_SWEEP_S = 60.0
 
@@ -194,14 +203,9 @@ class JobWorker:
                                               error_message=message, delivery_id=uuid.uuid4().hex)
             outcome = "failed"
         finally:
-            if write is not None:
-                try:
-                    # shielded: a release during shutdown must reach the store even though we are cancelled
-                    if not await asyncio.shield(asyncio.to_thread(write)):
-                        outcome = "lost"
-                except Exception:
-                    logger.exception("recording the end of job %s failed", job.name)
-                    outcome = "lost"
+            # shielded: a release during shutdown must reach the store even though we are cancelled
+            if write is not None and not await asyncio.shield(self._write_end(job, write)):
+                outcome = "lost"
             self._running.pop(job.name, None)
             self.metrics.job_duration.labels(outcome=outcome).observe(time.monotonic() - started)
             logger.info("job %s: attempt %d %s after %.1f s", job.name, job.attempts, outcome,
@@ -210,8 +214,30 @@ class JobWorker:
             if outcome in ("succeeded", "failed"):
                 self._webhook_wake.set()
 
+    async def _write_end(self, job: Job, write: Callable[[], bool]) -> bool:
+        """Record a job's end (a guarded write: False when the job is no longer ours), retrying
+        while the store is unreachable (module doc)."""
+        give_up = time.monotonic() + max(self.lease_s, MIN_END_WRITE_RETRY_S)
+        delay, longest = END_WRITE_BACKOFF_S
+        while True:
+            try:
+                return await asyncio.to_thread(write)
+            except Exception as exc:
+                if time.monotonic() + delay > give_up:
+                    logger.exception("recording the end of job %s failed; its lease will expire and the job run "
+                                     "again", job.name)
+                    return False
+                logger.warning("recording the end of job %s failed (%s); retrying in %.1f s", job.name, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, longest)
+
     async def _progress(self, job: Job, percent: int) -> None:
-        if not await asyncio.to_thread(self.store.set_progress, job.name, self.owner, job.attempts, percent):
+        try:
+            ours = await asyncio.to_thread(self.store.set_progress, job.name, self.owner, job.attempts, percent)
+        except Exception as exc:  # advisory: the store being away must not fail the job
+            logger.warning("job %s: progress %d%% not recorded (%s)", job.name, percent, exc)
+            return
+        if not ours:
             raise asyncio.CancelledError  # not ours any more: stop decoding
 
 

@@ -5,6 +5,11 @@ period with its engine stream; a reconnect bearing its resume token takes it bac
 runs out, or the session ends any other way, `end` frees it once (engine requests, inflight
 permit) and its token is remembered as ended for a while, so a late reconnect learns that the
 session is gone (4408) rather than that the token is wrong (4401).
+
+Sessions live in one process and die with it (a restart, a kill -9). Each token names the
+process that issued it (`rst_<generation>.<secret>`, the generation random per registry), so a
+client resuming after the server restarted is told that its session ended with the server
+(4408) instead of being told its token is wrong.
 """
 
 from __future__ import annotations
@@ -35,10 +40,15 @@ class _Entry:
     ended: bool = False
 
 
+TOKEN_PREFIX = "rst_"
+
+
 class SessionRegistry:
     def __init__(self, grace_s: float) -> None:
         self.grace_s = grace_s
         """How long a dropped session waits for its client (0: sessions are not resumable)."""
+        self.generation = secrets.token_hex(4)
+        """This process's mark in the tokens it issues (module doc)."""
         self._entries: dict[RealtimeSession, _Entry] = {}
         self._by_token: dict[str, _Entry] = {}
         self._ended: dict[str, float] = {}
@@ -60,7 +70,7 @@ class SessionRegistry:
 
     def add(self, session: RealtimeSession, finish: Callable[[], Awaitable[None]]) -> dict[str, Any] | None:
         """Register a new session; `finish` frees it. Returns its resume info (None: not resumable)."""
-        token = f"rst_{secrets.token_urlsafe(24)}" if self.grace_s > 0 else None
+        token = f"{TOKEN_PREFIX}{self.generation}.{secrets.token_urlsafe(24)}" if self.grace_s > 0 else None
         entry = _Entry(session, token, finish)
         self._entries[session] = entry
         if token is not None:
@@ -80,6 +90,12 @@ class SessionRegistry:
         if entry is None or entry.ended:
             return None, token in self._ended
         return entry.session, False
+
+    def issued_by_another_process(self, token: str) -> bool:
+        """Whether `token` has the shape of a resume token from another process of this server
+        (one that restarted, or another replica): its session is not here and cannot come back."""
+        generation, dot, _ = token.removeprefix(TOKEN_PREFIX).partition(".")
+        return token.startswith(TOKEN_PREFIX) and bool(dot) and generation != self.generation
 
     def park(self, session: RealtimeSession) -> None:
         """The client dropped: keep the session for the grace period."""

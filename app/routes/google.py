@@ -67,7 +67,8 @@ async def recognize(
     except InvalidRequestError as exc:
         raise to_api_error(exc) from exc
     spec = AudioSpec(enc, sample_rate or sample_rate_hertz, audio_channel_count)
-    return await _recognize(request, settings, service, decoder, None, spec, options,
+    body = await request.body()  # before the permit: a slow upload must not hold an engine slot
+    return await _recognize(request, settings, service, decoder, body, spec, options,
                             n_alt=n_alt, words=enable_word_time_offsets,
                             separate=enable_separate_recognition_per_channel, rid=request_id or uuid.uuid4().hex)
 
@@ -98,14 +99,13 @@ async def _recognize_json(request: Request, settings: Settings, service: EngineS
 
 
 async def _recognize(request: Request, settings: Settings, service: EngineService, decoder: AudioDecoder,
-                     body: bytes | None, spec: AudioSpec, options: DecodingOptions, *, n_alt: int, words: bool,
+                     body: bytes, spec: AudioSpec, options: DecodingOptions, *, n_alt: int, words: bool,
                      separate: bool, rid: str) -> JSONResponse:
-    """Decode (the raw body is read under the permit: `body` None), recognize every channel or the
-    downmix, answer in Google's shape."""
+    """Decode, recognize every channel or the downmix under an inflight permit, answer in Google's
+    shape (the body is read before: a slow upload holds no engine slot)."""
     async with inflight_permit(service):
         try:
-            data = body if body is not None else await request.body()
-            audio = await decoder.decode(data, encoding=spec.encoding, sample_rate=spec.sample_rate,
+            audio = await decoder.decode(body, encoding=spec.encoding, sample_rate=spec.sample_rate,
                                          channels=spec.channels, max_seconds=settings.max_audio_seconds,
                                          keep_channels=separate)
             outs = await run_offline_channels(service, waveforms(audio, separate), options, api="google",

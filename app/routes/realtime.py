@@ -12,7 +12,8 @@ or at shutdown (close 1001). Any other drop parks it for `--realtime-resume-grac
 (app/realtime/registry.py): a reconnect with `?resume_token=…&last_event_id=…` takes it back,
 gets `session.resumed` and every event after `last_event_id`, and goes on. Refused resumes
 close with 4400 (no such event to resume after), 4401 (unknown token) or 4408 (the session
-has ended: grace period over). Docs: docs/streaming.md#resumable-sessions.
+has ended: grace period over, or the server restarted since it issued the token). Docs:
+docs/streaming.md#resumable-sessions.
 """
 
 from __future__ import annotations
@@ -151,6 +152,10 @@ async def _resume(websocket: WebSocket, registry: SessionRegistry, settings: Set
     if session is None:
         if ended:
             await websocket.close(CLOSE_RESUME_ENDED, "the session has ended (its resume grace period is over)")
+        elif registry.issued_by_another_process(token):
+            # a close reason holds at most 123 bytes
+            await websocket.close(CLOSE_RESUME_ENDED, "the session has ended: the server restarted (or this is "
+                                                      "another replica); start a new session")
         else:
             await websocket.close(CLOSE_RESUME_UNKNOWN, "unknown resume token")
         return

@@ -5,6 +5,10 @@ families) and as a template for a new family. Its "checkpoint" is a directory ho
 `fake_family.json`; its transcript of a waveform is one word per `FRAME_MS` of audio, `loud` or
 `quiet` by the frame's RMS level, so outputs depend on the audio and are exactly reproducible.
 (A family with knobs declares them as fields of its options dataclass; see WenetOptions.)
+
+A checkpoint may also carry a fault for tests of the server around the engine:
+`fail_at_audio_seconds` makes `execute()` raise once a running request has heard that much audio,
+so that an exception escapes `step()` in a real engine thread (tests/e2e/test_engine_death.py).
 It streams (a partial per step, committed words never change) and batches (every running
 request advances in one `execute()`).
 """
@@ -51,11 +55,19 @@ def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
     return os.path.isfile(os.path.join(ckpt_dir, checkpoint_name or MARKER))
 
 
-def write_checkpoint(ckpt_dir: str, name: str = "fake-asr") -> str:
-    """A checkpoint directory this family loads (for tests and examples)."""
+class InjectedFault(RuntimeError):
+    """What a checkpoint's `fail_at_audio_seconds` makes `execute()` raise."""
+
+
+def write_checkpoint(ckpt_dir: str, name: str = "fake-asr", fail_at_audio_seconds: float | None = None) -> str:
+    """A checkpoint directory this family loads (for tests and examples); with
+    `fail_at_audio_seconds`, one whose runner raises InjectedFault (module doc)."""
     os.makedirs(ckpt_dir, exist_ok=True)
+    fields: dict[str, object] = {"name": name}
+    if fail_at_audio_seconds is not None:
+        fields["fail_at_audio_seconds"] = fail_at_audio_seconds
     with open(os.path.join(ckpt_dir, MARKER), "w") as f:
-        json.dump({"name": name}, f)
+        json.dump(fields, f)
     return ckpt_dir
 
 
@@ -67,8 +79,11 @@ class FakeRunner:
         path = os.path.join(config.resolved_ckpt_dir(), config.checkpoint_name or MARKER)
         try:
             with open(path) as f:
-                self.name = str(json.load(f)["name"])
-        except (OSError, ValueError, KeyError) as exc:
+                fields = json.load(f)
+            self.name = str(fields["name"])
+            fail_at = fields.get("fail_at_audio_seconds")
+            self.fail_at_samples = None if fail_at is None else int(float(fail_at) * SAMPLE_RATE)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             raise CheckpointError(f"{path}: not a fake-family checkpoint ({exc})") from exc
         self.config = config
         self.frame = SAMPLE_RATE * FRAME_MS // 1000
@@ -113,6 +128,8 @@ class FakeRunner:
                 elif not req.input_finished:
                     continue
             audio = np.concatenate(state.audio) if state.audio else np.zeros(0, np.float32)
+            if self.fail_at_samples is not None and audio.size >= self.fail_at_samples:
+                raise InjectedFault(f"injected fault: request {rid} reached {audio.size / SAMPLE_RATE:g} s of audio")
             done = not req.streaming or req.input_finished
             words = self._words(audio, final=done)
             text = " ".join(words)

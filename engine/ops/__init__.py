@@ -9,6 +9,11 @@ their Python references.
 | `rnnt_greedy_label_loop` (`TransducerWeights`) | `rnnt_greedy_label_loop_reference` | NeMo transducer greedy decoding |
 | `dtw_path` | `dtw_path_reference` | Whisper word timestamps (every live pass) |
 
+Transducer beam searches run in Python only (90 %+ of their time is the prediction network and
+joint over the hypotheses, benchmarks/transducer_beam.py): `malsd.malsd_search` (NeMo's
+malsd_batch) and `modified_beam.modified_beam_search` (icefall's), over the `TransducerNet` seam
+of `transducer_beam`, with keyword biasing by `context_graph.ContextGraph`.
+
 Each entry point runs the compiled kernel when `engine._C` is loaded (`extension_status()`),
 the reference otherwise; `use_extension=` forces one. The references are what the kernels are
 tested against (tests/engine/ops).

@@ -19,7 +19,7 @@ from functools import cached_property
 
 import torch
 
-from engine.fbank import FbankOptions, frames_for, log_mel_frames, mel_banks, povey_window
+from engine.fbank import FbankOptions, frame_window, frames_for, log_mel_frames, mel_banks
 from engine.ops.extension import kernel_for
 from engine.ops.extension import use_extension as resolve_use_extension
 
@@ -83,7 +83,7 @@ class KaldiFbank:
 
     @cached_property
     def _window(self) -> torch.Tensor:
-        return povey_window(self.opts.window_size).to(self.device, torch.float32)
+        return frame_window(self.opts).to(self.device, torch.float32)
 
     @cached_property
     def _banks(self) -> torch.Tensor:

@@ -40,6 +40,7 @@ EXPECTED_LABELS: dict[str, set[str]] = {
     "oasr_dispatch_route_seconds": E,
     "oasr_engine_running": E,
     "oasr_engine_waiting": E,
+    "oasr_engine_queue_delay_seconds": E,
     "oasr_engine_outputs_total": E,
     "oasr_requests_admitted_total": E,
     "oasr_requests_rejected_total": E,

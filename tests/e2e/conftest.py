@@ -60,9 +60,11 @@ class ServerProcess:
         return int(self.proc.returncode)
 
 
-def start_server(tmp_dir: Path, env: dict[str, str] | None = None, ready_timeout: float = 120.0) -> ServerProcess:
-    """Start `uvicorn app.main:app` with OASR_* settings from `env`; wait until /readyz is 200."""
-    port, grpc_port = free_port(), free_port()
+def start_server(tmp_dir: Path, env: dict[str, str] | None = None, ready_timeout: float = 120.0,
+                 port: int | None = None) -> ServerProcess:
+    """Start `uvicorn app.main:app` with OASR_* settings from `env` (on `port`, e.g. to restart a
+    killed server where its clients reconnect); wait until /readyz is 200."""
+    port, grpc_port = port or free_port(), free_port()
     full_env = {**os.environ, "OASR_GRPC_PORT": str(grpc_port), "OASR_LOG_LEVEL": "info",
                 "OASR_DATA_DIR": str(tmp_dir / f"data-{port}"),  # jobs store: never the user's data dir
                 **(env or {})}

@@ -3,6 +3,9 @@ cancel/delete, pagination, spool reference counts and admission."""
 
 from __future__ import annotations
 
+import errno
+import io
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.jobs.backends import open_store
-from app.jobs.errors import OperationDone, OperationNotFound, SpoolFull
+from app.jobs.errors import OperationDone, OperationNotFound, SpoolFull, StorageFull
 from app.jobs.model import AttemptOutcome, JobState, NewJob, WebhookState
 from app.jobs.spool import Spool, digest_of
 from app.jobs.store import SqlJobStore
@@ -149,6 +152,40 @@ def test_spool_is_reference_counted_and_admission_is_bounded(store: SqlJobStore,
     assert not spool.path(d1).exists() and store.spool_usage() == (0, 0)
     with pytest.raises(OperationNotFound):
         store.delete("y", spool.remove)
+
+
+class _DiskFillsUp(io.FileIO):
+    """A spool file on a disk with `room` bytes left: writes past it fail with ENOSPC after
+    writing what fits, as a write(2) on a full filesystem does."""
+
+    room = 600
+
+    def write(self, data: object) -> int:
+        view = memoryview(data)  # type: ignore[arg-type]
+        if self.tell() + len(view) > self.room:
+            super().write(view[: self.room - self.tell()])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return super().write(view)
+
+
+def test_a_full_spool_disk_refuses_the_job_with_nothing_half_written(store: SqlJobStore, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENOSPC at the spool's write seam (tests/e2e/test_jobs_disk_full.py fills a real tmpfs):
+    StorageFull (507 / RESOURCE_EXHAUSTED), no job, no spool row, no file, no temporary."""
+    spool = Spool(tmp_path / "spool")
+    audio = b"d" * 1000
+    d = digest_of(audio)
+    monkeypatch.setattr("app.jobs.spool.os.fdopen", lambda fd, mode: _DiskFillsUp(fd, "wb"))
+    with pytest.raises(StorageFull, match="disk is full") as refused:
+        store.create(new("full", d), audio_size=1000, spool_limit=10_000, place_audio=lambda: spool.place(d, audio))
+    assert (refused.value.http_status, refused.value.grpc_code) == (507, "RESOURCE_EXHAUSTED")
+    with pytest.raises(OperationNotFound):
+        store.get("full")
+    assert store.spool_usage() == (0, 0)
+    assert spool.files() == [] and spool.temporary_files() == []
+    monkeypatch.undo()  # room again: the same submission goes through
+    store.create(new("full", d), audio_size=1000, spool_limit=10_000, place_audio=lambda: spool.place(d, audio))
+    assert spool.read(d) == audio
 
 
 def test_expire_deletes_only_finished_jobs_past_retention(store: SqlJobStore, tmp_path: Path) -> None:

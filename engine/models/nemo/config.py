@@ -131,6 +131,9 @@ class TransducerConfig:
     """TDT duration choices (empty for a plain RNN-T)."""
     max_symbols: int
     """Most tokens greedy decoding emits on one encoder frame."""
+    beam_max_symbols: int = 10
+    """Most labels one hypothesis of the beam search emits on one frame (`decoding.beam.max_symbols`,
+    NeMo's malsd_batch default 10)."""
 
 
 @dataclass(frozen=True)
@@ -325,10 +328,12 @@ def _transducer(cfg: dict[str, Any]) -> TransducerConfig:
         raise CheckpointError("unsupported config key joint.num_extra_outputs (extra outputs without TDT)")
     greedy = decoding.get("greedy") or {}
     max_symbols = greedy.get("max_symbols", greedy.get("max_symbols_per_step", 10))
+    beam = decoding.get("beam") or {}
     return TransducerConfig(
         vocab_size=int(decoder["vocab_size"]), pred_hidden=int(prednet["pred_hidden"]),
         pred_rnn_layers=int(prednet.get("pred_rnn_layers", 1)), joint_hidden=int(jointnet["joint_hidden"]),
         activation=activation, durations=durations, max_symbols=int(max_symbols or 10),  # type: ignore[arg-type]
+        beam_max_symbols=int(beam.get("max_symbols") or 10),
     )  # fmt: skip
 
 

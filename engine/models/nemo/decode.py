@@ -1,7 +1,9 @@
 """Decoding a batch of encoder outputs for the requests they belong to: the transducer greedy
 search batched across requests and streams (its per-stream state read from and written back to
-the state slots), or each request's CTC search. `peek` decodes frames past the committed ones
-(a buffered stream's right context) without writing the state back."""
+the state slots), the transducer beam search (NeMo's malsd_batch, engine/ops/malsd.py; requests
+with equal beam width in one batched call, each request's beam carried in its own state), or
+each request's CTC search. `peek` decodes frames past the committed ones (a buffered stream's
+right context) without writing the state back (greedy rows only)."""
 
 from __future__ import annotations
 
@@ -9,22 +11,25 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.models.nemo.beam import NemoTransducerNet
 from engine.models.nemo.checkpoint import NemoModel
 from engine.models.nemo.ctc import CtcDecoder
-from engine.models.nemo.greedy import GreedyResult, greedy_label_looping
+from engine.models.nemo.greedy import GreedyResult, greedy_label_looping, operator_weights
 from engine.models.nemo.outputs import Hypothesis
 from engine.models.nemo.state_slots import StateSlots
 from engine.models.nemo.transducer import TransducerState
+from engine.ops.malsd import MalsdBeam, malsd_search
 
 PRED_H, PRED_C, PRED_OUT = "pred_h", "pred_c", "pred_out"
 
 
 @dataclass(eq=False)
 class DecodeState:
-    """One request's search: transducer tokens + counters, or a CTC search."""
+    """One request's search: greedy transducer tokens + counters, a transducer beam, or a CTC search."""
 
     hyp: Hypothesis | None = None
     ctc: CtcDecoder | None = None
+    beam: MalsdBeam | None = None
     slot: int | None = None
     """Row of the state slots holding the prediction network state (streams only)."""
     frames_decoded: int = 0
@@ -41,12 +46,24 @@ def transducer_slot_shapes(model: NemoModel) -> dict[str, tuple[int, ...]]:
 
 
 class BatchDecoder:
-    def __init__(self, model: NemoModel, method: str, slots: StateSlots, max_symbols: int) -> None:
+    def __init__(
+        self, model: NemoModel, method: str, slots: StateSlots, max_symbols: int, beam_max_symbols: int = 10
+    ) -> None:
         self.model = model
         self.method = method
         self.slots = slots
         self.max_symbols = max_symbols
+        self.beam_max_symbols = beam_max_symbols
         self._start: dict[torch.device, TransducerState] = {}
+        self._net: NemoTransducerNet | None = None
+
+    @property
+    def net(self) -> NemoTransducerNet:
+        """The transducer as the beam search sees it (built on first use)."""
+        if self._net is None:
+            assert self.model.transducer is not None
+            self._net = NemoTransducerNet(operator_weights(self.model.transducer))
+        return self._net
 
     @torch.inference_mode()
     def decode(self, states: list[DecodeState], enc: torch.Tensor, lengths: torch.Tensor) -> None:
@@ -58,6 +75,14 @@ class BatchDecoder:
                 assert st.ctc is not None
                 st.ctc.advance(log_probs[i, : int(lengths[i])])
             return
+        greedy = [i for i, st in enumerate(states) if st.beam is None]
+        if len(greedy) < len(states):
+            self._decode_beams(states, enc, lengths)
+            if not greedy:
+                return
+            states = [states[i] for i in greedy]
+            index = torch.tensor(greedy, device=enc.device)
+            enc, lengths = enc.index_select(0, index), lengths.index_select(0, index.to(lengths.device))
         tr = self.model.transducer
         assert tr is not None
         device = enc.device
@@ -67,6 +92,19 @@ class BatchDecoder:
         for i, st in enumerate(states):
             assert st.hyp is not None
             st.hyp.extend(result.tokens[i], result.frames[i], result.logprobs[i])
+
+    def _decode_beams(self, states: list[DecodeState], enc: torch.Tensor, lengths: torch.Tensor) -> None:
+        """The beam rows, one batched search per beam width."""
+        widths: dict[int, list[int]] = {}
+        for i, st in enumerate(states):
+            if st.beam is not None:
+                widths.setdefault(st.beam.beam_size, []).append(i)
+        for rows in widths.values():
+            index = torch.tensor(rows, device=enc.device)
+            beams = [states[i].beam for i in rows]
+            frames = self.net.project(enc.index_select(0, index))
+            malsd_search(self.net, frames, lengths.index_select(0, index.to(lengths.device)), beams,  # type: ignore[arg-type]
+                         self.beam_max_symbols, self.net.durations)  # fmt: skip
 
     @torch.inference_mode()
     def peek(self, states: list[DecodeState], enc: torch.Tensor, lengths: torch.Tensor) -> GreedyResult:

@@ -15,6 +15,8 @@ from engine.types import DELAYS
 
 MAX_CTC_BEAM = 10
 """Widest CTC prefix beam (and n-best list) a NeMo CTC head serves."""
+MAX_TRANSDUCER_BEAM = 16
+"""Widest transducer beam (malsd_batch) served: the search's cost grows with K^2 candidates per step."""
 
 
 class DescribedRunner(Protocol):
@@ -25,6 +27,7 @@ class DescribedRunner(Protocol):
     supports_streaming: bool
     frame_seconds: float
     method: str
+    max_beam: int
     streaming_kind: str | None
     look_ahead: tuple[int, int] | None
     presets: list[tuple[int, int, int]]
@@ -33,13 +36,17 @@ class DescribedRunner(Protocol):
     pool: BlockPool | None
 
 
-def capabilities(method: str, streaming_kind: str | None) -> Capabilities:
-    """CTC heads beam-search with keyword biasing; transducers decode greedily; only buffered
-    streaming takes a per-stream (left, chunk, right) window."""
-    ctc = method == "ctc"
-    return Capabilities(max_beam_size=MAX_CTC_BEAM if ctc else 1, max_n_best=MAX_CTC_BEAM if ctc else 1,
-                        keywords=ctc, logprobs=True, word_timestamps=True,
-                        stream_context=streaming_kind == "buffered")
+def max_beam(method: str) -> int:
+    """CTC heads (prefix beam search) and transducers (malsd_batch, RNN-T and TDT) beam-search,
+    with keyword biasing."""
+    return MAX_CTC_BEAM if method == "ctc" else MAX_TRANSDUCER_BEAM
+
+
+def capabilities(beam: int, streaming_kind: str | None) -> Capabilities:
+    """Beam search (`beam` > 1) brings n-best lists and keyword biasing; only buffered streaming
+    takes a per-stream (left, chunk, right) window."""
+    return Capabilities(max_beam_size=beam, max_n_best=beam, keywords=beam > 1, logprobs=True,
+                        word_timestamps=True, stream_context=streaming_kind == "buffered")
 
 
 def look_ahead_entry(left: int, right: int, frame_ms: float) -> dict[str, Any]:
@@ -81,7 +88,7 @@ def describe(runner: DescribedRunner) -> ModelInfo:
         streaming_styles=(runner.streaming_kind,) if runner.streaming_kind else (),
         decode_methods=tuple(methods),
         decode_method=runner.method,
-        capabilities=capabilities(runner.method, runner.streaming_kind),
+        capabilities=capabilities(runner.max_beam, runner.streaming_kind),
         checkpoint_format="nemo",
         parameters=sum(p.numel() for p in ckpt.model.parameters()),
         details={
@@ -96,7 +103,7 @@ def describe(runner: DescribedRunner) -> ModelInfo:
             "stream_settings": streaming,
             "max_streams": runner.slots.num_slots,
             "kv_blocks": runner.pool.num_blocks if runner.pool else 0,
-            "max_beam_size": MAX_CTC_BEAM if runner.method == "ctc" else 1,
+            "max_beam_size": runner.max_beam,
         },
     )
 

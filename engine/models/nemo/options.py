@@ -39,8 +39,8 @@ class NemoOptions:
     # Costs one more greedy decode of R frames a step: +5-30 % CPU a step on a 256 x 16 model
     # (benchmarks/nemo_capacity.py --tentative-cost); off trades that text for capacity.
     keyword_boost: float = 3.0
-    """CTC decoding: bonus (log-probability) per matched token of a request's keywords in the
-    prefix beam search (contextual biasing; the transducer decodes greedily and takes none)."""
+    """Bonus (log-probability) per matched token of a request's keywords (contextual biasing): in
+    the CTC prefix beam search, or in the RNN-T beam search (icefall's ContextGraph scoring)."""
 
 
 def select_look_ahead(cfg: EncoderConfig, chunk_size: int, num_left_chunks: int) -> tuple[int, int]:

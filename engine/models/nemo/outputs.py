@@ -9,6 +9,8 @@ from typing import Any
 
 from engine.models.nemo.ctc import CtcDecoder
 from engine.models.nemo.tokenizer import Tokenizer
+from engine.ops.malsd import MalsdBeam
+from engine.ops.transducer_beam import BeamHypothesis
 from engine.request import Request
 from engine.types import Alternative, FinishReason, RequestOutput, Segment
 
@@ -34,12 +36,14 @@ class OutputBuilder:
     """Seconds per encoder frame (hop x subsampling factor: 80 ms at 10 ms x 8)."""
 
     def partial(
-        self, req: Request, hyp: Hypothesis | None, ctc: CtcDecoder | None, tentative: Hypothesis | None = None
-    ) -> RequestOutput:
+        self, req: Request, hyp: Hypothesis | None, ctc: CtcDecoder | None, tentative: Hypothesis | None = None,
+        beam: MalsdBeam | None = None,
+    ) -> RequestOutput:  # fmt: skip
         """`tentative`: tokens decoded past the committed ones (a buffered stream's right context),
-        shown after the committed text and revised by later steps."""
-        tokens, _, logprobs = _best(hyp, ctc)
-        stable = ctc.stable_tokens() if ctc is not None else tokens
+        shown after the committed text and revised by later steps. Under a beam the committed
+        tokens are those every live hypothesis shares."""
+        tokens, _, logprobs = _best(hyp, ctc, beam)
+        stable = ctc.stable_tokens() if ctc is not None else beam.stable_tokens() if beam is not None else tokens
         committed = self.tokenizer.text(stable)
         if tentative is not None and tentative.tokens:
             with_tentative = self.tokenizer.text(tokens + tentative.tokens)
@@ -55,15 +59,19 @@ class OutputBuilder:
         )  # fmt: skip
 
     def final(
-        self, req: Request, hyp: Hypothesis | None, ctc: CtcDecoder | None, reason: FinishReason
-    ) -> RequestOutput:
-        tokens, frames, logprobs = _best(hyp, ctc)
+        self, req: Request, hyp: Hypothesis | None, ctc: CtcDecoder | None, reason: FinishReason,
+        beam: MalsdBeam | None = None,
+    ) -> RequestOutput:  # fmt: skip
+        ranked = beam.hypotheses(final=True) if beam is not None else None
+        tokens, frames, logprobs = _best(hyp, ctc, None, ranked)
         text = self.tokenizer.text(tokens)
         opts = req.decoding
         mean_lp = sum(logprobs) / len(logprobs) if logprobs else 0.0
         nbest = []
         if ctc is not None and opts.beam_size > 1:
             nbest = [Alternative(self.tokenizer.text(t), conf) for t, conf in ctc.nbest(opts.n_best)]
+        elif ranked and opts.beam_size > 1:
+            nbest = [Alternative(self.tokenizer.text(h.tokens), _confidence(h)) for h in ranked[: opts.n_best]]
         return RequestOutput(
             request_id=req.request_id,
             text=text,
@@ -93,8 +101,21 @@ class OutputBuilder:
         return {"token_logprobs": list(logprobs), "token_bytes": self.tokenizer.token_bytes(tokens)}
 
 
-def _best(hyp: Hypothesis | None, ctc: CtcDecoder | None) -> tuple[list[int], list[int], list[float]]:
+def _best(
+    hyp: Hypothesis | None, ctc: CtcDecoder | None, beam: MalsdBeam | None = None,
+    ranked: list[BeamHypothesis] | None = None,
+) -> tuple[list[int], list[int], list[float]]:  # fmt: skip
     if ctc is not None:
         return ctc.best()
+    if ranked is None and beam is not None:
+        ranked = beam.hypotheses()
+    if ranked is not None:
+        best = ranked[0] if ranked else BeamHypothesis()
+        return best.tokens, best.frames, best.logprobs
     assert hyp is not None
     return hyp.tokens, hyp.frames, hyp.logprobs
+
+
+def _confidence(h: BeamHypothesis) -> float:
+    """exp(log P / (tokens + 1)): the search's own length normalisation (NeMo's score_norm)."""
+    return math.exp(h.score / (len(h.tokens) + 1))

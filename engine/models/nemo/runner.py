@@ -25,13 +25,14 @@ from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError
 from engine.metrics import stage_timer
+from engine.models.nemo.beam import new_beam
 from engine.models.nemo.buffered import BufferedEncoder, BufferedSchedule, BufferedStream
 from engine.models.nemo.cache_aware import CONV_CACHE, CacheAwareEncoder, CacheAwareStream, StreamGeometry
 from engine.models.nemo.checkpoint import NemoCheckpoint, load_checkpoint
 from engine.models.nemo.ctc import CtcDecoder
 from engine.models.nemo.decode import BatchDecoder, DecodeState, transducer_slot_shapes
 from engine.models.nemo.frontend import MelStream
-from engine.models.nemo.info import describe
+from engine.models.nemo.info import describe, max_beam
 from engine.models.nemo.options import (
     NemoOptions,
     buffered_presets,
@@ -116,8 +117,9 @@ class NemoRunner:
         if self.pool is not None and self.geometry is not None:
             self.ca_encoder = CacheAwareEncoder(ckpt.model.encoder, self.geometry, self.pool, self.slots)
         self.buffered_encoder = BufferedEncoder(ckpt)
-        self.decoder = BatchDecoder(ckpt.model, self.method, self.slots,
-                                    cfg.transducer.max_symbols if cfg.transducer else 0)  # fmt: skip
+        tr_cfg = cfg.transducer
+        self.decoder = BatchDecoder(ckpt.model, self.method, self.slots, tr_cfg.max_symbols if tr_cfg else 0,
+                                    tr_cfg.beam_max_symbols if tr_cfg else 0)  # fmt: skip
         self.outputs = OutputBuilder(ckpt.tokenizer, self.frame_seconds)
         self._jobs: dict[str, _Job] = {}
         self._step = 0
@@ -145,6 +147,11 @@ class NemoRunner:
     def info(self) -> ModelInfo:
         return describe(self)
 
+    @property
+    def max_beam(self) -> int:
+        """Widest beam served: CTC prefix beam search, or the transducer's malsd_batch."""
+        return max_beam(self.method)
+
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
         if options.stream_context is not None:  # buffered only (Capabilities.stream_context)
             check_stream_context(self.ckpt.config.encoder, options.stream_context)
@@ -156,11 +163,13 @@ class NemoRunner:
         failed = []
         for req in requests:
             mode: Mode = self.streaming_kind if (req.streaming and self.streaming_kind) else "offline"
-            ctc = None
+            ctc = beam = None
+            keywords = [k for k in (self.ckpt.tokenizer.encode(w) for w in req.decoding.keywords) if k]
             if self.method == "ctc":
-                keywords = [self.ckpt.tokenizer.encode(k) for k in req.decoding.keywords]
-                ctc = CtcDecoder(req.decoding.beam_size, [k for k in keywords if k], self.options.keyword_boost)
-            state = DecodeState(hyp=None if ctc else Hypothesis(), ctc=ctc)
+                ctc = CtcDecoder(req.decoding.beam_size, keywords, self.options.keyword_boost)
+            elif req.decoding.beam_size > 1 or keywords:
+                beam = new_beam(self.decoder.net, req.decoding.beam_size, keywords, self.options.keyword_boost)
+            state = DecodeState(hyp=None if ctc or beam else Hypothesis(), ctc=ctc, beam=beam)
             job = _Job(req, mode, state)
             if mode != "offline":
                 slot = self.slots.allocate()
@@ -328,7 +337,8 @@ class NemoRunner:
             if self._exhausted(job):
                 outputs.append(self._finish(job, "stop"))
             else:
-                outputs.append(self.outputs.partial(job.request, job.decode.hyp, job.decode.ctc, job.tentative))
+                outputs.append(self.outputs.partial(job.request, job.decode.hyp, job.decode.ctc, job.tentative,
+                                                    job.decode.beam))  # fmt: skip
         return outputs
 
     def _decode_tentative(self, batch: list[_Job], rights: list[torch.Tensor]) -> None:
@@ -338,7 +348,7 @@ class NemoRunner:
             job.tentative = None
         if not self.options.tentative_partials or self.method == "ctc":
             return
-        rows = [i for i, r in enumerate(rights) if r.shape[0]]
+        rows = [i for i, r in enumerate(rights) if r.shape[0] and batch[i].decode.beam is None]
         if not rows:
             return
         enc, lengths = _pad([rights[i] for i in rows])
@@ -348,7 +358,7 @@ class NemoRunner:
 
     def _finish(self, job: _Job, reason: FinishReason) -> RequestOutput:
         try:
-            out = self.outputs.final(job.request, job.decode.hyp, job.decode.ctc, reason)
+            out = self.outputs.final(job.request, job.decode.hyp, job.decode.ctc, reason, job.decode.beam)
         except Exception as exc:
             logger.exception("output failed for request %s", job.request.request_id)
             return self._fail(job, "postprocess", exc)

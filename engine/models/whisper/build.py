@@ -1,6 +1,6 @@
 """A checkpoint directory becomes the PyTorch model the runner steps: loaded, checked, moved to
-its device and float type, and (int8_w8a8, or 'auto' on a CPU whose int8 GEMM is exact at 8 bits
-and faster than float32) quantized, except the layers the quantization object's `ignore` globs
+its device and float type, and (int8_w8a8, or 'auto' on a CPU with int8 dot-product instructions
+whose int8 GEMM is exact at 8 bits: engine/quantization.py `decide_quantization`) quantized, except the layers the quantization object's `ignore` globs
 keep in full precision."""
 
 from __future__ import annotations
@@ -10,22 +10,18 @@ import logging
 import torch
 
 from engine.config import EngineConfig
+from engine.cpu_facts import host_cpu_facts
 from engine.errors import CheckpointError, InvalidRequestError
-from engine.models.whisper.int8 import (
-    int8_gemm_fast,
-    int8_gemm_kind,
-    linear_layer_paths,
-    quantize_linear_layers,
-)
+from engine.models.whisper.int8 import int8_gemm_kind, linear_layer_paths, quantize_linear_layers
 from engine.models.whisper.loader import LoadedCheckpoint, load_checkpoint
 from engine.models.whisper.model import Whisper
-from engine.quantization import ONLINE_SCHEMES, QuantizationConfig
+from engine.quantization import ONLINE_SCHEMES, QuantizationConfig, QuantizationDecision, decide_quantization
 
 logger = logging.getLogger(__name__)
 
 
 def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
-                dtype: torch.dtype) -> tuple[Whisper, LoadedCheckpoint]:
+                dtype: torch.dtype) -> tuple[Whisper, LoadedCheckpoint, QuantizationDecision]:
     quantization = config.quantization_config()
     check_module_types(quantization)
     ckpt = load_checkpoint(ckpt_dir, config.checkpoint_name)
@@ -36,11 +32,13 @@ def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
         raise CheckpointError(f"{ckpt_dir}: missing {missing[:5]} unexpected {unexpected[:5]}")
     model.eval().requires_grad_(False)
     model = model.to(device, dtype)
-    if uses_int8(quantization, device):
+    decision = decide_layer_scheme(quantization, device)
+    logger.info("quantization %s -> %s on %s: %s", decision.asked, decision.scheme, device, decision.reason)
+    if decision.scheme == "int8_w8a8":
         quantize_model(model, quantization)
     if device.type == "cpu" and model.decoder.output_projection is None:
         model.decoder.keep_output_weight_transposed()
-    return model, ckpt
+    return model, ckpt, decision
 
 
 LOGITS_PATH = "decoder.output_projection"
@@ -65,15 +63,16 @@ def check_module_types(quantization: QuantizationConfig) -> None:
             "(its GEMMs are linear layers; its convolutions are not pointwise): add 'linear'")
 
 
-def uses_int8(quantization: QuantizationConfig, device: torch.device) -> bool:
-    """int8_w8a8 as asked, or by 'auto' on a CPU whose int8 GEMM is exact at 8 bits and faster
-    than float32 (int8.py)."""
-    if quantization.scheme == "int8_w8a8":
-        if device.type != "cpu":
-            raise InvalidRequestError("quantization='int8_w8a8' runs on CPU; use fp16/bf16 on CUDA")
-        if not int8_gemm_fast():
-            logger.warning("quantization='int8_w8a8' as asked, but this CPU's int8 GEMM is slower than float32: "
-                           "the int8 layers compute their exact integer sums with float32 GEMMs (same results, "
-                           "no speed-up; 'auto' would keep float32)")
-        return True
-    return quantization.scheme == "auto" and device.type == "cpu" and int8_gemm_kind() == "vnni" and int8_gemm_fast()
+def decide_layer_scheme(quantization: QuantizationConfig, device: torch.device) -> QuantizationDecision:
+    """The scheme this model's layers run in, from what the machine is (never a timing: the same
+    config on the same machine gives the same transcripts at every start and under any load)."""
+    if quantization.scheme == "int8_w8a8" and device.type != "cpu":
+        raise InvalidRequestError("quantization='int8_w8a8' runs on CPU; use fp16/bf16 on CUDA")
+    cpu = host_cpu_facts()
+    exact = device.type == "cpu" and quantization.scheme in ONLINE_SCHEMES and int8_gemm_kind() == "vnni"
+    decision = decide_quantization(quantization.scheme, device.type, cpu, exact)
+    if quantization.scheme == "int8_w8a8" and cpu.int8_dot_product is None:
+        logger.warning("quantization='int8_w8a8' as asked, but this CPU has no int8 dot-product instructions: "
+                       "the int8 layers compute their exact integer sums with float32 GEMMs (same results, "
+                       "no speed-up; 'auto' would keep float32)")
+    return decision

@@ -16,8 +16,9 @@ elsewhere [-63, 63], whose pairwise sums cannot saturate (255 × 63 × 2 < 2**15
 Exact is not fast everywhere: on an AMD EPYC (Zen 3, AVX2, no VNNI) `torch._int_mm` took 27 ms
 for a (256, 384) × (384, 384) product that float32 does in 1.3 ms (MKL's int8 GEMM takes a
 generic path on that CPU), and the offline dev set ran 7.6x slower at int8 than at float32.
-`int8_gemm_fast()` measures the two side by side once, so that 'auto' only picks int8 where it
-pays. Where int8 is asked for anyway on such a CPU, the layers compute the same integer sums with
+'auto' picks int8 only on CPUs with int8 dot-product instructions (engine/cpu_facts.py: flags,
+not a start-up timing, which flipped with the machine's load). Where int8 is asked for anyway on
+a CPU without them, the layers compute the same integer sums with
 the float32 GEMM: every partial sum of int8 × int8 products is an integer, exact in float32 while
 its magnitude stays below 2**24 (always for K ≤ 1040 at full-range weights; checked per call above
 that), so the results are bitwise those of `torch._int_mm` at float32's speed, not 20x below it.
@@ -26,16 +27,13 @@ that), so the results are bitwise those of `torch._int_mm` at float32's speed, n
 from __future__ import annotations
 
 import functools
-import logging
-import time
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
+from engine.cpu_facts import host_cpu_facts
 from engine.ops.int8_rows import ACTIVATION_MAX, dequantize_rows, dequantize_rows_reference, quantize_rows
-
-logger = logging.getLogger(__name__)
 
 FULL_WEIGHT_MAX = 127
 SAFE_WEIGHT_MAX = 63  # 7-bit weights: u8 × s8 pair sums stay within int16
@@ -50,38 +48,6 @@ def int8_gemm_kind() -> str:
         if not bool((torch._int_mm(x, w) == ACTIVATION_MAX * FULL_WEIGHT_MAX * 256).all()):
             return "no-vnni"
     return "vnni"
-
-
-PROBE_SHAPE = (256, 384, 1536)  # (M, K, N): a batch of encoder rows through tiny's MLP
-PROBE_REPEATS = 5
-DECISIVE_RATIO = 4.0  # after a timed round, a gap wider than this either way ends the probe
-
-
-@functools.lru_cache(maxsize=1)
-def int8_gemm_fast() -> bool:
-    """Whether the int8 GEMM beats float32 on this CPU at a typical layer's shape (best of
-    PROBE_REPEATS each, interleaved: a loaded machine slows both alike). The gap either way is
-    large (VNNI: int8 several times faster; MKL's generic int8 path on AMD: ~20x slower), so the
-    answer does not hinge on timing noise."""
-    m, k, n = PROBE_SHAPE
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randint(-ACTIVATION_MAX, ACTIVATION_MAX + 1, (m, k), dtype=torch.int8, generator=generator)
-    w = torch.randint(-FULL_WEIGHT_MAX, FULL_WEIGHT_MAX + 1, (n, k), dtype=torch.int8, generator=generator)
-    xf, wf = x.float(), w.float()
-    best = {"int8": float("inf"), "float32": float("inf")}
-    with torch.inference_mode():
-        for repeat in range(PROBE_REPEATS + 1):  # the first round warms both kernels up
-            for name, product in (("int8", lambda: torch._int_mm(x, w.t())), ("float32", lambda: xf @ wf.t())):
-                start = time.perf_counter()
-                product()
-                best[name] = min(best[name], time.perf_counter() - start)
-            ratio = best["int8"] / best["float32"]
-            if repeat >= 1 and not 1 / DECISIVE_RATIO < ratio < DECISIVE_RATIO:
-                break  # a gap this wide is no timing noise (it saves ~0.4 s of each start on Zen 3)
-    fast = best["int8"] < best["float32"]
-    logger.info("int8 GEMM %.2f ms, float32 %.2f ms at %s: int8 is %s", 1e3 * best["int8"],
-                1e3 * best["float32"], PROBE_SHAPE, "faster" if fast else "slower")
-    return fast
 
 
 FLOAT_EXACT_LIMIT = 2**24  # integers up to this magnitude are exact in float32
@@ -103,8 +69,9 @@ class Int8Linear(nn.Module):
         self.register_buffer("weight_scale", scale)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
         self.out_features, self.in_features = w.shape
-        # the int8 weights as float32, for CPUs whose int8 GEMM is slower than float32 (see the module doc)
-        emulate = not int8_gemm_fast() and torch.get_float32_matmul_precision() == "highest"
+        # the int8 weights as float32, for CPUs without int8 dot products (see the module doc); the
+        # results are bitwise those of the int8 GEMM either way, so this choice is speed only
+        emulate = host_cpu_facts().int8_dot_product is None and torch.get_float32_matmul_precision() == "highest"
         self.register_buffer("weight_as_float", self.weight_int8.float() if emulate else None, persistent=False)
         self.weight_int8_max = int(self.weight_int8.abs().max()) if w.numel() else 0
 

@@ -16,7 +16,6 @@ from engine.models.whisper.build import build_model
 from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.decoding import TokenRules
 from engine.models.whisper.features import LogMelExtractor
-from engine.models.whisper.int8 import Int8Linear
 from engine.models.whisper.model import Whisper, WhisperDims
 from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.models.whisper.window import WindowJob
@@ -40,12 +39,14 @@ class WhisperParts:
     checkpoint_format: str
     quantization: str
     """What the weights run as: 'int8_w8a8', or the float type's quantization setting ('none', 'fp16', 'bf16')."""
+    quantization_reason: str
+    """Why (engine/quantization.py `decide_quantization`): shown in /v1/models beside the scheme."""
 
     @classmethod
     def load(cls, config: EngineConfig) -> WhisperParts:
         device = resolve_device(config)
         dtype = resolve_dtype(config, device)
-        model, ckpt = build_model(config.resolved_ckpt_dir(), config, device, dtype)
+        model, ckpt, decision = build_model(config.resolved_ckpt_dir(), config, device, dtype)
         assert ckpt.tokenizer_file is not None  # load_checkpoint refuses a directory without one
         dims = ckpt.dims
         tokenizer = WhisperTokenizer(ckpt.tokenizer_file, dims.n_vocab, model.num_languages, model.is_multilingual)
@@ -56,7 +57,7 @@ class WhisperParts:
         return cls(model=model, tokenizer=tokenizer, dims=dims, rules=rules, device=device, dtype=dtype,
                    alignment_heads=tuple(heads), features=LogMelExtractor(dims.n_mels, device),
                    context=ContextEncoder(model.encoder, model.decoder), checkpoint_format=ckpt.format,
-                   quantization=_quantization(config, model))
+                   quantization=decision.scheme, quantization_reason=decision.reason)
 
     @property
     def multilingual(self) -> bool:
@@ -107,10 +108,3 @@ class WhisperParts:
         lang_ids = torch.tensor(list(self.tokenizer.language_tokens.values()), device=self.device)
         codes = list(self.tokenizer.language_tokens)
         return [codes[b] for b in logits[:, lang_ids].argmax(dim=-1).tolist()]
-
-
-def _quantization(config: EngineConfig, model: Whisper) -> str:
-    if any(isinstance(m, Int8Linear) for m in model.modules()):
-        return "int8_w8a8"
-    scheme = config.quantization_config().scheme
-    return "none" if scheme == "auto" else scheme

@@ -121,6 +121,7 @@ class WhisperRunner:
                 "device": str(parts.device),
                 "dtype": str(parts.dtype).removeprefix("torch."),
                 "quantization": parts.quantization,
+                "quantization_reason": parts.quantization_reason,
                 "int8_kernel": int8_gemm_kind() if parts.quantization == "int8_w8a8" else None,
                 "quantization_ignore": list(self.config.quantization_config().ignore)
                 if parts.quantization == "int8_w8a8" else [],

@@ -12,8 +12,10 @@ import pytest
 import yaml
 
 from engine import ASREngine, EngineConfig
+from engine.capabilities import check_capabilities
 from engine.errors import CheckpointError, InvalidRequestError, UnsupportedError
 from engine.models.nemo.options import buffered_presets, delay_preset
+from engine.models.nemo.runner import NemoRunner
 from engine.types import DecodingOptions
 from tests.engine.nemo.conftest import FIXTURES, make_runner
 
@@ -96,14 +98,30 @@ def test_request_options_are_checked() -> None:
     with pytest.raises(InvalidRequestError, match=r"chunk=3 frames is not trained.*chunk in \[1, 2, 4\]"):
         buffered.check_options(DecodingOptions(stream_context=(10, 3, 4)), streaming=True)
     buffered.check_options(DecodingOptions(stream_context=(10, 1, 4)), streaming=True)
-    cache_aware = make_runner("hybrid_cache_aware")
-    with pytest.raises(UnsupportedError, match="buffered streaming"):
-        cache_aware.check_options(DecodingOptions(stream_context=(10, 1, 4)), streaming=True)
-    with pytest.raises(UnsupportedError, match="greedily"):
-        cache_aware.check_options(DecodingOptions(beam_size=4), streaming=False)
-    make_runner("hybrid_cache_aware", decode_method="ctc").check_options(
-        DecodingOptions(beam_size=4), streaming=False
-    )
+
+
+def _admit(runner: NemoRunner, options: DecodingOptions) -> None:
+    """Admission's check of the runner's declared capabilities (engine/capabilities.py)."""
+    info = runner.info()
+    check_capabilities(info.capabilities, family=info.family, model=info.model, languages=info.languages,
+                       options=options)  # fmt: skip
+
+
+def test_capabilities_follow_the_decoder() -> None:
+    """CTC heads and transducers (RNN-T and TDT) beam-search with n-best and keywords; only a
+    buffered checkpoint takes a stream_context."""
+    rnnt, ctc, tdt = make_runner("hybrid_cache_aware"), make_runner("hybrid_cache_aware", decode_method="ctc"), \
+        make_runner("tdt")  # fmt: skip
+    caps = {r.method + ("-tdt" if r is tdt else ""): r.info().capabilities for r in (rnnt, ctc, tdt)}
+    assert {k: (c.max_beam_size, c.max_n_best, c.keywords) for k, c in caps.items()} == {
+        "rnnt": (16, 16, True), "ctc": (10, 10, True), "rnnt-tdt": (16, 16, True)}  # fmt: skip
+    assert not caps["rnnt"].stream_context and make_runner("unified_rc").info().capabilities.stream_context
+    _admit(rnnt, DecodingOptions(beam_size=4, n_best=4, keywords=("hello",)))
+    with pytest.raises(UnsupportedError, match=r"beam_size is not supported.*largest beam is 16"):
+        _admit(rnnt, DecodingOptions(beam_size=17))
+    _admit(tdt, DecodingOptions(beam_size=4, keywords=("hello",)))
+    with pytest.raises(UnsupportedError, match=r"n_best is not supported.*at most 10"):
+        _admit(ctc, DecodingOptions(beam_size=10, n_best=11))
 
 
 def test_delay_maps_to_presets() -> None:

@@ -4,12 +4,14 @@ output fields, aborts."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import numpy as np
 import pytest
 
 from engine import ASREngine, EngineConfig
+from engine.errors import UnsupportedError
 from engine.types import DecodingOptions, RequestOutput
 from tests.engine.nemo.conftest import FIXTURES, clip, reference
 
@@ -106,5 +108,23 @@ def test_ctc_prefix_beam_search_gives_nbest() -> None:
         beam = engine.transcribe_outputs(audio, decoding=DecodingOptions(beam_size=4, n_best=3))[0]
         assert 1 <= len(beam.nbest) <= 3 and beam.nbest[0].text == beam.text
         assert all(0 <= a.confidence <= 1 for a in beam.nbest)
+    finally:
+        engine.shutdown()
+
+
+def test_transducer_beam_search_gives_nemo_nbest_and_admission_bounds_it() -> None:
+    """Through the engine: the RNN-T's malsd_batch n-best equals NeMo's; a beam past the declared
+    16 is refused at admission."""
+    engine = ASREngine(EngineConfig(ckpt_dir=str(FIXTURES / "hybrid_cache_aware"), num_threads=1))
+    try:
+        setting = next(s for s in json.loads((FIXTURES / "hybrid_cache_aware" / "beam_reference.json").read_text())
+                       ["offline"] if s["beam"] == 4 and s["clip"] == "ps_goforward")  # fmt: skip
+        out = engine.transcribe_outputs(clip("hybrid_cache_aware", "ps_goforward"),
+                                        decoding=DecodingOptions(beam_size=4, n_best=4))[0]  # fmt: skip
+        text = engine.runner.ckpt.tokenizer.text  # type: ignore[attr-defined]
+        assert [a.text for a in out.nbest] == [text(h["tokens"]) for h in setting["nbest"]]
+        assert all(0 < a.confidence <= 1 for a in out.nbest)
+        with pytest.raises(UnsupportedError, match="largest beam is 16"):
+            engine.validate_options(DecodingOptions(beam_size=17, n_best=1))
     finally:
         engine.shutdown()

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.fbank import KaldiFbank
-from engine.ops.fbank import kaldi_fbank_batched
+from engine.ops.fbank import KaldiFbank, kaldi_fbank_batched
 from tests.engine.ops.test_fbank import streams
 from tests.engine.wenet.test_wenet_fbank import assert_fbank_close
 

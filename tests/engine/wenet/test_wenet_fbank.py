@@ -19,7 +19,8 @@ import pytest
 import soundfile as sf
 import torch
 
-from engine.fbank import FbankOptions, KaldiFbank, frames_for
+from engine.fbank import FbankOptions, frames_for
+from engine.ops.fbank import KaldiFbank
 from tests.conftest import DATA_DIR, MANIFEST
 
 AUDIO_SCALE = 32768.0

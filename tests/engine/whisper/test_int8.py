@@ -13,6 +13,7 @@ import sys
 import pytest
 import torch
 
+from engine.cpu_facts import CpuFacts
 from engine.errors import InvalidRequestError
 from engine.models.whisper.int8 import ACTIVATION_MAX, Int8Linear, int8_gemm_kind, weight_max
 from tests.conftest import Clip, wer
@@ -66,14 +67,15 @@ def test_int8_rows_do_not_depend_on_their_batch_mates() -> None:
 
 @pytest.mark.parametrize(("k", "n"), [(384, 1536), (1536, 384)])
 def test_float32_sums_of_int8_products_are_bitwise_the_int8_gemms(monkeypatch: pytest.MonkeyPatch, k: int, n: int) -> None:
-    """Where the int8 GEMM is slow, the layers sum the same int8 products in float32: exact below
+    """Where the CPU has no int8 dot products, the layers sum the same int8 products in float32: exact below
     2**24, so the outputs are bitwise those of `torch._int_mm`. Rows loud enough to pass that
     bound (full-scale at K = 1536) go to the int8 GEMM, whatever the CPU."""
     torch.manual_seed(2)
     linear = torch.nn.Linear(k, n)
     layers = {}
     for fast in (True, False):
-        monkeypatch.setattr("engine.models.whisper.int8.int8_gemm_fast", lambda fast=fast: fast)
+        facts = CpuFacts("test cpu", frozenset({"avx2", "avx512_vnni"} if fast else {"avx2"}))
+        monkeypatch.setattr("engine.models.whisper.int8.host_cpu_facts", lambda facts=facts: facts)
         layers[fast] = Int8Linear.from_linear(linear)
     assert layers[True].weight_as_float is None and layers[False].weight_as_float is not None
     assert "exact integer sums" in repr(layers[False])
@@ -171,30 +173,22 @@ def test_module_types_without_linear_are_refused_for_whisper(scheme: str) -> Non
         WhisperParts.load(config)
 
 
-@pytest.mark.parametrize("fast", [True, False])
-def test_auto_quantizes_only_where_the_int8_gemm_beats_float32(monkeypatch: pytest.MonkeyPatch,
-                                                                caplog: pytest.LogCaptureFixture, fast: bool) -> None:
-    """'auto' keeps float32 where the int8 GEMM is slower (MKL's generic int8 path on an AMD
+@pytest.mark.parametrize("flags", [{"avx2", "avx512f", "avx512_vnni"}, {"avx2"}])
+def test_auto_quantizes_only_on_cpus_with_int8_dot_products(monkeypatch: pytest.MonkeyPatch,
+                                                             caplog: pytest.LogCaptureFixture, flags: set[str]) -> None:
+    """'auto' keeps float32 on a CPU without int8 dot products (MKL's generic int8 path on an AMD
     EPYC Zen 3: exact, ~20x slower); an explicit int8_w8a8 is still served there, with a warning.
-    The probe's verdict is set here: it is a timing, and which way it goes depends on the CPU."""
-    from engine.models.whisper.build import uses_int8
+    The CPU's flags are set here, so that both kinds of machine are checked on this one."""
+    from engine.models.whisper.build import decide_layer_scheme
     from engine.quantization import QuantizationConfig
 
+    vnni = "avx512_vnni" in flags
     monkeypatch.setattr("engine.models.whisper.build.int8_gemm_kind", lambda: "vnni")
-    monkeypatch.setattr("engine.models.whisper.build.int8_gemm_fast", lambda: fast)
+    monkeypatch.setattr("engine.models.whisper.build.host_cpu_facts", lambda: CpuFacts("test cpu", frozenset(flags)))
     cpu = torch.device("cpu")
-    assert uses_int8(QuantizationConfig.parse("auto"), cpu) is fast
-    assert uses_int8(QuantizationConfig.parse("none"), cpu) is False
+    auto = decide_layer_scheme(QuantizationConfig.parse("auto"), cpu)
+    assert (auto.asked, auto.scheme) == ("auto", "int8_w8a8" if vnni else "none")
+    assert decide_layer_scheme(QuantizationConfig.parse("none"), cpu).scheme == "none"
     with caplog.at_level(logging.WARNING, logger="engine.models.whisper.build"):
-        assert uses_int8(QuantizationConfig.parse("int8_w8a8"), cpu) is True
-    assert ("slower than float32" in caplog.text) is not fast
-
-
-def test_the_speed_probe_times_both_kernels_once() -> None:
-    """The probe answers a bool and is computed once per process (the verdict must not flip
-    between two engines of one process)."""
-    from engine.models.whisper.int8 import int8_gemm_fast
-
-    first = int8_gemm_fast()
-    assert isinstance(first, bool) and int8_gemm_fast() is first
-    assert int8_gemm_fast.cache_info().hits >= 1
+        assert decide_layer_scheme(QuantizationConfig.parse("int8_w8a8"), cpu).scheme == "int8_w8a8"
+    assert ("no int8 dot-product instructions" in caplog.text) is not vnni
