@@ -53,6 +53,7 @@ FAMILY_TABLE: tuple[FamilyEntry, ...] = (
     FamilyEntry("whisper", "engine.models.whisper"),
     FamilyEntry("wenet", "engine.models.wenet"),
     FamilyEntry("nemo", "engine.models.nemo"),
+    FamilyEntry("speechllm", "engine.models.speechllm"),
     FamilyEntry("fake", "engine.models.fake"),
 )
 

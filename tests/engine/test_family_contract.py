@@ -52,6 +52,11 @@ def _zipformer(tmp: Path) -> EngineConfig:
     return EngineConfig(ckpt_dir=str(fixture), chunk_size=64, num_left_chunks=4)
 
 
+def _speechllm(tmp: Path) -> EngineConfig:
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "speechllm" / "qwen2_audio"
+    return EngineConfig(ckpt_dir=str(fixture), family_options={"speechllm": {"max_new_tokens": 12}})
+
+
 def _fake(tmp: Path) -> EngineConfig:
     from engine.models.fake import write_checkpoint
 
@@ -64,6 +69,7 @@ CHECKPOINTS: dict[str, Callable[[Path], EngineConfig]] = {
     "nemo": _nemo,
     "paraformer": _paraformer,
     "zipformer": _zipformer,
+    "speechllm": _speechllm,
     "fake": _fake,
 }
 """How to build a servable checkpoint of each family (real or reference-written weights)."""

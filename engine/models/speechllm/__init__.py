@@ -1,0 +1,32 @@
+"""Speech-LLMs: an audio encoder, a projector and a Qwen LLM decoder (Qwen2-Audio).
+
+Checkpoint directories as Transformers saves them (config.json with a speech-LLM `model_type`,
+*.safetensors, tokenizer.json, generation_config.json). Offline only: a request's whole audio
+is encoded, then its transcript is generated token by token, every running request's decode
+step batched with the others', their K/V in the engine's paged block pool. Options:
+`SpeechLLMOptions`. Importing this package loads no torch code.
+"""
+
+from __future__ import annotations
+
+from engine.config import EngineConfig
+from engine.families import ModelFamily
+from engine.models.speechllm.options import SpeechLLMOptions
+from engine.runner import ModelRunner
+
+
+def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
+    from engine.models.speechllm.checkpoint import detect as detect_checkpoint
+
+    return detect_checkpoint(ckpt_dir, checkpoint_name)
+
+
+def build(config: EngineConfig, options: SpeechLLMOptions) -> ModelRunner:
+    from engine.models.speechllm.runner import SpeechLLMRunner
+
+    return SpeechLLMRunner.from_config(config, options)
+
+
+FAMILY = ModelFamily(name="speechllm", detect=detect, build=build, options=SpeechLLMOptions)
+
+__all__ = ["FAMILY", "SpeechLLMOptions", "build", "detect"]

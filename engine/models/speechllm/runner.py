@@ -1,0 +1,344 @@
+"""The speech-LLM runner: continuous batching of token decode steps over a paged KV pool.
+
+Per engine step (`execute`):
+1. prefill: each request admitted since the last step is featurized, encoded and projected;
+   its chat prompt (the audio's embeddings in place of the audio placeholder) runs through the
+   decoder once, K/V landing in its blocks, and its search takes the first token;
+2. decode: every row of every other running request (requests x beams) advances one token in
+   one batched decoder forward, each row reading its history through its block table;
+3. update: searches pick the next tokens, beams fork their rows (blocks shared, copied on
+   write), finished requests release their blocks and report; greedy requests report a
+   partial (the text so far) after every token, for per-token deltas.
+Requests join between steps: a new request's prefill runs in the same step as the others'
+decode, and it decodes with them from the next step on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.cache import BlockPool, KVSpec, plan_num_blocks
+from engine.capabilities import Capabilities
+from engine.config import EngineConfig
+from engine.device import resolve_device, resolve_dtype
+from engine.errors import InvalidRequestError, UnsupportedError
+from engine.metrics import stage_timer
+from engine.models.speechllm.checkpoint import SAMPLE_RATE, SpeechLLMCheckpoint, load_checkpoint
+from engine.models.speechllm.options import SpeechLLMOptions
+from engine.models.speechllm.prompt import ASR_TEXT, LANGUAGE_NAMES, PromptSpec, Qwen3ASRPrompt
+from engine.models.speechllm.rows import SharedBlocks
+from engine.models.speechllm.search import BeamSearch, GreedySearch, Hypothesis
+from engine.models.whisper.features import N_SAMPLES
+from engine.request import Request, error_output
+from engine.runner import ModelInfo, RunnerStats
+from engine.types import Alternative, DecodingOptions, FinishReason, RequestOutput
+
+logger = logging.getLogger(__name__)
+
+DECODE_METHODS = ("greedy_or_beam",)
+"""One decoder: greedy for beam_size 1, Transformers' beam search otherwise."""
+PROMPT_TEXT_TOKENS = 64
+"""Allowance for the chat prompt's text around the audio (system turn, instruction, context)
+when sizing a typical request's blocks for `free_slots`."""
+
+
+@dataclass(eq=False)
+class _Running:
+    request: Request
+    search: GreedySearch | BeamSearch
+    tables: list[list[int]] = field(default_factory=list)
+    """Block table of each row (beam)."""
+    pending: list[int] = field(default_factory=list)
+    """The token each row feeds at the next decode step."""
+    length: int = 0
+    """Positions each row has written (prompt + fed tokens)."""
+    prefilled: bool = False
+
+
+class SpeechLLMRunner:
+    supports_streaming = False
+    stream_chunk_samples = 0
+    """Offline only: no live stream is ever released audio."""
+
+    def __init__(self, ckpt: SpeechLLMCheckpoint, config: EngineConfig, device: torch.device,
+                 options: SpeechLLMOptions) -> None:  # fmt: skip
+        self.ckpt = ckpt
+        self.config = config
+        self.device = device
+        self.options = options
+        self.model = ckpt.model
+        self.tokenizer = ckpt.tokenizer
+        self.sample_rate = SAMPLE_RATE
+        self.qwen3 = ckpt.model_type == "qwen3_asr"
+        """Qwen3-ASR: its own prompt layout, and a `language <Name><asr_text>` header before the transcript."""
+        self.asr_text = self.tokenizer.token_id(ASR_TEXT) if self.qwen3 else None
+        dims = self.model.decoder.dims
+        dtype = next(self.model.parameters()).dtype
+        spec = KVSpec(dims.layers, dims.kv_heads, dims.head_dim, dtype)
+        block_size = config.block_size_frames or options.block_size
+        self.typical_blocks = math.ceil(
+            (PROMPT_TEXT_TOKENS + self.model.audio_tokens(N_SAMPLES) + options.max_new_tokens) / block_size)
+        num_blocks = plan_num_blocks(
+            spec, block_size, self.typical_blocks, max_num_blocks=config.max_num_blocks, device=device,
+            gpu_memory_utilization=config.gpu_memory_utilization, cpu_cache_bytes=config.cpu_cache_bytes,
+        )  # fmt: skip
+        self.pool = BlockPool(spec, num_blocks, block_size, device)
+        if num_blocks < 4 * self.typical_blocks:
+            logger.warning(
+                "KV pool of %d blocks holds %d requests of 30 s at once (%d blocks each): raise cpu_cache_bytes / "
+                "gpu_memory_utilization / max_num_blocks to batch more", num_blocks, num_blocks // self.typical_blocks,
+                self.typical_blocks)  # fmt: skip
+        self.blocks = SharedBlocks(self.pool)
+        self.eos = frozenset(ckpt.eos_tokens)
+        self._running: dict[str, _Running] = {}
+        self.streams_stepped = 0
+        self.kv_exhausted_total = 0
+        self.decode_rows_last = 0
+        """Rows the last decode forward advanced (the batch of the step)."""
+
+    @classmethod
+    def from_config(cls, config: EngineConfig, options: SpeechLLMOptions | None = None) -> SpeechLLMRunner:
+        device = resolve_device(config)
+        ckpt = load_checkpoint(config.resolved_ckpt_dir(), device, resolve_dtype(config, device))
+        if config.decode_method not in (None, *DECODE_METHODS):
+            raise InvalidRequestError(
+                f"decode_method {config.decode_method!r} is not offered by speechllm models (they offer: "
+                f"{', '.join(DECODE_METHODS)})")
+        return cls(ckpt, config, device, options or SpeechLLMOptions())
+
+    # ---- ModelRunner protocol ----
+
+    def capabilities(self) -> Capabilities:
+        beams = self.options.max_beam_size
+        return Capabilities(max_beam_size=beams, max_n_best=beams, prompt=True, keywords=True, logprobs=True,
+                            language=True)
+
+    def info(self) -> ModelInfo:
+        dims, enc_layers = self.model.decoder.dims, len(self.model.audio_tower.layers)  # type: ignore[arg-type]
+        return ModelInfo(
+            family="speechllm",
+            model=self.ckpt.name,
+            sample_rate=SAMPLE_RATE,
+            languages=tuple(LANGUAGE_NAMES),
+            supports_streaming=False,
+            decode_methods=DECODE_METHODS,
+            decode_method=DECODE_METHODS[0],
+            capabilities=self.capabilities(),
+            checkpoint_format=f"transformers/{self.ckpt.model_type}",
+            parameters=sum(p.numel() for p in self.model.parameters()),
+            details={
+                "architecture": ("qwen3_asr: AuT audio encoder + projector + Qwen3 decoder" if self.qwen3
+                                 else "qwen2_audio: Whisper audio encoder + projector + Qwen2 decoder"),
+                "weights": list(self.ckpt.weights),
+                "encoder_layers": enc_layers,
+                "decoder_layers": dims.layers,
+                "hidden_size": dims.hidden,
+                "vocab_size": dims.vocab,
+                "max_audio_seconds": N_SAMPLES // SAMPLE_RATE,
+                "max_new_tokens": self.options.max_new_tokens,
+                "kv_blocks": self.pool.num_blocks,
+                "kv_block_tokens": self.pool.block_size,
+            },
+        )
+
+    def stats(self) -> RunnerStats:
+        return RunnerStats(
+            kv_blocks_used=self.blocks.used, kv_blocks_capacity=self.pool.num_blocks,
+            kv_exhausted_total=self.kv_exhausted_total,
+            decode_slots_used=sum(len(s.tables) for s in self._running.values()),
+            decode_slots_capacity=self.config.max_decode_rows,
+        )  # fmt: skip
+
+    def check_options(self, options: DecodingOptions, streaming: bool) -> None:
+        if options.language is not None and options.language not in LANGUAGE_NAMES:
+            raise UnsupportedError(
+                f"language {options.language!r} is not one this speech-LLM is asked in (known: {', '.join(LANGUAGE_NAMES)})")
+        if options.beam_size == 1 and options.n_best > 1:
+            raise UnsupportedError("n_best > 1 needs beam search (beam_size >= n_best)")
+
+    def free_slots(self) -> int:
+        rows = sum(len(s.tables) for s in self._running.values())
+        return max(0, min(self.config.max_decode_rows - rows, self.pool.num_free // self.typical_blocks))
+
+    def admit(self, requests: list[Request]) -> list[RequestOutput]:
+        failed = []
+        for req in requests:
+            audio = req.audio
+            if audio is None or audio.shape[0] > N_SAMPLES:
+                failed.append(error_output(req, "admission", f"audio longer than {N_SAMPLES // SAMPLE_RATE} s: this "
+                                     "speech-LLM hears one 30 s window (split the audio first)"))
+                continue
+            opts = req.decoding
+            max_new = min(opts.max_new_tokens or self.options.max_new_tokens, self.options.max_new_tokens)
+            search: GreedySearch | BeamSearch
+            if opts.beam_size > 1:
+                search = BeamSearch(opts.beam_size, self.eos, max_new, self.options.length_penalty)
+            else:
+                search = GreedySearch(self.eos, max_new)
+            self._running[req.request_id] = _Running(req, search)
+        return failed
+
+    def has_work(self) -> bool:
+        return bool(self._running)
+
+    def execute(self) -> list[RequestOutput]:
+        outputs: list[RequestOutput] = []
+        new = [s for s in self._running.values() if not s.prefilled]
+        old = [s for s in self._running.values() if s.prefilled]
+        with torch.inference_mode():
+            if old:
+                with stage_timer("offline.decode"):
+                    outputs += self._decode(old)
+            for state in new:
+                with stage_timer("offline.prefill"):
+                    outputs += self._prefill(state)
+        self.streams_stepped = 0
+        return outputs
+
+    def release(self, request: Request) -> None:
+        state = self._running.pop(request.request_id, None)
+        if state is not None:
+            for table in state.tables:
+                self.blocks.release(table)
+            state.tables = []
+
+    def shutdown(self) -> None:
+        for state in list(self._running.values()):
+            self.release(state.request)
+
+    # ---- steps ----
+
+    def _prompt_ids(self, options: DecodingOptions, n_audio: int) -> tuple[list[int], int]:
+        """The prompt's ids with `n_audio` audio placeholders, and where the first one is."""
+        spec = Qwen3ASRPrompt.from_options(options) if self.qwen3 else PromptSpec.from_options(options)
+        before, after = spec.render()
+        head = self.tokenizer.encode(before)
+        return head + [self.ckpt.audio_token] * n_audio + self.tokenizer.encode(after), len(head)
+
+    def _prefill(self, state: _Running) -> list[RequestOutput]:
+        """Encode the request's audio and run its prompt; it waits (stays unprefilled) while the
+        pool lacks the prompt's blocks, which decoding requests return as they finish."""
+        req = state.request
+        audio = req.audio
+        assert audio is not None
+        n_audio = self.model.audio_tokens(audio.shape[0])
+        ids, first_audio = self._prompt_ids(req.decoding, n_audio)
+        if self.blocks.blocks_for(len(ids) + 1) > self.pool.num_blocks:
+            self._running.pop(req.request_id)
+            return [error_output(req, "admission", f"the prompt ({len(ids)} tokens) does not fit the KV pool "
+                           f"({self.pool.num_blocks} blocks of {self.pool.block_size} tokens)")]
+        table = self.blocks.allocate(len(ids))
+        if table is None:
+            return []
+        state.tables = [table]
+        embeds = self.model.decoder.embed_tokens(torch.tensor(ids, device=self.device))
+        embeds[first_audio : first_audio + n_audio] = self.model.audio_embeddings(audio).to(embeds.dtype)
+        slots = self.blocks.slots(table, len(ids)).to(self.device)
+        logits = self.model.decoder.prefill(embeds, self.pool.k, self.pool.v, slots)
+        state.length = len(ids)
+        state.prefilled = True
+        # every beam starts from the prompt: rows share its blocks
+        state.tables += [self.blocks.fork(table) for _ in range(state.search.rows - 1)]
+        logprobs = torch.log_softmax(logits[None].float(), dim=-1).expand(state.search.rows, -1)
+        return self._advance(state, logprobs)
+
+    def _decode(self, states: list[_Running]) -> list[RequestOutput]:
+        outputs: list[RequestOutput] = []
+        ready = []
+        for state in states:  # room for each row's next position, or the request ends here
+            needed = sum(self.blocks.blocks_to_write(t, state.length) for t in state.tables)
+            if needed > self.pool.num_free:
+                self.kv_exhausted_total += 1
+                outputs.append(self._finish(state, "length"))
+                continue
+            ready.append(state)
+        if not ready:
+            return outputs
+        slots, tokens, positions, tables = [], [], [], []
+        for state in ready:
+            for table, token in zip(state.tables, state.pending):
+                slots.append(self.blocks.make_writable(table, state.length))
+                tokens.append(token)
+                positions.append(state.length)
+                tables.append(table)
+        width = max(len(t) for t in tables)
+        block_table = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long)
+        dev = self.device
+        logits = self.model.decoder.decode(
+            torch.tensor(tokens, device=dev), torch.tensor(positions, device=dev), self.pool.k, self.pool.v,
+            torch.tensor(slots, device=dev), block_table.to(dev), self.pool.block_size,
+        )  # fmt: skip
+        self.decode_rows_last = len(tokens)
+        logprobs = torch.log_softmax(logits, dim=-1)
+        row = 0
+        for state in ready:
+            n = len(state.tables)
+            state.length += 1
+            outputs += self._advance(state, logprobs[row : row + n])
+            row += n
+        return outputs
+
+    def _advance(self, state: _Running, logprobs: torch.Tensor) -> list[RequestOutput]:
+        """One search step on the request's rows' log-probabilities; fork rows, report."""
+        step = state.search.step(logprobs.cpu())
+        if state.search.done or state.length + 1 > self.ckpt.max_positions:
+            reason: FinishReason = "stop" if state.search.done else "length"
+            return [self._finish(state, reason)]
+        old = state.tables
+        state.tables = [self.blocks.fork(old[s]) for s in step.sources]
+        for table in old:
+            self.blocks.release(table)
+        state.pending = step.tokens
+        if isinstance(state.search, GreedySearch):
+            return [self._output(state, [state.search.partial()], finished=False)]
+        return []
+
+    def _finish(self, state: _Running, reason: FinishReason) -> RequestOutput:
+        search = state.search
+        hyps = search.best(max(1, state.request.decoding.n_best)) if search.done else [search.partial()]
+        if hyps and hyps[0].tokens and hyps[0].tokens[-1] not in self.eos and reason == "stop":
+            reason = "length"  # stopped at max_new_tokens, not at an end token
+        out = self._output(state, hyps, finished=True, reason=reason)
+        self.release(state.request)
+        return out
+
+    def _output(self, state: _Running, hyps: list[Hypothesis], finished: bool,
+                reason: FinishReason | None = None) -> RequestOutput:  # fmt: skip
+        req = state.request
+        best = hyps[0]
+        tokens, logprobs, language = self._transcript(best, req.decoding, finished)
+        text = self.tokenizer.decode(tokens)
+        if not finished:
+            text = text.rstrip("\ufffd")  # a partial may end inside a character: wait for its last byte
+        out = RequestOutput(
+            request_id=req.request_id, text=text, tokens=tokens, finished=finished, finish_reason=reason,
+            duration=req.duration, language=language or req.decoding.language,
+            confidence=math.exp(sum(logprobs) / len(logprobs)) if logprobs else None,
+        )  # fmt: skip
+        if req.decoding.logprobs:
+            out.token_logprobs = logprobs
+            out.token_bytes = [self.tokenizer.token_bytes(t) for t in tokens]
+        if finished and req.decoding.beam_size > 1:
+            out.nbest = [Alternative(self.tokenizer.decode(self._transcript(h, req.decoding)[0]), math.exp(h.score)) for h in hyps]
+        return out
+
+    def _transcript(self, hyp: Hypothesis, options: DecodingOptions,
+                    finished: bool = True) -> tuple[list[int], list[float], str | None]:  # fmt: skip
+        """The transcript's tokens and log-probabilities (no end token, no Qwen3-ASR header) and
+        the language a Qwen3-ASR header names. A finished Qwen3-ASR output that never closed its
+        header is all transcript (its processor's reading)."""
+        tokens = [t for t in hyp.tokens if t not in self.eos]
+        logprobs = hyp.logprobs[: len(tokens)]
+        if not self.qwen3 or options.language is not None:  # a forced language's header is in the prompt
+            return tokens, logprobs, None
+        if self.asr_text not in tokens:  # the model is still writing its header (or wrote none)
+            return (tokens, logprobs, None) if finished else ([], [], None)
+        cut = tokens.index(self.asr_text) + 1
+        header = self.tokenizer.decode(tokens[: cut - 1]).strip()
+        name = header[len("language "):].strip() if header.startswith("language ") else ""
+        code = next((c for c, n in LANGUAGE_NAMES.items() if n.lower() == name.lower()), None)
+        return tokens[cut:], logprobs[cut:], code
