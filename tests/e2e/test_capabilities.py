@@ -1,7 +1,7 @@
 """Capabilities are enforced at admission, from ModelInfo, the same way on every surface.
 
-For every family (Whisper tiny.en, a WeNet and a NeMo checkpoint written in their real formats,
-the fake family) a real server is started, its `/v1/models` card says which per-request options
+For every family (Whisper tiny.en; WeNet, NeMo, Paraformer, Zipformer and Qwen2-Audio checkpoints
+written by their reference implementations; the fake family) a real server is started, its `/v1/models` card says which per-request options
 the model lacks, and a request using each of them is sent on every surface that can express it:
 OpenAI REST, Google REST (its JSON body), gRPC Recognize, LongRunningRecognize (batch jobs),
 the realtime WebSocket and Deepgram's /v1/listen. Each must be refused before any engine work,
@@ -58,10 +58,18 @@ def _nemo(tmp: Path) -> ServerProcess:
     return start_server(tmp, env={"OASR_CKPT_DIR": str(ckpt)})
 
 
+def _fixture(name: str, **env: str) -> Callable[[Path], ServerProcess]:
+    """A server on a committed reference-written checkpoint (tests/fixtures/NAME)."""
+    return lambda tmp: start_server(tmp, env={"OASR_CKPT_DIR": str(REPO / "tests" / "fixtures" / name), **env})
+
+
 FAMILIES: dict[str, Callable[[Path], ServerProcess]] = {
     "whisper": lambda tmp: start_server(tmp),
     "wenet": start_wenet_streaming_server,
     "nemo": _nemo,
+    "paraformer": _fixture("paraformer/tiny"),
+    "zipformer": _fixture("zipformer/tiny_streaming", OASR_NUM_THREADS="1"),
+    "speechllm": _fixture("speechllm/qwen2_audio", OASR_SERVICE_MODE="offline"),
     "fake": _fake,
 }
 
@@ -235,3 +243,9 @@ def test_every_lacked_capability_is_refused_on_every_surface_with_one_message(fa
         assert len(worded) == 1, (option, messages)  # the same sentence on every surface
         seen += len(messages)
     assert seen >= len(options)
+
+
+def test_every_family_in_the_table_is_in_this_test() -> None:
+    from engine.families import family_names
+
+    assert sorted(FAMILIES) == sorted(family_names())
