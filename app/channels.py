@@ -61,17 +61,3 @@ async def run_offline_channels(
             if not t.done():
                 t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def channel_results(outs: Sequence[RequestOutput], config: Any, separate: bool) -> list[Any]:
-    """gRPC `SpeechRecognitionResult`s: one per channel that said something, in channel order."""
-    from app.google.convert import alternatives, duration, result_language
-    from protos.oasr.speech.v1 import speech_pb2 as pb
-
-    results = []
-    for out, tag in zip(outs, channel_tags(len(outs), separate)):
-        if out.text.strip():
-            results.append(pb.SpeechRecognitionResult(
-                alternatives=alternatives(out, config), result_end_time=duration(out.duration),
-                language_code=result_language(out, config), channel_tag=tag))
-    return results

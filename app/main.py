@@ -155,9 +155,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.service = service
     app.state.decoder = AudioDecoder(settings.max_concurrent_decodes, target_rate=engine.sample_rate)
     app.state.drain_hooks = []
+    from app.google.jobs import GoogleJobCodec
     from app.jobs.system import JobSystem
 
-    app.state.jobs = await JobSystem.open(settings, service, app.state.decoder, metrics)
+    app.state.jobs = await JobSystem.open(settings, service, app.state.decoder, metrics, GoogleJobCodec())
     app.state.drain_hooks.append(_stop_claiming(app.state.jobs))
     app.state.grpc = None
     if settings.grpc_port:

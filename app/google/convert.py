@@ -9,11 +9,13 @@ Transport-neutral: a bad value raises InvalidRequestError (gRPC renders INVALID_
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from google.protobuf.duration_pb2 import Duration
 
 from app.audio import AudioEncoding, UnsupportedAudioError, parse_encoding
+from app.channels import channel_tags
 from app.requests import language_code
 from engine import DecodingOptions, RequestOutput
 from engine.errors import InvalidRequestError
@@ -163,3 +165,15 @@ def recognize_response(out: RequestOutput, config: pb.RecognitionConfig, request
             )
         )
     return response
+
+
+def channel_results(outs: Sequence[RequestOutput], config: pb.RecognitionConfig,
+                    separate: bool) -> list[pb.SpeechRecognitionResult]:
+    """gRPC `SpeechRecognitionResult`s: one per channel that said something, in channel order."""
+    results = []
+    for out, tag in zip(outs, channel_tags(len(outs), separate)):
+        if out.text.strip():
+            results.append(pb.SpeechRecognitionResult(
+                alternatives=alternatives(out, config), result_end_time=duration(out.duration),
+                language_code=result_language(out, config), channel_tag=tag))
+    return results

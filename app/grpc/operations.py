@@ -17,14 +17,16 @@ import grpc
 from google.longrunning import operations_pb2, operations_pb2_grpc
 from google.protobuf import empty_pb2
 
+from app.google.jobs import job_request
+from app.google.operations import operation
 from app.grpc.auth import presented_keys
 from app.grpc.convert import RpcError
 from app.jobs.errors import JobError
-from app.jobs.operations import operation
 from app.jobs.system import JobSystem
 from app.metrics import Metrics
 from app.middleware import key_matches
 from app.settings import Settings
+from engine.errors import InvalidRequestError
 from protos.oasr.speech.v1 import speech_pb2 as pb
 
 T = TypeVar("T")
@@ -41,7 +43,9 @@ def _rpc_error(exc: JobError) -> RpcError:
 
 async def submit_operation(jobs: JobSystem, request: pb.LongRunningRecognizeRequest) -> operations_pb2.Operation:
     try:
-        return operation(await jobs.submit(request))
+        return operation(await jobs.submit(job_request(request)))
+    except InvalidRequestError as exc:
+        raise RpcError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
     except JobError as exc:
         raise _rpc_error(exc) from exc
 

@@ -18,13 +18,14 @@ from typing import Any
 import grpc
 
 from app.audio import AudioDecoder
-from app.channels import channel_results, run_offline_channels, waveforms
+from app.channels import run_offline_channels, waveforms
 from app.engine_service import EngineService
 from app.google.convert import (
     AudioSpec,
     alternatives,
     audio_spec,
     billed,
+    channel_results,
     decoding_options,
     duration,
     recognize_response,

@@ -15,31 +15,34 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import numpy as np
 
 from app.audio import AudioDecoder, AudioError
-from app.channels import channel_results, waveforms
+from app.channels import waveforms
 from app.engine_service import EngineService
-from app.google.convert import audio_spec, billed, decoding_options
 from app.jobs.model import Job
+from app.jobs.spec import JobCodec
 from app.jobs.spool import Spool
 from app.jobs.uri import resolve_audio_uri
 from engine import RequestOutput
 from engine.errors import EngineError, EngineShutdownError, InvalidRequestError
-from protos.oasr.speech.v1 import speech_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
 API = "jobs"
 
 
-class JobFailed(Exception):
-    """The job cannot succeed: `code` is the google.rpc.Code stored on the operation."""
+RPC_CODES = {"INVALID_ARGUMENT": 3, "NOT_FOUND": 5, "INTERNAL": 13}
+"""The google.rpc.Code numbers a failed job is stored with (the gRPC status codes' values)."""
 
-    def __init__(self, code: grpc.StatusCode, message: str):
+
+class JobFailed(Exception):
+    """The job cannot succeed: `code` names the google.rpc.Code stored on the operation."""
+
+    def __init__(self, code: str, message: str):
         super().__init__(message)
         self.code = code
+        self.code_value = RPC_CODES[code]
         self.message = message
 
 
@@ -57,6 +60,8 @@ class JobRuntime:
     audio_uri_root: str | None
     max_audio_seconds: float
     priority: int
+    codec: JobCodec
+    """The edge's reading of stored records and rendering of results (app/google/jobs.py)."""
 
 
 def _read_audio(job: Job, runtime: JobRuntime) -> bytes:
@@ -67,34 +72,29 @@ def _read_audio(job: Job, runtime: JobRuntime) -> bytes:
     return path.read_bytes()
 
 
-async def recognize_job(job: Job, runtime: JobRuntime,
-                        on_progress: Callable[[int], Awaitable[None]]) -> pb.LongRunningRecognizeResponse:
-    """Raises JobFailed (the job fails), EngineGone (requeue), or CancelledError (stopped)."""
-    request = pb.LongRunningRecognizeRequest.FromString(job.request)
-    config = request.config
+async def recognize_job(job: Job, runtime: JobRuntime, on_progress: Callable[[int], Awaitable[None]]) -> bytes:
+    """The job's result as its edge stores it (`JobCodec.result`). Raises JobFailed (the job
+    fails), EngineGone (requeue), or CancelledError (stopped)."""
     try:
-        spec = audio_spec(config)
-        options = decoding_options(config)
+        spec = runtime.codec.spec(job.request)
         data = await asyncio.to_thread(_read_audio, job, runtime)
-        separate = config.enable_separate_recognition_per_channel
+        separate = spec.separate_channels
         audio = await runtime.decoder.decode(data, encoding=spec.encoding, sample_rate=spec.sample_rate,
                                              channels=spec.channels, max_seconds=runtime.max_audio_seconds,
                                              keep_channels=separate)
     except InvalidRequestError as exc:  # the stored config no longer passes (a check added since)
-        raise JobFailed(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+        raise JobFailed("INVALID_ARGUMENT", str(exc)) from exc
     except AudioError as exc:
-        raise JobFailed(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+        raise JobFailed("INVALID_ARGUMENT", str(exc)) from exc
     except OSError as exc:  # the spooled file or the uri's file vanished
-        raise JobFailed(grpc.StatusCode.NOT_FOUND, f"the job's audio cannot be read: {exc}") from exc
+        raise JobFailed("NOT_FOUND", f"the job's audio cannot be read: {exc}") from exc
     except Exception as exc:
         if type(exc).__name__ == "InvalidJobError":  # the uri no longer resolves under the root
-            raise JobFailed(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+            raise JobFailed("INVALID_ARGUMENT", str(exc)) from exc
         raise
     channels = waveforms(audio, separate)
-    outs = await _run_channels(runtime, channels, options, on_progress)
-    return pb.LongRunningRecognizeResponse(request_id=config.request_id or job.name,
-                                           total_billed_time=billed(audio.duration),
-                                           results=channel_results(outs, config, separate))
+    outs = await _run_channels(runtime, channels, spec.options, on_progress)
+    return runtime.codec.result(job, spec, outs, audio.duration)
 
 
 async def _run_channels(runtime: JobRuntime, channels: list[np.ndarray], options: object,
@@ -111,7 +111,7 @@ async def _run_channels(runtime: JobRuntime, channels: list[np.ndarray], options
         except EngineShutdownError as exc:
             raise EngineGone(str(exc)) from exc
         except EngineError as exc:
-            raise JobFailed(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+            raise JobFailed("INVALID_ARGUMENT", str(exc)) from exc
         for samples in channels:
             service.metrics.audio_seconds.labels(api=API, mode="offline").inc(len(samples) / rate)
         finals: list[RequestOutput | None] = [None] * len(channels)
@@ -141,7 +141,7 @@ async def _run_channels(runtime: JobRuntime, channels: list[np.ndarray], options
             if out.finish_reason == "error":
                 if out.error_stage == "shutdown":
                     raise EngineGone(out.error or "shutdown")
-                raise JobFailed(grpc.StatusCode.INTERNAL, f"recognition failed at {out.error_stage}: {out.error}")
+                raise JobFailed("INTERNAL", f"recognition failed at {out.error_stage}: {out.error}")
         return results
     finally:
         for s in streams:

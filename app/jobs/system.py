@@ -12,13 +12,13 @@ from app.jobs.backends import DataDirLock, open_store
 from app.jobs.errors import InvalidJobError, StorageFull
 from app.jobs.model import Job, JobState, Page
 from app.jobs.runner import JobRuntime
+from app.jobs.spec import JobCodec, JobRequest
 from app.jobs.spool import DISK_FULL_ERRNOS, Spool
 from app.jobs.store import SqlJobStore
 from app.jobs.submit import prepare
 from app.jobs.webhooks import WebhookSender
 from app.jobs.worker import JobWorker
 from app.settings import Settings
-from protos.oasr.speech.v1 import speech_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class JobSystem:
         self._lock = lock
 
     @classmethod
-    async def open(cls, settings: Settings, service: Any, decoder: Any, metrics: Any) -> JobSystem:
+    async def open(cls, settings: Settings, service: Any, decoder: Any, metrics: Any, codec: JobCodec) -> JobSystem:
         root = data_dir(settings)
         store = open_store(settings.jobs_database_url, root)
         await asyncio.to_thread(store.migrate)
@@ -63,8 +63,9 @@ class JobSystem:
                 logger.warning("jobs: another server uses %s; jobs it runs are taken over only after their lease",
                                store.describe)
         runtime = JobRuntime(service=service, decoder=decoder, spool=spool, audio_uri_root=settings.audio_uri_root,
-                             max_audio_seconds=settings.max_audio_seconds, priority=settings.jobs_priority)
-        webhooks = WebhookSender(store, allowed_hosts=settings.callback_allowed_hosts,
+                             max_audio_seconds=settings.max_audio_seconds, priority=settings.jobs_priority,
+                             codec=codec)
+        webhooks = WebhookSender(store, codec, allowed_hosts=settings.callback_allowed_hosts,
                                  max_attempts=settings.webhook_max_attempts, backoff_s=settings.webhook_backoff_secs,
                                  timeout_s=settings.webhook_timeout_secs, metrics=metrics)
         worker = JobWorker(store, runtime, spool, webhooks, metrics, max_running=settings.jobs_max_running,
@@ -84,7 +85,7 @@ class JobSystem:
 
     # ------------------------------------------------------------------ operations
 
-    async def submit(self, request: pb.LongRunningRecognizeRequest) -> Job:
+    async def submit(self, request: JobRequest) -> Job:
         prepared = await asyncio.to_thread(prepare, request, self.settings, self.worker.runtime.service.engine)
         new, data = prepared.job, prepared.audio
 

@@ -26,7 +26,7 @@ import httpx
 from app.jobs.callbacks import check_callback_url
 from app.jobs.errors import InvalidJobError
 from app.jobs.model import Job, WebhookState
-from app.jobs.operations import operation_json
+from app.jobs.spec import JobCodec
 from app.jobs.store import SqlJobStore
 
 logger = logging.getLogger(__name__)
@@ -48,9 +48,10 @@ def verify(secret: str, body: bytes, header: str) -> bool:
 
 
 class WebhookSender:
-    def __init__(self, store: SqlJobStore, *, allowed_hosts: list[str], max_attempts: int, backoff_s: float,
-                 timeout_s: float, metrics: Any):
+    def __init__(self, store: SqlJobStore, codec: JobCodec, *, allowed_hosts: list[str], max_attempts: int,
+                 backoff_s: float, timeout_s: float, metrics: Any):
         self.store = store
+        self.codec = codec
         self.allowed_hosts = allowed_hosts
         self.max_attempts = max(1, max_attempts)
         self.backoff_s = backoff_s
@@ -95,7 +96,7 @@ class WebhookSender:
             check_callback_url(job.callback_url, self.allowed_hosts)
         except InvalidJobError as exc:
             return exc.message
-        body = json.dumps(operation_json(job), separators=(",", ":")).encode()
+        body = json.dumps(self.codec.operation_json(job), separators=(",", ":")).encode()
         headers = {
             "Content-Type": "application/json",
             "User-Agent": "oasr-webhooks",

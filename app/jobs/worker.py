@@ -175,13 +175,12 @@ class JobWorker:
         outcome = "lost"
         write: Callable[[], bool] | None = None
         try:
-            response = await recognize_job(job, self.runtime, lambda p: self._progress(job, p))
-            result = response.SerializeToString()
+            result = await recognize_job(job, self.runtime, lambda p: self._progress(job, p))
             write = lambda: self.store.finish(job.name, self.owner, job.attempts, result=result,  # noqa: E731
                                               delivery_id=uuid.uuid4().hex)
             outcome = "succeeded"
         except JobFailed as exc:
-            code, message = exc.code.value[0], exc.message
+            code, message = exc.code_value, exc.message
             write = lambda: self.store.finish(job.name, self.owner, job.attempts, error_code=code,  # noqa: E731
                                               error_message=message, delivery_id=uuid.uuid4().hex)
             outcome = "failed"

@@ -21,9 +21,11 @@ from fastapi.responses import JSONResponse
 from google.protobuf import json_format
 
 from app.errors import ApiError
+from app.google.jobs import job_request
+from app.google.operations import operation_json
 from app.jobs.errors import JobError
-from app.jobs.operations import operation_json
 from app.jobs.system import JobSystem
+from engine.errors import InvalidRequestError
 from protos.oasr.speech.v1 import speech_pb2 as pb
 
 router = APIRouter(tags=["operations"])
@@ -54,7 +56,9 @@ async def longrunningrecognize(request: Request, jobs: JobsDep) -> JSONResponse:
                             f"({{\"config\": {{...}}, \"audio\": {{\"content\": base64}} or {{\"uri\": ...}}}}): {exc}"
                        ) from exc
     try:
-        job = await jobs.submit(message)
+        job = await jobs.submit(job_request(message))
+    except InvalidRequestError as exc:
+        raise ApiError(400, str(exc)) from exc
     except JobError as exc:
         raise _api_error(exc) from exc
     return JSONResponse(operation_json(job))

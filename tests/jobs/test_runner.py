@@ -14,6 +14,7 @@ import soundfile as sf
 
 from app.audio import AudioDecoder
 from app.engine_service import OutputStream
+from app.google.jobs import GoogleJobCodec
 from app.jobs.model import Job, JobState
 from app.jobs.runner import JobRuntime, recognize_job
 from app.jobs.spool import Spool, digest_of
@@ -67,8 +68,8 @@ async def test_channels_are_opened_together_at_job_priority_with_progress(tmp_pa
 
     with AudioDecoder(1) as decoder:
         runtime = JobRuntime(service=bridge, decoder=decoder, spool=spool, audio_uri_root=None,  # type: ignore[arg-type]
-                             max_audio_seconds=60, priority=10)
-        response = await recognize_job(job, runtime, on_progress)
+                             max_audio_seconds=60, priority=10, codec=GoogleJobCodec())
+        response = pb.LongRunningRecognizeResponse.FromString(await recognize_job(job, runtime, on_progress))
     assert bridge.opened == [{"seconds": 4.0, "priority": 10}, {"seconds": 4.0, "priority": 10}]
     assert sorted(bridge.closed) == ["r0", "r1"]
     assert progress == sorted(progress) and progress[-1] < 100 and 0 < progress[0] <= 50

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from app.google.jobs import job_request
 from app.jobs.callbacks import check_callback_url
 from app.jobs.errors import InvalidJobError
 from app.jobs.model import JobState
@@ -19,6 +20,7 @@ from app.jobs.system import parse_filter
 from app.jobs.uri import resolve_audio_uri
 from app.jobs.webhooks import sign, verify
 from app.settings import Settings
+from engine.errors import InvalidRequestError
 from protos.oasr.speech.v1 import speech_pb2 as pb
 
 
@@ -99,7 +101,7 @@ def test_prepare_keeps_neither_audio_bytes_nor_the_secret_in_the_stored_request(
         audio=pb.RecognitionAudio(content=b"audio-bytes"),
         callback=pb.WebhookCallback(url="http://127.0.0.1:1/h", secret="s3cret"),
     )
-    prepared = prepare(request, settings)
+    prepared = prepare(job_request(request), settings)
     assert prepared.audio == b"audio-bytes" and prepared.job.audio_digest == digest_of(b"audio-bytes")
     assert prepared.job.callback_secret == "s3cret"
     stored = pb.LongRunningRecognizeRequest.FromString(prepared.job.request)
@@ -111,15 +113,22 @@ def test_prepare_keeps_neither_audio_bytes_nor_the_secret_in_the_stored_request(
     pb.RecognitionConfig(encoding=pb.RecognitionConfig.AUTO, max_alternatives=-1),
     pb.RecognitionConfig(encoding=pb.RecognitionConfig.AUTO, decoding=pb.DecodingExtensions(beam_size=99)),
 ])
-def test_prepare_refuses_bad_config_before_storing(config: pb.RecognitionConfig) -> None:
+def test_a_bad_config_never_becomes_a_job_request(config: pb.RecognitionConfig) -> None:
     request = pb.LongRunningRecognizeRequest(config=config, audio=pb.RecognitionAudio(content=b"x"))
-    with pytest.raises(InvalidJobError):
-        prepare(request, Settings())
+    with pytest.raises(InvalidRequestError):
+        job_request(request)
 
 
-def test_prepare_refuses_empty_audio() -> None:
-    with pytest.raises(InvalidJobError, match="empty"):
-        prepare(pb.LongRunningRecognizeRequest(config=pb.RecognitionConfig()), Settings())
+def test_empty_audio_never_becomes_a_job_request() -> None:
+    with pytest.raises(InvalidRequestError, match="empty"):
+        job_request(pb.LongRunningRecognizeRequest(config=pb.RecognitionConfig()))
+
+
+def test_prepare_refuses_a_model_not_served_before_storing() -> None:
+    request = pb.LongRunningRecognizeRequest(config=pb.RecognitionConfig(model="other"),
+                                             audio=pb.RecognitionAudio(content=b"x"))
+    with pytest.raises(InvalidJobError, match="'other' does not exist"):
+        prepare(job_request(request), Settings(served_model_name="tiny.en"))
 
 
 def test_spool_places_atomically_and_cleans_leftovers(tmp_path: Path) -> None:
