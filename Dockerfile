@@ -62,6 +62,7 @@ COPY app ./app
 COPY engine ./engine
 COPY protos ./protos
 COPY benchmarks ./benchmarks
+COPY oasr ./oasr
 COPY examples ./examples
 
 # The project with its runtime dependencies (no dev extra). Editable like `make install`,
@@ -74,7 +75,7 @@ RUN pip install -e . \
     && TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}" python -m engine.csrc.build --strict \
     && rm -rf build \
     && python -c "import os, sys; from engine.config import embedded_checkpoint_dir; d = embedded_checkpoint_dir(); ok = os.path.isfile(os.path.join(d, 'model.bin')); print('embedded model:', d); sys.exit(0 if ok else 'embedded model missing: ' + d)" \
-    && python -m compileall -q app engine protos
+    && python -m compileall -q app engine protos oasr
 
 # Models baked into the image for air-gapped serving: space-separated aliases or Hugging Face repo
 # ids, optionally @revision (`--build-arg OASR_PULL_MODELS="small.en nvidia/parakeet-tdt-0.6b-v2"`),

@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     tx.add_argument("files", nargs="+", metavar="FILE", help="audio files (wav, flac, mp3, ogg, webm, m4a, ...)")
     client_flags(tx, None)
-    tx.add_argument("--ckpt-dir", help="model checkpoint for in-process transcription (default: embedded tiny.en)")
+    tx.add_argument("--ckpt-dir", help="model for in-process transcription: a checkpoint directory, an alias (small.en, "
+                                        "large-v3-turbo, ...) or a Hugging Face repo id (default: embedded tiny.en)")
     tx.add_argument("--device", default="auto", help="in process: 'auto', 'cpu', 'cuda', ... (default: auto)")
     tx.add_argument("--model", help="with --url: the model name to send (servers with --served-model-name)")
     tx.add_argument("--response-format", choices=RESPONSE_FORMATS, default="text",

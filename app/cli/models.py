@@ -5,17 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app.cli.common import EXIT_OK, CliError, _error_message, _http
+from app.cli.common import EXIT_OK, CliError, _client
 
 
 def cmd_models(args: argparse.Namespace) -> int:
     if getattr(args, "models_command", None) == "pull":
         return cmd_models_pull(args)
-    with _http(args) as client:
-        response = client.get("/v1/models")
-    if response.status_code != 200:
-        raise CliError(_error_message(response))
-    for model in response.json().get("data", []):
+    with _client(args) as client:
+        models = client.models()
+    for model in models:
         info = model.get("info") or {}
         details = " ".join(f"{k}={info[k]}" for k in ("family", "device", "service_mode") if k in info)
         sys.stdout.write(f"{model['id']}\t{details}\n")
