@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from engine.errors import CheckpointError, InvalidRequestError
+from engine.model_names import parse_model_name
 from engine.quantization import QuantizationConfig
 
 SchedulePolicy = Literal["fcfs", "window", "bucket", "sjf"]
@@ -212,9 +213,6 @@ class EngineConfig:
         if self.stream_step_ms < 20:
             raise InvalidRequestError(f"stream_step_ms must be >= 20, got {self.stream_step_ms}")
         if self.ckpt_dir is not None and not os.path.isdir(self.ckpt_dir):
-            # imported here: engine.hub imports the family table, which imports this module
-            from engine.hub import parse_model_name
-
             try:
                 parse_model_name(self.ckpt_dir, self.revision)
             except CheckpointError as exc:

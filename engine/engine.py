@@ -9,6 +9,7 @@ state has exactly one owner: the thread that calls `step()`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
