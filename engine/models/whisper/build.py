@@ -12,8 +12,9 @@ import torch
 from engine.config import EngineConfig
 from engine.cpu_facts import host_cpu_facts
 from engine.errors import CheckpointError, InvalidRequestError
+from engine.models.whisper import weights_cache
 from engine.models.whisper.int8 import int8_gemm_kind, linear_layer_paths, quantize_linear_layers
-from engine.models.whisper.loader import LoadedCheckpoint, load_checkpoint
+from engine.models.whisper.loader import LoadedCheckpoint, detect_format, load_checkpoint
 from engine.models.whisper.model import Whisper, sinusoids
 from engine.quantization import ONLINE_SCHEMES, QuantizationConfig, QuantizationDecision, decide_quantization
 
@@ -24,7 +25,7 @@ def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
                 dtype: torch.dtype) -> tuple[Whisper, LoadedCheckpoint, QuantizationDecision]:
     quantization = config.quantization_config()
     check_module_types(quantization)
-    ckpt = load_checkpoint(ckpt_dir, config.checkpoint_name)
+    ckpt = _read_checkpoint(ckpt_dir, config.checkpoint_name)
     model = _holding(ckpt, ckpt_dir)
     model.eval().requires_grad_(False)
     model = model.to(device, dtype)
@@ -35,6 +36,17 @@ def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
     if device.type == "cpu" and model.decoder.output_projection is None:
         model.decoder.keep_output_weight_transposed()
     return model, ckpt, decision
+
+
+def _read_checkpoint(ckpt_dir: str, checkpoint_name: str | None) -> LoadedCheckpoint:
+    """The checkpoint; a CTranslate2 one through the converted-weights cache (weights_cache.py)."""
+    if detect_format(ckpt_dir, checkpoint_name) != "ctranslate2":
+        return load_checkpoint(ckpt_dir, checkpoint_name)
+    cached = weights_cache.load(ckpt_dir)
+    if cached is not None and cached.tokenizer_file is not None:
+        cached.format = "ctranslate2"
+        return cached
+    return weights_cache.store(ckpt_dir, load_checkpoint(ckpt_dir, checkpoint_name))
 
 
 def _holding(ckpt: LoadedCheckpoint, ckpt_dir: str) -> Whisper:
