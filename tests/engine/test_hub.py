@@ -4,6 +4,7 @@ nothing leaves the machine. The repos hold real checkpoints: the embedded Whispe
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -48,19 +49,15 @@ def hub_env(hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 class RecordingBar(tqdm):  # type: ignore[misc]
-    """A real tqdm bar (to a discarded stream) that remembers where each byte bar ended."""
+    """A real tqdm bar (to a discarded stream); every bar made is kept, to read where it got to
+    (huggingface_hub may leave closing a bar to garbage collection)."""
 
-    finished: ClassVar[list[tuple[float | None, float]]] = []
+    bars: ClassVar[list[RecordingBar]] = []
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs["file"] = open("/dev/null", "w")  # noqa: SIM115 - closed with the bar
+        kwargs["file"] = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the bar
         super().__init__(*args, **kwargs)
-
-    def close(self) -> None:
-        if self.unit == "B":
-            RecordingBar.finished.append((self.total, self.n))
-        super().close()
-        self.fp.close()
+        RecordingBar.bars.append(self)
 
 
 def _new_downloads(hub: HubServer, before: int) -> list[str]:
@@ -68,7 +65,7 @@ def _new_downloads(hub: HubServer, before: int) -> list[str]:
 
 
 def test_alias_downloads_only_loaded_files_with_progress_then_reuses_the_cache(hub_env: HubServer) -> None:
-    RecordingBar.finished.clear()
+    RecordingBar.bars.clear()
     before = len(hub_env.downloads())
     model = resolve_model("tiny.en", progress=RecordingBar)
     assert model.ref.repo_id == WHISPER_REPO and model.ref.alias == "tiny.en"
@@ -79,7 +76,8 @@ def test_alias_downloads_only_loaded_files_with_progress_then_reuses_the_cache(h
     for name in fetched:
         assert (Path(model.path) / name).read_bytes() == (Path(embedded_checkpoint_dir()) / name).read_bytes()
     total_bytes = sum((Path(model.path) / n).stat().st_size for n in fetched)
-    assert (total_bytes, total_bytes) in RecordingBar.finished  # a byte bar that ran to the end
+    byte_bars = [(bar.total, bar.n) for bar in RecordingBar.bars if bar.unit == "B"]
+    assert (total_bytes, total_bytes) in byte_bars  # a byte bar that ran to the end
 
     requests_before = len(hub_env.requests)
     again = resolve_model(WHISPER_REPO)  # by repo id this time: the same cached snapshot
