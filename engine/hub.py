@@ -62,7 +62,7 @@ def _cache_dir() -> str | None:
 def _quiet_tqdm() -> type:
     from tqdm.auto import tqdm
 
-    class Quiet(tqdm):  # type: ignore[misc, valid-type]
+    class Quiet(tqdm):  # type: ignore[misc]
         """A server's download logs one line per model, not a progress bar in its log."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
-from pathlib import Path
 
 PCM16_BYTES = 2
 """Bytes per 16-bit sample."""
@@ -11,7 +11,7 @@ CHUNK_MS = 20
 """Milliseconds of audio per WebSocket frame when a file is streamed (what a microphone sends)."""
 
 
-def read_pcm16(path: str | Path, rate: int) -> bytes:
+def read_pcm16(path: str | os.PathLike[str], rate: int) -> bytes:
     """Decode any container PyAV (FFmpeg) reads to mono little-endian int16 PCM at `rate` Hz."""
     import av
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal, TypeVar
 
@@ -219,7 +219,7 @@ class AsyncOASRClient:
                                                language=language, word_time_offsets=word_time_offsets,
                                                max_alternatives=max_alternatives, model=model)
         try:
-            response = await speech_pb2_grpc.SpeechStub(self._channel).Recognize(
+            response = await speech_pb2_grpc.SpeechStub(self._channel).Recognize(  # type: ignore[no-untyped-call]
                 request, timeout=self.timeout, metadata=grpc_parts.metadata(self.api_key))
         except grpc.RpcError as exc:
             raise grpc_parts.rpc_error(exc, self.grpc_target) from exc
@@ -244,8 +244,11 @@ class _LoopThread:
         self._thread = threading.Thread(target=self.loop.run_forever, name="oasr-client-loop", daemon=True)
         self._thread.start()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+    def run(self, awaitable: Awaitable[T]) -> T:
+        async def wait() -> T:
+            return await awaitable
+
+        return asyncio.run_coroutine_threadsafe(wait(), self.loop).result()
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -329,7 +332,7 @@ class OASRClient:
                                                language=language, word_time_offsets=word_time_offsets,
                                                max_alternatives=max_alternatives, model=model)
         try:
-            response = speech_pb2_grpc.SpeechStub(self._channel).Recognize(
+            response = speech_pb2_grpc.SpeechStub(self._channel).Recognize(  # type: ignore[no-untyped-call]
                 request, timeout=self.timeout, metadata=grpc_parts.metadata(self.api_key))
         except grpc.RpcError as exc:
             raise grpc_parts.rpc_error(exc, self.grpc_target) from exc

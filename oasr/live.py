@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from typing import Any
 
 from oasr.realtime import ResumeRefused, ResumingRealtimeClient
@@ -104,9 +104,15 @@ async def _chunks_async(chunks: Iterable[bytes] | AsyncIterable[bytes]) -> Async
             yield chunk
         return
     iterator = iter(chunks)
-    done = object()
-    while (chunk := await asyncio.to_thread(next, iterator, done)) is not done:  # a microphone read blocks
-        yield chunk  # type: ignore[misc]
+    while True:
+        item: bytes | None = await asyncio.to_thread(_next_chunk, iterator)  # a microphone read blocks
+        if item is None:
+            return
+        yield item
+
+
+def _next_chunk(chunks: Iterator[bytes]) -> bytes | None:
+    return next(chunks, None)
 
 
 async def stream_events(client: ResumingRealtimeClient, chunks: Iterable[bytes] | AsyncIterable[bytes], *,

@@ -125,7 +125,7 @@ class ResumingRealtimeClient:
                 return
             if isinstance(item, BaseException):
                 raise item
-            yield item  # type: ignore[misc]
+            yield item
 
     async def _read(self) -> None:
         import websockets

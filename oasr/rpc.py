@@ -34,11 +34,11 @@ def recognize_request(audio: bytes, *, encoding: str = "AUTO", sample_rate: int 
     from protos.oasr.speech.v1 import speech_pb2 as pb
 
     try:
-        code = pb.RecognitionConfig.AudioEncoding.Value(encoding.upper())
+        pb.RecognitionConfig.AudioEncoding.Value(encoding.upper())
     except ValueError as exc:
         names = ", ".join(pb.RecognitionConfig.AudioEncoding.keys())
         raise ValueError(f"unknown encoding {encoding!r} (one of {names})") from exc
-    config = pb.RecognitionConfig(encoding=code, sample_rate_hertz=sample_rate, language_code=language or "",
+    config = pb.RecognitionConfig(encoding=encoding.upper(), sample_rate_hertz=sample_rate, language_code=language or "",
                                   enable_word_time_offsets=word_time_offsets, max_alternatives=max_alternatives,
                                   model=model or "")
     return pb.RecognizeRequest(config=config, audio=pb.RecognitionAudio(content=audio))
