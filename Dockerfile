@@ -78,13 +78,13 @@ RUN pip install -e . \
     && python -m compileall -q app engine protos oasr
 
 # Models baked into the image for air-gapped serving: space-separated aliases or Hugging Face repo
-# ids, optionally @revision (`--build-arg OASR_PULL_MODELS="small.en nvidia/parakeet-tdt-0.6b-v2"`),
+# ids, optionally @revision (`--build-arg PRELOAD_MODELS="small.en nvidia/parakeet-tdt-0.6b-v2"`),
 # pulled by `oasr models pull` (only the files a model family loads) into the image's Hugging Face
 # cache. Serve one with OASR_MODEL=<name> and HF_HUB_OFFLINE=1: no network at start-up.
-ARG OASR_PULL_MODELS=""
+ARG PRELOAD_MODELS=""
 ENV HF_HUB_CACHE=/opt/hf-cache
 RUN mkdir -p /opt/hf-cache \
-    && for name in ${OASR_PULL_MODELS}; do oasr models pull "$name"; done
+    && for name in ${PRELOAD_MODELS}; do oasr models pull "$name"; done
 
 # ---------------------------------------------------------------- runtime
 FROM ${BASE_IMAGE} AS runtime
@@ -115,7 +115,7 @@ ENV PATH=/opt/venv/bin:$PATH \
 # read-only, so it lives on the writable /tmp. Mount a volume there to keep jobs across
 # containers, or share jobs between replicas with OASR_JOBS_DATABASE_URL (PostgreSQL) and a
 # shared OASR_JOBS_SPOOL_DIR (docs/api.md, long-running recognition). Models pulled at build
-# time (OASR_PULL_MODELS) are in HF_HUB_CACHE; to download others at start-up, mount a writable
+# time (PRELOAD_MODELS) are in HF_HUB_CACHE; to download others at start-up, mount a writable
 # volume there.
 WORKDIR /opt/oasr
 # Numeric so Kubernetes' runAsNonRoot can verify it without a runAsUser.

@@ -43,10 +43,10 @@ def test_second_load_reads_the_cache_and_matches_the_conversion(ckpt_dir: str) -
 
 def test_build_model_uses_and_fills_the_cache(ckpt_dir: str) -> None:
     config = EngineConfig(ckpt_dir=ckpt_dir, quantization="none")
-    first, _ = build_model(ckpt_dir, config, torch.device("cpu"), torch.float32)
+    first, _, _ = build_model(ckpt_dir, config, torch.device("cpu"), torch.float32)
     entries = list(weights_cache.cache_root().glob("*.safetensors"))
     assert len(entries) == 1
-    second, ckpt = build_model(ckpt_dir, config, torch.device("cpu"), torch.float32)
+    second, ckpt, _ = build_model(ckpt_dir, config, torch.device("cpu"), torch.float32)
     assert ckpt.format == "ctranslate2"
     for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items()):
         assert torch.equal(a, b), name
