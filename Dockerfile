@@ -62,6 +62,7 @@ COPY app ./app
 COPY engine ./engine
 COPY protos ./protos
 COPY benchmarks ./benchmarks
+COPY oasr ./oasr
 COPY examples ./examples
 
 # The project with its runtime dependencies (no dev extra). Editable like `make install`,
@@ -74,7 +75,16 @@ RUN pip install -e . \
     && TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}" python -m engine.csrc.build --strict \
     && rm -rf build \
     && python -c "import os, sys; from engine.config import embedded_checkpoint_dir; d = embedded_checkpoint_dir(); ok = os.path.isfile(os.path.join(d, 'model.bin')); print('embedded model:', d); sys.exit(0 if ok else 'embedded model missing: ' + d)" \
-    && python -m compileall -q app engine protos
+    && python -m compileall -q app engine protos oasr
+
+# Models baked into the image for air-gapped serving: space-separated aliases or Hugging Face repo
+# ids, optionally @revision (`--build-arg PRELOAD_MODELS="small.en nvidia/parakeet-tdt-0.6b-v2"`),
+# pulled by `oasr models pull` (only the files a model family loads) into the image's Hugging Face
+# cache. Serve one with OASR_MODEL=<name> and HF_HUB_OFFLINE=1: no network at start-up.
+ARG PRELOAD_MODELS=""
+ENV HF_HUB_CACHE=/opt/hf-cache
+RUN mkdir -p /opt/hf-cache \
+    && for name in ${PRELOAD_MODELS}; do oasr models pull "$name"; done
 
 # ---------------------------------------------------------------- runtime
 FROM ${BASE_IMAGE} AS runtime
@@ -91,18 +101,22 @@ RUN if ! command -v python3 >/dev/null; then \
 
 COPY --from=builder /opt/venv /opt/venv
 COPY --from=builder /opt/oasr /opt/oasr
+COPY --from=builder /opt/hf-cache /opt/hf-cache
 
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     XDG_CACHE_HOME=/tmp/.cache \
     OASR_GRPC_PORT=50051 \
+    HF_HUB_CACHE=/opt/hf-cache \
     OASR_DATA_DIR=/tmp/oasr-data
 
 # OASR_DATA_DIR holds the batch jobs' SQLite store and audio spool: the root filesystem is
 # read-only, so it lives on the writable /tmp. Mount a volume there to keep jobs across
 # containers, or share jobs between replicas with OASR_JOBS_DATABASE_URL (PostgreSQL) and a
-# shared OASR_JOBS_SPOOL_DIR (docs/api.md, long-running recognition).
+# shared OASR_JOBS_SPOOL_DIR (docs/api.md, long-running recognition). Models pulled at build
+# time (PRELOAD_MODELS) are in HF_HUB_CACHE; to download others at start-up, mount a writable
+# volume there.
 WORKDIR /opt/oasr
 # Numeric so Kubernetes' runAsNonRoot can verify it without a runAsUser.
 USER 10001:10001

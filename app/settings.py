@@ -22,7 +22,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from engine.config import EngineConfig
 from engine.families import FAMILY_TABLE, load_family
 
-ENGINE_FIELD_FOR = {"preferred_batch_sizes": "preferred_batch_size"}
+ENGINE_FIELD_FOR = {"preferred_batch_sizes": "preferred_batch_size", "model_revision": "revision"}
 """Settings whose name differs from the EngineConfig field they set (the design's CLI spelling)."""
 
 
@@ -40,8 +40,12 @@ class ServerSettings(BaseSettings):
     """gRPC port on the same host as HTTP; 0 disables the gRPC listener."""
 
     # ---- model and engine ----
+    model: str | None = None
+    """Model to serve: an alias (tiny.en ... large-v3-turbo, distil-large-v3), a Hugging Face repo id (Systran/faster-whisper-small, nvidia/parakeet-tdt-0.6b-v2; optionally @revision) downloaded into the Hugging Face cache at start-up, or a directory; unset serves the embedded Whisper tiny.en."""
+    model_revision: str | None = None
+    """Hub revision (branch, tag or commit) of --model; a commit pins it exactly. Unset is the repo's default branch."""
     ckpt_dir: str | None = None
-    """Checkpoint directory; unset serves the embedded Whisper tiny.en."""
+    """Checkpoint directory (or a model name, as --model); unset serves --model, else the embedded Whisper tiny.en."""
     checkpoint_name: str | None = None
     """File inside ckpt_dir to load (e.g. model.nemo, final.pt); unset lets the model family pick its usual file."""
     decode_method: str | None = None
@@ -215,6 +219,10 @@ class ServerSettings(BaseSettings):
                    if setting in self.model_fields_set}
             for name, settings in _family_setting_names().items()
         }
+        if self.model is not None:
+            if self.ckpt_dir is not None and self.ckpt_dir != self.model:
+                raise ValueError(f"model={self.model!r} and ckpt_dir={self.ckpt_dir!r} both name the model; set one")
+            values["ckpt_dir"] = self.model
         if self.quantization_option:  # the reference design's one quantization object
             values["quantization"] = {"scheme": self.quantization, **self.quantization_option}
         return EngineConfig(**values, family_options=options)

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from engine.errors import InvalidRequestError
+from engine.errors import CheckpointError, InvalidRequestError
+from engine.model_names import parse_model_name
 from engine.quantization import QuantizationConfig
 
 SchedulePolicy = Literal["fcfs", "window", "bucket", "sjf"]
@@ -39,7 +40,13 @@ def embedded_checkpoint_dir() -> str:
 @dataclass
 class EngineConfig:
     ckpt_dir: str | None = None
-    """Checkpoint directory; None loads the embedded Whisper tiny.en. The family is detected from its files."""
+    """Checkpoint directory, or a model name: an alias ('small.en') or a Hugging Face repo id
+    ('Systran/faster-whisper-small', optionally '@revision'), downloaded into the Hugging Face cache
+    when the engine is built (engine/hub.py). None loads the embedded Whisper tiny.en. The family is
+    detected from the files."""
+    revision: str | None = None
+    """Hub revision (branch, tag or commit) when `ckpt_dir` names a model; None is its default branch.
+    A commit pins the model exactly."""
     checkpoint_name: str | None = None
     """File inside `ckpt_dir` to load (e.g. 'model.nemo', 'final.pt'); None lets the family pick
     its usual file (and refuse a directory where that is ambiguous)."""
@@ -206,4 +213,7 @@ class EngineConfig:
         if self.stream_step_ms < 20:
             raise InvalidRequestError(f"stream_step_ms must be >= 20, got {self.stream_step_ms}")
         if self.ckpt_dir is not None and not os.path.isdir(self.ckpt_dir):
-            raise InvalidRequestError(f"ckpt_dir {self.ckpt_dir!r} is not a directory")
+            try:
+                parse_model_name(self.ckpt_dir, self.revision)
+            except CheckpointError as exc:
+                raise InvalidRequestError(f"ckpt_dir: {exc}") from exc

@@ -9,6 +9,7 @@ state has exactly one owner: the thread that calls `step()`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -25,6 +26,7 @@ from engine.admission import check_audio, check_decode_method, check_options, lo
 from engine.config import EngineConfig
 from engine.errors import EngineShutdownError, InvalidRequestError, UnknownRequestError, UnsupportedError
 from engine.gc_freeze import freeze_heap, thaw_heap
+from engine.hub import checkpoint_dir
 from engine.metrics import EngineMetrics
 from engine.ops.extension import extension_status
 from engine.request import Request, RequestStatus, error_output
@@ -42,6 +44,9 @@ class ASREngine:
     def __init__(self, config: EngineConfig | None = None, runner: ModelRunner | None = None):
         self.config = config or EngineConfig()
         self.config.validate()
+        if runner is None and self.config.ckpt_dir is not None:  # a model name: download it, or find it cached
+            self.config = dataclasses.replace(self.config, ckpt_dir=checkpoint_dir(self.config.ckpt_dir,
+                                                                                   self.config.revision))
         self.kernels = extension_status()  # logs once which path the operators take
         if self.config.num_threads:
             import torch

@@ -38,6 +38,9 @@ class ModelFamily:
     online_quantization: tuple[str, ...] = ()
     """Quantization schemes the family applies to its layers at load (e.g. 'int8_w8a8'). Another
     explicit scheme is refused before loading; 'auto' then means the float type."""
+    hub_files: tuple[str, ...] = ()
+    """Globs (fnmatch, relative to a model repo's root) of the files this family loads: a model named
+    by repo id downloads only files some family loads (engine/hub.py), never a repo's other formats."""
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,23 @@ def _http(args: argparse.Namespace) -> Iterator[Any]:
         raise CliError(f"request to {url} failed: {type(exc).__name__}: {exc}") from exc
 
 
+@contextmanager
+def _client(args: argparse.Namespace) -> Iterator[Any]:
+    """An `oasr.client.OASRClient` for --url / --api-key; its errors become CliErrors."""
+    from oasr import APIError, OASRClient, OASRError, ServerUnreachable
+
+    url = args.url.rstrip("/")
+    try:
+        with OASRClient(url, api_key=_api_key(args), timeout=HTTP_TIMEOUT_S) as client:
+            yield client
+    except ServerUnreachable as exc:
+        raise CliError(str(exc), EXIT_UNREACHABLE) from exc
+    except APIError as exc:
+        raise CliError(f"HTTP {exc.status}: {exc.message}" if isinstance(exc.status, int) else str(exc)) from exc
+    except OASRError as exc:
+        raise CliError(str(exc)) from exc
+
+
 def _check_files(paths: Sequence[str]) -> list[Path]:
     files = [Path(p) for p in paths]
     for f in files:

@@ -17,7 +17,7 @@ from app.cli.common import (
     _Parser,
 )
 from app.cli.jobs import add_jobs_parser
-from app.cli.models import cmd_models
+from app.cli.models import add_models_parser
 from app.cli.serve import _add_setting_flag, cmd_serve
 from app.cli.stream import cmd_stream
 from app.cli.transcribe import RESPONSE_FORMATS, cmd_transcribe
@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     tx.add_argument("files", nargs="+", metavar="FILE", help="audio files (wav, flac, mp3, ogg, webm, m4a, ...)")
     client_flags(tx, None)
-    tx.add_argument("--ckpt-dir", help="model checkpoint for in-process transcription (default: embedded tiny.en)")
+    tx.add_argument("--ckpt-dir", help="model for in-process transcription: a checkpoint directory, an alias (small.en, "
+                                        "large-v3-turbo, ...) or a Hugging Face repo id (default: embedded tiny.en)")
     tx.add_argument("--device", default="auto", help="in process: 'auto', 'cpu', 'cuda', ... (default: auto)")
     tx.add_argument("--model", help="with --url: the model name to send (servers with --served-model-name)")
     tx.add_argument("--response-format", choices=RESPONSE_FORMATS, default="text",
@@ -62,10 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "with one <name>.<ext> per input (default: stdout)")
     tx.set_defaults(func=cmd_transcribe)
 
-    models = sub.add_parser("models", help="list the models a server serves", epilog=EPILOG,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    client_flags(models, DEFAULT_URL)
-    models.set_defaults(func=cmd_models)
+    add_models_parser(sub, lambda p: client_flags(p, DEFAULT_URL), _Parser, EPILOG)
 
     stream = sub.add_parser("stream", help="play a file through /v1/realtime, printing partials live",
                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

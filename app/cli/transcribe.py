@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.cli.common import EXIT_OK, EXIT_USAGE, CliError, _check_files, _error_message, _http
+from app.cli.common import EXIT_OK, EXIT_USAGE, CliError, _check_files, _client
 
 RESPONSE_FORMATS = ("text", "json", "verbose_json", "srt", "vtt")
 EXTENSIONS = {"text": "txt", "json": "json", "verbose_json": "json", "srt": "srt", "vtt": "vtt"}
@@ -34,21 +34,18 @@ def _progress(total: int, unit: str, enabled: bool, leave: bool = True) -> Any:
 
 
 def _transcribe_remote(args: argparse.Namespace, files: list[Path]) -> Iterator[_Transcript]:
-    data: dict[str, Any] = {"response_format": args.response_format}
-    if args.language:
-        data["language"] = args.language
-    if args.word_timestamps:
-        data["timestamp_granularities[]"] = ["word", "segment"]
-    if args.model:
-        data["model"] = args.model
-    with _http(args) as client, _progress(len(files), "file", len(files) > 1) as bar:
+    from oasr import APIError
+
+    with _client(args) as client, _progress(len(files), "file", len(files) > 1) as bar:
         for path in files:
-            with path.open("rb") as fh:
-                response = client.post("/v1/audio/transcriptions", data=data, files={"file": (path.name, fh)})
-            if response.status_code != 200:
-                raise CliError(f"{path}: {_error_message(response)}")
+            try:
+                result = client.transcribe(path, model=args.model, language=args.language,
+                                           response_format=args.response_format,
+                                           timestamp_granularities=["word", "segment"] if args.word_timestamps else None)
+            except APIError as exc:
+                raise CliError(f"{path}: HTTP {exc.status}: {exc.message}") from exc
             bar.update(1)
-            yield _Transcript(path, response.text)
+            yield _Transcript(path, result.raw if isinstance(result.raw, str) else json.dumps(result.raw))
 
 
 def _run_with_progress(engine: Any, samples: Any, options: Any, seconds: float, name: str) -> Any:

@@ -1,5 +1,5 @@
 """Fault (e) of issue 35: `kill -9` of the server during a live /v1/realtime session that holds a
-resume token. After the restart the resuming client (app/cli/realtime_client.py, what `oasr
+resume token. After the restart the resuming client (oasr/realtime.py, what `oasr
 stream` uses) gets a clear close code at once, 4408 "the server restarted", instead of hanging or
 being told that its token is wrong. A real server on a fake-family checkpoint (the session layer
 is under test, not the model), killed and restarted on the same port."""
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import websockets
 
-from app.cli.realtime_client import ResumeRefused, ResumingRealtimeClient
 from engine.models.fake import write_checkpoint
+from oasr.realtime import ResumeRefused, ResumingRealtimeClient
 from tests.e2e.conftest import ServerProcess, start_server
 from tests.e2e.test_realtime_common import TERMINAL
 

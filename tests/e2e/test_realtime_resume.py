@@ -3,7 +3,7 @@ server with a 4 s grace period: a turn's transcript is one decode of its audio t
 resumed session must give exactly the events of an uninterrupted one.
 
 - The client's socket is cut (no close handshake) mid-turn, between turns and while the final
-  transcript is being computed; `app/cli/realtime_client.py` reconnects with the resume token
+  transcript is being computed; `oasr/realtime.py` reconnects with the resume token
   and the last event id, re-sends what the server does not hold, and every event arrives
   exactly once, identical to an uninterrupted run.
 - A wrong token is refused (4401); a session not resumed within the grace is ended, its engine
@@ -26,7 +26,7 @@ import httpx
 import pytest
 import websockets
 
-from app.cli.realtime_client import ResumingRealtimeClient
+from oasr.realtime import ResumingRealtimeClient
 from tests.conftest import load_clip, manifest
 from tests.e2e.conftest import REPO, ServerProcess, free_port, start_server
 from tests.e2e.test_grpc import metric_value

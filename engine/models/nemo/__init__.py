@@ -32,6 +32,6 @@ def build(config: EngineConfig, options: NemoOptions) -> NemoRunner:
     return NemoRunner.from_config(config, options)
 
 
-FAMILY = ModelFamily(name="nemo", detect=detect, build=build, options=NemoOptions)
+FAMILY = ModelFamily(name="nemo", detect=detect, build=build, options=NemoOptions, hub_files=("*.nemo",))
 
 __all__ = ["FAMILY", "NemoOptions", "build", "detect"]

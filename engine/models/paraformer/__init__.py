@@ -26,6 +26,7 @@ def build(config: EngineConfig, options: ParaformerOptions) -> ModelRunner:
     return ParaformerRunner.from_config(config, options)
 
 
-FAMILY = ModelFamily(name="paraformer", detect=detect, build=build, options=ParaformerOptions)
+FAMILY = ModelFamily(name="paraformer", detect=detect, build=build, options=ParaformerOptions,
+                     hub_files=("config.yaml", "model.pt", "tokens.json", "tokens.txt", "am.mvn"))
 
 __all__ = ["FAMILY", "ParaformerOptions", "build", "detect"]

@@ -27,6 +27,9 @@ def build(config: EngineConfig, options: SpeechLLMOptions) -> ModelRunner:
     return SpeechLLMRunner.from_config(config, options)
 
 
-FAMILY = ModelFamily(name="speechllm", detect=detect, build=build, options=SpeechLLMOptions)
+FAMILY = ModelFamily(name="speechllm", detect=detect, build=build, options=SpeechLLMOptions,
+                     # Transformers' one-file or sharded weights (not "*.safetensors": a Whisper repo's fp32 shards would match)
+                     hub_files=("config.json", "generation_config.json", "tokenizer.json", "model.safetensors",
+                                "model-*-of-*.safetensors"))
 
 __all__ = ["FAMILY", "SpeechLLMOptions", "build", "detect"]

@@ -25,6 +25,7 @@ def build(config: EngineConfig, options: WenetOptions) -> ModelRunner:
     return WenetRunner.from_config(config, options)
 
 
-FAMILY = ModelFamily(name="wenet", detect=detect, build=build, options=WenetOptions)
+FAMILY = ModelFamily(name="wenet", detect=detect, build=build, options=WenetOptions,
+                     hub_files=("train.yaml", "units.txt", "*.pt", "global_cmvn*"))
 
 __all__ = ["FAMILY", "WenetOptions", "build", "detect"]

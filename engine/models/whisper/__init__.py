@@ -25,6 +25,9 @@ def build(config: EngineConfig, options: WhisperOptions) -> ModelRunner:
 
 
 FAMILY = ModelFamily(name="whisper", detect=detect, build=build, options=WhisperOptions,
-                     online_quantization=("int8_w8a8",))
+                     online_quantization=("int8_w8a8",),
+                     # CTranslate2, Transformers (safetensors) and OpenAI .pt layouts (loader.py)
+                     hub_files=("model.bin", "model.safetensors", "*.pt", "config.json", "tokenizer.json",
+                                "generation_config.json"))
 
 __all__ = ["FAMILY", "WhisperOptions", "build", "detect"]

@@ -44,10 +44,13 @@ class AttentionContext:
 
 
 def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> Tensor:
-    """Whisper's fixed encoder position table (used when a checkpoint does not store it)."""
-    log_timescale_increment = torch.log(torch.tensor(max_timescale)) / (channels // 2 - 1)
-    inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2))
-    scaled_time = torch.arange(length)[:, None] * inv_timescales[None, :]
+    """Whisper's fixed encoder position table (used when a checkpoint does not store it). Always
+    computed on the CPU (`.to()` moves it), also inside a meta-device build (build.py), where
+    torch's meta kernels for these ops would import torch._dynamo: seconds at start-up."""
+    cpu = torch.device("cpu")
+    log_timescale_increment = torch.log(torch.tensor(max_timescale, device=cpu)) / (channels // 2 - 1)
+    inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2, device=cpu))
+    scaled_time = torch.arange(length, device=cpu)[:, None] * inv_timescales[None, :]
     return torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
 
 
@@ -154,7 +157,10 @@ class TextDecoder(nn.Module):
     def __init__(self, dims: WhisperDims):
         super().__init__()
         self.n_head = dims.n_text_head
-        self.token_embedding = nn.Embedding(dims.n_vocab, dims.n_text_state)
+        # Storage given rather than randomly initialised: weights always come from a checkpoint, and
+        # in a meta-device build (build.py) normal_'s meta kernel would import torch._dynamo (seconds).
+        self.token_embedding = nn.Embedding(dims.n_vocab, dims.n_text_state,
+                                            _weight=torch.empty(dims.n_vocab, dims.n_text_state))
         self.positional_embedding = nn.Parameter(torch.empty(dims.n_text_ctx, dims.n_text_state))
         self.blocks = nn.ModuleList(
             [DecoderBlock(dims.n_text_state, dims.n_text_head) for _ in range(dims.n_text_layer)]

@@ -64,7 +64,10 @@ class WhisperRunner:
         self.step_samples = int(config.stream_step_ms * SAMPLE_RATE / 1000)
         self.stream_chunk_samples = self.step_samples  # one pass's worth of new audio
         self.streams_stepped = 0
-        gate = SilenceGate.load() if self.options.skip_silent_passes else None
+        # The VAD model only gates live passes, which an offline-mode engine never runs (it refuses
+        # streams): not loading it there saves its start-up (onnxruntime session, ~0.3 s).
+        live = config.service_mode == "streaming"
+        gate = SilenceGate.load() if self.options.skip_silent_passes and live else None
         self.stream_passes = StreamPassPicker(self.step_samples, gate)
         # a second core encodes beside the decoder (encoder_thread.py); with one, the engine
         # thread alternates between them

@@ -31,6 +31,7 @@ def build(config: EngineConfig, options: ZipformerOptions) -> ZipformerRunner:
     return ZipformerRunner.from_config(config, options)
 
 
-FAMILY = ModelFamily(name="zipformer", detect=detect, build=build, options=ZipformerOptions)
+FAMILY = ModelFamily(name="zipformer", detect=detect, build=build, options=ZipformerOptions,
+                     hub_files=("model_args.json", "*.pt", "*.pth", "bpe.model", "tokens.txt"))
 
 __all__ = ["FAMILY", "ZipformerOptions", "build", "detect"]

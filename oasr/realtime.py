@@ -1,5 +1,5 @@
 """A /v1/realtime client that survives a dropped connection (the resume protocol of
-docs/streaming.md#resumable-sessions), used by `oasr stream`.
+docs/streaming.md#resumable-sessions), used by `oasr.client` and `oasr stream`.
 
 Everything the client sends that the server must not lose (audio, commits) is kept in order.
 When the connection drops (any close but a normal one), the client reconnects with the resume
@@ -98,6 +98,10 @@ class ResumingRealtimeClient:
         if self._reader is not None:
             self._reader.cancel()
 
+    def fail(self, exc: BaseException) -> None:
+        """End `events()` with `exc`, raised to its consumer (the audio source failed)."""
+        self._queue.put_nowait(exc)
+
     def drop(self) -> None:
         """Cut the connection without a close handshake (what a network failure does)."""
         self.ws.transport.abort()
@@ -121,7 +125,7 @@ class ResumingRealtimeClient:
                 return
             if isinstance(item, BaseException):
                 raise item
-            yield item  # type: ignore[misc]
+            yield item
 
     async def _read(self) -> None:
         import websockets
