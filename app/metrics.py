@@ -369,6 +369,16 @@ class Metrics:
             "pass heard and every word was committed (such a pass writes nothing): the CPU a "
             "re-decoding stream (Whisper) saves over pauses (count).",
             e)
+        self.engine_speech_recovered_seconds = d.counter(
+            "oasr_engine_speech_recovered_seconds_total",
+            "Speech the VAD heard that no decoded word covered (a window ended early or was judged "
+            "silent), decoded once more from where the words end (seconds).",
+            e)
+        self.engine_speech_uncovered_seconds = d.counter(
+            "oasr_engine_speech_uncovered_seconds_total",
+            "Speech still without words after its extra decode: VAD speech missing from a transcript, "
+            "or noise the VAD took for speech (seconds).",
+            e)
         self.engine_samples_dropped = d.counter(
             "oasr_engine_metric_samples_dropped_total",
             "Samples the engine's collector did not keep because a series was at its cap between two "
