@@ -8,12 +8,20 @@
   and was never committed: lost. It failed before `known_new`: "Firefox" never committed.
 - The same filter's single-word rule dropped a word said twice in a row ("five five") whenever
   the second started within 0.1 s of the first's aligned end.
+- A final pass that ends its text early (tiny.en's end-of-text after the first sentence of a
+  window holding two, 5 s apart) was the stream's last word: the second sentence was lost.
+  The final pass is now followed by one more over the audio after the last committed word when
+  the VAD hears speech there. Failed before: the final was the first sentence alone.
 """
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from engine.streaming import LocalAgreement
 from engine.types import Word
+from tests.conftest import Clip
 
 
 def word(text: str, start: float, end: float) -> Word:
@@ -56,3 +64,27 @@ def test_a_repeated_phrase_after_a_forced_pass_is_still_dropped() -> None:
     agreement.insert(said)
     agreement.finish([word("the", 1.6, 1.8), word("wizard", 1.8, 2.2), word("left", 2.5, 2.9)], known_new=True)
     assert agreement.committed_text == "the wizard left", agreement.committed_text
+
+
+def _spoken(text: str) -> list[str]:
+    return "".join(ch for ch in text.lower() if ch.isalnum() or ch.isspace()).split()
+
+
+@pytest.mark.parametrize("coverage", [True, False], ids=["coverage", "without"])
+def test_a_final_pass_that_ends_early_is_followed_by_one_over_the_rest(clips: list[Clip], coverage: bool) -> None:
+    from engine import ASREngine, EngineConfig
+
+    by_id = {c.id: c for c in clips}
+    audio = np.concatenate([by_id["libri_61-70968-0000"].audio, np.zeros(5 * 16000, np.float32),
+                            by_id["mfa_thoughts"].audio])
+    engine = ASREngine(EngineConfig(service_mode="streaming",
+                                    family_options={"whisper": {"speech_coverage": coverage}}))
+    try:
+        final = engine.transcribe_outputs(audio, streaming=True)[0]
+    finally:
+        engine.shutdown()
+    spoken = " ".join(_spoken(final.text))
+    assert spoken.startswith("he began") and "left" in spoken, final.text
+    # the stream's audio is released one step per engine step, so its passes hear the whole
+    # recording at once, as a loaded server's do: without coverage the second sentence is lost
+    assert spoken.endswith("thoughts about that thing") == coverage, final.text

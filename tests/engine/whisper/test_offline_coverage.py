@@ -45,3 +45,22 @@ def test_text_over_a_silent_tail_window_is_dropped(engine: Any, clips: list[Clip
     out = engine.transcribe_outputs(audio)[0]
     assert _spoken(out.text) == ["no", "firefox", "six"], out.text
     assert out.segments[-1].end <= audio.size / 16000
+
+
+def test_speech_after_an_early_end_of_text_is_decoded_again(engine: Any, clips: list[Clip]) -> None:
+    """ "He began ... on the left.", 5 s of silence, "I have a thousand thoughts about that thing":
+    tiny.en, hearing both in one window, ends its text after the first sentence with a single
+    timestamp, so the window is consumed whole and the second sentence was never decoded (as
+    faster-whisper loses it too). The VAD hears it after the text's end: one more window from
+    there writes it, and the seconds re-decoded are counted."""
+    by_id = {c.id: c for c in clips}
+    audio = np.concatenate([by_id["libri_61-70968-0000"].audio, np.zeros(5 * 16000, np.float32),
+                            by_id["mfa_thoughts"].audio])
+    before = engine.metrics.drain()
+    out = engine.transcribe_outputs(audio)[0]
+    after = engine.metrics.drain()
+    spoken = " ".join(_spoken(out.text))
+    assert spoken.startswith("he began") and "left" in spoken and spoken.endswith("thoughts about that thing"), out.text
+    recovered = after.speech_recovered_seconds_total - before.speech_recovered_seconds_total
+    uncovered = after.speech_uncovered_seconds_total - before.speech_uncovered_seconds_total
+    assert 0.5 <= recovered <= by_id["mfa_thoughts"].duration and uncovered == 0.0, (recovered, uncovered)
