@@ -224,6 +224,7 @@ def evaluate(engine: object, plans: Sequence[SessionPlan], modes: Sequence[str] 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    parser.add_argument("--sessions", type=int, default=None, help="only the first N rotations (default: all)")
     parser.add_argument("--quantization", default=None, help="EngineConfig.quantization (default: the engine's)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every session's transcripts")
     args = parser.parse_args(argv)
@@ -235,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         config.quantization = args.quantization
     engine = ASREngine(config)
     try:
-        plans = session_plans(short_pool())
+        plans = session_plans(short_pool())[: args.sessions]
         baseline, results = evaluate(engine, plans, args.modes)
     finally:
         engine.shutdown()
