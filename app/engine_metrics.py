@@ -67,6 +67,8 @@ class EngineSeries:
         self._skipped = m.engine_stream_passes_skipped.labels(**labels)
         self._passes = m.engine_stream_passes.labels(**labels)
         self._encoded = m.engine_stream_encoded_seconds.labels(**labels)
+        self._recovered = m.engine_speech_recovered_seconds.labels(**labels)
+        self._uncovered = m.engine_speech_uncovered_seconds.labels(**labels)
         self._kv_exhausted = m.engine_kv_exhausted.labels(**labels)
         self._padding = m.engine_batch_padding.labels(**labels)
         self._slots_in_use = m.engine_decode_slots_in_use.labels(**labels)
@@ -98,12 +100,16 @@ class EngineSeries:
         _advance(self._skipped, snap.stream_passes_skipped_total - seen.stream_passes_skipped_total)
         _advance(self._passes, snap.stream_passes_total - seen.stream_passes_total)
         _advance(self._encoded, snap.stream_encoded_seconds_total - seen.stream_encoded_seconds_total)
+        _advance(self._recovered, snap.speech_recovered_seconds_total - seen.speech_recovered_seconds_total)
+        _advance(self._uncovered, snap.speech_uncovered_seconds_total - seen.speech_uncovered_seconds_total)
         self._seen = MetricsSnapshot(snap.outputs_total, snap.tokens_generated_total, snap.search_overflow_total,
                                      snap.audio_seconds_total, snap.samples_dropped_total,
                                      stream_passes_shed_total=snap.stream_passes_shed_total,
                                      stream_passes_skipped_total=snap.stream_passes_skipped_total,
                                      stream_passes_total=snap.stream_passes_total,
-                                     stream_encoded_seconds_total=snap.stream_encoded_seconds_total)
+                                     stream_encoded_seconds_total=snap.stream_encoded_seconds_total,
+                                     speech_recovered_seconds_total=snap.speech_recovered_seconds_total,
+                                     speech_uncovered_seconds_total=snap.speech_uncovered_seconds_total)
         m, labels = self.metrics, self.labels
         for stage, values in snap.stage_seconds.items():
             _observe_all(m.engine_stage_host.labels(**labels, stage=stage), values)

@@ -347,6 +347,14 @@ ENGINE_METRICS: tuple[Declared, ...] = (
         "pass heard and every word was committed (such a pass writes nothing): the CPU a "
         "re-decoding stream (Whisper) saves over pauses (count).",
         ENGINE_LABELS),
+    Declared("engine_speech_recovered_seconds", "counter", "oasr_engine_speech_recovered_seconds_total",
+        "Speech the VAD heard that no decoded word covered (a window ended early or was judged "
+        "silent), decoded once more from where the words end (seconds).",
+        ENGINE_LABELS),
+    Declared("engine_speech_uncovered_seconds", "counter", "oasr_engine_speech_uncovered_seconds_total",
+        "Speech still without words after its extra decode: VAD speech missing from a transcript, "
+        "or noise the VAD took for speech (seconds).",
+        ENGINE_LABELS),
     Declared("engine_samples_dropped", "counter", "oasr_engine_metric_samples_dropped_total",
         "Samples the engine's collector did not keep because a series was at its cap between two "
         "drains: non-zero means a histogram here shows a truncated distribution (count).",

@@ -62,6 +62,11 @@ class MetricsSnapshot:
     stream_encoded_seconds_total: float = 0.0
     """Audio those passes encoded, padding included (s). Over the live audio fed it is how often
     each second is encoded again; per pass it is what one pass costs the encoder."""
+    speech_recovered_seconds_total: float = 0.0
+    """Speech (s) the VAD heard that no decoded word covered, decoded once more (a window that
+    ended early, or was judged silent; engine/models/whisper/coverage.py)."""
+    speech_uncovered_seconds_total: float = 0.0
+    """Speech (s) still without words after that extra decode."""
     stage_seconds: dict[str, list[float]] = field(default_factory=dict)
     """stage -> host wall times (s)."""
     batch_padding_ratio: list[float] = field(default_factory=list)
@@ -125,6 +130,10 @@ class EngineMetrics:
         self._totals.stream_passes_total += 1
         self._totals.stream_encoded_seconds_total += encoded_seconds
 
+    def count_speech_coverage(self, recovered_s: float, uncovered_s: float) -> None:
+        self._totals.speech_recovered_seconds_total += recovered_s
+        self._totals.speech_uncovered_seconds_total += uncovered_s
+
     # ---- sampling ----
 
     def _append(self, series: list, value: float | int) -> None:  # type: ignore[type-arg]
@@ -183,6 +192,8 @@ class EngineMetrics:
         pending.stream_passes_skipped_total = t.stream_passes_skipped_total
         pending.stream_passes_total = t.stream_passes_total
         pending.stream_encoded_seconds_total = t.stream_encoded_seconds_total
+        pending.speech_recovered_seconds_total = t.speech_recovered_seconds_total
+        pending.speech_uncovered_seconds_total = t.speech_uncovered_seconds_total
         return pending
 
 
@@ -222,5 +233,20 @@ def count_pass_run(encoded_seconds: float) -> None:
         collector.count_pass_run(encoded_seconds)
 
 
+def count_speech_recovered(seconds: float) -> None:
+    """Count speech no decoded word covered that gets one more decode (a no-op outside a step)."""
+    collector = _active.get()
+    if collector is not None and seconds:
+        collector.count_speech_coverage(seconds, 0.0)
+
+
+def count_speech_uncovered(seconds: float) -> None:
+    """Count speech still without words after its extra decode (a no-op outside a step)."""
+    collector = _active.get()
+    if collector is not None and seconds:
+        collector.count_speech_coverage(0.0, seconds)
+
+
 __all__ = ["MAX_SAMPLES_PER_SERIES", "STAGES", "EngineMetrics", "MetricsSnapshot", "count_pass_run",
-           "count_passes_shed", "count_passes_skipped", "stage_timer"]
+           "count_passes_shed", "count_passes_skipped", "count_speech_recovered", "count_speech_uncovered",
+           "stage_timer"]

@@ -137,12 +137,15 @@ class LocalAgreement:
         """committed_text + tentative_text: the partial transcript to show."""
         return join_words(self._tentative, self.committed_text)
 
-    def insert(self, words: Sequence[Word], offset: float = 0.0, settled_until: float = math.inf) -> AgreementUpdate:
+    def insert(self, words: Sequence[Word], offset: float = 0.0, settled_until: float = math.inf,
+               known_new: bool = False) -> AgreementUpdate:
         """Take the hypothesis of one pass (word times relative to `offset`, in seconds). Agreed
         words ending after `settled_until` (absolute seconds) stay tentative, with all after them:
         the last words of a pass, at the end of the audio it had, are often clipped ("pain." for
-        "painful") or close a sentence the speaker has not finished ("whatsoever." before "here")."""
-        fresh = self._new_words(words, offset)
+        "painful") or close a sentence the speaker has not finished ("whatsoever." before "here").
+        `known_new`: the caller already removed the committed words the pass heard again (by
+        count, from a pass forced with them), so none is dropped here by its text or time."""
+        fresh = self._new_words(words, offset, known_new)
         earlier = [*self._older, self._tentative]
         if len(earlier) < self.agreement - 1:  # not yet enough hypotheses to agree
             agreed = 0
@@ -159,9 +162,10 @@ class LocalAgreement:
         self._tentative = fresh[agreed:]
         return AgreementUpdate(committed=committed, tentative=list(self._tentative), trim_to=self.committed_until)
 
-    def finish(self, words: Sequence[Word] | None = None, offset: float = 0.0) -> AgreementUpdate:
-        """End of input: commit all of the final hypothesis (or, without one, the tentative tail)."""
-        committed = self._new_words(words, offset) if words is not None else self._tentative
+    def finish(self, words: Sequence[Word] | None = None, offset: float = 0.0, known_new: bool = False) -> AgreementUpdate:
+        """End of input: commit all of the final hypothesis (or, without one, the tentative tail).
+        `known_new` as for `insert`."""
+        committed = self._new_words(words, offset, known_new) if words is not None else self._tentative
         self._commit(committed)
         self._tentative, self._older = [], []
         return AgreementUpdate(committed=list(committed), tentative=[], trim_to=self.committed_until)
@@ -199,8 +203,11 @@ class LocalAgreement:
 
     # -- internals --
 
-    def _new_words(self, words: Sequence[Word], offset: float) -> list[Word]:
-        """The hypothesis in absolute time, without words that were already committed."""
+    def _new_words(self, words: Sequence[Word], offset: float, known_new: bool = False) -> list[Word]:
+        """The hypothesis in absolute time, without words that were already committed (unless
+        the caller knows there are none: `known_new`). Times are no proof of that: a lone word
+        in a window of mostly silence is aligned up to seconds late, and every word heard after
+        it would fall before its end."""
         if not math.isfinite(offset):
             raise ValueError(f"offset must be a finite number of seconds, got {offset!r}")
         fresh = [
@@ -213,14 +220,18 @@ class LocalAgreement:
         # A window kept from a little before the commit point (or a leaked prompt) re-hears the
         # last committed words at its start: drop the longest such run, matched by text, since
         # word timestamps jitter by a couple of tenths of a second. A single word counts only
-        # when it starts at the commit point, so "no, no" said with a pause survives.
+        # when it starts at the commit point, so "no, no" said with a pause survives; after a
+        # pass that was told the committed words (`known_new`), only a run of several counts: the
+        # model then repeats a phrase it was given, while one word again is speech ("five five").
         recent = [normalize_word(w.word) for w in self._recent]
         if fresh[0].start < self.committed_until + OVERLAP_WINDOW_S:
-            shortest = 1 if fresh[0].start < self.committed_until + TIME_SLACK_S else 2
+            shortest = 2 if known_new or fresh[0].start >= self.committed_until + TIME_SLACK_S else 1
             for n in range(min(len(recent), len(fresh)), shortest - 1, -1):
                 if recent[-n:] == [normalize_word(w.word) for w in fresh[:n]]:
                     logger.debug("dropping %d re-emitted committed word(s)", n)
                     return fresh[n:]
+        if known_new:
+            return fresh
         # No textual overlap: words lying mostly before the commit point were heard already.
         return [w for w in fresh if (w.start + w.end) / 2 > self.committed_until - TIME_SLACK_S]
 

@@ -70,6 +70,8 @@ EXPECTED_LABELS: dict[str, set[str]] = {
     "oasr_engine_stream_passes_skipped_total": E,
     "oasr_engine_stream_passes_total": E,
     "oasr_engine_stream_encoded_seconds_total": E,
+    "oasr_engine_speech_recovered_seconds_total": E,
+    "oasr_engine_speech_uncovered_seconds_total": E,
     # batch jobs (app/jobs)
     "oasr_jobs": {"state"},
     "oasr_jobs_queue_age_seconds": set(),
@@ -188,7 +190,8 @@ def test_dispatcher_counters_are_in_the_first_scrape_at_zero() -> None:
                  "oasr_events_deferred_total", "oasr_engine_outputs_total", "oasr_engine_kv_exhausted_total",
                  "oasr_engine_metric_samples_dropped_total", "oasr_engine_search_overflow_total",
                  "oasr_engine_stream_passes_shed_total", "oasr_engine_stream_passes_skipped_total",
-                 "oasr_engine_stream_passes_total", "oasr_engine_stream_encoded_seconds_total"):
+                 "oasr_engine_stream_passes_total", "oasr_engine_stream_encoded_seconds_total",
+                 "oasr_engine_speech_recovered_seconds_total", "oasr_engine_speech_uncovered_seconds_total"):
         assert _value(m, name) == 0.0, name
 
 
@@ -203,6 +206,8 @@ def test_engine_counters_replay_absolute_totals_once() -> None:
     collector.count_passes_skipped(5)
     collector.count_pass_run(4.0)
     collector.count_pass_run(6.0)
+    collector.count_speech_coverage(1.5, 0.0)
+    collector.count_speech_coverage(0.5, 0.25)
     collector.observe_stage("streaming.encode", 0.01)
     collector.observe_stage("streaming.encode", 0.02)  # over the cap of one: dropped and counted
     s.export(collector.drain(), RunnerStats(), running=0, waiting=0)
@@ -218,6 +223,8 @@ def test_engine_counters_replay_absolute_totals_once() -> None:
     assert _value(m, "oasr_engine_stream_passes_skipped_total") == 5
     assert _value(m, "oasr_engine_stream_passes_total") == 2
     assert _value(m, "oasr_engine_stream_encoded_seconds_total") == 10.0
+    assert _value(m, "oasr_engine_speech_recovered_seconds_total") == 2.0
+    assert _value(m, "oasr_engine_speech_uncovered_seconds_total") == 0.25
     assert _value(m, "oasr_engine_stage_host_seconds_count", stage="streaming.encode") == 1
 
 

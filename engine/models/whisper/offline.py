@@ -16,6 +16,7 @@ from torch import Tensor
 
 from engine.models.whisper.alignment import align_words
 from engine.models.whisper.context import fit_frames
+from engine.models.whisper.coverage import SpeechCoverage
 from engine.models.whisper.features import EDGE_FRAMES, FRAMES_PER_SECOND, N_FRAMES, pad_window, padding_value
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.transcript import (
@@ -48,10 +49,14 @@ def uses_audio_padding(fit_context: bool) -> bool:
 class OfflineTranscription:
     """Transcribes one request's whole audio, window after window."""
 
-    def __init__(self, request: Request, mel: Tensor, parts: WhisperParts, fit_context: bool = False):
+    def __init__(self, request: Request, mel: Tensor, parts: WhisperParts, fit_context: bool = False,
+                 coverage: SpeechCoverage | None = None):
         """`fit_context`: a window shorter than 30 s is encoded with the 'fit' context (context.py).
-        `mel` follows the padding convention of the context (`uses_audio_padding`)."""
+        `mel` follows the padding convention of the context (`uses_audio_padding`). `coverage`:
+        speech a window leaves without words is decoded again (coverage.py); None: off."""
         self.request = request
+        self.coverage = coverage or SpeechCoverage(None)
+        self.unprompted = False  # the next window is decoded without the previous text (a retry)
         self.parts = parts
         self.fit_context = fit_context
         self.options = request.decoding
@@ -99,7 +104,8 @@ class OfflineTranscription:
 
     def build_prefix(self) -> tuple[list[int], int]:
         tok = self.parts.tokenizer
-        prompt = self.initial_prompt + (self.history if self.options.condition_on_previous_text else [])
+        conditioned = self.options.condition_on_previous_text and not self.unprompted
+        prompt = self.initial_prompt + (self.history if conditioned else [])
         prompt = self.keywords + prompt[-(self.parts.dims.n_text_ctx // 2 - 1 - len(self.keywords)):]
         sot = tok.sot_sequence(self.language, self.options.task, timestamps=True)
         prefix = ([tok.sot_prev, *prompt] if prompt else []) + sot
@@ -175,12 +181,14 @@ class OfflineTranscription:
         self.windows += 1
         self.last_temperature = result.temperature
         window_start = job.seek / FRAMES_PER_SECOND
-        if is_silence(result, self.options.no_speech_threshold):
-            self.seek += job.frames
+        self.unprompted = False
+        covered = window_start  # where the window's kept text ends (s)
+        if self._silent(job, result):
+            advance = job.frames
         else:
             raw, advance = split_segments(result.tokens, tok, window_start, job.frames)
             kept = self._add_segments(job, raw, result)
-            self.seek += advance
+            covered = max([covered, *(seg.end for seg in kept)])
             if result.temperature <= PROMPT_RESET_TEMPERATURE:
                 # the kept segments' tokens only, as openai/whisper and faster-whisper condition:
                 # the unfinished tail after the last timestamp pair is decoded again by the next
@@ -190,10 +198,39 @@ class OfflineTranscription:
                 self.history = []
             if result.nbest:
                 self.window_nbest = result.nbest
+        self.seek = self._next_seek(job, covered, job.seek + advance, wrote_nothing=covered == window_start)
         nxt = self.next_job()
         if nxt is None:
             return WindowUpdate(output=self.finish(), withdrawn=withdrawn or [])
         return WindowUpdate(jobs=[nxt], output=self.partial(), withdrawn=withdrawn or [])
+
+    def _silent(self, job: WindowJob, result: WindowResult) -> bool:
+        """Whisper's silence verdict, or a window Whisper thinks holds no speech (no-speech
+        probability over the threshold) although it wrote confident text, where the VAD hears
+        no speech either: tiny.en, given the 0.3 s of silence after a session's last word as a
+        window of its own, writes "One. One. One. One. One." there (no-speech 0.77, mean
+        log-probability -0.66). Both must agree: either alone misses quiet or unusual speech."""
+        threshold = self.options.no_speech_threshold
+        if is_silence(result, threshold):
+            return True
+        if result.no_speech_prob <= threshold:
+            return False
+        start = job.seek / FRAMES_PER_SECOND
+        return not self.coverage.hears_speech(self.request.audio, start, start + job.frames / FRAMES_PER_SECOND)
+
+    def _next_seek(self, job: WindowJob, covered: float, advance_to: int, wrote_nothing: bool) -> int:
+        """Where the next window starts: `advance_to` (mel frames) as decoded, unless the VAD hears
+        speech between the end of the window's text (`covered`, s) and there that has not been
+        decoded again yet; then from where the text ends (coverage.py). A window that wrote
+        nothing is decoded again from shortly before that speech, without the previous text as
+        prompt if that is where it started (a prompt can talk tiny.en into silence)."""
+        verdict = self.coverage.review(self.request.audio, covered, min(advance_to, self.content_frames) / FRAMES_PER_SECOND,
+                                       wrote_nothing=wrote_nothing)
+        if verdict.retry_from is None:
+            return advance_to
+        seek = max(job.seek, min(advance_to - 1, round(verdict.retry_from * FRAMES_PER_SECOND)))
+        self.unprompted = seek == job.seek
+        return seek
 
     def _best_attempt(self) -> WindowResult:
         """Every temperature failed: keep the most confident decode that is not repetitive (or the

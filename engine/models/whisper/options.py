@@ -35,6 +35,13 @@ class WhisperOptions:
     without speech still gets a pass every 3 s, for speech the VAD misses. False: a pass every
     cadence period. Without the VAD (the silero-vad package missing) every pass runs."""
 
+    speech_coverage: bool = True
+    """Offline and live: speech the Silero VAD hears that no decoded word covers (Whisper ended a
+    window early, or judged it silent) is decoded once more, from where the words end
+    (engine/models/whisper/coverage.py); counted by oasr_engine_speech_recovered_seconds_total and
+    oasr_engine_speech_uncovered_seconds_total. False: windows advance as Whisper decoded them (as
+    openai/whisper and faster-whisper do), and such speech can be lost."""
+
     def __post_init__(self) -> None:
         if self.offline_encoder_context not in ("fit", "full"):
             raise InvalidRequestError(

@@ -23,6 +23,7 @@ from engine.errors import InvalidRequestError
 from engine.metrics import stage_timer
 from engine.models.whisper.batch import DecodeBatch
 from engine.models.whisper.context import ContextEncoder
+from engine.models.whisper.coverage import SpeechCoverage
 from engine.models.whisper.decoding import DecodeGroup
 from engine.models.whisper.encoder_thread import EncoderThread
 from engine.models.whisper.features import SAMPLE_RATE, LogMelExtractor
@@ -40,6 +41,7 @@ from engine.request import Request, error_output
 from engine.runner import ModelInfo, RunnerStats
 from engine.streaming.silence_gate import SilenceGate
 from engine.types import MAX_BEAM_SIZE, MAX_N_BEST, DecodingOptions, RequestOutput
+from engine.vad import VoiceActivityModel, load_vad_model
 
 logger = logging.getLogger(__name__)
 
@@ -64,10 +66,11 @@ class WhisperRunner:
         self.step_samples = int(config.stream_step_ms * SAMPLE_RATE / 1000)
         self.stream_chunk_samples = self.step_samples  # one pass's worth of new audio
         self.streams_stepped = 0
-        # The VAD model only gates live passes, which an offline-mode engine never runs (it refuses
-        # streams): not loading it there saves its start-up (onnxruntime session, ~0.3 s).
-        live = config.service_mode == "streaming"
-        gate = SilenceGate.load() if self.options.skip_silent_passes and live else None
+        # The silence gate only gates live passes, which an offline-mode engine never runs; speech
+        # coverage needs the VAD offline too (off, an offline engine skips loading it, ~0.3 s).
+        gate_wanted = self.options.skip_silent_passes and config.service_mode == "streaming"
+        self.vad = _load_vad() if gate_wanted or self.options.speech_coverage else None
+        gate = SilenceGate(self.vad) if gate_wanted and self.vad is not None else None
         self.stream_passes = StreamPassPicker(self.step_samples, gate)
         # a second core encodes beside the decoder (encoder_thread.py); with one, the engine
         # thread alternates between them
@@ -153,7 +156,8 @@ class WhisperRunner:
     def admit(self, requests: list[Request]) -> list[RequestOutput]:
         for r in (r for r in requests if r.streaming):
             stream = StreamingTranscription(r, self.parts, self.config.stream_window_s,
-                                            fit_context=self.config.stream_encoder_context == "fit")
+                                            fit_context=self.config.stream_encoder_context == "fit",
+                                            coverage=self._coverage())
             self.active[r.request_id] = stream
             self.streams[r.request_id] = stream
         # offline requests are collated (features, window plan) by the next execute(), where
@@ -199,7 +203,8 @@ class WhisperRunner:
         for request, fit, mel in zip(requests, fits, mels):
             if mel is None:
                 continue
-            state = OfflineTranscription(request, mel.to(self.parts.dtype), self.parts, fit_context=fit)
+            state = OfflineTranscription(request, mel.to(self.parts.dtype), self.parts, fit_context=fit,
+                                         coverage=self._coverage())
             self.active[request.request_id] = state
             job = state.next_job()
             if job is None:
@@ -207,6 +212,10 @@ class WhisperRunner:
                 del self.active[request.request_id]
             else:
                 self.planner.submit(job)
+
+    def _coverage(self) -> SpeechCoverage:
+        """A request's coverage bookkeeping (coverage.py); without the VAD or the option, it is off."""
+        return SpeechCoverage(self.vad if self.options.speech_coverage else None)
 
     def release(self, request: Request) -> None:
         self.collating = [r for r in self.collating if r is not request]
@@ -438,6 +447,16 @@ class WhisperRunner:
         logger.error("request %s failed at %s: %s", rid, stage, exc)
         self.release(state.request)
         outputs.append(error_output(state.request, stage, exc))
+
+
+def _load_vad() -> VoiceActivityModel | None:
+    """The packaged Silero VAD, shared by the silence gate and speech coverage; None (both off)
+    when it cannot load: a missing VAD costs CPU and the coverage guarantee, never a request."""
+    try:
+        return load_vad_model("silero")
+    except Exception as exc:
+        logger.warning("Silero VAD unavailable (%s): live passes run over silence, speech coverage is off", exc)
+        return None
 
 
 def _mode(jobs: list[WindowJob]) -> str:

@@ -20,6 +20,7 @@ import torch
 from engine.metrics import count_pass_run
 from engine.models.whisper.alignment import align_words
 from engine.models.whisper.context import fit_frames
+from engine.models.whisper.coverage import SpeechCoverage
 from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.stream_output import attach_word_logprobs, stream_output
@@ -63,10 +64,13 @@ compute; more agreeing passes: fewer committed mistakes, later commits. No delay
 
 
 class StreamingTranscription:
-    def __init__(self, request: Request, parts: WhisperParts, window_s: float, fit_context: bool):
+    def __init__(self, request: Request, parts: WhisperParts, window_s: float, fit_context: bool,
+                 coverage: SpeechCoverage | None = None):
         """`window_s`: longest uncommitted window re-decoded per pass; `fit_context`: encode a
-        pass's window plus silence ('fit', context.py) instead of a zero-padded 30 s window."""
+        pass's window plus silence ('fit', context.py) instead of a zero-padded 30 s window;
+        `coverage`: speech no word covers gets one more pass (coverage.py); None: off."""
         self.request = request
+        self.coverage = coverage or SpeechCoverage(None)
         self.parts = parts
         self.window_cap = int(window_s * SAMPLE_RATE)  # samples
         self.fit_context = fit_context
@@ -225,12 +229,15 @@ class StreamingTranscription:
         words = [] if silent else self._words(job, result)
         if job.final and self.is_final_pass():
             # a silent (or mute) last window keeps the tentative tail the previous pass heard
-            self.agreement.finish(None if silent or mute else self._drop_reheard(job, words))
+            self.agreement.finish(None if silent or mute else self._drop_reheard(job, words), known_new=bool(job.forced))
             self._collect_commits()
+            retry = self._cover_the_rest()
+            if retry is not None:
+                return WindowUpdate([retry])
             self.final_done = True
             return WindowUpdate(output=self._output(finished=True))
         heard, tentative_before = self._drop_reheard(job, words), self.agreement.tentative
-        self.agreement.insert(heard, settled_until=self.heard_until - EDGE_S)
+        self.agreement.insert(heard, settled_until=self.heard_until - EDGE_S, known_new=bool(job.forced))
         self._collect_commits()
         if not heard and not tentative_before:
             self._trim_in_pause_after_commits(words)
@@ -238,8 +245,32 @@ class StreamingTranscription:
         # above also fires mid-speech now and then, and would drop words never decoded
         really_silent = is_silence(result, self.options.no_speech_threshold)
         if really_silent and not self.agreement.tentative and self.window.size > SILENCE_TRIM_AFTER_S * SAMPLE_RATE:
-            self._trim_to(self.window_start + self.window.size / SAMPLE_RATE - SILENCE_KEEP_S)
+            keep_from = self._window_end() - SILENCE_KEEP_S
+            verdict = self.coverage.review(self.window, self._spoken_until(), keep_from, self.window_start,
+                                           wrote_nothing=True)
+            if verdict.retry_from is None:
+                self._trim_to(keep_from)
+            else:  # the VAD hears speech there: one more pass, without the prompt that may have silenced it
+                self.unprompted = True
         return WindowUpdate(output=self._output(finished=False))
+
+    def _spoken_until(self) -> float:
+        """Stream time (s) up to which words cover the window: the last committed word's end."""
+        return max([self.window_start, *(w.end for w in self.committed_words[-1:])])
+
+    def _cover_the_rest(self) -> WindowJob | None:
+        """After the final pass: speech the VAD hears after the last committed word that has not
+        had its extra pass yet (the pass ended its text early, or heard silence) gets one more
+        final pass, over the audio from where the words end, prompted with the committed text."""
+        verdict = self.coverage.review(self.window, self._spoken_until(), self._window_end(), self.window_start,
+                                       wrote_nothing=not self._committed_in_window())
+        if verdict.retry_from is None:
+            return None
+        # the same window again (nothing written, speech from its start): without the prompt
+        self.unprompted = verdict.retry_from <= self.window_start + 1e-3 and not self._committed_in_window()
+        self._trim_to(verdict.retry_from)
+        self.last_pass_tokens = None  # its window starts elsewhere: no draft
+        return self.make_job(self.parts.features([self.window])[0].to(self.parts.dtype))
 
     def _retry(self, job: WindowJob) -> WindowJob:
         """The same window, already encoded, decoded again with the prefix as it is now."""
