@@ -201,6 +201,15 @@ class EngineService:
     def release(self) -> None:
         self.inflight = max(0, self.inflight - 1)
 
+    def validate_options(self, decoding: DecodingOptions | None, streaming: bool = False) -> DecodingOptions:
+        """The engine's admission of a request's options (app/requests.py), counted as rejected
+        when refused: a surface checks them before it decodes the audio or opens the request."""
+        try:
+            return self.engine.validate_options(decoding, streaming)
+        except (InvalidRequestError, UnsupportedError):
+            self.series.requests_rejected.inc()
+            raise
+
     def shed_offline(self, priority: int = 0, *, count: bool = True) -> int | None:
         """Seconds a client should wait before offering new offline work (Retry-After), or None
         to admit it: refused while the work ahead of it would keep it queued longer than

@@ -80,7 +80,8 @@ def check_capabilities(caps: Capabilities, *, family: str, model: str, languages
             fixed = "it is English-only" if sole == "en" else f"it transcribes {sole!r} only"
             raise refuse(f"language {options.language!r}", fixed if sole else "the request cannot choose its language")
     if options.task == "translate" and not caps.translate:
-        raise refuse("task='translate'", "it only transcribes")
+        raise refuse("task='translate'", "it is English-only and only transcribes" if languages == ("en",)
+                     else "it only transcribes")
     if options.word_timestamps and not caps.word_timestamps:
         raise refuse("word_timestamps", "it does not time words")
     if options.stream_context is not None and not caps.stream_context:

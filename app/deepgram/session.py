@@ -115,7 +115,7 @@ class ListenSession:
         # Deepgram's results carry word times when the model has them
         words = service.engine.model_info.capabilities.word_timestamps
         try:
-            options = admit_options(service.engine, build_options(language=params.language, keywords=params.keywords,
+            options = admit_options(service, build_options(language=params.language, keywords=params.keywords,
                                                                   word_timestamps=words), streaming=True)
         except InvalidRequestError as exc:
             raise QueryError(str(exc)) from exc

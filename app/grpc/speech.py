@@ -148,7 +148,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         config = request.config
         check_model(self.settings.served_model_name, config.model or None)
         spec = audio_spec(config)
-        options = admit_options(self.service.engine, decoding_options(config))
+        options = admit_options(self.service, decoding_options(config))
         source = request.audio.WhichOneof("audio_source")
         if source == "uri":
             raise invalid("RecognitionAudio.uri is not supported: this server fetches nothing from outside; "

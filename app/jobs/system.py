@@ -86,7 +86,7 @@ class JobSystem:
     # ------------------------------------------------------------------ operations
 
     async def submit(self, request: JobRequest) -> Job:
-        prepared = await asyncio.to_thread(prepare, request, self.settings, self.worker.runtime.service.engine)
+        prepared = await asyncio.to_thread(prepare, request, self.settings, self.worker.runtime.service)
         new, data = prepared.job, prepared.audio
 
         def create() -> Job:

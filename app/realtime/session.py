@@ -280,7 +280,7 @@ class RealtimeSession:
     def _apply(self, config: SessionConfig) -> None:
         """Take `config` (validated whole first: a refused update changes nothing)."""
         param = "session.input_audio_transcription" if self.beta else "session.audio.input.transcription"
-        options = decoding_options(config.transcription, logprobs=config.logprobs, engine=self.service.engine,
+        options = decoding_options(config.transcription, logprobs=config.logprobs, engine=self.service,
                                    served_model_name=self._served_model_name, param=param)
         if (config.input_format, config.noise_reduction) != (self.config.input_format, self.config.noise_reduction):
             self._pipeline = InputPipeline(config.input_format, self.rate, config.noise_reduction)

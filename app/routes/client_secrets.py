@@ -73,7 +73,7 @@ async def _session_config(request: Request, settings: Settings, service: EngineS
         else:
             config = parse_ga_update({"session": session}, start, vad)
         param = "session.input_audio_transcription" if beta else "session.audio.input.transcription"
-        decoding_options(config.transcription, logprobs=config.logprobs, engine=service.engine,
+        decoding_options(config.transcription, logprobs=config.logprobs, engine=service,
                          served_model_name=settings.served_model_name, param=param)
         make_denoiser(config.noise_reduction, service.engine.sample_rate)
     except ProtocolError as exc:

@@ -61,7 +61,7 @@ async def recognize(
         raise to_api_error(exc) from exc
     n_alt = max(1, max_alternatives)
     try:  # BCP-47 ('en-US') becomes the ISO 639-1 code the model knows in build_options
-        options = admit_options(service.engine, build_options(
+        options = admit_options(service, build_options(
             task="transcribe", language=language or language_code, prompt=prompt, temperature=temperature,
             word_timestamps=enable_word_time_offsets, beam_size=beam_size, n_best=n_alt))
     except InvalidRequestError as exc:
@@ -89,7 +89,7 @@ async def _recognize_json(request: Request, settings: Settings, service: EngineS
     try:
         check_model(settings.served_model_name, config.model or None)
         spec = audio_spec(config)
-        options = admit_options(service.engine, decoding_options(config))
+        options = admit_options(service, decoding_options(config))
     except Exception as exc:
         raise to_api_error(exc) from exc
     return await _recognize(request, settings, service, decoder, message.audio.content, spec, options,

@@ -78,7 +78,7 @@ async def _transcribe(
         raise ApiError(400, "include[]=logprobs needs response_format=json", param="include")
     words = "word" in granularities
     try:  # refused here, before the upload is decoded, with the engine's own words
-        options = admit_options(service.engine, build_options(
+        options = admit_options(service, build_options(
             task=task, language=language, prompt=prompt, temperature=temperature, word_timestamps=words,
             beam_size=beam_size, logprobs=logprobs))
     except InvalidRequestError as exc:

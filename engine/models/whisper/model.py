@@ -157,10 +157,13 @@ class TextDecoder(nn.Module):
     def __init__(self, dims: WhisperDims):
         super().__init__()
         self.n_head = dims.n_text_head
-        # Storage given rather than randomly initialised: weights always come from a checkpoint, and
-        # in a meta-device build (build.py) normal_'s meta kernel would import torch._dynamo (seconds).
-        self.token_embedding = nn.Embedding(dims.n_vocab, dims.n_text_state,
-                                            _weight=torch.empty(dims.n_vocab, dims.n_text_state))
+        # Storage given rather than initialised by nn.Embedding: in a meta-device build (build.py)
+        # normal_'s meta kernel would import torch._dynamo (seconds); the checkpoint fills it there.
+        # Anywhere else (tests, tools) it gets nn.Embedding's own N(0, 1) init, drawn at the same point.
+        weight = torch.empty(dims.n_vocab, dims.n_text_state)
+        if weight.device.type != "meta":
+            nn.init.normal_(weight)
+        self.token_embedding = nn.Embedding(dims.n_vocab, dims.n_text_state, _weight=weight)
         self.positional_embedding = nn.Parameter(torch.empty(dims.n_text_ctx, dims.n_text_state))
         self.blocks = nn.ModuleList(
             [DecoderBlock(dims.n_text_state, dims.n_text_head) for _ in range(dims.n_text_layer)]

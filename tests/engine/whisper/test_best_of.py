@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tests.engine.test_whisper_logit_rules import EOT, V, rules
 
 from engine.models.whisper.decoding import DecodeGroup
 from engine.types import DecodingOptions
+from tests.engine.whisper.test_logit_rules import EOT, V, rules
 
 SOT = 11
 
