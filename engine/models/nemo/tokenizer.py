@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import sentencepiece as spm
 
 from engine.errors import CheckpointError
+from engine.pieces import WORD_START, piece_words
 from engine.types import Word
 
-WORD_START = "▁"
 """SentencePiece's word-start marker."""
 
 
@@ -44,26 +42,5 @@ class Tokenizer:
     def text(self, tokens: list[int]) -> str:
         return str(self.sp.decode_ids(tokens)) if tokens else ""
 
-    def words(
-        self, tokens: list[int], frames: list[int], logprobs: list[float], frame_seconds: float
-    ) -> list[Word]:
-        """Group pieces into words (a '▁' piece opens one): start at the first token's frame, end
-        one frame after the last token's, confidence the mean token probability."""
-        groups: list[list[int]] = []
-        for i, tok in enumerate(tokens):
-            if not groups or self.pieces[tok].startswith(WORD_START):
-                groups.append([i])
-            else:
-                groups[-1].append(i)
-        words = []
-        for group in groups:
-            text = self.text([tokens[i] for i in group]).strip()
-            if not text:
-                continue
-            words.append(Word(
-                word=text,
-                start=round(frames[group[0]] * frame_seconds, 3),
-                end=round((frames[group[-1]] + 1) * frame_seconds, 3),
-                confidence=sum(math.exp(logprobs[i]) for i in group) / len(group),
-            ))  # fmt: skip
-        return words
+    def words(self, tokens: list[int], frames: list[int], logprobs: list[float], frame_seconds: float) -> list[Word]:
+        return piece_words(self.pieces, self.text, tokens, frames, logprobs, frame_seconds)
