@@ -64,8 +64,6 @@ CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
 CLOSE_INTERNAL = 1011
 """The server failed, or the client went silent (Deepgram's NET-0001 close)."""
-MAX_REASON_BYTES = 123
-"""A close frame's reason is at most 123 bytes of UTF-8 (RFC 6455 §5.5)."""
 VAD_WINDOW_MS = 32
 
 EndedBy = Literal["endpoint", "finalize", "close"]
@@ -75,13 +73,6 @@ async def say_shutting_down(sender: EventSender) -> None:
     """The goodbye of a session the server's shutdown ends: a ServerShutdown error, then 1001."""
     await sender.send(msg.error("the server is shutting down", "ServerShutdown"))
     await sender.close(CLOSE_GOING_AWAY, "server is shutting down")
-
-
-def close_reason(text: str) -> str:
-    data = text.encode()
-    if len(data) <= MAX_REASON_BYTES:
-        return text
-    return data[: MAX_REASON_BYTES - 3].decode(errors="ignore") + "..."
 
 
 @dataclass(eq=False)
@@ -187,7 +178,7 @@ class ListenSession:
         self.live.stop()
         logger.info("listen %s: closing (%d): %s", self.id, code, description)
         await self.sender.send(msg.error(description, variant))
-        await self.sender.close(code, close_reason(description))
+        await self.sender.close(code, description)
 
     def _turn_done(self, turn: Turn) -> None:
         segment = self._segments.pop(turn, None)

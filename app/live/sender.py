@@ -19,6 +19,17 @@ from starlette.websockets import WebSocket, WebSocketState
 
 logger = logging.getLogger(__name__)
 
+MAX_REASON_BYTES = 123
+"""RFC 6455 5.5: a control frame's payload is at most 125 bytes, two of them the close code."""
+
+
+def close_reason(text: str) -> str:
+    """`text` cut to what a close frame holds (a longer reason makes the close itself fail)."""
+    data = text.encode()
+    if len(data) <= MAX_REASON_BYTES:
+        return text
+    return data[: MAX_REASON_BYTES - 3].decode(errors="ignore") + "..."
+
 
 class EventSender:
     """Serializes sends; a gone client detaches quietly (its handler notices on receive)."""
@@ -86,7 +97,7 @@ class EventSender:
             if websocket is None:
                 return
             try:
-                await websocket.close(code, reason)
+                await websocket.close(code, close_reason(reason))
             except Exception as exc:
                 logger.debug("close failed, client gone: %s", exc)
 

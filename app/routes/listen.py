@@ -28,7 +28,6 @@ from app.deepgram.session import (
     CLOSE_POLICY,
     CLOSE_TOO_BIG,
     ListenSession,
-    close_reason,
     say_shutting_down,
 )
 from app.engine_service import EngineService
@@ -93,7 +92,7 @@ async def _serve(websocket: WebSocket, settings: Settings, service: EngineServic
     except QueryError as exc:
         logger.info("listen: refused %s: %s", websocket.url.query, exc)
         await sender.send(msg.error(str(exc), "InvalidQuery"))
-        await sender.close(CLOSE_POLICY, close_reason(f"INVALID_QUERY: {exc}"))
+        await sender.close(CLOSE_POLICY, f"INVALID_QUERY: {exc}")
         return
     finally:
         drain_hooks.remove(drain_while_opening)

@@ -19,7 +19,7 @@ from app.audio import AudioDecodeError
 from app.deepgram import messages as msg
 from app.deepgram.audio import ListenAudio
 from app.deepgram.params import MIN_ENDPOINTING_MS, ListenParams, QueryError, parse_params
-from app.deepgram.session import MAX_REASON_BYTES, close_reason
+from app.live.sender import MAX_REASON_BYTES, close_reason
 from engine import Word
 from tests.audio_variants import encode_variant
 

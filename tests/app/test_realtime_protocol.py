@@ -540,3 +540,19 @@ async def test_a_resumed_connection_gets_every_later_event_exactly_once() -> Non
     for e in events:
         await small.send(e)
     assert not small.knows(events[3]["event_id"]) and small.knows(events[4]["event_id"])
+
+
+async def test_a_long_close_reason_is_cut_to_fit_the_close_frame() -> None:
+    """Starlette sends the reason as given; over 123 bytes the close frame itself fails (the client
+    then sees 1006 and no reason at all)."""
+    closes: list[tuple[int, str]] = []
+
+    class ClosingSocket(FakeSocket):
+        async def close(self, code: int, reason: str) -> None:
+            closes.append((code, reason))
+
+    sender = EventSender(ClosingSocket())  # type: ignore[arg-type]
+    await sender.close(1008, "language is not supported by the nemo model 'x': " + "é" * 100)
+    [(code, reason)] = closes
+    assert code == 1008 and reason.startswith("language is not supported") and reason.endswith("...")
+    assert len(reason.encode()) <= 123
