@@ -209,7 +209,7 @@ def _fire(model: Paraformer, geo: ChunkGeometry, inputs: list[ChunkInput], enc: 
     thr = cfg.threshold
     integ = torch.zeros(b, device=enc.device)
     frames = torch.zeros(b, d, device=enc.device)
-    fired: list[list[torch.Tensor]] = [[] for _ in range(b)]
+    fires, sums = [], []
     for t in range(alphas.shape[1]):  # FunASR's loop, one float32 operation at a time
         a, h = alphas[:, t], hidden[:, t]
         under = (a + integ) < thr
@@ -218,16 +218,17 @@ def _fire(model: Paraformer, geo: ChunkGeometry, inputs: list[ChunkInput], enc: 
         fire = ~under
         integ = torch.where(fire, integ - thr, integ)
         frames = torch.where(fire[:, None], integ[:, None] * h, acc)
-        for i in fire.nonzero().flatten().tolist():
-            fired[i].append(acc[i])
+        fires.append(fire)
+        sums.append(acc)
+    carried = torch.where(integ[:, None] > 0, frames / integ[:, None], frames)
     for i, inp in enumerate(inputs):
-        inp.state.cif_alpha = integ[i]
-        inp.state.cif_hidden = frames[i] / integ[i] if bool(integ[i] > 0) else frames[i]
-    counts = [len(f) for f in fired]
+        inp.state.cif_alpha, inp.state.cif_hidden = integ[i], carried[i]
+    fired = torch.stack(fires, 1)  # (B, T'): at most one fire per frame
+    per_row = fired.sum(1)
+    counts = per_row.tolist()
     embeds = enc.new_zeros(b, max(counts), d, dtype=torch.float32)
-    for i, f in enumerate(fired):
-        if f:
-            embeds[i, : len(f)] = torch.stack(f)
+    slots = torch.arange(embeds.shape[1], device=enc.device)[None, :] < per_row[:, None]
+    embeds[slots] = torch.stack(sums, 1)[fired]  # both row-major over (stream, order of firing)
     return embeds, counts
 
 
