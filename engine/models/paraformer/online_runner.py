@@ -169,10 +169,9 @@ class ParaformerOnlineRunner:
 
     def _ready(self, stream: OnlineStream) -> bool | None:
         """None: nothing to run; False: a whole chunk; True: the final chunk."""
-        if stream.samples >= (stream.chunks + 1) * self.stream_chunk_samples:
-            if len(stream.feats) >= self.geometry.chunk:
-                return False
-            return None
+        due = stream.samples >= (stream.chunks + 1) * self.stream_chunk_samples
+        if due and len(stream.feats) >= self.geometry.chunk:  # (its frames are in once its audio is)
+            return False
         return True if stream.input_done and not stream.has_pending_audio() else None
 
     def _featurize(self, outputs: list[RequestOutput]) -> None:

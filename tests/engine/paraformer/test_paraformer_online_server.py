@@ -1,18 +1,22 @@
 """End to end: a real server in streaming mode on the FunASR-written paraformer-online checkpoint
-serves a realtime session (the official SDK's client, manual commit) and gRPC StreamingRecognize
-with partials while the audio is still coming and a final transcript equal to the in-process
-engine's streaming output on the same PCM16 samples; `/v1/models` declares it streaming."""
+serves a realtime session (the official SDK's client, manual commit), gRPC StreamingRecognize and
+Deepgram's /v1/listen with partials while the audio is still coming and a final transcript equal
+to the in-process engine's streaming output on the same PCM16 samples; `/v1/models` declares it
+streaming."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import httpx
+import numpy as np
 import pytest
+import websockets
 
 from app.audio import pcm16_to_float
 from engine import ASREngine, EngineConfig
@@ -40,16 +44,21 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     srv.terminate()
 
 
-@pytest.fixture(scope="module")
-def expected() -> RequestOutput:
-    """The in-process engine's streaming output on the PCM16 the clients send."""
+def stream_in_process(audio: np.ndarray) -> RequestOutput:
+    """The in-process engine's streaming output on these samples."""
     eng = ASREngine(EngineConfig(ckpt_dir=str(ONLINE_CKPT), service_mode="streaming"))
     try:
-        (out,) = eng.transcribe_outputs(pcm16_to_float(pcm16_at(clip(CLIP), RATE)), streaming=True)
+        (out,) = eng.transcribe_outputs(audio, streaming=True)
     finally:
         eng.shutdown()
     assert out.finish_reason == "stop" and out.text
     return out
+
+
+@pytest.fixture(scope="module")
+def expected() -> RequestOutput:
+    """On the PCM16 the clients send."""
+    return stream_in_process(pcm16_to_float(pcm16_at(clip(CLIP), RATE)))
 
 
 def test_models_card_declares_streaming(server: ServerProcess) -> None:
@@ -99,3 +108,34 @@ def test_grpc_streaming_recognize_interim_and_final(server: ServerProcess, expec
     finals = [r for _, r in results if r.is_final]
     assert len(finals) == 1 and finals[0].alternatives[0].transcript == expected.text
     assert partials and partials[0][0] < sent_all[0], "no interim result before the audio ended"
+
+
+def test_deepgram_listen_interim_and_final(server: ServerProcess) -> None:
+    audio = pcm16_at(clip(CLIP), RATE)
+
+    async def run() -> list[dict]:
+        url = f"{server.ws_url}/v1/listen?encoding=linear16&sample_rate={RATE}&interim_results=true"
+        messages = []
+        async with websockets.connect(url, max_size=None) as ws:
+            step = RATE * 2 * CHUNK_MS // 1000
+            for i in range(0, len(audio), step):
+                await ws.send(audio[i : i + step])
+                await asyncio.sleep(CHUNK_MS / 1000 / 2)  # twice real time
+            await ws.send(json.dumps({"type": "CloseStream"}))
+            try:
+                while True:
+                    messages.append(json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT_S)))
+            except websockets.ConnectionClosed:
+                pass
+        return messages
+
+    results = [m for m in asyncio.run(run()) if m["type"] == "Results"]
+    finals = [m for m in results if m["is_final"]]
+    # the server's VAD cuts the segment from the speech start to its end (plus paddings): the
+    # stream holds that audio only, so the in-process reference takes the same span
+    assert len(finals) == 1
+    start = round(finals[0]["start"] * RATE)
+    end = round((finals[0]["start"] + finals[0]["duration"]) * RATE)
+    expected = stream_in_process(pcm16_to_float(audio)[start:end])
+    assert finals[0]["channel"]["alternatives"][0]["transcript"] == expected.text
+    assert any(not m["is_final"] for m in results), "no interim results while the audio streamed"
