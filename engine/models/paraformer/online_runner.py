@@ -170,7 +170,9 @@ class ParaformerOnlineRunner:
     def _ready(self, stream: OnlineStream) -> bool | None:
         """None: nothing to run; False: a whole chunk; True: the final chunk."""
         due = stream.samples >= (stream.chunks + 1) * self.stream_chunk_samples
-        if due and len(stream.feats) >= self.geometry.chunk:  # (its frames are in once its audio is)
+        # a chunk's LFR frames are all computable once its audio has arrived (the last one's right
+        # context ends 80 samples before the chunk does); the check only guards other geometries
+        if due and len(stream.feats) >= self.geometry.chunk:
             return False
         return True if stream.input_done and not stream.has_pending_audio() else None
 
