@@ -27,7 +27,15 @@ What it does:
 4. records FunASR's `sentence_postprocess` on a few crafted token sequences (abbreviations, CJK
    beside words, specials, a dangling `@@` piece);
 5. builds `seaco/`, a SeacoParaformer (hotwords) of the same tiny sizes with a `seg_dict`, and
-   records its tokens per clip without and with a hotword file.
+   records its tokens per clip without and with a hotword file;
+6. builds `online/`, a ParaformerStreaming (paraformer-online: SANMEncoderChunkOpt, a causal
+   decoder FSMN, WavFrontendOnline) of the same tiny sizes, and records FunASR's streaming
+   `generate` per clip: the clip fed 600 ms at a time (`chunk_size`, `cache`, `is_final` on the
+   last call), the token ids each call returned, under the `ONLINE_SETTINGS` look-backs;
+7. writes `bpe.model`, a tiny SentencePiece model trained on the dev transcripts with as many
+   pieces as `tiny/` has tokens, and records FunASR's text for each clip when `tiny/`'s weights
+   are read with that model as the tokenizer (`SentencepiecesTokenizer`, its pieces as the token
+   list).
 
 kaldi-native-fbank stands in for torchaudio (FunASR's own fallback in funasr.utils.fbank):
 torchaudio has no wheel for torch 2.13.
@@ -111,6 +119,30 @@ HOTWORDS = ("curtain", "your wizard", "left", "confused complaint")
 """Hotwords (one per line of FunASR's hotword file); 'wizard' and 'complaint' go through seg_dict."""
 
 
+ONLINE = {
+    "encoder": "SANMEncoderChunkOpt",
+    "encoder_conf": {"input_layer": "pe_online", "chunk_size": [12, 15], "stride": [8, 10], "pad_left": [0, 0],
+                     "encoder_att_look_back_factor": [4, 4], "decoder_att_look_back_factor": [1, 1]},
+    "decoder_conf": {"att_layer_num": 3, "sanm_shfit": 5},
+    "frontend": "WavFrontendOnline",
+}
+"""paraformer-zh-streaming's layout: the chunked SAN-M encoder with streaming positions (its
+chunk_size / stride are training settings: inference takes `chunk_size` per call), every decoder
+block cross-attending, and the decoder FSMN shifted to be causal (kernel 11, shift 5)."""
+ONLINE_SETTINGS = (
+    {"chunk_size": [0, 10, 5], "encoder_chunk_look_back": 4, "decoder_chunk_look_back": 1},
+    {"chunk_size": [0, 8, 4], "encoder_chunk_look_back": 0, "decoder_chunk_look_back": 0},
+)
+"""FunASR's documented streaming settings (600 ms chunks, 300 ms look-ahead, 4 encoder chunks and
+1 decoder chunk of look-back), and its 480 ms variant without look-back caches."""
+ONLINE_TRIMMED = {"libri_61-70968-0000": 6 * 9600 + 480}
+"""Clips also streamed cut to this many samples: less than one frame (960 samples) past the last
+whole chunk, where FunASR's last call runs on the previous window's look-ahead alone."""
+CHUNK_SAMPLES_PER_FRAME = 960
+"""Samples of one LFR frame at 16 kHz (60 ms): FunASR's streaming chunk stride is
+chunk_size[1] x 960."""
+
+
 def token_list(speech: Path) -> list[str]:
     """<blank>, <s>, </s>, then words of the dev transcripts, `@@` pieces, letters, CJK, <unk>."""
     words: dict[str, None] = {}
@@ -162,12 +194,20 @@ def write_cmvn(path: Path, clips: list[np.ndarray], frontend_conf: dict[str, Any
     )
 
 
-def build_checkpoint(out: Path, speech: Path, clips: list[np.ndarray], seaco: bool = False) -> None:
+def build_checkpoint(out: Path, speech: Path, clips: list[np.ndarray], seaco: bool = False,
+                     online: bool = False) -> None:  # fmt: skip
     import funasr.models.paraformer.model  # registers Paraformer and its parts
     from funasr.register import tables
 
     tokens = token_list(speech)
     cfg = config(len(tokens))
+    if online:
+        import funasr.models.paraformer_streaming.model  # registers ParaformerStreaming
+
+        cfg["model"] = "ParaformerStreaming"
+        cfg["encoder"], cfg["frontend"] = ONLINE["encoder"], ONLINE["frontend"]
+        cfg["encoder_conf"].update(ONLINE["encoder_conf"])
+        cfg["decoder_conf"].update(ONLINE["decoder_conf"])
     if seaco:
         cfg["model"] = "SeacoParaformer"
         cfg["model_conf"].update(SEACO["model_conf"])
@@ -266,6 +306,17 @@ class _IdsSeen:
         return list(self._tokenizer.ids2tokens(ids))
 
 
+class _ClassSpelling:
+    """A tokenizer class's own `ids2tokens` (unbound), while the class attribute is replaced."""
+
+    def __init__(self, spell: Any) -> None:
+        self.spell = spell
+        self.instance: Any = None
+
+    def ids2tokens(self, ids: Any) -> list[str]:
+        return list(self.spell(self.instance, ids))
+
+
 def record_seaco(out: Path, clips: dict[str, np.ndarray]) -> dict[str, Any]:
     """FunASR's SeacoParaformer with and without the hotword file, per clip (batch 1)."""
     from funasr import AutoModel
@@ -289,6 +340,86 @@ def record_seaco(out: Path, clips: dict[str, np.ndarray]) -> dict[str, Any]:
     return result
 
 
+def record_online(out: Path, clips: dict[str, np.ndarray]) -> dict[str, Any]:
+    """FunASR's streaming generate per clip and setting: the token ids of each 600 ms call."""
+    from funasr import AutoModel
+
+    am = AutoModel(model=str(out), device="cpu", disable_update=True, disable_pbar=True, log_level="ERROR")
+    result: dict[str, Any] = {"settings": []}
+    clips = {**clips, **{f"{cid}@{n}": clips[cid][:n] for cid, n in ONLINE_TRIMMED.items()}}
+    for setting in ONLINE_SETTINGS:
+        stride = setting["chunk_size"][1] * CHUNK_SAMPLES_PER_FRAME
+        rows: dict[str, Any] = {}
+        for cid, audio in clips.items():
+            # generate deep-copies the model and its kwargs (the tokenizer too) on every call: record
+            # on the tokenizer's class
+            cls = type(am.kwargs["tokenizer"])
+            seen = _IdsSeen(_ClassSpelling(cls.ids2tokens))
+            def record(tok: Any, ids: Any, seen: _IdsSeen = seen) -> list[str]:
+                seen._tokenizer.instance = tok
+                return seen.ids2tokens(ids)
+
+            cls.ids2tokens = record
+            cache: dict[str, Any] = {}
+            calls = max(-(-len(audio) // stride), 1)
+            chunks, texts = [], []
+            for i in range(calls):
+                before = len(seen.ids)
+                (res,) = am.generate(input=audio[i * stride : (i + 1) * stride], cache=cache,
+                                     is_final=i == calls - 1, **setting)  # fmt: skip
+                chunks.append([t for ids in seen.ids[before:] for t in ids])
+                texts.append(res["text"])
+            cls.ids2tokens = seen._tokenizer.spell
+            rows[cid] = {"chunk_token_ids": chunks, "chunk_texts": texts}
+        result["settings"].append({**setting, "clips": rows})
+    return result
+
+
+def write_bpe(out: Path, speech: Path, vocab_size: int) -> None:
+    """A SentencePiece model of `vocab_size` pieces (ids 0-2: <blank>, <s>, </s>, as FunASR's token
+    lists start) trained on the dev transcripts."""
+    import io
+
+    import sentencepiece as spm
+
+    lines = [json.loads(x).get("text") or "" for x in (speech / "manifest.jsonl").read_text().splitlines()]
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([t.lower() for t in lines if t]), model_writer=model, vocab_size=vocab_size,
+        model_type="bpe", character_coverage=1.0, normalization_rule_name="identity",
+        unk_id=vocab_size - 1, bos_id=-1, eos_id=-1, pad_id=-1,
+        control_symbols=["<blank>", "<s>", "</s>"], hard_vocab_limit=True, minloglevel=2,
+    )  # fmt: skip
+    (out / "bpe.model").write_bytes(model.getvalue())
+
+
+def record_bpe(tiny: Path, bpe_model: Path, clips: dict[str, np.ndarray], work: Path) -> dict[str, Any]:
+    """`tiny/`'s weights read with the SentencePiece model as the tokenizer: FunASR's text per clip."""
+    import shutil
+
+    import sentencepiece as spm
+    from funasr import AutoModel
+
+    sp = spm.SentencePieceProcessor(model_file=str(bpe_model))
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    ckpt = work / "bpe-ckpt"
+    shutil.copytree(tiny, ckpt, dirs_exist_ok=True)
+    (ckpt / "tokens.json").write_text(json.dumps(pieces, ensure_ascii=False))
+    shutil.copy(bpe_model, ckpt / "bpe.model")
+    cfg = yaml.safe_load((ckpt / "config.yaml").read_text())
+    cfg["tokenizer"] = "SentencepiecesTokenizer"
+    cfg["tokenizer_conf"] = {"bpemodel": "bpe.model", "unk_symbol": pieces[-1]}
+    (ckpt / "config.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False))
+    am = AutoModel(model=str(ckpt), device="cpu", disable_update=True, disable_pbar=True, log_level="ERROR",
+                   tokenizer_conf={"bpemodel": str(ckpt / "bpe.model"), "unk_symbol": pieces[-1]})  # fmt: skip
+    rows = {}
+    for cid, audio in clips.items():
+        (res,) = am.generate(input=[audio], key=[cid], batch_size=1)
+        rows[cid] = {"text": res["text"]}
+    shutil.rmtree(ckpt)
+    return {"pieces": len(pieces), "clips": rows}
+
+
 def _version() -> str:
     import funasr
 
@@ -308,6 +439,11 @@ def main() -> None:
     reference = record(ckpt, clips)
     build_checkpoint(args.out / "seaco", args.speech_data, list(clips.values()), seaco=True)
     reference["seaco"] = record_seaco(args.out / "seaco", clips)
+    build_checkpoint(args.out / "online", args.speech_data, list(clips.values()), online=True)
+    reference["online"] = record_online(args.out / "online", clips)
+    tokens = json.loads((ckpt / "tokens.json").read_text())
+    write_bpe(args.out, args.speech_data, len(tokens))
+    reference["bpe"] = record_bpe(ckpt, args.out / "bpe.model", clips, args.out)
     (args.out / "reference.json").write_text(json.dumps(reference, ensure_ascii=False, indent=1) + "\n")
     for cid, r in reference["clips"].items():
         logger.info("%s: %d tokens: %s", cid, len(r["token_ids"]), r["text"])

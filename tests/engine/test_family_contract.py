@@ -46,6 +46,11 @@ def _paraformer(tmp: Path) -> EngineConfig:
     return EngineConfig(ckpt_dir=str(fixture))
 
 
+def _paraformer_online(tmp: Path) -> EngineConfig:
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "paraformer" / "online"
+    return EngineConfig(ckpt_dir=str(fixture))
+
+
 def _zipformer(tmp: Path) -> EngineConfig:
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "zipformer" / "tiny_streaming"
     # its largest trained chunk (1.28 s): 4x fewer steps than the default 320 ms, same code paths
@@ -73,6 +78,11 @@ CHECKPOINTS: dict[str, Callable[[Path], EngineConfig]] = {
     "fake": _fake,
 }
 """How to build a servable checkpoint of each family (real or reference-written weights)."""
+VARIANTS: dict[str, Callable[[Path], EngineConfig]] = {
+    "paraformer-online": _paraformer_online,
+}
+"""Further checkpoints of a family whose runner differs (paraformer-online streams; the offline
+Paraformer does not): they pass the same contract."""
 
 CLIPS = ("mfa_her", "mfa_thoughts", "mfa_um")
 """Three real clips of different lengths (about 1, 3 and 5 s)."""
@@ -83,9 +93,9 @@ def test_every_family_in_the_table_has_a_contract_checkpoint() -> None:
     assert len({e.module for e in FAMILY_TABLE}) == len(FAMILY_TABLE)
 
 
-@pytest.fixture(scope="module", params=sorted(CHECKPOINTS))
+@pytest.fixture(scope="module", params=sorted({**CHECKPOINTS, **VARIANTS}))
 def config(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> EngineConfig:
-    return CHECKPOINTS[request.param](tmp_path_factory.mktemp(request.param))
+    return {**CHECKPOINTS, **VARIANTS}[request.param](tmp_path_factory.mktemp(request.param))
 
 
 def test_a_layer_quantization_is_applied_or_refused_before_loading(config: EngineConfig) -> None:

@@ -1,7 +1,9 @@
-"""FunASR Paraformer: SAN-M encoder, CIF predictor, one-pass non-autoregressive decoder; offline.
+"""FunASR Paraformer: SAN-M encoder, CIF predictor, one-pass non-autoregressive decoder. The
+offline model (and SeACo's hotword one) runs whole files (runner.py); paraformer-online
+(`ParaformerStreaming`) streams chunk by chunk (online_runner.py).
 
 Checkpoint directories as FunASR releases them: config.yaml, model.pt (a state dict),
-tokens.json or tokens.txt, am.mvn. Options: `ParaformerOptions`
+tokens.json or tokens.txt or a SentencePiece bpe.model, am.mvn. Options: `ParaformerOptions`
 (engine/models/paraformer/options.py). Importing this package loads no torch code: the runner is
 imported when a checkpoint is built.
 """
@@ -21,12 +23,19 @@ def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
 
 
 def build(config: EngineConfig, options: ParaformerOptions) -> ModelRunner:
+    from engine.device import resolve_device, resolve_dtype
+    from engine.models.paraformer.checkpoint import load_checkpoint
+    from engine.models.paraformer.online_runner import ParaformerOnlineRunner
     from engine.models.paraformer.runner import ParaformerRunner
 
-    return ParaformerRunner.from_config(config, options)
+    device = resolve_device(config)
+    ckpt = load_checkpoint(config.resolved_ckpt_dir(), device, resolve_dtype(config, device), config.checkpoint_name)
+    if ckpt.config.online:
+        return ParaformerOnlineRunner(ckpt, config, device, options)
+    return ParaformerRunner(ckpt, config, device, options)
 
 
 FAMILY = ModelFamily(name="paraformer", detect=detect, build=build, options=ParaformerOptions,
-                     hub_files=("config.yaml", "model.pt", "tokens.json", "tokens.txt", "am.mvn"))
+                     hub_files=("config.yaml", "model.pt", "tokens.json", "tokens.txt", "bpe.model", "am.mvn"))
 
 __all__ = ["FAMILY", "ParaformerOptions", "build", "detect"]

@@ -1,6 +1,7 @@
 """Loading a FunASR Paraformer model directory: `config.yaml`, `model.pt` (a state dict, as
-FunASR's released checkpoints are), the token list (`tokens.json` or `tokens.txt`) and the
-front end's CMVN (`am.mvn`)."""
+FunASR's released checkpoints are), the token list (`tokens.json` or `tokens.txt`, or the pieces
+of the SentencePiece model `tokenizer_conf.bpemodel` names), that model when there is one, and
+the front end's CMVN (`am.mvn`)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,9 @@ class ParaformerCheckpoint:
     model_class: str
     seg_dict: dict[str, list[str]] | None = None
     """word -> tokens (`seg_dict`): how FunASR spells a hotword's words."""
+    sentencepiece: Any | None = None
+    """The SentencePiece model (`sentencepiece.SentencePieceProcessor`) that spells the tokens, when
+    config.yaml names one (`tokenizer_conf.bpemodel`)."""
 
 
 def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
@@ -69,7 +73,8 @@ def _read_yaml(path: str) -> dict[str, Any]:
     return raw
 
 
-def read_tokens(ckpt_dir: str) -> list[str]:
+def read_tokens(ckpt_dir: str, sentencepiece: Any | None = None) -> list[str]:
+    """The token list file, or else the SentencePiece model's pieces in id order."""
     for name in TOKEN_FILES:
         path = os.path.join(ckpt_dir, name)
         if not os.path.isfile(path):
@@ -81,13 +86,38 @@ def read_tokens(ckpt_dir: str) -> list[str]:
                     raise CheckpointError(f"{name}: expected a JSON list of token strings")
                 return tokens
             return [line.rstrip("\n").split(" ")[0] for line in f if line.strip()]
-    raise CheckpointError(f"no token list ({' or '.join(TOKEN_FILES)}) in the checkpoint directory")
+    if sentencepiece is not None:
+        return [str(sentencepiece.id_to_piece(i)) for i in range(int(sentencepiece.get_piece_size()))]
+    raise CheckpointError(f"no token list ({' or '.join(TOKEN_FILES)}) and no SentencePiece model in the "
+                          "checkpoint directory")  # fmt: skip
+
+
+def load_sentencepiece(ckpt_dir: str, raw: dict[str, Any]) -> Any | None:
+    """The SentencePiece model config.yaml names (`tokenizer_conf.bpemodel`, looked up in the
+    checkpoint directory by its file name, as FunASR resolves it), or None."""
+    conf = raw.get("tokenizer_conf") or {}
+    name = conf.get("bpemodel") if isinstance(conf, dict) else None
+    if name is None:
+        return None
+    path = os.path.join(ckpt_dir, os.path.basename(str(name)))
+    if not os.path.isfile(path):
+        raise CheckpointError(f"config.yaml: tokenizer_conf.bpemodel={name!r}: no {os.path.basename(str(name))} "
+                              "in the checkpoint directory")  # fmt: skip
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor()
+    try:
+        sp.load(path)
+    except (OSError, RuntimeError) as exc:
+        raise CheckpointError(f"{os.path.basename(path)}: {exc}") from exc
+    return sp
 
 
 def load_checkpoint(ckpt_dir: str, device: torch.device, dtype: torch.dtype,
                     checkpoint_name: str | None = None) -> ParaformerCheckpoint:  # fmt: skip
     raw = _read_yaml(os.path.join(ckpt_dir, CONFIG_FILE))
-    tokens = read_tokens(ckpt_dir)
+    sentencepiece = load_sentencepiece(ckpt_dir, raw)
+    tokens = read_tokens(ckpt_dir, sentencepiece)
     cfg = parse_config(raw, len(tokens))
     cmvn_path = os.path.join(ckpt_dir, CMVN_FILE)
     cmvn = load_cmvn(cmvn_path) if os.path.isfile(cmvn_path) else None
@@ -115,7 +145,8 @@ def load_checkpoint(ckpt_dir: str, device: torch.device, dtype: torch.dtype,
             f"unexpected {sorted(unexpected)[:5]}"
         )
     model.to(device=device, dtype=dtype).eval()
-    return ParaformerCheckpoint(model, cfg, tokens, cmvn, weights_path, str(raw["model"]), read_seg_dict(ckpt_dir))
+    return ParaformerCheckpoint(model, cfg, tokens, cmvn, weights_path, str(raw["model"]), read_seg_dict(ckpt_dir),
+                                sentencepiece)  # fmt: skip
 
 
 def read_seg_dict(ckpt_dir: str) -> dict[str, list[str]] | None:

@@ -1,9 +1,11 @@
 """A FunASR Paraformer's `config.yaml`, read into the sizes and settings this runtime implements.
 
-Only the offline `Paraformer` with a `SANMEncoder` (input layer `pe`), a `CifPredictorV2` and a
-`ParaformerSANMDecoder` is served, with FunASR's `WavFrontend`. Any other class or a setting this
-runtime does not reproduce exactly is refused here, naming the key. Training-only settings
-(dropout, specaug, loss weights) are ignored.
+Served: the offline `Paraformer` (and SeACo's `SeacoParaformer`) with a `SANMEncoder` (input
+layer `pe`), a `CifPredictorV2` and a `ParaformerSANMDecoder`, with FunASR's `WavFrontend`; and
+the streaming `ParaformerStreaming` (paraformer-online) with a `SANMEncoderChunkOpt` (input layer
+`pe_online`) and `WavFrontendOnline`. Any other class or a setting this runtime does not
+reproduce exactly is refused here, naming the key. Training-only settings (dropout, specaug, loss
+weights, the online encoder's training chunk sizes) are ignored.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from typing import Any
 
 from engine.errors import CheckpointError
 
-MODEL_CLASSES = ("Paraformer", "SeacoParaformer")
+MODEL_CLASSES = ("Paraformer", "SeacoParaformer", "ParaformerStreaming")
 """`model:` values served: the plain model, and SeACo's contextual one (hotwords). BiCifParaformer
 (a second, timestamp predictor) differs in its timestamps and is refused rather than served
 approximately."""
+ONLINE_CLASS = "ParaformerStreaming"
+"""paraformer-online: chunked encoder with caches, CIF across chunks, decoder over fired tokens."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,11 @@ class ParaformerConfig:
     sos: int
     eos: int
     seaco: SeacoConfig | None = None
+    online: bool = False
+    """ParaformerStreaming: served chunk by chunk (engine/models/paraformer/online.py)."""
+    bpe_model: str | None = None
+    """`tokenizer_conf.bpemodel`: the SentencePiece model file (relative to the checkpoint
+    directory) that spells the tokens; None for FunASR's character tokenizer."""
 
 
 def _section(raw: dict[str, Any], key: str) -> dict[str, Any]:
@@ -117,14 +126,15 @@ def _require(raw: dict[str, Any], key: str, allowed: tuple[str, ...]) -> None:
 def parse_config(raw: dict[str, Any], vocab_size: int) -> ParaformerConfig:
     """The runtime's view of a FunASR config.yaml (already parsed from YAML)."""
     _require(raw, "model", MODEL_CLASSES)
-    _require(raw, "encoder", ("SANMEncoder",))
+    online = raw["model"] == ONLINE_CLASS
+    _require(raw, "encoder", ("SANMEncoderChunkOpt",) if online else ("SANMEncoder",))
     _require(raw, "decoder", ("ParaformerSANMDecoder",))
     _require(raw, "predictor", ("CifPredictorV2",))
-    _require(raw, "frontend", ("WavFrontend", "wav_frontend"))
+    _require(raw, "frontend", ("WavFrontendOnline",) if online else ("WavFrontend", "wav_frontend"))
     enc, dec, pred, fe = (_section(raw, k) for k in ("encoder_conf", "decoder_conf", "predictor_conf", "frontend_conf"))
     model = _section(raw, "model_conf")
     checks = {
-        "encoder_conf.input_layer": (enc.get("input_layer", "conv2d"), "pe"),
+        "encoder_conf.input_layer": (enc.get("input_layer", "conv2d"), "pe_online" if online else "pe"),
         "encoder_conf.selfattention_layer_type": (enc.get("selfattention_layer_type", "sanm"), "sanm"),
         "encoder_conf.normalize_before": (enc.get("normalize_before", True), True),
         "encoder_conf.concat_after": (enc.get("concat_after", False), False),
@@ -151,13 +161,20 @@ def parse_config(raw: dict[str, Any], vocab_size: int) -> ParaformerConfig:
     if int(pred.get("idim", d_model)) != d_model:
         raise CheckpointError(f"config.yaml: predictor_conf.idim={pred.get('idim')} != encoder output_size {d_model}")
     seaco = _seaco(raw, model, d_model, vocab_size) if raw["model"] == "SeacoParaformer" else None
+    decoder = _decoder(dec, d_model, vocab_size, embed=seaco is not None)
+    if online:
+        _check_online_decoder(decoder)
+    tokenizer = _section(raw, "tokenizer_conf")
+    bpe_model = tokenizer.get("bpemodel")
+    if bpe_model is not None and not isinstance(bpe_model, str):
+        raise CheckpointError(f"config.yaml: tokenizer_conf.bpemodel must be a file name, got {bpe_model!r}")
     return ParaformerConfig(
         encoder=EncoderConfig(
             input_size=n_mels * lfr_m, output_size=d_model, attention_heads=int(enc.get("attention_heads", 4)),
             linear_units=int(enc.get("linear_units", 2048)), num_blocks=int(enc.get("num_blocks", 6)),
             kernel_size=int(enc.get("kernel_size", 11)), sanm_shift=int(enc.get("sanm_shfit", 0)),
         ),
-        decoder=_decoder(dec, d_model, vocab_size, embed=seaco is not None),
+        decoder=decoder,
         predictor=PredictorConfig(
             idim=d_model, l_order=int(pred.get("l_order", 1)), r_order=int(pred.get("r_order", 1)),
             threshold=float(pred.get("threshold", 1.0)), smooth_factor=float(pred.get("smooth_factor", 1.0)),
@@ -173,7 +190,23 @@ def parse_config(raw: dict[str, Any], vocab_size: int) -> ParaformerConfig:
         sos=int(model.get("sos", 1) if model.get("sos", 1) is not None else vocab_size - 1),
         eos=int(model.get("eos", 2) if model.get("eos", 2) is not None else vocab_size - 1),
         seaco=seaco,
+        online=online,
+        bpe_model=bpe_model,
     )
+
+
+def _check_online_decoder(dec: DecoderConfig) -> None:
+    """What FunASR's chunked decoder (`forward_chunk`) does exactly as its offline one, and this
+    runtime reproduces: every block cross-attends (FunASR skips a lone FSMN-only block when
+    streaming), and the FSMN is causal (no right padding: FunASR's cache would keep the padding
+    zeros as history). paraformer-online's released decoder has both (kernel 11, shift 5)."""
+    if dec.att_layer_num != dec.num_blocks:
+        raise CheckpointError(f"config.yaml: decoder_conf.att_layer_num={dec.att_layer_num} != num_blocks="
+                              f"{dec.num_blocks} is not served for {ONLINE_CLASS}")  # fmt: skip
+    left = (dec.kernel_size - 1) // 2 + max(dec.sanm_shift, 0)
+    if left != dec.kernel_size - 1:
+        raise CheckpointError(f"config.yaml: decoder_conf.sanm_shfit={dec.sanm_shift} is not served for "
+                              f"{ONLINE_CLASS} (only a causal FSMN: {dec.kernel_size - 1 - (dec.kernel_size - 1) // 2})")  # fmt: skip
 
 
 def _decoder(dec: dict[str, Any], d_model: int, vocab_size: int, embed: bool) -> DecoderConfig:

@@ -40,12 +40,20 @@ class CrossAttention(nn.Module):
         self.linear_out = nn.Linear(d, d)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
-        b, n, _ = x.shape
-        t = memory.shape[1]
-        q = self.linear_q(x).reshape(b, n, self.h, self.d_k).transpose(1, 2)  # (B, H, N, d_k)
+        return self.attend(x, self.memory_kv(memory), key_mask)
+
+    def memory_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """memory (B, T, D) -> its keys and values (B, H, T, d_k)."""
+        b, t, _ = memory.shape
         k, v = (z.reshape(b, t, self.h, self.d_k).transpose(1, 2)
                 for z in self.linear_k_v(memory).split(self.h * self.d_k, dim=-1))  # fmt: skip
-        att = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
+        return k, v
+
+    def attend(self, x: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], key_mask: torch.Tensor) -> torch.Tensor:
+        """x (B, N, D) queries over keys and values (B, H, T, d_k), key_mask (B, 1, 1, T)."""
+        b, n, _ = x.shape
+        q = self.linear_q(x).reshape(b, n, self.h, self.d_k).transpose(1, 2)  # (B, H, N, d_k)
+        att = F.scaled_dot_product_attention(q, kv[0], kv[1], attn_mask=key_mask)
         out: torch.Tensor = self.linear_out(att.transpose(1, 2).reshape(b, n, self.h * self.d_k))
         return out
 

@@ -24,9 +24,10 @@ LAYER_NORM_EPS = 1e-12
 """FunASR's LayerNorm epsilon (espnet heritage)."""
 
 
-def sinusoid(length: int, depth: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """(length, depth) positions 1..length as FunASR's SinusoidalPositionEncoder computes them."""
-    positions = torch.arange(1, length + 1, device=device).to(dtype)
+def sinusoid(length: int, depth: int, dtype: torch.dtype, device: torch.device, start: int = 0) -> torch.Tensor:
+    """(length, depth) positions start+1..start+length as FunASR's SinusoidalPositionEncoder (and,
+    with `start` the frames already embedded, its streaming form) computes them."""
+    positions = torch.arange(start + 1, start + length + 1, device=device).to(dtype)
     increment = torch.log(torch.tensor([10000.0], dtype=dtype, device=device)) / (depth / 2 - 1)
     inv = torch.exp(torch.arange(depth / 2, device=device).to(dtype) * -increment)
     scaled = positions[:, None] * inv[None, :]
@@ -58,13 +59,23 @@ class SANMAttention(nn.Module):
         self.padding = fsmn_padding(cfg.kernel_size, cfg.sanm_shift)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+        out, _, _ = self.forward_chunk(x, mask, None, key_mask)
+        return out
+
+    def forward_chunk(self, x: torch.Tensor, mask: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None,
+                      key_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+        """x (B, T, in) -> (output (B, T, D), this window's keys and values (B, H, T, d_k)). `past`:
+        earlier chunks' keys and values (B, H, P, d_k) the queries also attend to, ahead of the
+        window's own; key_mask (B, 1, 1, P + T). The FSMN sees the window alone (FunASR's chunked
+        encoder keeps no FSMN cache)."""
         b, t, _ = x.shape
         q, k, v = self.linear_q_k_v(x).split(self.h * self.d_k, dim=-1)
         memory = fsmn_memory(self.fsmn_block, self.padding, v, mask)
         q, k, h = (z.reshape(b, t, self.h, self.d_k).transpose(1, 2) for z in (q, k, v))  # (B, H, T, d_k)
-        att = F.scaled_dot_product_attention(q, k, h, attn_mask=key_mask)
+        keys, values = (k, h) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], h], 2))
+        att = F.scaled_dot_product_attention(q, keys, values, attn_mask=key_mask)
         out: torch.Tensor = self.linear_out(att.transpose(1, 2).reshape(b, t, self.h * self.d_k)) + memory
-        return out
+        return out, k, h
 
 
 class FeedForward(nn.Module):
@@ -88,10 +99,16 @@ class EncoderLayer(nn.Module):
         self.norm2 = nn.LayerNorm(cfg.output_size, eps=LAYER_NORM_EPS)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
-        att = self.self_attn(self.norm1(x), mask, key_mask)
+        out, _, _ = self.forward_chunk(x, mask, None, key_mask)
+        return out
+
+    def forward_chunk(self, x: torch.Tensor, mask: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None,
+                      key_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+        """Like `forward`, attending to `past` keys and values too; also returns the window's."""
+        att, k, v = self.self_attn.forward_chunk(self.norm1(x), mask, past, key_mask)
         x = x + att if self.residual else att
         out: torch.Tensor = x + self.feed_forward(self.norm2(x))
-        return out
+        return out, k, v
 
 
 class SANMEncoder(nn.Module):
@@ -101,6 +118,10 @@ class SANMEncoder(nn.Module):
         self.encoders0 = nn.ModuleList([EncoderLayer(cfg.input_size, cfg)])
         self.encoders = nn.ModuleList([EncoderLayer(cfg.output_size, cfg) for _ in range(cfg.num_blocks - 1)])
         self.after_norm = nn.LayerNorm(cfg.output_size, eps=LAYER_NORM_EPS)
+
+    @property
+    def layers(self) -> tuple[EncoderLayer, ...]:
+        return (*self.encoders0, *self.encoders)  # type: ignore[arg-type]
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """feats (B, T, input_size) padded, lengths (B,) -> (B, T, d_model); padded frames zero."""

@@ -76,17 +76,32 @@ class WavFrontend:
 
     def __call__(self, waveforms: list[torch.Tensor]) -> list[torch.Tensor]:
         """Features (frames_i, n_mels * lfr_m) of each 1-D float waveform in [-1, 1]."""
-        fbanks = self.fbank([w.to(torch.float32) * AUDIO_SCALE for w in waveforms])
-        return [self._lfr_cmvn(f) for f in fbanks]
+        return [self._lfr_cmvn(f) for f in self.fbanks(waveforms)]
+
+    def fbanks(self, waveforms: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Kaldi fbank frames (frames_i, n_mels) of each 1-D float waveform in [-1, 1], one batched call."""
+        return self.fbank([w.to(torch.float32) * AUDIO_SCALE for w in waveforms])
 
     def _lfr_cmvn(self, feats: torch.Tensor) -> torch.Tensor:
         t = feats.shape[0]
         if t == 0:
             return feats.new_zeros(0, self.dim)
-        n = lfr_frames(t, self.cfg.lfr_n)
-        starts = torch.arange(n, device=feats.device) * self.cfg.lfr_n
-        index = (starts[:, None] + self._offsets[None, :]).clamp_(0, t - 1)  # (n, lfr_m)
-        out = feats[index].reshape(n, self.dim)
+        return self.lfr_rows(feats, 0, 0, lfr_frames(t, self.cfg.lfr_n), t)
+
+    def lfr_rows(self, fbank: torch.Tensor, base: int, first: int, stop: int, total: int) -> torch.Tensor:
+        """Normalised LFR frames first..stop-1 of an utterance of `total` fbank frames, of which
+        `fbank` holds those from `base` on (every frame these read: from first * lfr_n - left)."""
+        starts = torch.arange(first, stop, device=fbank.device) * self.cfg.lfr_n
+        index = (starts[:, None] + self._offsets[None, :]).clamp_(0, max(total - 1, 0)) - base  # (n, lfr_m)
+        out = fbank[index].reshape(stop - first, self.dim)
         if self.shift is not None and self.scale is not None:
             out = (out + self.shift) * self.scale
         return out
+
+    def lfr_available(self, total: int, final: bool) -> int:
+        """LFR frames computable from `total` fbank frames: those whose right context has arrived
+        (FunASR's WavFrontendOnline emits the same), or all of them once the input ended."""
+        if final:
+            return lfr_frames(total, self.cfg.lfr_n)
+        right = self.cfg.lfr_m - 1 - (self.cfg.lfr_m - 1) // 2  # frames after a window's first centre
+        return max((total - 1 - right) // self.cfg.lfr_n + 1, 0) if total > right else 0

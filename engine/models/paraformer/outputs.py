@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.models.paraformer.model import Recognized
-from engine.models.paraformer.text import postprocess
+from engine.models.paraformer.spelling import Spelling
 from engine.models.paraformer.timestamps import token_spans
 from engine.request import Request
 from engine.types import RequestOutput, Segment, Word
@@ -25,7 +25,7 @@ class Piece:
     audio: np.ndarray
 
 
-def final_output(req: Request, pieces: list[tuple[Piece, Recognized]], vocab: list[str],
+def final_output(req: Request, pieces: list[tuple[Piece, Recognized]], spelling: Spelling,
                  frame_seconds: float) -> RequestOutput:  # fmt: skip
     tokens: list[int] = []
     logprobs: list[float] = []
@@ -40,7 +40,7 @@ def final_output(req: Request, pieces: list[tuple[Piece, Recognized]], vocab: li
         tokens += rec.tokens
         logprobs += rec.logprobs
     opts = req.decoding
-    words = postprocess([vocab[t] for t in tokens], spans)
+    words = spelling.words(tokens, spans)
     avg = sum(logprobs) / len(logprobs) if logprobs else 0.0
     word_list = None
     if opts.word_timestamps:
@@ -62,5 +62,5 @@ def final_output(req: Request, pieces: list[tuple[Piece, Recognized]], vocab: li
         confidence=math.exp(avg) if logprobs else None,
         timestamps=[a / 1000 for a, _ in spans],
         token_logprobs=list(logprobs) if opts.logprobs else None,
-        token_bytes=[vocab[t].encode("utf-8") for t in tokens] if opts.logprobs else None,
+        token_bytes=[spelling.token(t).encode("utf-8") for t in tokens] if opts.logprobs else None,
     )

@@ -1,12 +1,12 @@
-"""The Paraformer model runner: offline only, every admitted request recognised in one batch.
+"""The offline Paraformer runner: every admitted request recognised in one batch.
 
 Per `execute()`: the requests admitted so far (up to `max_batch_size`) are cut into pieces of at
 most `max_segment_seconds`; all pieces are featurized in one batched fbank call, padded into one
 (B, T, 560) batch (length-sorted, `max_batch_size` rows a forward) and recognised together:
 encoder, CIF and decoder each run once per forward. Every request finishes in the step that
-runs it. The model is non-autoregressive, so there is nothing to stream token by token, and it
-has no streaming runtime (paraformer-online is a different checkpoint): live sessions are
-refused by the engine (`supports_streaming` False).
+runs it. The model is non-autoregressive, so there is nothing to stream token by token, and an
+offline checkpoint has no streaming form: live sessions are refused by the engine
+(`supports_streaming` False). paraformer-online checkpoints get online_runner.py instead.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from engine.models.paraformer.hotwords import HotwordSpeller
 from engine.models.paraformer.model import Recognized
 from engine.models.paraformer.options import ParaformerOptions
 from engine.models.paraformer.outputs import Piece, final_output
+from engine.models.paraformer.spelling import Spelling
 from engine.request import Request, error_output
 from engine.runner import Capabilities, ModelInfo, RunnerStats
 from engine.types import DecodingOptions, RequestOutput
@@ -60,6 +61,7 @@ class ParaformerRunner:
         self.speller = None if ckpt.config.seaco is None else HotwordSpeller(
             {t: i for i, t in enumerate(ckpt.tokens)}, ckpt.seg_dict, ckpt.config.sos)
         self._running: dict[str, Request] = {}
+        self.spelling = Spelling.of(ckpt)
 
     @classmethod
     def from_config(cls, config: EngineConfig, options: ParaformerOptions | None = None) -> ParaformerRunner:
@@ -95,6 +97,7 @@ class ParaformerRunner:
                 "frame_ms": round(self.frontend.frame_seconds * 1000),
                 "max_segment_seconds": self.options.max_segment_seconds,
                 "keywords": self.speller is not None,
+                "tokenizer": self.spelling.kind,
                 "contextual": "seaco" if self.speller is not None else None,
             },
         )
@@ -139,7 +142,7 @@ class ParaformerRunner:
             with stage_timer("offline.decode"):
                 outputs = [
                     final_output(req, [(p, r) for p, r in zip(pieces, results, strict=True) if p.request is req],
-                                 self.ckpt.tokens, self.frontend.frame_seconds)
+                                 self.spelling, self.frontend.frame_seconds)
                     for req in requests
                 ]  # fmt: skip
         for req in requests:

@@ -108,7 +108,7 @@ def test_tokens_txt_loads_like_tokens_json(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("key", "value", "match"),
     [
-        ("model", "ParaformerStreaming", "model='ParaformerStreaming' is not served"),
+        ("model", "ParaformerStreaming", r"encoder='SANMEncoder' is not served \(served: SANMEncoderChunkOpt\)"),
         ("model", "BiCifParaformer", "model='BiCifParaformer' is not served"),
         ("encoder_conf.input_layer", "conv2d", "input_layer='conv2d' is not served"),
     ],

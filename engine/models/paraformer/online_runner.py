@@ -1,0 +1,282 @@
+"""The paraformer-online runner: every stream with a chunk ready advances in one batched step.
+
+Per engine step (`execute`):
+1. featurize: the audio queued since the last step, of every stream, in one batched fbank call;
+   LFR frames are computed as their right context arrives (FunASR's WavFrontendOnline emits the
+   same frames);
+2. schedule: streams whose next chunk is whole (`chunk` x 60 ms of audio received past the
+   chunks already run), or whose input ended (the final chunk), least recently advanced first,
+   up to `max_batch_size`;
+3. run: encoder, CIF and decoder over the chunks of all of them at once (online.py);
+4. output: a partial with the text so far, or the final output.
+
+Chunk boundaries fall every `chunk x lfr_n x frame_shift` samples of a stream (9,600 at 16 kHz
+for FunASR's 600 ms), however the audio arrives, so a stream's tokens are those FunASR's
+`generate` returns when fed the same audio in chunks of that size. Offline requests take the
+same path with all their audio queued at once (FunASR runs paraformer-online that way too).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+
+import numpy as np
+import torch
+
+from engine.config import EngineConfig
+from engine.fbank import frames_for
+from engine.metrics import stage_timer
+from engine.models.paraformer.checkpoint import ParaformerCheckpoint
+from engine.models.paraformer.frontend import WavFrontend
+from engine.models.paraformer.online import ChunkGeometry, ChunkInput, ChunkResult, new_state, run_chunks
+from engine.models.paraformer.options import ParaformerOptions
+from engine.models.paraformer.spelling import Spelling
+from engine.models.paraformer.stream import OnlineStream
+from engine.request import Request, error_output
+from engine.runner import Capabilities, ModelInfo, RunnerStats
+from engine.types import DecodingOptions, FinishReason, RequestOutput, Segment
+
+logger = logging.getLogger(__name__)
+
+DECODE_METHOD = "paraformer"
+CAPABILITIES = Capabilities(logprobs=True)
+"""Greedy only, no keywords (paraformer-online has no SeACo module), no word times (FunASR's
+streaming model reports none)."""
+
+
+class ParaformerOnlineRunner:
+    supports_streaming = True
+
+    def __init__(self, ckpt: ParaformerCheckpoint, config: EngineConfig, device: torch.device,
+                 options: ParaformerOptions | None = None) -> None:  # fmt: skip
+        self.ckpt = ckpt
+        self.config = config
+        self.device = device
+        self.options = options or ParaformerOptions()
+        left, chunk, ahead = self.options.chunk_size
+        self.geometry = ChunkGeometry(left, chunk, ahead, self.options.encoder_chunk_look_back,
+                                      self.options.decoder_chunk_look_back)  # fmt: skip
+        self.frontend = WavFrontend(ckpt.config.frontend, ckpt.cmvn, device)
+        self.sample_rate = ckpt.config.frontend.sample_rate
+        self.frame_samples = round(self.sample_rate * self.frontend.frame_seconds)
+        """Samples of one LFR frame (960 at 16 kHz: FunASR's hard-coded chunk unit)."""
+        self.stream_chunk_samples = chunk * self.frame_samples
+        """One chunk's audio: a stream advances by this much per step."""
+        self.spelling = Spelling.of(ckpt)
+        self.streams_stepped = 0
+        self._streams: dict[str, OnlineStream] = {}
+        self._step = 0
+
+    # ---- ModelRunner protocol ----
+
+    def info(self) -> ModelInfo:
+        cfg = self.ckpt.config
+        geo = self.geometry
+        chunk_ms = geo.chunk * self.frontend.frame_seconds * 1000
+        return ModelInfo(
+            family="paraformer",
+            model=f"paraformer-online-{cfg.encoder.num_blocks}x{cfg.encoder.output_size}",
+            sample_rate=self.sample_rate,
+            languages=tuple(self.options.languages),
+            supports_streaming=True,
+            streaming_styles=("chunked",),
+            decode_methods=(DECODE_METHOD,),
+            decode_method=DECODE_METHOD,
+            capabilities=CAPABILITIES,
+            checkpoint_format="funasr",
+            parameters=sum(p.numel() for p in self.ckpt.model.parameters()),
+            details={
+                "architecture": "paraformer-online (chunked san-m encoder, cif across chunks, "
+                                "non-autoregressive decoder)",
+                "checkpoint_name": os.path.basename(self.ckpt.weights_path),
+                "encoder_layers": cfg.encoder.num_blocks,
+                "decoder_layers": cfg.decoder.num_blocks,
+                "d_model": cfg.encoder.output_size,
+                "vocab_size": cfg.decoder.vocab_size,
+                "lfr": [cfg.frontend.lfr_m, cfg.frontend.lfr_n],
+                "frame_ms": round(self.frontend.frame_seconds * 1000),
+                "chunk_size": [geo.left, geo.chunk, geo.ahead],
+                "chunk_ms": round(chunk_ms),
+                "look_ahead_ms": round(geo.ahead * self.frontend.frame_seconds * 1000),
+                "encoder_chunk_look_back": geo.encoder_look_back,
+                "decoder_chunk_look_back": geo.decoder_look_back,
+                "tokenizer": self.spelling.kind,
+                "max_streams": self.options.max_streams,
+            },
+        )
+
+    def stats(self) -> RunnerStats:
+        return RunnerStats(streams=len(self._streams))
+
+    def check_options(self, options: DecodingOptions, streaming: bool) -> None:
+        """Everything it cannot serve is left out of `CAPABILITIES` and refused at admission."""
+
+    def free_slots(self) -> int:
+        return max(self.options.max_streams - len(self._streams), 0)
+
+    def admit(self, requests: list[Request]) -> list[RequestOutput]:
+        dim = self.frontend.dim
+        for req in requests:
+            stream = OnlineStream(
+                request=req,
+                state=new_state(self.ckpt.model, self.geometry),
+                wave_tail=torch.zeros(0),
+                fbank=torch.zeros(0, self.ckpt.config.frontend.n_mels, device=self.device),
+                feats=torch.zeros(0, dim, device=self.device),
+                offline_audio=None if req.streaming else (req.audio if req.audio is not None else np.zeros(0)),
+            )  # fmt: skip
+            req.runner_state = stream
+            self._streams[req.request_id] = stream
+        return []
+
+    def has_work(self) -> bool:
+        return any(s.has_pending_audio() or self._ready(s) is not None for s in self._streams.values())
+
+    def release(self, request: Request) -> None:
+        if self._streams.pop(request.request_id, None) is not None:
+            request.runner_state = None
+
+    def shutdown(self) -> None:
+        for stream in list(self._streams.values()):
+            self.release(stream.request)
+
+    # ---- one engine step ----
+
+    def execute(self) -> list[RequestOutput]:
+        self._step += 1
+        outputs: list[RequestOutput] = []
+        with stage_timer("streaming.features"):
+            self._featurize(outputs)
+        ready = [(s, final) for s in self._streams.values() if (final := self._ready(s)) is not None]
+        ready.sort(key=lambda sf: sf[0].last_advanced)
+        batch = ready[: self.config.max_batch_size]
+        self.streams_stepped = sum(1 for s, _ in batch if s.request.streaming)
+        if not batch:
+            return outputs
+        inputs = [self._chunk(s, final) for s, final in batch]
+        try:
+            with stage_timer("streaming.encode"):
+                results = run_chunks(self.ckpt.model, self.geometry, inputs)
+        except Exception as exc:
+            logger.exception("paraformer-online chunk of %d streams failed", len(batch))
+            return outputs + [self._fail(s, "encode", exc) for s, _ in batch]
+        with stage_timer("streaming.decode"):
+            for (stream, final), result in zip(batch, results, strict=True):
+                outputs.append(self._advance(stream, final, result))
+        return outputs
+
+    def _ready(self, stream: OnlineStream) -> bool | None:
+        """None: nothing to run; False: a whole chunk; True: the final chunk."""
+        due = stream.samples >= (stream.chunks + 1) * self.stream_chunk_samples
+        # a chunk's LFR frames are all computable once its audio has arrived (the last one's right
+        # context ends 80 samples before the chunk does); the check only guards other geometries
+        if due and len(stream.feats) >= self.geometry.chunk:
+            return False
+        return True if stream.input_done and not stream.has_pending_audio() else None
+
+    def _featurize(self, outputs: list[RequestOutput]) -> None:
+        todo: list[OnlineStream] = []
+        waves: list[torch.Tensor] = []
+        for stream in list(self._streams.values()):
+            if not stream.has_pending_audio():
+                continue
+            audio = stream.take_audio()
+            try:
+                if audio.ndim != 1:
+                    raise ValueError(f"expected mono 1-D audio, got shape {audio.shape}")
+                new = torch.tensor(audio, dtype=torch.float32)  # copies: inputs may be read-only
+            except (ValueError, TypeError, RuntimeError) as exc:
+                outputs.append(self._fail(stream, "features", exc))
+                continue
+            stream.samples += len(new)
+            wave = torch.cat([stream.wave_tail, new]) if len(stream.wave_tail) else new
+            used = frames_for(len(wave), self.frontend.opts) * self.frontend.opts.window_shift
+            stream.wave_tail = wave[used:]
+            todo.append(stream)
+            waves.append(wave)
+        if not todo:
+            return
+        try:
+            fbanks = self.frontend.fbanks(waves)
+        except Exception as exc:
+            logger.exception("fbank failed for %d streams", len(todo))
+            outputs.extend(self._fail(s, "features", exc) for s in todo)
+            return
+        for stream, f in zip(todo, fbanks, strict=True):
+            if len(f):
+                stream.fbank = torch.cat([stream.fbank, f])
+                stream.fbank_total += len(f)
+            self._lfr(stream, final=False)
+
+    def _lfr(self, stream: OnlineStream, final: bool) -> None:
+        """Compute the LFR frames whose context has arrived (all of them when `final`)."""
+        fe = self.frontend
+        stop = fe.lfr_available(stream.fbank_total, final)
+        if stop > stream.lfr_done:
+            new = fe.lfr_rows(stream.fbank, stream.fbank_base, stream.lfr_done, stop, stream.fbank_total)
+            stream.feats = torch.cat([stream.feats, new])
+            stream.lfr_done = stop
+        # drop the fbank frames no later LFR frame reads
+        keep_from = max(stop * fe.cfg.lfr_n - (fe.cfg.lfr_m - 1) // 2, 0)
+        if keep_from > stream.fbank_base:
+            stream.fbank = stream.fbank[keep_from - stream.fbank_base :]
+            stream.fbank_base = keep_from
+
+    def _chunk(self, stream: OnlineStream, final: bool) -> ChunkInput:
+        if not final:
+            feats, stream.feats = stream.feats[: self.geometry.chunk], stream.feats[self.geometry.chunk :]
+            return ChunkInput(stream.state, feats, final=False)
+        # FunASR featurizes what is left after the whole chunks only when it is at least one
+        # LFR frame of audio; otherwise the final window is the last window's kept frames
+        left = stream.samples - stream.chunks * self.stream_chunk_samples
+        if left < self.frame_samples:
+            return ChunkInput(stream.state, stream.feats[:0], final=True, tail=True)
+        self._lfr(stream, final=True)
+        return ChunkInput(stream.state, stream.feats, final=True)
+
+    def _advance(self, stream: OnlineStream, final: bool, result: ChunkResult) -> RequestOutput:
+        stream.tokens += result.tokens
+        stream.logprobs += result.logprobs
+        stream.last_advanced = self._step
+        if final:
+            return self._finish(stream, "stop")
+        stream.chunks += 1
+        return self._partial(stream)
+
+    # ---- outputs ----
+
+    def _partial(self, stream: OnlineStream) -> RequestOutput:
+        req, tokens = stream.request, stream.tokens
+        text = self.spelling.text(tokens)
+        committed = self.spelling.text(tokens[: self.spelling.stable_prefix(tokens)])
+        if not text.startswith(committed):  # the text rules are prefix-stable at word ends; guard anyway
+            committed = ""
+        return RequestOutput(request_id=req.request_id, text=text, tokens=list(tokens), committed=committed,
+                             tentative=text[len(committed) :], duration=req.duration)  # fmt: skip
+
+    def _finish(self, stream: OnlineStream, reason: FinishReason) -> RequestOutput:
+        req, tokens, logprobs = stream.request, stream.tokens, stream.logprobs
+        self.release(req)
+        text = self.spelling.text(tokens)
+        avg = sum(logprobs) / len(logprobs) if logprobs else 0.0
+        opts = req.decoding
+        return RequestOutput(
+            request_id=req.request_id,
+            text=text,
+            tokens=list(tokens),
+            finished=True,
+            finish_reason=reason,
+            segments=[Segment(id=0, start=0.0, end=req.duration, text=text, tokens=list(tokens), avg_logprob=avg)],
+            duration=req.duration,
+            committed=text,
+            confidence=math.exp(avg) if logprobs else None,
+            token_logprobs=list(logprobs) if opts.logprobs else None,
+            token_bytes=[self.spelling.token(t).encode("utf-8") for t in tokens] if opts.logprobs else None,
+        )
+
+    def _fail(self, stream: OnlineStream, stage: str, exc: Exception) -> RequestOutput:
+        self.release(stream.request)
+        return error_output(stream.request, stage, exc)
+
