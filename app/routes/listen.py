@@ -34,7 +34,10 @@ from app.deepgram.session import (
 from app.engine_service import EngineService
 from app.live import VadModelCache
 from app.live.sender import EventSender
+from app.model_pool import ModelPool
+from app.requests import ModelNotFound
 from app.settings import Settings
+from engine.errors import EngineError
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["deepgram"])
@@ -56,22 +59,38 @@ def model_identity(service: EngineService, settings: Settings) -> msg.ModelIdent
 @router.websocket("/v1/listen")
 async def listen(websocket: WebSocket) -> None:
     state = websocket.app.state
-    service: EngineService = state.service
+    models: ModelPool = state.models
+    try:  # `model` picks the engine only with several models; a single-model server ignores it, as before
+        service = await models.service_for(websocket.query_params.get("model") if models.several else None)
+    except ModelNotFound as exc:  # answered as a bad query parameter is: Error, then close 1008
+        await websocket.accept()
+        sender = EventSender(websocket)
+        await sender.send(msg.error(str(exc), "InvalidQuery"))
+        await sender.close(CLOSE_POLICY, close_reason(f"INVALID_QUERY: {exc}"))
+        return
+    except EngineError as exc:  # the model could not be loaded: refused like a full server
+        await _deny(websocket, str(exc))
+        return
     if not service.try_acquire():
         retry = None if service.draining else service.backlog.drain_time()
         message = ("server is shutting down" if retry is None
                    else f"server is at capacity (--max-inflight); retry after {retry} s")
-        headers = {} if retry is None else {"Retry-After": str(retry)}
-        try:
-            await websocket.send_denial_response(JSONResponse({"err_code": "UNAVAILABLE", "err_msg": message},
-                                                              status_code=503, headers=headers))
-        except RuntimeError:  # the ASGI server lacks the denial extension: a bare close (HTTP 403)
-            await websocket.close(1013, message)
+        await _deny(websocket, message, retry)
         return
     try:
         await _serve(websocket, state.settings, service, getattr(state, "drain_hooks", []), VadModelCache.of(state))
     finally:
         service.release()
+
+
+async def _deny(websocket: WebSocket, message: str, retry: int | None = None) -> None:
+    """Refuse the upgrade with HTTP 503 (Retry-After when known)."""
+    headers = {} if retry is None else {"Retry-After": str(retry)}
+    try:
+        await websocket.send_denial_response(JSONResponse({"err_code": "UNAVAILABLE", "err_msg": message},
+                                                          status_code=503, headers=headers))
+    except RuntimeError:  # the ASGI server lacks the denial extension: a bare close (HTTP 403)
+        await websocket.close(1013, message)
 
 
 async def _serve(websocket: WebSocket, settings: Settings, service: EngineService,
