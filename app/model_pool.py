@@ -264,8 +264,10 @@ class ModelPool:
             try:
                 service = await self._build(entry)
             except BaseException as exc:
-                entry.state, entry.error = "failed", f"{type(exc).__name__}: {exc}"
-                logger.error("model %s failed to load: %s", entry.name, entry.error)
+                # refused for room (retryable) leaves it unloaded; anything else is a failed load
+                entry.state = "unloaded" if isinstance(exc, EngineOverloadedError) else "failed"
+                entry.error = f"{type(exc).__name__}: {exc}"
+                logger.error("model %s was not loaded: %s", entry.name, entry.error)
                 raise
             entry.service, entry.state, entry.error = service, "loaded", None
             entry.loads += 1
