@@ -187,9 +187,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 def _model_pool(settings: Settings, metrics: Metrics) -> ModelPool:
     """The models to serve: OASR_MODELS, or the one --model (behaving as a single-model server)."""
     base = settings.engine_config()
-    if settings.models:
-        if base.ckpt_dir is not None:
-            raise ValueError("set either --models or --model/--ckpt-dir, not both")
+    if settings.models:  # Settings refuses --model/--ckpt-dir beside it
         specs = model_specs(settings.models, base)
     else:
         specs = [ModelSpec(settings.served_model_name or base.ckpt_dir or EMBEDDED_NAME, base)]

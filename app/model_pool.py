@@ -270,6 +270,7 @@ class ModelPool:
                 logger.error("model %s was not loaded: %s", entry.name, entry.error)
                 raise
             entry.service, entry.state, entry.error = service, "loaded", None
+            service.draining = self.closing  # the drain began while it loaded: it takes no new work
             entry.loads += 1
             entry.last_used = time.monotonic()
             self.metrics.model_loads.labels(model=entry.name).inc()

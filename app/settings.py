@@ -17,7 +17,7 @@ import textwrap
 import typing
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, create_model, field_validator
+from pydantic import Field, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from engine.config import EngineConfig
@@ -203,6 +203,12 @@ class ServerSettings(BaseSettings):
         if isinstance(value, str):
             return [v.strip() for v in value.split(",") if v.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _one_way_to_name_models(self) -> ServerSettings:
+        if self.models and (self.model is not None or self.ckpt_dir is not None):
+            raise ValueError("models lists every model to serve: leave model and ckpt_dir unset with it")
+        return self
 
     @field_validator("quantization_option", mode="before")
     @classmethod

@@ -6,6 +6,8 @@ tests/e2e/test_models*.py."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import weakref
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from app.requests import ModelNotFound, pick_model
 from engine import DecodingOptions, EngineConfig, RequestOutput
 from engine.errors import EngineOverloadedError
 from tests.app.test_routes import RATE, FakeEngine, canned
+from tests.e2e.test_models import NEMO_FIXTURE
 
 KIB = 1024
 NAMES = ("a", "b", "c")
@@ -144,3 +147,21 @@ async def test_the_ttl_unloads_idle_models_only(pools: Callable[..., ModelPool])
     assert states(pool)["b"] == "unloaded"
     await pool.service_for(None)  # the first model loads again
     assert states(pool)["a"] == "loaded" and pool.default.loads == 2
+
+
+async def test_unloading_frees_the_model(tmp_path: Path) -> None:
+    """Real engines (embedded Whisper, the NeMo fixture) under a budget that fits one: once the
+    second is loaded, nothing holds the first one's runner (its weights) any more."""
+    shutil.copy(NEMO_FIXTURE, tmp_path / "model.nemo")
+    metrics = Metrics()
+    specs = model_specs([EMBEDDED_NAME, f"nemo={tmp_path}"], EngineConfig(device="cpu"))
+    pool = ModelPool(specs, metrics, lambda engine, entry: EngineService(engine, metrics, engine_label=str(entry.index)),
+                     several=True, budget_bytes=1)  # smaller than either: one at a time
+    try:
+        whisper = weakref.ref((await pool.start()).engine.runner)
+        assert whisper() is not None
+        await pool.service_for("nemo")
+        assert [m.state for m in pool.models] == ["unloaded", "loaded"]
+        assert whisper() is None  # freed by reference counting, garbage collection or not
+    finally:
+        await pool.close()
