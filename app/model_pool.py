@@ -80,7 +80,7 @@ def parse_model_entry(entry: str) -> tuple[str, str | None]:
 
 def model_specs(entries: list[str], base: EngineConfig) -> list[ModelSpec]:
     """`OASR_MODELS` entries -> specs sharing every other engine setting of `base`."""
-    specs = []
+    specs: list[ModelSpec] = []
     for entry in entries:
         name, source = parse_model_entry(entry)
         if any(s.name == name for s in specs):
