@@ -231,6 +231,32 @@ def test_realtime_session_switches_model_between_turns(server: ServerProcess, re
     assert refused["error"]["param"].endswith(".model")
 
 
+def test_a_client_secret_starts_its_session_on_its_model(server: ServerProcess, rest: dict[str, str]) -> None:
+    def mint(model: str) -> httpx.Response:
+        return httpx.post(f"{server.base_url}/v1/realtime/client_secrets", timeout=TIMEOUT_S, json={
+            "session": {"type": "transcription", "audio": {"input": {
+                "format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None,
+                "transcription": {"model": model}}}}})
+
+    refused = mint("no-such-model")
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "model_not_found"
+    minted = mint(NEMO)
+    assert minted.status_code == 200, minted.text
+
+    async def run() -> dict[str, Any]:
+        async with websockets.connect(f"{server.ws_url}/v1/realtime?intent=transcription", max_size=None,
+                                      subprotocols=["realtime", f"openai-insecure-api-key.{minted.json()['value']}"],  # type: ignore[list-item]
+                                      ) as ws:
+            created = await next_event(ws, ("session.created",))
+            assert created["session"]["audio"]["input"]["transcription"]["model"] == NEMO
+            for chunk in chunks_of(clip_pcm16(), 3200):
+                await ws.send(chunk)
+            await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+            return await next_event(ws, TERMINAL)
+
+    assert asyncio.run(run())["transcript"] == rest[NEMO]
+
+
 async def listen(server: ServerProcess, query: str) -> tuple[list[dict[str, Any]], int | None, str]:
     messages = []
     async with websockets.connect(f"{server.ws_url}/v1/listen?{query}", max_size=None) as ws:
