@@ -79,13 +79,16 @@ def parse_model_entry(entry: str) -> tuple[str, str | None]:
 
 
 def model_specs(entries: list[str], base: EngineConfig) -> list[ModelSpec]:
-    """`OASR_MODELS` entries -> specs sharing every other engine setting of `base`."""
+    """`OASR_MODELS` entries -> specs sharing every other engine setting of `base`;
+    InvalidRequestError for an entry that names no directory and no model."""
     specs: list[ModelSpec] = []
     for entry in entries:
         name, source = parse_model_entry(entry)
         if any(s.name == name for s in specs):
             raise ValueError(f"models: {name!r} is listed twice")
-        specs.append(ModelSpec(name, dataclasses.replace(base, ckpt_dir=source)))
+        config = dataclasses.replace(base, ckpt_dir=source)
+        config.validate()  # a path that is not a directory nor a model name fails the start, not its first request
+        specs.append(ModelSpec(name, config))
     return specs
 
 

@@ -19,7 +19,7 @@ from app.metrics import Metrics
 from app.model_pool import EMBEDDED_NAME, ModelPool, PooledModel, model_specs, parse_model_entry
 from app.requests import ModelNotFound, pick_model
 from engine import DecodingOptions, EngineConfig, RequestOutput
-from engine.errors import EngineOverloadedError
+from engine.errors import EngineOverloadedError, InvalidRequestError
 from tests.app.test_routes import RATE, FakeEngine, canned
 from tests.e2e.test_models import NEMO_FIXTURE
 
@@ -85,7 +85,9 @@ def test_entries_and_names() -> None:
     assert parse_model_entry("fast = /models/x") == ("fast", "/models/x")
     assert parse_model_entry(f"w={EMBEDDED_NAME}") == ("w", None)
     with pytest.raises(ValueError, match="listed twice"):
-        model_specs(["a=/x", "a=/y"], EngineConfig())
+        model_specs(["a=org/x", "a=org/y"], EngineConfig())
+    with pytest.raises(InvalidRequestError, match="not a directory"):
+        model_specs(["a=./no/such/dir"], EngineConfig())
     names = ["a", "b"]
     assert [pick_model(names, m) for m in (None, "", "whisper-1", "gpt-4o-transcribe", "b")] == ["a"] * 4 + ["b"]
     assert pick_model(names, "served", served_model_name="served") == "a"
