@@ -285,6 +285,7 @@ class ModelPool:
         then build, start and check the engine."""
         started = time.monotonic()
         config = entry.spec.config
+        config.validate()  # before any download
         local = await asyncio.to_thread(checkpoint_dir, config.ckpt_dir, config.revision)  # a name: downloaded
         config = dataclasses.replace(config, ckpt_dir=local)
         entry.size_bytes = weight_bytes(config.resolved_ckpt_dir())
