@@ -46,13 +46,15 @@ SUBPROTOCOLS = ("token", "bearer")
 """Browsers pass the key as `new WebSocket(url, ["token", KEY])`; the server echoes the scheme."""
 
 
-def model_identity(service: EngineService, settings: Settings) -> msg.ModelIdentity:
+def model_identity(service: EngineService, settings: Settings, name: str | None = None) -> msg.ModelIdentity:
+    """Deepgram's model_info: `name` (the served model's id with several models), else the served
+    name or the checkpoint's."""
     info = service.engine.info()
     try:
         version = metadata.version("oasr")
     except metadata.PackageNotFoundError:
         version = "0.0.0"
-    return msg.ModelIdentity(name=settings.served_model_name or str(info.get("model", "unknown")),
+    return msg.ModelIdentity(name=name or settings.served_model_name or str(info.get("model", "unknown")),
                              version=version, arch=str(info.get("family", "unknown")))
 
 
@@ -60,8 +62,10 @@ def model_identity(service: EngineService, settings: Settings) -> msg.ModelIdent
 async def listen(websocket: WebSocket) -> None:
     state = websocket.app.state
     models: ModelPool = state.models
+    model = websocket.query_params.get("model") if models.several else None
     try:  # `model` picks the engine only with several models; a single-model server ignores it, as before
-        service = await models.service_for(websocket.query_params.get("model") if models.several else None)
+        name = models.resolve(model).name if models.several else None
+        service = await models.service_for(model)
     except ModelNotFound as exc:  # answered as a bad query parameter is: Error, then close 1008
         await websocket.accept()
         sender = EventSender(websocket)
@@ -78,7 +82,8 @@ async def listen(websocket: WebSocket) -> None:
         await _deny(websocket, message, retry)
         return
     try:
-        await _serve(websocket, state.settings, service, getattr(state, "drain_hooks", []), VadModelCache.of(state))
+        await _serve(websocket, state.settings, service, getattr(state, "drain_hooks", []), VadModelCache.of(state),
+                     name)
     finally:
         service.release()
 
@@ -94,7 +99,8 @@ async def _deny(websocket: WebSocket, message: str, retry: int | None = None) ->
 
 
 async def _serve(websocket: WebSocket, settings: Settings, service: EngineService,
-                 drain_hooks: list[Callable[[], Awaitable[None]]], vad_models: VadModelCache) -> None:
+                 drain_hooks: list[Callable[[], Awaitable[None]]], vad_models: VadModelCache,
+                 model_name: str | None = None) -> None:
     offered = websocket.scope.get("subprotocols") or []
     await websocket.accept(subprotocol=next((p for p in SUBPROTOCOLS if p in offered), None))
     sender = EventSender(websocket)
@@ -108,7 +114,7 @@ async def _serve(websocket: WebSocket, settings: Settings, service: EngineServic
     try:
         params = parse_params(websocket.query_params.multi_items(), settings.vad_silence_duration_ms)
         session = ListenSession(sender, service, params, vad=await vad_models.batcher(), settings=settings,
-                                model=model_identity(service, settings))
+                                model=model_identity(service, settings, model_name))
     except QueryError as exc:
         logger.info("listen: refused %s: %s", websocket.url.query, exc)
         await sender.send(msg.error(str(exc), "InvalidQuery"))

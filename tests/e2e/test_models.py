@@ -274,7 +274,8 @@ def test_listen_routes_by_model(server: ServerProcess, rest: dict[str, str]) -> 
         messages, code, _ = asyncio.run(listen(server, f"encoding=linear16&sample_rate=16000&model={model}"))
         assert code == 1000
         results = [m for m in messages if m["type"] == "Results"]
-        assert results and {r["metadata"]["model_info"]["arch"] for r in results} == {family}
+        identities = {(r["metadata"]["model_info"]["name"], r["metadata"]["model_info"]["arch"]) for r in results}
+        assert results and identities == {(model, family)}
         text = " ".join(r["channel"]["alternatives"][0]["transcript"] for r in results if r["is_final"])
         if model == WHISPER:
             assert wer([REFERENCE], [text]) <= MAX_WER, text
