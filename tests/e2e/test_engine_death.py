@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import httpx
 import numpy as np
+import pytest
 import soundfile as sf
 
 from app.engine_service import ENGINE_DIED_EXIT_CODE
@@ -97,6 +98,7 @@ def test_a_dying_engine_thread_ends_every_request_unavailable_and_exits_non_zero
         server.terminate()
 
 
+@pytest.mark.slow
 def test_the_engine_of_any_model_dying_exits_the_server(tmp_path: Path) -> None:
     """Several models (OASR_MODELS): the second model's engine thread dies on its first request;
     that request ends UNAVAILABLE and the whole server exits with ENGINE_DIED_EXIT_CODE, as for one."""
