@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 from app.audio import AudioDecoder
 from app.engine_service import EngineService
 from app.metrics import Metrics
+from app.model_pool import ModelPool
 from app.settings import Settings
 
 
@@ -17,9 +18,15 @@ def get_settings(request: Request) -> Settings:
     return settings
 
 
-def get_service(request: Request) -> EngineService:
-    service: EngineService = request.app.state.service
-    return service
+def get_models(request: Request) -> ModelPool:
+    models: ModelPool = request.app.state.models
+    return models
+
+
+async def get_service(request: Request) -> EngineService:
+    """The first (default) model's service, loaded if it was unloaded; routes whose request names
+    a model ask `ModelsDep.service_for(model)` instead."""
+    return await get_models(request).service_for(None)
 
 
 def get_metrics(request: Request) -> Metrics:
@@ -33,6 +40,7 @@ def get_decoder(request: Request) -> AudioDecoder:
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+ModelsDep = Annotated[ModelPool, Depends(get_models)]
 ServiceDep = Annotated[EngineService, Depends(get_service)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 DecoderDep = Annotated[AudioDecoder, Depends(get_decoder)]

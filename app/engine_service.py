@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from app.backlog import Backlog
-from app.engine_metrics import EngineSeries
+from app.engine_metrics import ENGINE_NAME, EngineSeries
 from app.metrics import Metrics
 from engine import ASREngine, DecodingOptions, RequestOutput
 from engine.device import resolve_device
@@ -113,11 +113,12 @@ class _HeldStream:
 
 class EngineService:
     def __init__(self, engine: ASREngine, metrics: Metrics, max_inflight: int = 64,
-                 max_held_seconds: float = 3600.0, max_queue_delay_secs: float = 0.0):
+                 max_held_seconds: float = 3600.0, max_queue_delay_secs: float = 0.0, engine_label: str = ENGINE_NAME):
         self.engine = engine
         self.metrics = metrics
         info = engine.model_info
-        self.series = EngineSeries(metrics, info.model, info.decode_method, resolve_device(engine.config))
+        self.series = EngineSeries(metrics, info.model, info.decode_method, resolve_device(engine.config),
+                                   engine=engine_label)
         """This engine's dispatcher and engine-scope metrics."""
         self.max_inflight = max_inflight
         self.max_held_seconds = max_held_seconds
@@ -200,6 +201,12 @@ class EngineService:
 
     def release(self) -> None:
         self.inflight = max(0, self.inflight - 1)
+
+    @property
+    def busy(self) -> bool:
+        """Something still holds this engine: a permit, an open request, or held live audio (its
+        model must not be unloaded: app/model_pool.py)."""
+        return self.inflight > 0 or bool(self._streams) or bool(self._held)
 
     def validate_options(self, decoding: DecodingOptions | None, streaming: bool = False) -> DecodingOptions:
         """The engine's admission of a request's options (app/requests.py), counted as rejected

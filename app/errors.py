@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from app.audio import AudioError
@@ -45,8 +46,9 @@ def google_shaped(path: str) -> bool:
 class ModelNotFound(EngineError):
     """The request names a model this server does not serve (HTTP 404, gRPC NOT_FOUND)."""
 
-    def __init__(self, model: str, served: str):
-        super().__init__(f"model {model!r} does not exist; this server serves {served!r}")
+    def __init__(self, model: str, served: str | Sequence[str]):
+        names = [served] if isinstance(served, str) else list(served)
+        super().__init__(f"model {model!r} does not exist; this server serves {', '.join(map(repr, names))}")
         self.model = model
 
 

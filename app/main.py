@@ -36,6 +36,7 @@ from app.middleware import (
     HttpMetricsMiddleware,
     UploadTimeoutMiddleware,
 )
+from app.model_pool import EMBEDDED_NAME, ModelPool, ModelSpec, PooledModel, model_specs
 from app.routes import google, health, listen, openai, operations
 from app.settings import Settings
 from engine import ASREngine
@@ -80,10 +81,10 @@ class Drainer:
     async def _drain(self) -> None:
         state = self.app.state
         settings: Settings = state.settings
-        service: EngineService = state.service
+        models: ModelPool = state.models
         grace = settings.shutdown_grace_secs
-        logger.info("draining: readiness off, %d in flight get %gs", service.inflight, grace)
-        service.draining = True
+        logger.info("draining: readiness off, %d in flight get %gs", models.inflight, grace)
+        models.drain()  # every loaded engine refuses new work; nothing loads any more
         grpc_server = getattr(state, "grpc", None)
         grpc_stop = None
         if grpc_server is not None:
@@ -96,9 +97,9 @@ class Drainer:
             self._stop_listening()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
-        while service.inflight > 0 and loop.time() < deadline:
+        while models.inflight > 0 and loop.time() < deadline:
             await asyncio.sleep(0.05)
-        await service.cancel_all("server is shutting down")
+        await models.cancel_all("server is shutting down")
         if grpc_stop is not None:
             await grpc_stop
 
@@ -106,9 +107,9 @@ class Drainer:
 def _install_sigterm(app: FastAPI, drainer: Drainer) -> None:
     """Chain SIGTERM: start draining, then tell uvicorn to stop accepting and exit normally
     (setting should_exit instead of re-raising the signal, so the exit code is 0). A dead engine
-    drains the same way (`on_death`; embedded, without signals, it only drains)."""
-    service: EngineService = app.state.service
-    service.on_death = lambda reason: drainer.start()
+    drains the same way (`on_death`: any model's engine; embedded, without signals, it only drains)."""
+    models: ModelPool = app.state.models
+    models.on_death = lambda reason: drainer.start()
     try:
         previous = signal.getsignal(signal.SIGTERM)
     except ValueError:  # not the main thread (embedded use): leave signals alone
@@ -129,7 +130,7 @@ def _install_sigterm(app: FastAPI, drainer: Drainer) -> None:
         signal.signal(signal.SIGTERM, on_sigterm)
     except ValueError:
         return
-    service.on_death = lambda reason: drainer.start(lambda: stop_listening(signal.SIGTERM, None))
+    models.on_death = lambda reason: drainer.start(lambda: stop_listening(signal.SIGTERM, None))
 
 
 def exit_process(code: int) -> None:
@@ -143,22 +144,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     metrics: Metrics = app.state.metrics
     _log_limits(settings)
-    engine = await asyncio.to_thread(ASREngine, settings.engine_config())
-    info = engine.info()
+    models = _model_pool(settings, metrics)
+    service = await models.start()  # the first model (readiness means it can serve); raises if its first step did
+    info = service.engine.info()
     metrics.set_build_info(_version(), str(info.get("model", "unknown")))
-    service = EngineService(engine, metrics, settings.max_inflight, max_held_seconds=settings.max_audio_seconds,
-                            max_queue_delay_secs=settings.max_queue_delay_secs)
-    service.start()
-    await service.wait_started()
-    if service.death is not None:  # the first step raised: never serve (uvicorn exits non-zero)
-        raise RuntimeError(service.death)
-    app.state.service = service
-    app.state.decoder = AudioDecoder(settings.max_concurrent_decodes, target_rate=engine.sample_rate)
+    app.state.models = models
+    app.state.decoder = AudioDecoder(settings.max_concurrent_decodes, target_rate=service.engine.sample_rate)
     app.state.drain_hooks = []
     from app.google.jobs import GoogleJobCodec
     from app.jobs.system import JobSystem
 
-    app.state.jobs = await JobSystem.open(settings, service, app.state.decoder, metrics, GoogleJobCodec())
+    app.state.jobs = await JobSystem.open(settings, models, app.state.decoder, metrics, GoogleJobCodec())
     app.state.drain_hooks.append(_stop_claiming(app.state.jobs))
     app.state.grpc = None
     if settings.grpc_port:
@@ -166,26 +162,44 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         from app.grpc.speech import GrpcDeps
         from app.live import VadModelCache
 
-        deps = GrpcDeps(settings=settings, service=service, decoder=app.state.decoder, metrics=metrics,
+        deps = GrpcDeps(settings=settings, models=models, decoder=app.state.decoder, metrics=metrics,
                         vad_models=VadModelCache.of(app.state), jobs=app.state.jobs)
         app.state.grpc = await start_grpc_server(deps, settings)
     drainer = Drainer(app)
     _install_sigterm(app, drainer)
-    if service.death is not None:  # died before on_death was set: its requests are already ended
-        service.on_death(service.death)  # type: ignore[misc]  # set just above
-    logger.info("ready: %s (%s) on %s, mode=%s, grpc=%s", info.get("model"), info.get("family"),
-                info.get("device"), settings.service_mode, settings.grpc_port or "off")
+    if models.death is not None:  # died before on_death was set: its requests are already ended
+        models.on_death(models.death)  # type: ignore[misc]  # set just above
+    logger.info("ready: %s (%s) on %s, mode=%s, grpc=%s, models=%s", info.get("model"), info.get("family"),
+                info.get("device"), settings.service_mode, settings.grpc_port or "off", ", ".join(models.names))
     try:
         yield
     finally:
         await drainer.start()
         await app.state.jobs.close()  # jobs still running go back to the queue
         app.state.decoder.close()
-        await asyncio.to_thread(service.stop)
+        await models.close()
         logger.info("engine stopped")
-        if service.death is not None:
-            logger.critical("exiting %d: %s", ENGINE_DIED_EXIT_CODE, service.death)
+        if models.death is not None:
+            logger.critical("exiting %d: %s", ENGINE_DIED_EXIT_CODE, models.death)
             app.state.exit_process(ENGINE_DIED_EXIT_CODE)
+
+
+def _model_pool(settings: Settings, metrics: Metrics) -> ModelPool:
+    """The models to serve: OASR_MODELS, or the one --model (behaving as a single-model server)."""
+    base = settings.engine_config()
+    if settings.models:  # Settings refuses --model/--ckpt-dir beside it
+        specs = model_specs(settings.models, base)
+    else:
+        specs = [ModelSpec(settings.served_model_name or base.ckpt_dir or EMBEDDED_NAME, base)]
+
+    def make_service(engine: ASREngine, entry: PooledModel) -> EngineService:
+        return EngineService(engine, metrics, settings.max_inflight, max_held_seconds=settings.max_audio_seconds,
+                             max_queue_delay_secs=settings.max_queue_delay_secs,
+                             engine_label=str(entry.index))
+
+    return ModelPool(specs, metrics, make_service, served_model_name=settings.served_model_name,
+                     several=bool(settings.models), ttl_s=settings.model_ttl_secs,
+                     budget_bytes=int(settings.models_memory_budget_mb * 1024 * 1024))
 
 
 def _stop_claiming(jobs: Any) -> Callable[[], Any]:

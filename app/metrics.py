@@ -87,13 +87,13 @@ REALTIME_FACTOR_BUCKETS = (0.25, 0.5, 0.75, 0.9, 0.95, 1.0, 1.05, 1.25, 1.5, 2.0
 """Audio seconds processed per wall second; a live stream below 1 is falling behind, so buckets are dense there."""
 
 ENGINE_LABELS = ("engine", "model", "decode_method")
-"""Labels of every dispatcher- and engine-scope metric: which engine of the process (one today:
-'0'), its model and the decoder it runs."""
+"""Labels of every dispatcher- and engine-scope metric: which engine of the process ('0'; with
+several models, the model's position in OASR_MODELS), its model and the decoder it runs."""
 UNMATCHED_ROUTE = "<unmatched>"
 """The `route` of an HTTP request no route pattern matches (scanners, typos)."""
 
 Kind = Literal["counter", "gauge", "histogram"]
-SECTIONS = ("Requests", "Transport", "Dispatcher", "Engine internals", "GPU", "Batch jobs", "Build")
+SECTIONS = ("Requests", "Transport", "Dispatcher", "Engine internals", "GPU", "Batch jobs", "Models", "Build")
 """Sections of docs/operations.md#metrics, in order; each metric is declared in one."""
 
 
@@ -380,6 +380,21 @@ JOB_METRICS: tuple[Declared, ...] = (
 )
 """The Batch jobs section of docs/operations.md#metrics."""
 
+MODEL_METRICS: tuple[Declared, ...] = (
+    Declared("model_loaded", "gauge", "oasr_model_loaded",
+        "Engines of the model (its configured name) loaded: 1 while loaded, 0 once unloaded; a model "
+        "never loaded has no series (count).",
+        ("model",)),
+    Declared("model_loads", "counter", "oasr_model_loads_total",
+        "Loads of the model: at start (the first model), on first use, and again after an unload (count).",
+        ("model",)),
+    Declared("model_unloads", "counter", "oasr_model_unloads_total",
+        "Unloads of an idle model by reason: idle_ttl (unused for --model-ttl-secs), memory_budget "
+        "(room for another under --models-memory-budget-mb) (count).",
+        ("model", "reason")),
+)
+"""The Models section of docs/operations.md#metrics (several models per server: OASR_MODELS)."""
+
 BUILD_METRICS: tuple[Declared, ...] = (
     Declared("build_info", "gauge", "oasr_build_info",
         "Always 1; labels name the server version and the loaded model.",
@@ -408,6 +423,7 @@ SCOPES: tuple[tuple[str, tuple[Declared, ...]], ...] = (
     ("Dispatcher", DISPATCHER_METRICS),
     ("Engine internals", ENGINE_METRICS),
     ("Batch jobs", JOB_METRICS),
+    ("Models", MODEL_METRICS),
     ("Build", BUILD_METRICS),
 )
 """Every family the server always exports, by scope (docs/operations.md's sections, in order)."""

@@ -25,7 +25,8 @@ SECTION_NOTES = {
     "Transport": "Owned by the listeners. No engine label: one listener fronts the whole process.",
     "Dispatcher": (
         "Owned by the engine thread and the bridge around it (app/engine_service.py), labelled "
-        "`engine` (`0`: one engine per process), `model` and `decode_method`. These counters are "
+        "`engine` (`0`, or with several models (`OASR_MODELS`) the model's position in the list: one "
+        "engine per model), `model` and `decode_method`. These counters are "
         "in the first scrape at 0, so an alert over `rate()` reads 0 rather than no data."
     ),
     "Engine internals": (
@@ -44,6 +45,11 @@ SECTION_NOTES = {
         "so every replica reports the same values: aggregate them with `max`, not `sum`. Jobs also count "
         "in `oasr_audio_seconds_total{api=\"jobs\"}` and, by method, in `oasr_grpc_requests_total` "
         "(`LongRunningRecognize`, `GetOperation`, ...)."
+    ),
+    "Models": (
+        "Owned by the model pool (app/model_pool.py), labelled with the model's configured name. "
+        "With one model it loads at start and never unloads; with several (`OASR_MODELS`) the others "
+        "load on first use and idle ones unload (docs/api.md#several-models-per-server)."
     ),
     "Build": "",
 }

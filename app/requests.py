@@ -11,6 +11,7 @@ engine's runner.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from app.errors import ModelNotFound
@@ -30,6 +31,27 @@ def check_model(served_model_name: str | None, model: str | None) -> None:
     served name answers to any name, as OpenAI-compatible servers do)."""
     if served_model_name and model and model != served_model_name:
         raise ModelNotFound(model, served_model_name)
+
+
+OPENAI_MODEL_NAMES = frozenset({"whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe"})
+"""Names OpenAI SDKs and examples send by default: on a server of several models they mean the
+first one, as no `model` does."""
+
+
+def pick_model(names: Sequence[str], model: str | None, *, served_model_name: str | None = None,
+               strict: bool = True) -> str:
+    """Which of the served models `names` (the first is the default) a request's `model` means:
+    none, an OpenAI default name or `served_model_name` is the first, a listed name itself.
+    ModelNotFound for any other name when `strict` (several models); otherwise the single model
+    answers as `check_model` decides."""
+    if not strict:
+        check_model(served_model_name, model)
+        return names[0]
+    if not model or model in OPENAI_MODEL_NAMES or model == served_model_name:
+        return names[0]
+    if model in names:
+        return model
+    raise ModelNotFound(model, names)
 
 
 def language_code(code: str | None) -> str | None:
@@ -68,4 +90,5 @@ def admit_options(engine: OptionsChecker, options: DecodingOptions, *, streaming
     return engine.validate_options(options, streaming)
 
 
-__all__ = ["ModelNotFound", "OptionsChecker", "admit_options", "build_options", "check_model", "language_code"]
+__all__ = ["OPENAI_MODEL_NAMES", "ModelNotFound", "OptionsChecker", "admit_options", "build_options", "check_model",
+           "language_code", "pick_model"]

@@ -12,11 +12,12 @@ import ast
 import dataclasses
 import inspect
 import itertools
+import json
 import textwrap
 import typing
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, create_model, field_validator
+from pydantic import Field, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from engine.config import EngineConfig
@@ -42,6 +43,12 @@ class ServerSettings(BaseSettings):
     # ---- model and engine ----
     model: str | None = None
     """Model to serve: an alias (tiny.en ... large-v3-turbo, distil-large-v3), a Hugging Face repo id (Systran/faster-whisper-small, nvidia/parakeet-tdt-0.6b-v2; optionally @revision) downloaded into the Hugging Face cache at start-up, or a directory; unset serves the embedded Whisper tiny.en."""
+    models: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Several models to serve, comma-separated or a JSON list; each is a name as --model takes it (tiny.en is the embedded one), optionally `ID=NAME` to give it another id. Each gets its own engine; a request's `model` picks one (none, or an OpenAI default name such as whisper-1: the first, which loads at start). The others load on first use. Unset serves --model alone."""
+    model_ttl_secs: float = -1.0
+    """With several models: seconds a loaded model may go without requests before it is unloaded (it loads again on its next request); -1 never."""
+    models_memory_budget_mb: float = 0.0
+    """With several models: most MiB of model weights (their files on disk) loaded at once; loading another first unloads the least recently used idle ones. 0: no budget."""
     model_revision: str | None = None
     """Hub revision (branch, tag or commit) of --model; a commit pins it exactly. Unset is the repo's default branch."""
     ckpt_dir: str | None = None
@@ -187,6 +194,21 @@ class ServerSettings(BaseSettings):
         if isinstance(value, str):
             return [v.strip() for v in value.split(",") if v.strip()]
         return value
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _split_models(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().startswith("["):
+            return json.loads(value)
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _one_way_to_name_models(self) -> ServerSettings:
+        if self.models and (self.model is not None or self.ckpt_dir is not None):
+            raise ValueError("models lists every model to serve: leave model and ckpt_dir unset with it")
+        return self
 
     @field_validator("quantization_option", mode="before")
     @classmethod

@@ -38,7 +38,8 @@ SERVED = frozenset({"encoding", "sample_rate", "channels", "interim_results", "e
                     "vad_events", "punctuate", "smart_format", "language", "keywords", "keyterm"})
 IGNORED = frozenset({"model", "version", "tag", "extra", "mip_opt_out", "profanity_filter", "filler_words",
                      "numerals", "measurements"})
-"""Accepted and not applied: naming (model, version: this server serves one model), bookkeeping
+"""Accepted and not applied here: naming (model, version; with several models served, the route
+picks the engine by `model` before the session starts: app/routes/listen.py), bookkeeping
 (tag, extra, mip_opt_out), and formatting that Whisper's own output already decides (see docs)."""
 REFUSED_WHEN_ON = {
     "diarize": "speaker diarization", "multichannel": "per-channel transcription", "detect_entities": "entity detection",

@@ -18,7 +18,8 @@ from protos.oasr.speech.v1 import speech_pb2 as pb
 def _spec(config: pb.RecognitionConfig) -> JobSpec:
     audio = audio_spec(config)
     return JobSpec(options=decoding_options(config), encoding=audio.encoding, sample_rate=audio.sample_rate,
-                   channels=audio.channels, separate_channels=config.enable_separate_recognition_per_channel)
+                   channels=audio.channels, separate_channels=config.enable_separate_recognition_per_channel,
+                   model=config.model or None)
 
 
 def job_request(request: pb.LongRunningRecognizeRequest) -> JobRequest:

@@ -119,7 +119,7 @@ async def start_grpc_server(deps: GrpcDeps, settings: Settings) -> GrpcServer:
     if server.add_insecure_port(address) == 0:
         raise RuntimeError(f"cannot bind the gRPC listener to {address}")
     await server.start()
-    grpc_server = GrpcServer(server, health_servicer, deps.service, calls)
+    grpc_server = GrpcServer(server, health_servicer, deps.models, calls)
     await grpc_server._set_all(health_pb2.HealthCheckResponse.NOT_SERVING)
     grpc_server.start_watching()
     logger.info("gRPC listening on %s (max message %d bytes)", address, settings.max_body_bytes)

@@ -41,8 +41,9 @@ from app.jobs.system import JobSystem
 from app.live import VadModelCache
 from app.metrics import Metrics
 from app.middleware import key_matches
+from app.model_pool import ModelPool
 from app.offline import RequestTimeout, inflight_permit
-from app.requests import admit_options, check_model
+from app.requests import admit_options
 from app.settings import Settings
 from protos.oasr.speech.v1 import speech_pb2 as pb
 from protos.oasr.speech.v1 import speech_pb2_grpc
@@ -81,7 +82,7 @@ class GrpcDeps:
     servicers know nothing of the FastAPI app)."""
 
     settings: Settings
-    service: EngineService
+    models: ModelPool
     decoder: AudioDecoder
     metrics: Metrics
     vad_models: VadModelCache
@@ -91,7 +92,7 @@ class GrpcDeps:
 class SpeechServicer(speech_pb2_grpc.SpeechServicer):
     def __init__(self, deps: GrpcDeps, calls: ActiveCalls | None = None):
         self.settings = deps.settings
-        self.service = deps.service
+        self.models = deps.models
         self.decoder = deps.decoder
         self.metrics = deps.metrics
         self._deps = deps
@@ -107,7 +108,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
 
     def _status(self, exc: Exception, method: str) -> RpcError:
         try:
-            return to_rpc_error(exc, draining=self.service.draining)
+            return to_rpc_error(exc, draining=self.models.draining)
         except Exception:
             logger.exception("%s failed", method)
             return RpcError(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
@@ -146,9 +147,9 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
 
     async def _recognize(self, request: pb.RecognizeRequest, context: grpc.aio.ServicerContext) -> pb.RecognizeResponse:
         config = request.config
-        check_model(self.settings.served_model_name, config.model or None)
+        service = await self.models.service_for(config.model or None)  # pinned until the permit below
         spec = audio_spec(config)
-        options = admit_options(self.service, decoding_options(config))
+        options = admit_options(service, decoding_options(config))
         source = request.audio.WhichOneof("audio_source")
         if source == "uri":
             raise invalid("RecognitionAudio.uri is not supported: this server fetches nothing from outside; "
@@ -157,23 +158,23 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
             raise invalid("RecognitionAudio.content is empty; send the audio bytes in it")
         rid = config.request_id or uuid.uuid4().hex
         separate = config.enable_separate_recognition_per_channel
-        async with inflight_permit(self.service):
+        async with inflight_permit(service):
             audio = await self.decoder.decode(request.audio.content, encoding=spec.encoding,
                                               sample_rate=spec.sample_rate, channels=spec.channels,
                                               max_seconds=self.settings.max_audio_seconds, keep_channels=separate)
-            outs = await self._run_offline(waveforms(audio, separate), options, context)
+            outs = await self._run_offline(service, waveforms(audio, separate), options, context)
         logger.info("Recognize %s: %.2f s of audio, %d channel(s)", rid, audio.duration, len(outs))
         if not separate:
             return recognize_response(outs[0], config, rid)
         return pb.RecognizeResponse(request_id=rid, total_billed_time=billed(audio.duration),
                                     results=channel_results(outs, config, separate))
 
-    async def _run_offline(self, channels: list[Any], options: Any, context: grpc.aio.ServicerContext,
-                           api: str = API) -> Any:
+    async def _run_offline(self, service: EngineService, channels: list[Any], options: Any,
+                           context: grpc.aio.ServicerContext, api: str = API) -> Any:
         """`run_offline` on each waveform at once (one, unless per-channel); their outputs in order."""
         timeout, clients = self._timeout(context)
         try:
-            return await run_offline_channels(self.service, channels, options, api=api, timeout=timeout)
+            return await run_offline_channels(service, channels, options, api=api, timeout=timeout)
         except RequestTimeout as exc:
             message = "the call's deadline passed before recognition finished" if clients else exc.message
             raise RpcError(grpc.StatusCode.DEADLINE_EXCEEDED, message) from exc
@@ -236,35 +237,37 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
                           "audio_content goes in the messages after it")
         streaming_config = first.streaming_config
         config = streaming_config.config
-        check_model(self.settings.served_model_name, config.model or None)
+        service = await self.models.service_for(config.model or None)  # pinned until the permit below
         spec = audio_spec(config)
         options = decoding_options(config)  # checked against the model where the call opens its requests
         rid = config.request_id or uuid.uuid4().hex
         audio_in = self._audio(it)
 
         def live_call(call_spec: AudioSpec) -> LiveCall:
-            return LiveCall(self.service, self.settings, streaming_config, call_spec, options, rid,
+            return LiveCall(service, self.settings, streaming_config, call_spec, options, rid,
                             self._deps.vad_models)
 
-        async with inflight_permit(self.service, live=self._live(streaming_config, spec)):
+        live = self._live(service, streaming_config, spec)
+        async with inflight_permit(service, live=live):
             gauge = self.metrics.stream_sessions_active.labels(api=STREAMING_API)
             gauge.inc()
             try:
-                if config.enable_separate_recognition_per_channel and self._live(streaming_config, spec):
+                if config.enable_separate_recognition_per_channel and live:
                     async for response in ChannelCalls(streaming_config, spec, live_call).run(audio_in):
                         yield response
                 elif config.enable_separate_recognition_per_channel:
-                    yield await self._buffered_channels(audio_in, spec, options, config, rid, context)
-                elif self._live(streaming_config, spec):
+                    yield await self._buffered_channels(service, audio_in, spec, options, config, rid, context)
+                elif live:
                     async for response in live_call(spec).run(audio_in):
                         yield response
                 else:
-                    yield await self._buffered(audio_in, spec, options, config, rid, context)
+                    yield await self._buffered(service, audio_in, spec, options, config, rid, context)
             finally:
                 gauge.dec()
 
     async def _buffered_channels(
         self,
+        service: EngineService,
         audio_in: AsyncIterator[bytes],
         spec: AudioSpec,
         options: Any,
@@ -287,7 +290,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         audio = await self.decoder.decode(b"".join(chunks), encoding=spec.encoding, sample_rate=spec.sample_rate,
                                           channels=spec.channels, max_seconds=self.settings.max_audio_seconds,
                                           keep_channels=True)
-        outs = await self._run_offline(waveforms(audio, True), options, context, api=STREAMING_API)
+        outs = await self._run_offline(service, waveforms(audio, True), options, context, api=STREAMING_API)
         results = [
             pb.StreamingRecognitionResult(alternatives=r.alternatives, is_final=True, result_end_time=r.result_end_time,
                                           language_code=r.language_code, channel_tag=r.channel_tag)
@@ -295,10 +298,10 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         ]
         return pb.StreamingRecognizeResponse(results=results, total_billed_time=billed(audio.duration), request_id=rid)
 
-    def _live(self, streaming_config: pb.StreamingRecognitionConfig, spec: AudioSpec) -> bool:
+    def _live(self, service: EngineService, streaming_config: pb.StreamingRecognitionConfig, spec: AudioSpec) -> bool:
         """Streaming engines always; an offline engine too when the client wants utterances cut by
         the server VAD (headerless audio only), each then recognized when its speech ends."""
-        if self.service.engine.streaming_enabled:
+        if service.engine.streaming_enabled:
             return True
         return spec.encoding.headerless and (
             streaming_config.single_utterance or streaming_config.enable_voice_activity_events
@@ -325,6 +328,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
 
     async def _buffered(
         self,
+        service: EngineService,
         audio_in: AsyncIterator[bytes],
         spec: Any,
         options: Any,
@@ -333,7 +337,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         context: grpc.aio.ServicerContext,
     ) -> pb.StreamingRecognizeResponse:
         """Offline engine: the whole stream is one utterance, recognized after half-close."""
-        buffer = BufferedAudio(spec, self.service.engine.sample_rate, self.settings)
+        buffer = BufferedAudio(spec, service.engine.sample_rate, self.settings)
         started = time.monotonic()
         async for chunk in audio_in:
             buffer.add(chunk)
@@ -342,7 +346,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         samples = await buffer.finish(self.decoder)
         if not len(samples):
             raise invalid("the stream's audio holds no samples")
-        [out] = await self._run_offline([samples], options, context, api=STREAMING_API)
+        [out] = await self._run_offline(service, [samples], options, context, api=STREAMING_API)
         logger.info("StreamingRecognize %s (buffered): %.2f s of audio in %.2f s", rid, out.duration,
                     time.monotonic() - started)
         result = pb.StreamingRecognitionResult(

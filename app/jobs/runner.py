@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -50,11 +51,46 @@ class EngineGone(Exception):
     """The engine is shutting down: the job goes back to the queue."""
 
 
+class EngineServices(Protocol):
+    """The server's engines as jobs see them (app/model_pool.py's ModelPool has this shape)."""
+
+    @property
+    def draining(self) -> bool: ...
+
+    @property
+    def default_service(self) -> EngineService | None:
+        """The first model's service while it is loaded."""
+        ...
+
+    async def service_for(self, model: str | None) -> EngineService:
+        """The loaded service of the model a job names (ModelNotFound for one not served)."""
+        ...
+
+
+@dataclass(frozen=True)
+class OneService:
+    """`EngineServices` of a server with one engine that is always loaded."""
+
+    service: EngineService
+
+    @property
+    def draining(self) -> bool:
+        return self.service.draining
+
+    @property
+    def default_service(self) -> EngineService | None:
+        return self.service
+
+    async def service_for(self, model: str | None) -> EngineService:
+        return self.service
+
+
 @dataclass(frozen=True)
 class JobRuntime:
     """What running a job needs from the server."""
 
-    service: EngineService
+    services: EngineServices
+    """The engine of each job's model (its RecognitionConfig.model)."""
     decoder: AudioDecoder
     spool: Spool
     audio_uri_root: str | None
@@ -93,13 +129,18 @@ async def recognize_job(job: Job, runtime: JobRuntime, on_progress: Callable[[in
             raise JobFailed("INVALID_ARGUMENT", str(exc)) from exc
         raise
     channels = waveforms(audio, separate)
-    outs = await _run_channels(runtime, channels, spec.options, on_progress)
+    try:
+        service = await runtime.services.service_for(spec.model)
+    except EngineShutdownError as exc:
+        raise EngineGone(str(exc)) from exc
+    except EngineError as exc:  # ModelNotFound: the model was served when the job was submitted
+        raise JobFailed("NOT_FOUND", str(exc)) from exc
+    outs = await _run_channels(service, runtime, channels, spec.options, on_progress)
     return runtime.codec.result(job, spec, outs, audio.duration)
 
 
-async def _run_channels(runtime: JobRuntime, channels: list[np.ndarray], options: object,
+async def _run_channels(service: EngineService, runtime: JobRuntime, channels: list[np.ndarray], options: object,
                         on_progress: Callable[[int], Awaitable[None]]) -> list[RequestOutput]:
-    service = runtime.service
     rate = service.engine.sample_rate
     totals = [max(len(c) / rate, 1e-9) for c in channels]
     decoded = [0.0] * len(channels)

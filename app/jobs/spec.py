@@ -29,6 +29,8 @@ class JobSpec:
     channels: int
     separate_channels: bool
     """Every channel recognized alone (else the downmix)."""
+    model: str | None = None
+    """The served model the job names (None: the first)."""
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,15 @@ class PreparedJob:
     """Bytes to spool (content audio); None for a uri."""
 
 
-def prepare(request: JobRequest, settings: Settings, engine: OptionsChecker | None = None) -> PreparedJob:
+def prepare(request: JobRequest, settings: Settings, engine: OptionsChecker | None = None, *,
+            model_checked: bool = False) -> PreparedJob:
     """Validate (the options against `engine`'s model too, when given, so a job the model cannot
-    serve is refused at submission as `recognize` refuses it); raise InvalidJobError naming the
-    problem. Hashes the audio (call off the loop)."""
+    serve is refused at submission as `recognize` refuses it; `model_checked`: the caller picked
+    `engine` by the job's model, app/model_pool.py); raise InvalidJobError naming the problem.
+    Hashes the audio (call off the loop)."""
     try:
-        check_model(settings.served_model_name, request.model)
+        if not model_checked:
+            check_model(settings.served_model_name, request.model)
         if engine is not None:
             admit_options(engine, request.spec.options)
     except (ModelNotFound, InvalidRequestError) as exc:

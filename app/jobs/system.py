@@ -11,13 +11,14 @@ from typing import Any
 from app.jobs.backends import DataDirLock, open_store
 from app.jobs.errors import InvalidJobError, StorageFull
 from app.jobs.model import Job, JobState, Page
-from app.jobs.runner import JobRuntime
+from app.jobs.runner import EngineServices, JobRuntime
 from app.jobs.spec import JobCodec, JobRequest
 from app.jobs.spool import DISK_FULL_ERRNOS, Spool
 from app.jobs.store import SqlJobStore
 from app.jobs.submit import prepare
 from app.jobs.webhooks import WebhookSender
 from app.jobs.worker import JobWorker
+from app.requests import ModelNotFound
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,8 @@ class JobSystem:
         self._lock = lock
 
     @classmethod
-    async def open(cls, settings: Settings, service: Any, decoder: Any, metrics: Any, codec: JobCodec) -> JobSystem:
+    async def open(cls, settings: Settings, services: EngineServices, decoder: Any, metrics: Any,
+                   codec: JobCodec) -> JobSystem:
         root = data_dir(settings)
         store = open_store(settings.jobs_database_url, root)
         await asyncio.to_thread(store.migrate)
@@ -62,7 +64,7 @@ class JobSystem:
                 lock = None
                 logger.warning("jobs: another server uses %s; jobs it runs are taken over only after their lease",
                                store.describe)
-        runtime = JobRuntime(service=service, decoder=decoder, spool=spool, audio_uri_root=settings.audio_uri_root,
+        runtime = JobRuntime(services=services, decoder=decoder, spool=spool, audio_uri_root=settings.audio_uri_root,
                              max_audio_seconds=settings.max_audio_seconds, priority=settings.jobs_priority,
                              codec=codec)
         webhooks = WebhookSender(store, codec, allowed_hosts=settings.callback_allowed_hosts,
@@ -86,7 +88,11 @@ class JobSystem:
     # ------------------------------------------------------------------ operations
 
     async def submit(self, request: JobRequest) -> Job:
-        prepared = await asyncio.to_thread(prepare, request, self.settings, self.worker.runtime.service)
+        try:  # the job's model is checked (and its options against it) at submission
+            service = await self.worker.runtime.services.service_for(request.model)
+        except ModelNotFound as exc:
+            raise InvalidJobError(str(exc)) from exc
+        prepared = await asyncio.to_thread(prepare, request, self.settings, service, model_checked=True)
         new, data = prepared.job, prepared.audio
 
         def create() -> Job:

@@ -110,9 +110,11 @@ class JobWorker:
     async def _claim_loop(self) -> None:
         while True:
             free = self.max_running - len(self._running)
-            service = self.runtime.service
+            services = self.runtime.services
+            service = services.default_service
             # batch jobs yield to interactive work: none starts while new requests are being shed
-            if free > 0 and self._claiming and not service.draining and service.shed_offline(count=False) is None:
+            shedding = service is not None and service.shed_offline(count=False) is not None
+            if free > 0 and self._claiming and not services.draining and not shedding:
                 try:
                     jobs = await asyncio.to_thread(self.store.claim, self.owner, free, self.lease_s)
                 except Exception:

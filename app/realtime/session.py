@@ -42,6 +42,7 @@ from app.live import (
     samples_ms,
 )
 from app.live.sender import EventSender
+from app.model_pool import ModelPool
 from app.realtime import events as ev
 from app.realtime.audio_input import InputPipeline, decode_base64, decode_chunk
 from app.realtime.config import SessionConfig, VadSettings
@@ -49,6 +50,7 @@ from app.realtime.events import ProtocolError
 from app.realtime.options import decoding_options
 from app.realtime.semantic import base_silence_ms, silence_for
 from app.realtime.update import parse_beta_update, parse_ga_update
+from app.requests import ModelNotFound
 from engine import DecodingOptions, RequestOutput
 from engine.errors import EngineError, EngineShutdownError
 from engine.vad import TurnSettings
@@ -86,16 +88,20 @@ class RealtimeSession:
         beta: bool = False,
         session_id: str | None = None,
         config: SessionConfig | None = None,
+        models: ModelPool | None = None,
     ) -> None:
         """`config`: the session's starting configuration (a client secret's); by default server
-        VAD when the server has it."""
+        VAD when the server has it. `models`: the server's models, which a session.update naming
+        another model switches the session to (`service` is the one `config` names, with the
+        caller's permit); without it the session stays on `service`."""
         self.id = session_id or ev.new_id("sess")
         self.sender = sender
         self.service = service
         self.metrics = service.metrics
         self.rate: int = service.engine.sample_rate
         self.vad = vad
-        self._served_model_name = served_model_name
+        self._served_model_name = None if models is not None else served_model_name  # the pool checks names
+        self._models = models
         self.beta = beta
         self.live = LiveSession(service, self._on_event, options=DecodingOptions(task="transcribe"), vad=vad_batcher,
                                 new_turn_id=lambda: ev.new_id("item"), on_turn_done=self._turn_done,
@@ -256,31 +262,78 @@ class RealtimeSession:
 
     async def _update(self, config: SessionConfig, *, beta: bool) -> None:
         async with self._lock:
-            old = self.config
-            audio_changed = (config.input_format, config.turn_detection, config.noise_reduction) != (
-                old.input_format, old.turn_detection, old.noise_reduction)
-            if audio_changed and self.live.current is not None:
-                raise ProtocolError("the audio format, noise reduction and turn detection cannot change while a "
-                                    "turn is open; commit or clear the input audio buffer first",
-                                    code="session_update_with_buffered_audio", param="session")
-            if config.server_vad and not self.live.vad_available:
-                raise ProtocolError("server VAD is not available on this server; use turn_detection null and "
-                                    "commit turns yourself", code="server_vad_unavailable",
-                                    param="session.turn_detection")
-            pipeline = self._pipeline
-            self._apply(config)
-            if audio_changed:
-                held = pipeline.flush()
-                if held.size and old.server_vad:
-                    await self.live.push(held)  # silence the old detector was still to hear
-                self.live.detect_turns(self._turn_settings(config))
+            service = await self._service_for(config)
+            try:
+                await self._update_on(service, config)
+            except BaseException:
+                if service is not self.service:
+                    service.release()  # the permit taken for a switch that did not happen
+                raise
+            if service is not self.service:
+                self._switch(service)
         name = "transcription_session.updated" if beta else "session.updated"
         await self.sender.send(ev.server_event(name, session=self.render(beta)))
 
-    def _apply(self, config: SessionConfig) -> None:
-        """Take `config` (validated whole first: a refused update changes nothing)."""
+    async def _service_for(self, config: SessionConfig) -> EngineService:
+        """The service of the model `config` names: this session's, or another one's with a permit
+        taken on it (the session moves there once the update is accepted)."""
         param = "session.input_audio_transcription" if self.beta else "session.audio.input.transcription"
-        options = decoding_options(config.transcription, logprobs=config.logprobs, engine=self.service,
+        if self._models is None:
+            return self.service
+        try:
+            service = await self._models.service_for(config.transcription.model or None)
+        except ModelNotFound as exc:
+            raise ProtocolError(str(exc), code="model_not_found", param=f"{param}.model") from exc
+        except EngineError as exc:
+            raise refused(exc) from exc
+        if service is self.service:
+            return service
+        if self.live.turns:
+            raise ProtocolError("the model cannot change while a turn is open or being transcribed; wait for its "
+                                "transcription (or clear the input audio buffer) first",
+                                code="session_update_with_buffered_audio", param=f"{param}.model")
+        if service.engine.sample_rate != self.rate:
+            raise ProtocolError(f"model {config.transcription.model!r} takes {service.engine.sample_rate} Hz audio, "
+                                f"this session's model {self.rate} Hz; open a new session for it",
+                                code="unsupported_value", param=f"{param}.model")
+        if not service.try_acquire():
+            raise ProtocolError(f"model {config.transcription.model!r} is at capacity (--max-inflight); retry later",
+                                code="server_busy", error_type=ev.SERVER_ERROR_TYPE)
+        return service
+
+    def _switch(self, service: EngineService) -> None:
+        """Move the session (no turn open) and its permit to `service`."""
+        old, self.service = self.service, service
+        self.live.service = service
+        self.metrics = service.metrics
+        old.release()
+
+    async def _update_on(self, service: EngineService, config: SessionConfig) -> None:
+        """Validate and take `config` on `service` (under the session lock)."""
+        old = self.config
+        audio_changed = (config.input_format, config.turn_detection, config.noise_reduction) != (
+            old.input_format, old.turn_detection, old.noise_reduction)
+        if audio_changed and self.live.current is not None:
+            raise ProtocolError("the audio format, noise reduction and turn detection cannot change while a "
+                                "turn is open; commit or clear the input audio buffer first",
+                                code="session_update_with_buffered_audio", param="session")
+        if config.server_vad and not self.live.vad_available:
+            raise ProtocolError("server VAD is not available on this server; use turn_detection null and "
+                                "commit turns yourself", code="server_vad_unavailable",
+                                param="session.turn_detection")
+        pipeline = self._pipeline
+        self._apply(config, service)
+        if audio_changed:
+            held = pipeline.flush()
+            if held.size and old.server_vad:
+                await self.live.push(held)  # silence the old detector was still to hear
+            self.live.detect_turns(self._turn_settings(config))
+
+    def _apply(self, config: SessionConfig, service: EngineService | None = None) -> None:
+        """Take `config` (validated whole first, against `service`'s model: a refused update
+        changes nothing)."""
+        param = "session.input_audio_transcription" if self.beta else "session.audio.input.transcription"
+        options = decoding_options(config.transcription, logprobs=config.logprobs, engine=service or self.service,
                                    served_model_name=self._served_model_name, param=param)
         if (config.input_format, config.noise_reduction) != (self.config.input_format, self.config.noise_reduction):
             self._pipeline = InputPipeline(config.input_format, self.rate, config.noise_reduction)

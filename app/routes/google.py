@@ -14,17 +14,18 @@ from google.protobuf import json_format
 
 from app.audio import AudioDecoder, parse_encoding
 from app.channels import channel_tags, run_offline_channels, waveforms
-from app.deps import DecoderDep, ServiceDep, SettingsDep
+from app.deps import DecoderDep, ModelsDep, SettingsDep
 from app.disconnect import wait_for_disconnect
 from app.engine_service import EngineService
 from app.errors import ApiError, to_api_error
 from app.formats import to_google_recognize, to_google_recognize_channels
 from app.google.convert import AudioSpec, alternatives_wanted, audio_spec, decoding_options
+from app.model_pool import ModelPool
 from app.offline import inflight_permit
-from app.requests import admit_options, build_options, check_model
+from app.requests import ModelNotFound, admit_options, build_options
 from app.settings import Settings
 from engine import DecodingOptions
-from engine.errors import InvalidRequestError
+from engine.errors import EngineError, InvalidRequestError
 from protos.oasr.speech.v1 import speech_pb2 as pb
 
 router = APIRouter(tags=["google"])
@@ -34,7 +35,7 @@ router = APIRouter(tags=["google"])
 async def recognize(
     request: Request,
     settings: SettingsDep,
-    service: ServiceDep,
+    models: ModelsDep,
     decoder: DecoderDep,
     encoding: Annotated[str | None, Query(description="LINEAR16, LINEAR32F, MULAW, ALAW, FLAC, MP3, WAV, OGG_OPUS, WEBM_OPUS or AUTO")] = None,
     sample_rate: Annotated[int | None, Query(alias="sample_rate", description="Hz; required for headerless encodings")] = None,
@@ -49,9 +50,14 @@ async def recognize(
     temperature: Annotated[float | None, Query()] = None,
     prompt: Annotated[str | None, Query()] = None,
     request_id: Annotated[str | None, Query()] = None,
+    model: Annotated[str | None, Query(description="a served model (GET /v1/models); unset: the first")] = None,
 ) -> JSONResponse:
     if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
-        return await _recognize_json(request, settings, service, decoder)
+        return await _recognize_json(request, settings, models, decoder)
+    try:
+        models.resolve(model)  # an unknown model is refused before the upload is read
+    except ModelNotFound as exc:
+        raise to_api_error(exc) from exc
     if not encoding:
         raise ApiError(400, "query parameter 'encoding' is required (e.g. encoding=LINEAR16&sample_rate=16000, "
                             "or encoding=AUTO for files)")
@@ -61,19 +67,24 @@ async def recognize(
         raise to_api_error(exc) from exc
     n_alt = max(1, max_alternatives)
     try:  # BCP-47 ('en-US') becomes the ISO 639-1 code the model knows in build_options
-        options = admit_options(service, build_options(
+        wanted = build_options(
             task="transcribe", language=language or language_code, prompt=prompt, temperature=temperature,
-            word_timestamps=enable_word_time_offsets, beam_size=beam_size, n_best=n_alt))
+            word_timestamps=enable_word_time_offsets, beam_size=beam_size, n_best=n_alt)
     except InvalidRequestError as exc:
         raise to_api_error(exc) from exc
     spec = AudioSpec(enc, sample_rate or sample_rate_hertz, audio_channel_count)
     body = await request.body()  # before the permit: a slow upload must not hold an engine slot
+    try:  # after the upload: the service stays pinned only until _recognize takes its permit
+        service = await models.service_for(model)
+        options = admit_options(service, wanted)
+    except EngineError as exc:
+        raise to_api_error(exc) from exc
     return await _recognize(request, settings, service, decoder, body, spec, options,
                             n_alt=n_alt, words=enable_word_time_offsets,
                             separate=enable_separate_recognition_per_channel, rid=request_id or uuid.uuid4().hex)
 
 
-async def _recognize_json(request: Request, settings: Settings, service: EngineService,
+async def _recognize_json(request: Request, settings: Settings, models: ModelPool,
                           decoder: AudioDecoder) -> JSONResponse:
     """Google's JSON body: the same RecognitionConfig the gRPC surface reads, in proto3 JSON."""
     try:
@@ -87,7 +98,7 @@ async def _recognize_json(request: Request, settings: Settings, service: EngineS
     if not message.audio.content:
         raise ApiError(400, "audio.content is empty; send the audio bytes base64-encoded in it")
     try:
-        check_model(settings.served_model_name, config.model or None)
+        service = await models.service_for(config.model or None)  # pinned until _recognize's permit
         spec = audio_spec(config)
         options = admit_options(service, decoding_options(config))
     except Exception as exc:

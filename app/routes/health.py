@@ -7,7 +7,7 @@ import time
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
-from app.deps import MetricsDep, ServiceDep, SettingsDep
+from app.deps import MetricsDep, ModelsDep, SettingsDep
 
 router = APIRouter(tags=["operations"])
 _CREATED = int(time.time())
@@ -20,9 +20,10 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz")
-async def readyz(service: ServiceDep) -> JSONResponse:
-    """Readiness: the engine thread has stepped since start-up and its heartbeat is fresh."""
-    body = service.readiness()
+async def readyz(models: ModelsDep) -> JSONResponse:
+    """Readiness: the first model's engine thread has stepped since start-up and its heartbeat is
+    fresh; with several models, `models` gives each one's state."""
+    body = models.readiness()
     return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
 
@@ -33,7 +34,13 @@ async def metrics(m: MetricsDep) -> Response:
 
 
 @router.get("/v1/models")
-async def list_models(service: ServiceDep, settings: SettingsDep) -> dict[str, object]:
+async def list_models(models: ModelsDep, settings: SettingsDep) -> dict[str, object]:
+    """The served models. With several (OASR_MODELS) every configured one, loaded or not: `loaded`
+    and `state` say which, `info` is its card from its last load (null before its first)."""
+    if models.several:
+        data = [{"object": "model", "created": _CREATED, "owned_by": "oasr", **card} for card in models.cards()]
+        return {"object": "list", "data": data}
+    service = await models.service_for(None)
     info = service.engine.info()
     model_id = settings.served_model_name or info["model"]
     return {

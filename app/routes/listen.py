@@ -33,7 +33,10 @@ from app.deepgram.session import (
 from app.engine_service import EngineService
 from app.live import VadModelCache
 from app.live.sender import EventSender
+from app.model_pool import ModelPool
+from app.requests import ModelNotFound
 from app.settings import Settings
+from engine.errors import EngineError
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["deepgram"])
@@ -42,39 +45,61 @@ SUBPROTOCOLS = ("token", "bearer")
 """Browsers pass the key as `new WebSocket(url, ["token", KEY])`; the server echoes the scheme."""
 
 
-def model_identity(service: EngineService, settings: Settings) -> msg.ModelIdentity:
+def model_identity(service: EngineService, settings: Settings, name: str | None = None) -> msg.ModelIdentity:
+    """Deepgram's model_info: `name` (the served model's id with several models), else the served
+    name or the checkpoint's."""
     info = service.engine.info()
     try:
         version = metadata.version("oasr")
     except metadata.PackageNotFoundError:
         version = "0.0.0"
-    return msg.ModelIdentity(name=settings.served_model_name or str(info.get("model", "unknown")),
+    return msg.ModelIdentity(name=name or settings.served_model_name or str(info.get("model", "unknown")),
                              version=version, arch=str(info.get("family", "unknown")))
 
 
 @router.websocket("/v1/listen")
 async def listen(websocket: WebSocket) -> None:
     state = websocket.app.state
-    service: EngineService = state.service
+    models: ModelPool = state.models
+    model = websocket.query_params.get("model") if models.several else None
+    try:  # `model` picks the engine only with several models; a single-model server ignores it, as before
+        name = models.resolve(model).name if models.several else None
+        service = await models.service_for(model)
+    except ModelNotFound as exc:  # answered as a bad query parameter is: Error, then close 1008
+        await websocket.accept()
+        sender = EventSender(websocket)
+        await sender.send(msg.error(str(exc), "InvalidQuery"))
+        await sender.close(CLOSE_POLICY, close_reason(f"INVALID_QUERY: {exc}"))
+        return
+    except EngineError as exc:  # the model could not be loaded: refused like a full server
+        await _deny(websocket, str(exc))
+        return
     if not service.try_acquire():
         retry = None if service.draining else service.backlog.drain_time()
         message = ("server is shutting down" if retry is None
                    else f"server is at capacity (--max-inflight); retry after {retry} s")
-        headers = {} if retry is None else {"Retry-After": str(retry)}
-        try:
-            await websocket.send_denial_response(JSONResponse({"err_code": "UNAVAILABLE", "err_msg": message},
-                                                              status_code=503, headers=headers))
-        except RuntimeError:  # the ASGI server lacks the denial extension: a bare close (HTTP 403)
-            await websocket.close(1013, message)
+        await _deny(websocket, message, retry)
         return
     try:
-        await _serve(websocket, state.settings, service, getattr(state, "drain_hooks", []), VadModelCache.of(state))
+        await _serve(websocket, state.settings, service, getattr(state, "drain_hooks", []), VadModelCache.of(state),
+                     name)
     finally:
         service.release()
 
 
+async def _deny(websocket: WebSocket, message: str, retry: int | None = None) -> None:
+    """Refuse the upgrade with HTTP 503 (Retry-After when known)."""
+    headers = {} if retry is None else {"Retry-After": str(retry)}
+    try:
+        await websocket.send_denial_response(JSONResponse({"err_code": "UNAVAILABLE", "err_msg": message},
+                                                          status_code=503, headers=headers))
+    except RuntimeError:  # the ASGI server lacks the denial extension: a bare close (HTTP 403)
+        await websocket.close(1013, message)
+
+
 async def _serve(websocket: WebSocket, settings: Settings, service: EngineService,
-                 drain_hooks: list[Callable[[], Awaitable[None]]], vad_models: VadModelCache) -> None:
+                 drain_hooks: list[Callable[[], Awaitable[None]]], vad_models: VadModelCache,
+                 model_name: str | None = None) -> None:
     offered = websocket.scope.get("subprotocols") or []
     await websocket.accept(subprotocol=next((p for p in SUBPROTOCOLS if p in offered), None))
     sender = EventSender(websocket)
@@ -88,7 +113,7 @@ async def _serve(websocket: WebSocket, settings: Settings, service: EngineServic
     try:
         params = parse_params(websocket.query_params.multi_items(), settings.vad_silence_duration_ms)
         session = ListenSession(sender, service, params, vad=await vad_models.batcher(), settings=settings,
-                                model=model_identity(service, settings))
+                                model=model_identity(service, settings, model_name))
     except QueryError as exc:
         logger.info("listen: refused %s: %s", websocket.url.query, exc)
         await sender.send(msg.error(str(exc), "InvalidQuery"))

@@ -14,17 +14,18 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.background import BackgroundTask
 
 from app.chunking import ChunkingStrategy, chunking_from_request, transcribe_chunked
-from app.deps import DecoderDep, ServiceDep, SettingsDep
+from app.deps import DecoderDep, ModelsDep, SettingsDep
 from app.disconnect import wait_for_disconnect
 from app.engine_service import OutputStream
 from app.errors import ApiError, to_api_error
 from app.formats import to_srt, to_verbose_json, to_vtt, usage
+from app.model_pool import ModelPool
 from app.offline import RequestTimeout, inflight_permit, run_offline, take_permit
 from app.realtime.events import logprob_entries
-from app.requests import ModelNotFound, admit_options, build_options, check_model
+from app.requests import admit_options, build_options
 from app.settings import Settings
 from engine import DecodingOptions
-from engine.errors import InvalidRequestError
+from engine.errors import EngineError, InvalidRequestError
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["openai"])
@@ -37,7 +38,7 @@ INCLUDES = ("logprobs",)
 async def _transcribe(
     request: Request,
     settings: Settings,
-    service: Any,
+    models: ModelPool,
     decoder: Any,
     *,
     task: str,
@@ -53,9 +54,9 @@ async def _transcribe(
     chunking: ChunkingStrategy | None = None,
     include: list[str] | None = None,
 ) -> Response:
-    try:
-        check_model(settings.served_model_name, model)
-    except ModelNotFound as exc:
+    try:  # the model's service, loaded if need be; pinned until the permit below is taken
+        service = await models.service_for(model)
+    except EngineError as exc:  # ModelNotFound (404), or a load refused or failed
         raise to_api_error(exc) from exc
     if response_format not in RESPONSE_FORMATS:
         raise ApiError(400, f"response_format must be one of {', '.join(RESPONSE_FORMATS)}", param="response_format")
@@ -214,7 +215,7 @@ Include = Annotated[list[str] | None, Form(alias="include[]")]
 async def create_transcription(
     request: Request,
     settings: SettingsDep,
-    service: ServiceDep,
+    models: ModelsDep,
     decoder: DecoderDep,
     file: Annotated[UploadFile, File()],
     model: Annotated[str | None, Form()] = None,
@@ -228,7 +229,7 @@ async def create_transcription(
     include: Include = None,
 ) -> Response:
     return await _transcribe(
-        request, settings, service, decoder, task="transcribe", file=file, model=model, language=language,
+        request, settings, models, decoder, task="transcribe", file=file, model=model, language=language,
         prompt=prompt, response_format=response_format, temperature=temperature,
         granularities=timestamp_granularities or [], stream=stream, beam_size=beam_size,
         chunking=await chunking_from_request(request),  # "auto" | {"type": "server_vad", ...} | absent
@@ -240,7 +241,7 @@ async def create_transcription(
 async def create_translation(
     request: Request,
     settings: SettingsDep,
-    service: ServiceDep,
+    models: ModelsDep,
     decoder: DecoderDep,
     file: Annotated[UploadFile, File()],
     model: Annotated[str | None, Form()] = None,
@@ -250,7 +251,7 @@ async def create_translation(
     beam_size: Annotated[int | None, Form()] = None,
 ) -> Response:
     return await _transcribe(
-        request, settings, service, decoder, task="translate", file=file, model=model, language=None,
+        request, settings, models, decoder, task="translate", file=file, model=model, language=None,
         prompt=prompt, response_format=response_format, temperature=temperature, granularities=[],
         stream=False, beam_size=beam_size,
     )

@@ -27,17 +27,19 @@ from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
 
 from app.engine_service import EngineService
-from app.errors import ApiError
+from app.errors import ApiError, to_api_error
 from app.live.sender import EventSender
 from app.live.vad import VadModelCache
 from app.metrics import Metrics
 from app.middleware import presented_keys
+from app.model_pool import ModelPool
 from app.realtime.config import VadSettings
 from app.realtime.events import error_event
 from app.realtime.registry import SessionRegistry
 from app.realtime.secrets import PREFIX, ClientSecret, ClientSecretStore, SecretRefused
 from app.realtime.session import API, RealtimeSession
 from app.settings import Settings
+from engine.errors import EngineError
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["realtime"])
@@ -79,7 +81,7 @@ def _client_secret(websocket: WebSocket) -> str | None:
 async def realtime(websocket: WebSocket) -> None:
     state = websocket.app.state
     settings: Settings = state.settings
-    service: EngineService = state.service
+    models: ModelPool = state.models
     intent = websocket.query_params.get("intent")
     if intent not in (None, "transcription"):
         await _deny(websocket, ApiError(400, f"this server serves transcription sessions only; connect with "
@@ -88,7 +90,7 @@ async def realtime(websocket: WebSocket) -> None:
     registry = SessionRegistry.of(state)
     token = websocket.query_params.get("resume_token")
     if token is not None:
-        await _resume(websocket, registry, settings, service, token, websocket.query_params.get("last_event_id"))
+        await _resume(websocket, registry, settings, models, token, websocket.query_params.get("last_event_id"))
         return
     secret: ClientSecret | None = None
     presented = _client_secret(websocket)
@@ -98,6 +100,11 @@ async def realtime(websocket: WebSocket) -> None:
         except SecretRefused as exc:
             await _deny(websocket, ApiError(401, str(exc), code="invalid_client_secret"))
             return
+    try:  # the model the session starts on: its client secret's, else the first
+        service = await models.service_for(secret.config.transcription.model or None if secret else None)
+    except EngineError as exc:
+        await _deny(websocket, to_api_error(exc))
+        return
     if not service.try_acquire():
         if service.draining:
             await _deny(websocket, ApiError(503, "server is shutting down"))
@@ -107,7 +114,7 @@ async def realtime(websocket: WebSocket) -> None:
                                             retry_after=retry))
         return
     try:
-        session = await _open(websocket, settings, service, registry, VadModelCache.of(state), secret)
+        session = await _open(websocket, settings, service, registry, VadModelCache.of(state), secret, models)
     except BaseException:
         service.release()
         raise
@@ -115,7 +122,7 @@ async def realtime(websocket: WebSocket) -> None:
 
 
 async def _open(websocket: WebSocket, settings: Settings, service: EngineService, registry: SessionRegistry,
-                vad_models: VadModelCache, secret: ClientSecret | None) -> RealtimeSession:
+                vad_models: VadModelCache, secret: ClientSecret | None, models: ModelPool) -> RealtimeSession:
     """Accept the connection and start a session on it (the caller's permit becomes the session's)."""
     metrics: Metrics = service.metrics
     vad_batcher = await vad_models.batcher()
@@ -126,12 +133,12 @@ async def _open(websocket: WebSocket, settings: Settings, service: EngineService
     session = RealtimeSession(sender, service, vad_batcher=vad_batcher, vad=vad_settings(settings),
                               served_model_name=settings.served_model_name, beta=beta,
                               session_id=secret.session_id if secret else None,
-                              config=secret.config if secret else None)
+                              config=secret.config if secret else None, models=models)
 
     async def finish() -> None:
         session.abort_all()
         metrics.stream_sessions_active.labels(api=API).dec()
-        service.release()
+        session.service.release()  # the session's permit, on the model it ended on
         wall = time.monotonic() - session.started
         if session.audio_seconds > 0 and wall > 0:
             metrics.stream_realtime_factor.observe(session.audio_seconds / wall)
@@ -146,11 +153,11 @@ async def _open(websocket: WebSocket, settings: Settings, service: EngineService
     return session
 
 
-async def _resume(websocket: WebSocket, registry: SessionRegistry, settings: Settings, service: EngineService,
+async def _resume(websocket: WebSocket, registry: SessionRegistry, settings: Settings, models: ModelPool,
                   token: str, last_event_id: str | None) -> None:
     offered = websocket.scope.get("subprotocols") or []
     await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
-    if service.draining:
+    if models.draining:
         await websocket.close(1001, "server is shutting down")
         return
     session, ended = registry.lookup(token)

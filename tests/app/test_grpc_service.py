@@ -281,7 +281,7 @@ def test_health_follows_readiness_and_the_drain(unused_tcp_port: int) -> None:
 async def check_health(port: int) -> None:
     readiness = _Readiness()
     settings = Settings(host="127.0.0.1", grpc_port=port)
-    deps = GrpcDeps(settings=settings, service=readiness, decoder=None, metrics=Metrics(),  # type: ignore[arg-type]
+    deps = GrpcDeps(settings=settings, models=readiness, decoder=None, metrics=Metrics(),  # type: ignore[arg-type]
                     vad_models=VadModelCache(settings.vad))
     server = await start_grpc_server(deps, settings)
     try:

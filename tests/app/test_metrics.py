@@ -77,6 +77,9 @@ EXPECTED_LABELS: dict[str, set[str]] = {
     "oasr_jobs_queue_age_seconds": set(),
     "oasr_job_duration_seconds": {"outcome"},
     "oasr_webhook_deliveries_total": {"outcome"},
+    "oasr_model_loaded": {"model"},
+    "oasr_model_loads_total": {"model"},
+    "oasr_model_unloads_total": {"model", "reason"},
     "oasr_build_info": {"version", "model"},
     # CUDA only
     "oasr_gpu_memory_used_bytes": E,
@@ -134,6 +137,9 @@ def _observe_every_metric(m: Metrics) -> None:
     m.jobs_queue_age.set(12.5)
     m.job_duration.labels(outcome="succeeded").observe(30.0)
     m.webhook_deliveries.labels(outcome="delivered").inc()
+    m.model_loaded.labels(model="tiny.en").set(1)
+    m.model_loads.labels(model="tiny.en").inc()
+    m.model_unloads.labels(model="tiny.en", reason="idle_ttl").inc()
     m.set_build_info(version="0.1.0", model="whisper-tiny.en")
 
 

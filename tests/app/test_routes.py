@@ -26,6 +26,7 @@ import soundfile as sf
 from app.audio import AudioDecoder
 from app.engine_service import EngineService
 from app.main import create_app
+from app.model_pool import ModelPool
 from app.settings import Settings
 from engine import DecodingOptions, EngineConfig, RequestOutput
 from engine.errors import UnsupportedError
@@ -190,7 +191,7 @@ async def h(settings: Settings, engine: FakeEngine) -> AsyncIterator[Harness]:
     service = EngineService(engine, app.state.metrics, settings.max_inflight)  # type: ignore[arg-type]
     service.start()
     await service.wait_started()
-    app.state.service = service
+    app.state.models = ModelPool.serving(service, served_model_name=settings.served_model_name)
     app.state.decoder = AudioDecoder(1)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://oasr") as client:

@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import httpx
 import numpy as np
+import pytest
 import soundfile as sf
 
 from app.engine_service import ENGINE_DIED_EXIT_CODE
@@ -94,4 +95,25 @@ def test_a_dying_engine_thread_ends_every_request_unavailable_and_exits_non_zero
         assert "engine thread died: InjectedFault" in log and "Traceback" in log  # the cause, for the operator
     finally:
         live.release.set()
+        server.terminate()
+
+
+@pytest.mark.slow
+def test_the_engine_of_any_model_dying_exits_the_server(tmp_path: Path) -> None:
+    """Several models (OASR_MODELS): the second model's engine thread dies on its first request;
+    that request ends UNAVAILABLE and the whole server exits with ENGINE_DIED_EXIT_CODE, as for one."""
+    ckpt = write_checkpoint(str(tmp_path / "ckpt"), fail_at_audio_seconds=FAIL_AT_S)
+    server = start_server(tmp_path, env={"OASR_MODELS": f"tiny.en,faulty={ckpt}"})
+    try:
+        buf = io.BytesIO()
+        sf.write(buf, tone(3 * FAIL_AT_S), RATE, format="WAV", subtype="PCM_16")
+        r = httpx.post(f"{server.base_url}/v1/speech:recognize", params={"encoding": "AUTO", "model": "faulty"},
+                       content=buf.getvalue(), timeout=60)
+        assert r.status_code == 503 and r.json()["error"]["status"] == "UNAVAILABLE", r.text
+        deadline = time.monotonic() + EXIT_WAIT_S
+        while server.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert server.proc.returncode == ENGINE_DIED_EXIT_CODE, server.log()[-3000:]
+        assert "engine thread died: InjectedFault" in server.log()
+    finally:
         server.terminate()

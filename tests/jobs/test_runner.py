@@ -16,7 +16,7 @@ from app.audio import AudioDecoder
 from app.engine_service import OutputStream
 from app.google.jobs import GoogleJobCodec
 from app.jobs.model import Job, JobState
-from app.jobs.runner import JobRuntime, recognize_job
+from app.jobs.runner import JobRuntime, OneService, recognize_job
 from app.jobs.spool import Spool, digest_of
 from app.metrics import Metrics
 from engine import RequestOutput
@@ -67,7 +67,7 @@ async def test_channels_are_opened_together_at_job_priority_with_progress(tmp_pa
         progress.append(p)
 
     with AudioDecoder(1) as decoder:
-        runtime = JobRuntime(service=bridge, decoder=decoder, spool=spool, audio_uri_root=None,  # type: ignore[arg-type]
+        runtime = JobRuntime(services=OneService(bridge), decoder=decoder, spool=spool, audio_uri_root=None,  # type: ignore[arg-type]
                              max_audio_seconds=60, priority=10, codec=GoogleJobCodec())
         response = pb.LongRunningRecognizeResponse.FromString(await recognize_job(job, runtime, on_progress))
     assert bridge.opened == [{"seconds": 4.0, "priority": 10}, {"seconds": 4.0, "priority": 10}]
