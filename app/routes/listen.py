@@ -69,7 +69,7 @@ async def listen(websocket: WebSocket) -> None:
         await websocket.accept()
         sender = EventSender(websocket)
         await sender.send(msg.error(str(exc), "InvalidQuery"))
-        await sender.close(CLOSE_POLICY, close_reason(f"INVALID_QUERY: {exc}"))
+        await sender.close(CLOSE_POLICY, f"INVALID_QUERY: {exc}")
         return
     except EngineError as exc:  # the model could not be loaded: refused like a full server
         await _deny(websocket, str(exc))
