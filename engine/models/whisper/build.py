@@ -151,7 +151,10 @@ def decide_layer_scheme(quantization: QuantizationConfig, device: torch.device) 
     if quantization.scheme == "int8_w8a8" and device.type != "cpu":
         raise InvalidRequestError("quantization='int8_w8a8' runs on CPU; use fp16/bf16 on CUDA")
     cpu = host_cpu_facts()
-    exact = device.type == "cpu" and quantization.scheme in ONLINE_SCHEMES and int8_gemm_kind() == "vnni"
+    # the probe only where its answer can change the decision ('auto' on a CPU with int8 dot
+    # products): elsewhere it would run an int8 GEMM at every start for nothing
+    exact = (device.type == "cpu" and quantization.scheme == "auto" and cpu.int8_dot_product is not None
+             and int8_gemm_kind() == "vnni")
     decision = decide_quantization(quantization.scheme, device.type, cpu, exact)
     if quantization.scheme == "int8_w8a8" and cpu.int8_dot_product is None:
         logger.warning("quantization='int8_w8a8' as asked, but this CPU has no int8 dot-product instructions: "
