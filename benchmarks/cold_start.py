@@ -2,6 +2,7 @@
 split into stages, against faster-whisper loading the same checkpoint in the same run.
 
     python -m benchmarks.cold_start --runs 3
+    python -m benchmarks.cold_start --runs 3 --model /tmp/tiny-int8    # a directory from `oasr quantize`
 
 Per run, each in a fresh process, in turn:
 - serve:   `python -m app.cli serve` spawned, /readyz polled every 20 ms until 200 (the wall a
@@ -46,6 +47,7 @@ PROFILED_STAGES: tuple[tuple[str, str, str], ...] = (
     ("engine build", "engine/engine.py", "__init__"),
     ("  checkpoint read", "engine/models/whisper/loader.py", "load_checkpoint"),
     ("  checkpoint read (cached)", "engine/models/whisper/weights_cache.py", "load"),
+    ("  checkpoint read (oasr convert)", "engine/models/whisper/loader.py", "_load_native"),
     ("  model build (incl. read, probe)", "engine/models/whisper/build.py", "build_model"),
     ("  int8 probe", "engine/models/whisper/int8.py", "int8_gemm_fast"),
     ("  extension load", "engine/ops/extension.py", "extension_status"),
@@ -165,8 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", help="also write the medians here")
+    parser.add_argument("--model", help="serve this model (OASR_MODEL) instead of the embedded tiny.en, e.g. a "
+                                        "directory from `oasr convert` or `oasr quantize`; the peer stays the same")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.model:
+        os.environ["OASR_MODEL"] = args.model  # the server and the stages' child inherit it
     if args.child:
         child()
         return 0

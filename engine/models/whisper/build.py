@@ -72,7 +72,8 @@ def _holding(ckpt: LoadedCheckpoint, ckpt_dir: str) -> Whisper:
     (measured on the embedded tiny.en under load: ~2 s of a 5.5 s model build)."""
     with torch.device("meta"):
         model = Whisper(ckpt.dims)
-    _hold_int8_layers(model, ckpt.state_dict)
+    if ckpt.quantization is not None:
+        _hold_int8_layers(model, ckpt.state_dict, ckpt.quantization.weight_max)
     missing, unexpected = model.load_state_dict(ckpt.state_dict, strict=False, assign=True)
     if "encoder.positional_embedding" in missing:  # sinusoids, computed
         missing.remove("encoder.positional_embedding")
@@ -85,14 +86,14 @@ def _holding(ckpt: LoadedCheckpoint, ckpt_dir: str) -> Whisper:
 INT8_WEIGHT_SUFFIX = ".weight_int8"
 
 
-def _hold_int8_layers(model: Whisper, state_dict: dict[str, torch.Tensor]) -> None:
+def _hold_int8_layers(model: Whisper, state_dict: dict[str, torch.Tensor], weight_bound: int) -> None:
     """Put an Int8Linear over the stored int8 weights wherever the state dict has them (a checkpoint
     from `oasr quantize`), in place of the float layer; nothing is rounded here."""
     for key in [k for k in state_dict if k.endswith(INT8_WEIGHT_SUFFIX)]:
         path = key.removesuffix(INT8_WEIGHT_SUFFIX)
         parent_path, _, name = path.rpartition(".")
         layer = Int8Linear.from_quantized(state_dict[key], state_dict[f"{path}.weight_scale"],
-                                          state_dict.get(f"{path}.bias"))
+                                          state_dict.get(f"{path}.bias"), weight_bound)
         if path == LOGITS_PATH:
             model.decoder.output_projection = layer
         else:
