@@ -2,6 +2,7 @@
 split into stages, against faster-whisper loading the same checkpoint in the same run.
 
     python -m benchmarks.cold_start --runs 3
+    python -m benchmarks.cold_start --runs 3 --model /tmp/tiny-int8    # a directory from `oasr quantize`
 
 Per run, each in a fresh process, in turn:
 - serve:   `python -m app.cli serve` spawned, /readyz polled every 20 ms until 200 (the wall a
@@ -15,7 +16,9 @@ Per run, each in a fresh process, in turn:
            lifespan with its worker-thread hops run inline (the parts are C-bound: torch, numpy,
            onnxruntime, so the profiler adds little); imports are timed without it.
 Times are medians over the runs; ratios are against the peer's median of the same run, so
-they hold on a shared machine where absolute times do not.
+they hold on a shared machine where absolute times do not. The CPU rows (user + system seconds of
+every thread, read from /proc when /readyz first answers, and the peer's from its rusage) are the
+steadier measure on a machine whose load swings: wall time there mostly says how busy it was.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ PROFILED_STAGES: tuple[tuple[str, str, str], ...] = (
     ("engine build", "engine/engine.py", "__init__"),
     ("  checkpoint read", "engine/models/whisper/loader.py", "load_checkpoint"),
     ("  checkpoint read (cached)", "engine/models/whisper/weights_cache.py", "load"),
+    ("  checkpoint read (oasr convert)", "engine/models/whisper/loader.py", "_load_native"),
     ("  model build (incl. read, probe)", "engine/models/whisper/build.py", "build_model"),
     ("  int8 probe", "engine/models/whisper/int8.py", "int8_gemm_fast"),
     ("  extension load", "engine/ops/extension.py", "extension_status"),
@@ -69,8 +73,14 @@ def _env(data_dir: str) -> dict[str, str]:
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll otherwise
 
 
-def time_serve(data_dir: str) -> float:
-    """Seconds from spawning `oasr serve` to /readyz answering 200."""
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process, all threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
+
+
+def time_serve(data_dir: str) -> tuple[float, float]:
+    """Seconds from spawning `oasr serve` to /readyz answering 200, and the CPU seconds it used."""
     import httpx
 
     port, grpc_port = _free_port(), _free_port()
@@ -87,7 +97,7 @@ def time_serve(data_dir: str) -> float:
                 raise RuntimeError(f"server exited {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
             with contextlib.suppress(httpx.HTTPError):
                 if client.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
-                    return time.perf_counter() - start
+                    return time.perf_counter() - start, _cpu_seconds(proc.pid)
             time.sleep(POLL_S)
         raise RuntimeError(f"not ready after {READY_TIMEOUT_S} s")
     finally:
@@ -106,11 +116,17 @@ print(time.perf_counter())
 """
 
 
-def time_peer() -> float:
-    """Seconds from spawning a process to faster-whisper's model being loaded in it."""
+def time_peer() -> tuple[float, float]:
+    """Seconds from spawning a process to faster-whisper's model being loaded in it, and the CPU
+    seconds the process used (to its exit, just after the load)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", PEER], capture_output=True, text=True, check=True)
-    return float(out.stdout.strip().splitlines()[-1]) - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return float(out.stdout.strip().splitlines()[-1]) - start, cpu
 
 
 def time_stages(data_dir: str) -> dict[str, float]:
@@ -165,27 +181,46 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", help="also write the medians here")
+    parser.add_argument("--model", help="serve this model (OASR_MODEL) instead of the embedded tiny.en, e.g. a "
+                                        "directory from `oasr convert` or `oasr quantize`; the peer stays the same")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.model:
+        os.environ["OASR_MODEL"] = args.model  # the server and the stages' child inherit it
     if args.child:
         child()
         return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    serve, peer, stages = [], [], []
+    serve: list[float] = []
+    peer: list[float] = []
+    serve_cpus: list[float] = []
+    peer_cpus: list[float] = []
+    stages: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="oasr-cold-") as data_dir:
         for run in range(args.runs):
-            peer.append(time_peer())
-            serve.append(time_serve(data_dir))
+            peer_wall, peer_cpu = time_peer()
+            serve_wall, serve_cpu = time_serve(data_dir)
+            peer.append(peer_wall)
+            serve.append(serve_wall)
+            peer_cpus.append(peer_cpu)
+            serve_cpus.append(serve_cpu)
             stages.append(time_stages(data_dir))
-            logger.info("run %d: serve %.2f s, faster-whisper %.2f s", run + 1, serve[-1], peer[-1])
+            logger.info("run %d: serve %.2f s (%.2f s CPU), faster-whisper %.2f s (%.2f s CPU)", run + 1, serve[-1],
+                        serve_cpus[-1], peer[-1], peer_cpus[-1])
     peer_s = statistics.median(peer)
     rows = {"faster-whisper load (peer)": peer_s, "oasr serve -> /readyz": statistics.median(serve)}
+    cpu_rows = {"faster-whisper load (peer), CPU s": statistics.median(peer_cpus),
+                "oasr serve -> /readyz, CPU s": statistics.median(serve_cpus)}
     rows.update({k: statistics.median(s[k] for s in stages) for k in stages[0]})
     print(f"{'stage':40s} {'s':>7s} {'x peer':>7s}")
     for label, seconds in rows.items():
         print(f"{label:40s} {seconds:7.2f} {seconds / peer_s:7.2f}")
+    peer_cpu_s = cpu_rows["faster-whisper load (peer), CPU s"]
+    for label, seconds in cpu_rows.items():
+        print(f"{label:40s} {seconds:7.2f} {seconds / peer_cpu_s:7.2f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"runs": args.runs, "seconds": rows}, indent=2))
+        Path(args.json).write_text(json.dumps({"runs": args.runs, "seconds": rows, "cpu_seconds": cpu_rows},
+                                              indent=2))
     return 0
 
 

@@ -15,14 +15,19 @@ import numpy as np
 from engine.capabilities import check_capabilities
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
-from engine.families import check_quantization, family_options, resolve_family
+from engine.families import check_quantization, family_options, load_family, resolve_family
 from engine.runner import ModelInfo, ModelRunner
 from engine.types import DecodingOptions, Samples
 
 
 def load_runner(config: EngineConfig) -> ModelRunner:
     """The runner of the family whose checkpoint `config` names, loaded with its options."""
-    family = resolve_family(config.resolved_ckpt_dir(), config.checkpoint_name)
+    if config.ckpt_dir is None and config.checkpoint_name is None:
+        # the embedded model is a Whisper checkpoint: detection would import every family's
+        # checkpoint code ahead of it (paraformer, zipformer) for nothing, at each start
+        family = load_family("whisper")
+    else:
+        family = resolve_family(config.resolved_ckpt_dir(), config.checkpoint_name)
     check_quantization(family, config)
     aliased = config.family_knob_aliases().get(family.name)
     return family.build(config, family_options(family, config.family_options, aliased))

@@ -38,6 +38,12 @@ class ModelFamily:
     online_quantization: tuple[str, ...] = ()
     """Quantization schemes the family applies to its layers at load (e.g. 'int8_w8a8'). Another
     explicit scheme is refused before loading; 'auto' then means the float type."""
+    convert: Callable[[str, str | None, str], None] | None = None
+    """(ckpt_dir, checkpoint_name, out_dir) -> writes the checkpoint in the layout this family loads
+    fastest (`oasr convert`); None when the family has no such layout."""
+    quantize: Callable[[str, str | None, str, Any], None] | None = None
+    """(ckpt_dir, checkpoint_name, out_dir, QuantizationConfig) -> writes quantized weights that load
+    with no quantization work (`oasr quantize`); None when the family cannot."""
     hub_files: tuple[str, ...] = ()
     """Globs (fnmatch, relative to a model repo's root) of the files this family loads: a model named
     by repo id downloads only files some family loads (engine/hub.py), never a repo's other formats."""

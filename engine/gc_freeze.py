@@ -22,11 +22,18 @@ _lock = threading.Lock()
 _holders = 0
 
 
+YOUNG_GENERATIONS = 1
+"""Generations collected before freezing: the young ones, where the garbage of building an engine
+is. A full collection walks the whole heap, torch's thousands of modules included: 0.2 s of a
+~5 s cold start on a loaded 2-core VM (benchmarks/cold_start.py), to find little more."""
+
+
 def freeze_heap() -> bool:
-    """Collect, then freeze what survives; returns True (the caller must `thaw_heap()` once)."""
+    """Collect the young generations, then freeze what survives; returns True (the caller must
+    `thaw_heap()` once)."""
     global _holders
     with _lock:
-        gc.collect()
+        gc.collect(YOUNG_GENERATIONS)
         gc.freeze()
         _holders += 1
         logger.debug("python heap frozen (%d objects permanent, %d holder(s))", gc.get_freeze_count(), _holders)

@@ -5,10 +5,12 @@
     oasr models [--url URL]
     oasr stream FILE [--url URL]
     oasr jobs submit|list|get|cancel|wait ...   batch jobs on a server (long-running recognize)
+    oasr convert SRC OUT                        a checkpoint in the layout the engine loads fastest
+    oasr quantize SRC OUT [--ignore GLOBS]      the same with int8 weights quantized ahead of time
 
 Errors are one line on stderr; the exit code says what kind (`EXIT_*` in `common`, and `oasr --help`).
 
-Modules, one per command: `serve`, `transcribe`, `models`, `stream`, `jobs`; `common` holds the exit
+Modules, one per command: `serve`, `transcribe`, `models`, `stream`, `jobs`, `convert` (and quantize); `common` holds the exit
 codes, `CliError` and the HTTP client bits they share; `entry` the parser and `main`.
 """
 

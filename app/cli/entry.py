@@ -16,6 +16,7 @@ from app.cli.common import (
     CliError,
     _Parser,
 )
+from app.cli.convert import add_convert_parsers
 from app.cli.jobs import add_jobs_parser
 from app.cli.models import add_models_parser
 from app.cli.serve import _add_setting_flag, cmd_serve
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     stream.set_defaults(func=cmd_stream)
 
     add_jobs_parser(sub, lambda p: client_flags(p, DEFAULT_URL), _Parser, EPILOG)
+    add_convert_parsers(sub, EPILOG)
     return parser
 
 

@@ -26,12 +26,19 @@ def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
     return detect_nemo(ckpt_dir, checkpoint_name)
 
 
+def convert(ckpt_dir: str, checkpoint_name: str | None, out_dir: str) -> None:
+    from engine.models.nemo.native import convert as unpack
+
+    unpack(ckpt_dir, checkpoint_name, out_dir)
+
+
 def build(config: EngineConfig, options: NemoOptions) -> NemoRunner:
     from engine.models.nemo.runner import NemoRunner
 
     return NemoRunner.from_config(config, options)
 
 
-FAMILY = ModelFamily(name="nemo", detect=detect, build=build, options=NemoOptions, hub_files=("*.nemo",))
+FAMILY = ModelFamily(name="nemo", detect=detect, build=build, options=NemoOptions, convert=convert,
+                     hub_files=("*.nemo",))
 
-__all__ = ["FAMILY", "NemoOptions", "build", "detect"]
+__all__ = ["FAMILY", "NemoOptions", "build", "convert", "detect"]

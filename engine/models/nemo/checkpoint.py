@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from engine.errors import CheckpointError
+from engine.models.nemo import native
 from engine.models.nemo.archive import NemoArchive, find_checkpoint, read_archive
 from engine.models.nemo.config import ModelConfig, parse_config
 from engine.models.nemo.ctc import CtcHead
@@ -58,9 +59,12 @@ class NemoCheckpoint:
 
 
 def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
-    """A directory holding the named `.nemo` (or any `.nemo` when none is named)."""
+    """A directory holding the named `.nemo` (or any `.nemo` when none is named), or one unpacked
+    by `oasr convert` (native.py)."""
     if not os.path.isdir(ckpt_dir):
         return False
+    if checkpoint_name is None and native.is_native(ckpt_dir):
+        return True
     if checkpoint_name:
         return checkpoint_name.endswith(".nemo") and os.path.isfile(os.path.join(ckpt_dir, checkpoint_name))
     return any(f.endswith(".nemo") for f in os.listdir(ckpt_dir))
@@ -69,7 +73,10 @@ def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
 def load_checkpoint(
     ckpt_dir: str, checkpoint_name: str | None, device: torch.device, dtype: torch.dtype
 ) -> NemoCheckpoint:
-    archive = read_archive(find_checkpoint(ckpt_dir, checkpoint_name))
+    if checkpoint_name is None and native.is_native(ckpt_dir):
+        archive = native.read(ckpt_dir)
+    else:
+        archive = read_archive(find_checkpoint(ckpt_dir, checkpoint_name))
     cfg = parse_config(archive.config)
     model = NemoModel(cfg)
     frontend_tensors = _load_weights(model, archive)

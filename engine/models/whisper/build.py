@@ -1,7 +1,8 @@
 """A checkpoint directory becomes the PyTorch model the runner steps: loaded, checked, moved to
 its device and float type, and (int8_w8a8, or 'auto' on a CPU with int8 dot-product instructions
 whose int8 GEMM is exact at 8 bits: engine/quantization.py `decide_quantization`) quantized, except the layers the quantization object's `ignore` globs
-keep in full precision."""
+keep in full precision. A checkpoint quantized ahead of time (`oasr quantize`, native.py) is
+served as written: its int8 layers are built from the stored weights, with no rounding at load."""
 
 from __future__ import annotations
 
@@ -11,12 +12,25 @@ import torch
 
 from engine.config import EngineConfig
 from engine.cpu_facts import host_cpu_facts
-from engine.errors import CheckpointError, InvalidRequestError
+from engine.errors import CheckpointError, InvalidRequestError, UnsupportedError
 from engine.models.whisper import weights_cache
-from engine.models.whisper.int8 import int8_gemm_kind, linear_layer_paths, quantize_linear_layers
+from engine.models.whisper.int8 import (
+    Int8Linear,
+    int8_gemm_kind,
+    linear_layer_paths,
+    quantize_linear_layers,
+    weight_max,
+)
 from engine.models.whisper.loader import LoadedCheckpoint, detect_format, load_checkpoint
 from engine.models.whisper.model import Whisper, sinusoids
-from engine.quantization import ONLINE_SCHEMES, QuantizationConfig, QuantizationDecision, decide_quantization
+from engine.models.whisper.native import NativeQuantization
+from engine.quantization import (
+    MODULE_TYPES,
+    ONLINE_SCHEMES,
+    QuantizationConfig,
+    QuantizationDecision,
+    decide_quantization,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -26,12 +40,15 @@ def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
     quantization = config.quantization_config()
     check_module_types(quantization)
     ckpt = _read_checkpoint(ckpt_dir, config.checkpoint_name)
+    if ckpt.quantization is not None:
+        decision = decide_prequantized(ckpt.quantization, quantization, device, ckpt_dir)
+    else:
+        decision = decide_layer_scheme(quantization, device)
     model = _holding(ckpt, ckpt_dir)
     model.eval().requires_grad_(False)
     model = model.to(device, dtype)
-    decision = decide_layer_scheme(quantization, device)
     logger.info("quantization %s -> %s on %s: %s", decision.asked, decision.scheme, device, decision.reason)
-    if decision.scheme == "int8_w8a8":
+    if decision.scheme == "int8_w8a8" and ckpt.quantization is None:
         quantize_model(model, quantization)
     if device.type == "cpu" and model.decoder.output_projection is None:
         model.decoder.keep_output_weight_transposed()
@@ -55,6 +72,8 @@ def _holding(ckpt: LoadedCheckpoint, ckpt_dir: str) -> Whisper:
     (measured on the embedded tiny.en under load: ~2 s of a 5.5 s model build)."""
     with torch.device("meta"):
         model = Whisper(ckpt.dims)
+    if ckpt.quantization is not None:
+        _hold_int8_layers(model, ckpt.state_dict, ckpt.quantization.weight_max)
     missing, unexpected = model.load_state_dict(ckpt.state_dict, strict=False, assign=True)
     if "encoder.positional_embedding" in missing:  # sinusoids, computed
         missing.remove("encoder.positional_embedding")
@@ -62,6 +81,47 @@ def _holding(ckpt: LoadedCheckpoint, ckpt_dir: str) -> Whisper:
     if missing or unexpected:
         raise CheckpointError(f"{ckpt_dir}: missing {missing[:5]} unexpected {unexpected[:5]}")
     return model
+
+
+INT8_WEIGHT_SUFFIX = ".weight_int8"
+
+
+def _hold_int8_layers(model: Whisper, state_dict: dict[str, torch.Tensor], weight_bound: int) -> None:
+    """Put an Int8Linear over the stored int8 weights wherever the state dict has them (a checkpoint
+    from `oasr quantize`), in place of the float layer; nothing is rounded here."""
+    for key in [k for k in state_dict if k.endswith(INT8_WEIGHT_SUFFIX)]:
+        path = key.removesuffix(INT8_WEIGHT_SUFFIX)
+        parent_path, _, name = path.rpartition(".")
+        layer = Int8Linear.from_quantized(state_dict[key], state_dict[f"{path}.weight_scale"],
+                                          state_dict.get(f"{path}.bias"), weight_bound)
+        if path == LOGITS_PATH:
+            model.decoder.output_projection = layer
+        else:
+            if not isinstance(model.get_submodule(path), torch.nn.Linear):
+                raise CheckpointError(f"int8 weights for {path!r}, which is not a linear layer of this model")
+            setattr(model.get_submodule(parent_path), name, layer)
+
+
+def decide_prequantized(stored: NativeQuantization, asked: QuantizationConfig, device: torch.device,
+                        ckpt_dir: str) -> QuantizationDecision:
+    """A checkpoint quantized ahead of time is served as it was written: quantization unset ('auto')
+    or naming its scheme follows it; anything else would need the float weights it no longer has,
+    so it is refused, as are a device and a CPU that cannot run its int8 weights exactly."""
+    if asked.scheme not in ("auto", stored.scheme) or asked.ignore or tuple(asked.module_types) != MODULE_TYPES:
+        raise InvalidRequestError(
+            f"{ckpt_dir} holds weights quantized ahead of time ({stored.scheme}, by `oasr quantize`): "
+            f"quantization={asked.scheme!r}" + (f" ignore={','.join(asked.ignore)}" if asked.ignore else "")
+            + " needs the float checkpoint; leave quantization unset to serve this one")
+    if device.type != "cpu":
+        raise UnsupportedError(f"{ckpt_dir} holds int8 weights ({stored.scheme}), which run on CPU; "
+                               f"serve the float checkpoint on {device.type}")
+    if stored.weight_max > weight_max():
+        raise UnsupportedError(
+            f"{ckpt_dir} was quantized with full-range int8 weights (±{stored.weight_max}) for a CPU whose int8 "
+            f"GEMM sums them exactly; this CPU's int8 GEMM saturates above ±{weight_max()}: run `oasr quantize` "
+            "on this machine, or serve the float checkpoint")
+    return QuantizationDecision(asked.scheme, stored.scheme,
+                                f"int8 weights (±{stored.weight_max}) quantized ahead of time by `oasr quantize`")
 
 
 LOGITS_PATH = "decoder.output_projection"
@@ -92,7 +152,10 @@ def decide_layer_scheme(quantization: QuantizationConfig, device: torch.device) 
     if quantization.scheme == "int8_w8a8" and device.type != "cpu":
         raise InvalidRequestError("quantization='int8_w8a8' runs on CPU; use fp16/bf16 on CUDA")
     cpu = host_cpu_facts()
-    exact = device.type == "cpu" and quantization.scheme in ONLINE_SCHEMES and int8_gemm_kind() == "vnni"
+    # the probe only where its answer can change the decision ('auto' on a CPU with int8 dot
+    # products): elsewhere it would run an int8 GEMM at every start for nothing
+    exact = (device.type == "cpu" and quantization.scheme == "auto" and cpu.int8_dot_product is not None
+             and int8_gemm_kind() == "vnni")
     decision = decide_quantization(quantization.scheme, device.type, cpu, exact)
     if quantization.scheme == "int8_w8a8" and cpu.int8_dot_product is None:
         logger.warning("quantization='int8_w8a8' as asked, but this CPU has no int8 dot-product instructions: "

@@ -57,23 +57,51 @@ def weight_max() -> int:
     return FULL_WEIGHT_MAX if int8_gemm_kind() == "vnni" else SAFE_WEIGHT_MAX
 
 
+def quantize_weight(weight: Tensor, qmax: int) -> tuple[Tensor, Tensor]:
+    """Round a float (N, K) weight to int8 in [-qmax, qmax] with one scale per output channel:
+    the (N, K) int8 weight and its (N,) float32 scales. The only place weights are quantized
+    (at load for online int8, or once by `oasr quantize`)."""
+    w = weight.detach().float()
+    scale = w.abs().amax(dim=1).clamp(min=1e-12) / qmax  # (N,)
+    return torch.round(w / scale[:, None]).clamp(-qmax, qmax).to(torch.int8), scale
+
+
 class Int8Linear(nn.Module):
     """y = x Wᵀ + b with W stored int8 (N, K) plus a float scale per output channel."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None):
         super().__init__()
-        w = weight.detach().float()
         qmax = weight_max()
-        scale = w.abs().amax(dim=1).clamp(min=1e-12) / qmax  # (N,)
-        self.register_buffer("weight_int8", torch.round(w / scale[:, None]).clamp(-qmax, qmax).to(torch.int8))
-        self.register_buffer("weight_scale", scale)
+        self._hold(*quantize_weight(weight, qmax), bias, qmax)
+
+    @classmethod
+    def from_quantized(cls, weight_int8: Tensor, weight_scale: Tensor, bias: Tensor | None,
+                       weight_bound: int | None = None) -> Int8Linear:
+        """A layer over weights quantized ahead of time (`oasr quantize`): no rounding work here.
+        `weight_bound`: the range they were rounded into (an upper bound of max |w|), which spares
+        scanning them for it (an int8 abs().max() over tiny.en's layers: ~0.3 s of CPU)."""
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer._hold(weight_int8, weight_scale.float(), bias, weight_bound)
+        return layer
+
+    def _hold(self, weight_int8: Tensor, weight_scale: Tensor, bias: Tensor | None,
+              weight_bound: int | None = None) -> None:
+        if weight_int8.dtype != torch.int8 or weight_int8.dim() != 2 or weight_scale.shape != weight_int8.shape[:1]:
+            raise ValueError(f"int8 weight (N, K) with (N,) scales expected, got {weight_int8.dtype} "
+                             f"{tuple(weight_int8.shape)} and {tuple(weight_scale.shape)}")
+        self.register_buffer("weight_int8", weight_int8)
+        self.register_buffer("weight_scale", weight_scale)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
-        self.out_features, self.in_features = w.shape
+        self.out_features, self.in_features = weight_int8.shape
         # the int8 weights as float32, for CPUs without int8 dot products (see the module doc); the
         # results are bitwise those of the int8 GEMM either way, so this choice is speed only
         emulate = host_cpu_facts().int8_dot_product is None and torch.get_float32_matmul_precision() == "highest"
         self.register_buffer("weight_as_float", self.weight_int8.float() if emulate else None, persistent=False)
-        self.weight_int8_max = int(self.weight_int8.abs().max()) if w.numel() else 0
+        # a bound on max |w| for `_sums_exact_in_float`; per-channel rounding puts each nonzero
+        # row's largest weight at exactly the range, so the range is the value, not just a bound
+        self.weight_int8_max = weight_bound if weight_bound is not None else (
+            int(self.weight_int8.abs().max()) if weight_int8.numel() else 0)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> Int8Linear:

@@ -2,6 +2,8 @@
 openai/whisper parameter layout that `model.Whisper` uses.
 
 Formats, detected from the directory's files:
+- OASR's own (`oasr.json` + `model.safetensors` + `tokenizer.json`): what `oasr convert` and
+  `oasr quantize` write, already in this layout and float type (native.py).
 - CTranslate2 (`model.bin` + `config.json` + `tokenizer.json`): faster-whisper's and the embedded model's.
 - OpenAI `.pt` (`dims` + `model_state_dict`).
 - Hugging Face Transformers (`config.json` with model_type whisper + `model.safetensors`).
@@ -21,6 +23,7 @@ import torch
 from torch import Tensor
 
 from engine.errors import CheckpointError
+from engine.models.whisper import native
 from engine.models.whisper.model import WhisperDims
 
 logger = logging.getLogger(__name__)
@@ -40,12 +43,17 @@ class LoadedCheckpoint:
     suppress_ids_begin: list[int] | None = None
     lang_ids: list[int] | None = None
     format: str = ""
+    quantization: native.NativeQuantization | None = None
+    """Set when the weights were quantized ahead of time (`oasr quantize`): the state dict then
+    holds `<layer>.weight_int8` / `.weight_scale` for the quantized linear layers."""
 
 
 def detect_format(ckpt_dir: str, checkpoint_name: str | None = None) -> str | None:
     """The Whisper format `ckpt_dir` holds (None when it holds none). `checkpoint_name` names the
     weights file: 'model.bin' (CTranslate2), 'model.safetensors' (Hugging Face) or an OpenAI '.pt'."""
     names = set(os.listdir(ckpt_dir)) if os.path.isdir(ckpt_dir) else set()
+    if native.MANIFEST in names and checkpoint_name in (None, native.WEIGHTS) and native.is_native(ckpt_dir):
+        return "oasr"
     if checkpoint_name is not None:
         if checkpoint_name not in names:
             return None
@@ -72,7 +80,9 @@ def _single_pt(ckpt_dir: str) -> str | None:
 
 def load_checkpoint(ckpt_dir: str, checkpoint_name: str | None = None) -> LoadedCheckpoint:
     fmt = detect_format(ckpt_dir, checkpoint_name)
-    if fmt == "ctranslate2":
+    if fmt == "oasr":
+        ckpt = _load_native(ckpt_dir)
+    elif fmt == "ctranslate2":
         ckpt = _load_ctranslate2(ckpt_dir)
     elif fmt == "huggingface":
         ckpt = _load_huggingface(ckpt_dir)
@@ -84,6 +94,22 @@ def load_checkpoint(ckpt_dir: str, checkpoint_name: str | None = None) -> Loaded
     if ckpt.tokenizer_file is None:
         raise CheckpointError(f"{ckpt_dir!r}: tokenizer.json is missing (needed to detokenize)")
     return ckpt
+
+
+# ---------------- OASR (native.py) ----------------
+
+
+def _load_native(ckpt_dir: str) -> LoadedCheckpoint:
+    manifest, state_dict = native.read(ckpt_dir)
+    try:
+        dims = WhisperDims(**{k: int(v) for k, v in manifest["dims"].items()})
+        return LoadedCheckpoint(
+            dims=dims, state_dict=state_dict, tokenizer_file=_tokenizer_file(ckpt_dir),
+            alignment_heads=[(int(a), int(b)) for a, b in manifest.get("alignment_heads", [])],
+            suppress_ids=manifest.get("suppress_ids"), suppress_ids_begin=manifest.get("suppress_ids_begin"),
+            lang_ids=manifest.get("lang_ids"), quantization=native.manifest_quantization(manifest))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{ckpt_dir}/{native.MANIFEST}: malformed ({exc!r})") from exc
 
 
 # ---------------- CTranslate2 ----------------
