@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from app.backlog import Backlog
+from app.backlog import Backlog, live_engine_seconds
 from app.engine_metrics import EngineSeries
 from app.metrics import Metrics
 from engine import ASREngine, DecodingOptions, RequestOutput
@@ -138,6 +138,7 @@ class EngineService:
         self._steps_done = 0
         self._step_started: float | None = None
         self._tick_started = 0.0
+        self._live_s = 0.0  # engine thread: live streams' engine time not yet handed to the backlog
         self._started = threading.Event()
         self.death: str | None = None
         """Why the engine thread died (None while it runs): written once by that thread."""
@@ -176,6 +177,7 @@ class EngineService:
             "inflight": self.inflight,
             "queue_delay_s": round(self.backlog.delay(), 3),
             "backlog_audio_s": round(self.backlog.seconds, 3),
+            "live_engine_share": round(self.backlog.current_live_share(), 3),
             "max_queue_delay_s": self.max_queue_delay_secs,
         }
 
@@ -391,18 +393,21 @@ class EngineService:
     def _observe_step(self, seconds: float) -> None:
         e = self.engine
         self.series.step.observe(seconds)
-        self.series.export(e.metrics.drain(), e.runner.stats(), e.num_running, e.num_waiting)
+        snapshot = e.metrics.drain()
+        self._live_s += live_engine_seconds(snapshot.stage_seconds)
+        self.series.export(snapshot, e.runner.stats(), e.num_running, e.num_waiting)
 
     def _post(self, outputs: list[RequestOutput]) -> bool:
         """Hand a step's outputs to the event loop; False once the loop is closed (shutdown)."""
         if outputs and self._loop is not None:
+            live_s, self._live_s = self._live_s, 0.0  # steps without outputs hand theirs on with the next
             try:
-                self._loop.call_soon_threadsafe(self._dispatch, outputs, time.perf_counter())
+                self._loop.call_soon_threadsafe(self._dispatch, outputs, time.perf_counter(), live_s)
             except RuntimeError:  # loop closed during shutdown
                 return False
         return True
 
-    def _dispatch(self, outputs: list[RequestOutput], sent_at: float) -> None:
+    def _dispatch(self, outputs: list[RequestOutput], sent_at: float, live_s: float = 0.0) -> None:
         for out in outputs:
             if out.finished and out.finish_reason in ("abort", "error"):
                 self.backlog.forget(out.request_id)  # left without being transcribed: no progress
@@ -414,6 +419,7 @@ class EngineService:
             stream.put(out)
             if out.finished and out.finish_reason == "error":
                 self.series.failed(out.error_stage or "unknown")
+        self.backlog.live(live_s)  # the engine time live streams took: offline work did not get it
         self.backlog.sample()  # one step's outputs, one throughput sample
         self.series.queue_delay.set(self.backlog.delay())
         self.series.route.observe(time.perf_counter() - sent_at)
