@@ -37,6 +37,13 @@ MIN_SAMPLE_S = 0.5
 LIVE_TAU_S = 2.0
 """Seconds over which the live share of engine time forgets older measurements: short, so live
 load shows at once, long enough to even out a burst of finals."""
+LIVE_ADMIT_SHARE = 0.8
+"""A new live session is refused while live streams take this fraction of the engine's time or
+more: past it the engine has under a fifth of its time left, the margin the sessions already
+admitted need for a burst of finals (many turns ending together) without falling behind."""
+LIVE_RETRY_AFTER_S = 10
+"""Retry-After (s) of a refused live session: live sessions last minutes, so the share falls
+slowly; ten seconds is several re-measurements (LIVE_TAU_S), and a client may try another replica."""
 MAX_LIVE_SHARE = 0.95
 """Most of the engine's time counted as live (fraction): offline work is always counted on to
 get the rest, so the delay stays finite (and past the limit) however much the streams take."""
@@ -166,4 +173,4 @@ class Backlog:
         return max(1, math.ceil(delay - limit))
 
 
-__all__ = ["LIVE_TAU_S", "MAX_LIVE_SHARE", "MIN_SAMPLE_S", "RATE_TAU_S", "Backlog", "live_engine_seconds"]
+__all__ = ["LIVE_ADMIT_SHARE", "LIVE_RETRY_AFTER_S", "LIVE_TAU_S", "MAX_LIVE_SHARE", "MIN_SAMPLE_S", "RATE_TAU_S", "Backlog", "live_engine_seconds"]

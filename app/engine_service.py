@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from app.backlog import Backlog, live_engine_seconds
+from app.backlog import LIVE_ADMIT_SHARE, LIVE_RETRY_AFTER_S, Backlog, live_engine_seconds
 from app.engine_metrics import EngineSeries
 from app.metrics import Metrics
 from engine import ASREngine, DecodingOptions, RequestOutput
@@ -222,6 +222,17 @@ class EngineService:
         if retry is not None and count:
             self.series.requests_busy.inc()
         return retry
+
+    def shed_live(self, *, count: bool = True) -> int | None:
+        """Seconds a client should wait before opening a new live session (Retry-After), or None
+        to admit it: refused while the live streams already admitted take LIVE_ADMIT_SHARE of the
+        engine's time, so that they keep their cadence (an admitted session is never shed). Off
+        with the rest of load admission (`max_queue_delay_secs` 0)."""
+        if self.max_queue_delay_secs <= 0 or self.backlog.current_live_share() < LIVE_ADMIT_SHARE:
+            return None
+        if count:
+            self.series.requests_busy.inc()
+        return LIVE_RETRY_AFTER_S
 
     def _track(self, request_id: str, samples: int, priority: int) -> None:
         self.backlog.add(request_id, samples / self.engine.sample_rate, priority)

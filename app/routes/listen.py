@@ -34,6 +34,7 @@ from app.deepgram.session import (
 from app.engine_service import EngineService
 from app.live import VadModelCache
 from app.live.sender import EventSender
+from app.offline import live_refusal
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -57,10 +58,16 @@ def model_identity(service: EngineService, settings: Settings) -> msg.ModelIdent
 async def listen(websocket: WebSocket) -> None:
     state = websocket.app.state
     service: EngineService = state.service
-    if not service.try_acquire():
-        retry = None if service.draining else service.backlog.drain_time()
-        message = ("server is shutting down" if retry is None
-                   else f"server is at capacity (--max-inflight); retry after {retry} s")
+    shed = service.shed_live()
+    if shed is not None or not service.try_acquire():
+        retry: int | None
+        if shed is not None:  # live sessions already take the engine: admitted ones keep their cadence
+            retry, message = shed, live_refusal(service, shed).message
+        elif service.draining:
+            retry, message = None, "server is shutting down"
+        else:
+            retry = service.backlog.drain_time()
+            message = f"server is at capacity (--max-inflight); retry after {retry} s"
         headers = {} if retry is None else {"Retry-After": str(retry)}
         try:
             await websocket.send_denial_response(JSONResponse({"err_code": "UNAVAILABLE", "err_msg": message},

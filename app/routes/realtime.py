@@ -32,6 +32,7 @@ from app.live.sender import EventSender
 from app.live.vad import VadModelCache
 from app.metrics import Metrics
 from app.middleware import presented_keys
+from app.offline import live_refusal
 from app.realtime.config import VadSettings
 from app.realtime.events import error_event
 from app.realtime.registry import SessionRegistry
@@ -98,6 +99,10 @@ async def realtime(websocket: WebSocket) -> None:
         except SecretRefused as exc:
             await _deny(websocket, ApiError(401, str(exc), code="invalid_client_secret"))
             return
+    retry = service.shed_live()
+    if retry is not None:
+        await _deny(websocket, live_refusal(service, retry))
+        return
     if not service.try_acquire():
         if service.draining:
             await _deny(websocket, ApiError(503, "server is shutting down"))
