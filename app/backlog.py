@@ -37,10 +37,10 @@ MIN_SAMPLE_S = 0.5
 LIVE_TAU_S = 2.0
 """Seconds over which the live share of engine time forgets older measurements: short, so live
 load shows at once, long enough to even out a burst of finals."""
-LIVE_ADMIT_SHARE = 0.8
-"""A new live session is refused while live streams take this fraction of the engine's time or
-more: past it the engine has under a fifth of its time left, the margin the sessions already
-admitted need for a burst of finals (many turns ending together) without falling behind."""
+LIVE_ADMIT_SHARE = 0.9
+"""A new live session is refused while live streams are open and take this fraction of the
+engine's time or more: past it the engine has under a tenth of its time left, about what one more
+session takes at the 16-session point (so the next one would push the admitted ones behind)."""
 LIVE_RETRY_AFTER_S = 10
 """Retry-After (s) of a refused live session: live sessions last minutes, so the share falls
 slowly; ten seconds is several re-measurements (LIVE_TAU_S), and a client may try another replica."""

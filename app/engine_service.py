@@ -139,6 +139,8 @@ class EngineService:
         self._step_started: float | None = None
         self._tick_started = 0.0
         self._live_s = 0.0  # engine thread: live streams' engine time not yet handed to the backlog
+        self.live_streams = 0
+        """Live streams the runner held after the last step (written by the engine thread)."""
         self._started = threading.Event()
         self.death: str | None = None
         """Why the engine thread died (None while it runs): written once by that thread."""
@@ -226,9 +228,12 @@ class EngineService:
     def shed_live(self, *, count: bool = True) -> int | None:
         """Seconds a client should wait before opening a new live session (Retry-After), or None
         to admit it: refused while the live streams already admitted take LIVE_ADMIT_SHARE of the
-        engine's time, so that they keep their cadence (an admitted session is never shed). Off
-        with the rest of load admission (`max_queue_delay_secs` 0)."""
-        if self.max_queue_delay_secs <= 0 or self.backlog.current_live_share() < LIVE_ADMIT_SHARE:
+        engine's time, so that they keep their cadence (an admitted session is never shed). The
+        share is smoothed over seconds, so it is only believed while streams are open: the last
+        session's share must not refuse the next one on an engine it has left. Off with the rest
+        of load admission (`max_queue_delay_secs` 0)."""
+        if (self.max_queue_delay_secs <= 0 or not self.live_streams
+                or self.backlog.current_live_share() < LIVE_ADMIT_SHARE):
             return None
         if count:
             self.series.requests_busy.inc()
@@ -404,9 +409,10 @@ class EngineService:
     def _observe_step(self, seconds: float) -> None:
         e = self.engine
         self.series.step.observe(seconds)
-        snapshot = e.metrics.drain()
+        snapshot, stats = e.metrics.drain(), e.runner.stats()
         self._live_s += live_engine_seconds(snapshot.stage_seconds)
-        self.series.export(snapshot, e.runner.stats(), e.num_running, e.num_waiting)
+        self.live_streams = stats.streams
+        self.series.export(snapshot, stats, e.num_running, e.num_waiting)
 
     def _post(self, outputs: list[RequestOutput]) -> bool:
         """Hand a step's outputs to the event loop; False once the loop is closed (shutdown)."""

@@ -270,7 +270,7 @@ class WhisperRunner:
                 thread.start(jobs)
         elif thread is None or not thread.busy or self.planner.final_first():
             # a final pass does not wait for the encoder thread's batch: the client waits on it
-            jobs = self.planner.take_encode(self.batch) if self.planner.may_encode(self.batch) else []
+            jobs = self.planner.take_encode(self.batch, bool(self.streams)) if self.planner.may_encode(self.batch) else []
             if jobs:
                 with shared_stage_timer("encode", _live_share(jobs, lambda j: j.mel.shape[1])):
                     self._encode(jobs, outputs)

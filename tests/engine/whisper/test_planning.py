@@ -75,3 +75,28 @@ def test_each_shed_pass_period_is_counted_once() -> None:
     picker.forget("shed-test")  # the stream ended: a new one of the same id starts from zero
     picker.count_shed(stream)  # type: ignore[arg-type]
     assert picker.passes_shed == 6
+
+
+def offline_window(name: str) -> WindowJob:
+    owner = SimpleNamespace(request=SimpleNamespace(request_id=name), options=SimpleNamespace(beam_size=1))
+    return WindowJob(owner, torch.zeros(80, 3000), 0, 3000, 0.0, 0)  # type: ignore[arg-type]
+
+
+def test_live_passes_go_ahead_of_offline_windows_and_offline_encodes_one_window_beside_streams() -> None:
+    """Offline work yields to live streams (issue 35): an interim pass queued after offline
+    windows is encoded before them, and while streams are open an encoder batch holds one offline
+    window, so a final that arrives meanwhile waits for one window's encode, not sixteen."""
+    p = planner()
+    files = [offline_window(f"file{k}") for k in range(3)]
+    for job in files:
+        p.submit(job)
+    interim = live_job("s")
+    p.submit(interim)
+    assert list(p.encode_queue) == [interim, *files]
+    assert p.take_encode(idle_batch(), live_streams=True) == [interim, files[0]]
+    final = live_job("t", final=True)
+    p.submit(final)
+    assert p.take_encode(idle_batch(), live_streams=True) == [final]
+    assert p.take_encode(idle_batch(), live_streams=True) == [files[1]]
+    p.submit(files[0])  # a window of the same file again (its next 30 s), then the streams close
+    assert p.take_encode(idle_batch(), live_streams=False) == [files[2], files[0]]  # the whole batch
