@@ -111,8 +111,10 @@ class Backlog:
     def sample(self) -> None:
         """Close a throughput sample after a step's outputs were reported (call once per step)."""
         now = self._clock()
-        if now - self._live_since >= MIN_SAMPLE_S:
-            self.live_share = self._live_share(now)
+        span = now - self._live_since
+        if span >= MIN_SAMPLE_S:
+            share = min(1.0, self._live / span)
+            self.live_share += (1.0 - math.exp(-span / LIVE_TAU_S)) * (share - self.live_share)
             self._live_since, self._live = now, 0.0
         if self._since is not None and now - self._since >= MIN_SAMPLE_S and self._progress > 0:
             span = now - self._since
@@ -123,14 +125,6 @@ class Backlog:
             self._since, self._progress, self._live_in_sample = now, 0.0, 0.0
         if not self._work:
             self._since = None  # idle: the rate keeps its last value
-
-    def _live_share(self, now: float) -> float:
-        """The live share with the open sample folded in (span `now - _live_since`)."""
-        span = now - self._live_since
-        if span <= 0:
-            return self.live_share
-        share = min(1.0, self._live / span)
-        return self.live_share + (1.0 - math.exp(-span / LIVE_TAU_S)) * (share - self.live_share)
 
     def forget(self, request_id: str) -> None:
         """A tracked request left without being transcribed (aborted or failed)."""
@@ -151,13 +145,10 @@ class Backlog:
         return self._clock() - min(w.added for w in ahead)
 
     def current_live_share(self) -> float:
-        """The live share now. Live time is reported with step outputs; once nothing has been
-        reported for LIVE_TAU_S (an idle engine, or one long offline step), that silence counts as
-        time without live work, so the share of streams that ended decays instead of holding."""
-        now = self._clock()
-        if now - self._live_since < LIVE_TAU_S:
-            return self.live_share
-        return self._live_share(now)
+        """The live share as last measured. It changes only when live time is reported (the
+        engine's bridge reports at least every quarter second while streams run, and once a
+        second while the engine idles), so a long step holds it rather than reading as idle."""
+        return self.live_share
 
     def drain_time(self) -> int:
         """Whole seconds (at least 1) for the work now queued to be done at the measured rate: a

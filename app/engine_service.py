@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 HEARTBEAT_MAX_AGE_S = 5.0  # readiness fails when the engine thread has not beaten for this long
 STUCK_STEP_S = 120.0  # ...unless it is inside a step younger than this (one long batch is not a hang)
 IDLE_WAIT_S = 1.0  # the engine thread wakes this often while idle, to beat (well inside HEARTBEAT_MAX_AGE_S)
+LIVE_POST_PERIOD_S = 0.25  # steps without outputs hand their live time to the loop at most this often
 ENGINE_DIED_EXIT_CODE = 70  # sysexits' EX_SOFTWARE: the server exits with it when its engine thread died
 
 
@@ -139,6 +140,7 @@ class EngineService:
         self._step_started: float | None = None
         self._tick_started = 0.0
         self._live_s = 0.0  # engine thread: live streams' engine time not yet handed to the backlog
+        self._posted_at = 0.0  # engine thread: perf_counter() of the last hand-over to the loop
         self.live_streams = 0
         """Live streams the runner held after the last step (written by the engine thread)."""
         self._started = threading.Event()
@@ -414,12 +416,16 @@ class EngineService:
         self.live_streams = stats.streams
         self.series.export(snapshot, stats, e.num_running, e.num_waiting)
 
-    def _post(self, outputs: list[RequestOutput]) -> bool:
+    def _post(self, outputs: list[RequestOutput], idle: bool = False) -> bool:
         """Hand a step's outputs to the event loop; False once the loop is closed (shutdown)."""
-        if outputs and self._loop is not None:
-            live_s, self._live_s = self._live_s, 0.0  # steps without outputs hand theirs on with the next
+        now = time.perf_counter()
+        # live time goes over without outputs too (a saturated Whisper engine holds partials back
+        # while finals decode), and an idle engine says so, so that the measured live share falls
+        live_due = (self._live_s > 0 or idle) and now - self._posted_at >= LIVE_POST_PERIOD_S
+        if (outputs or live_due) and self._loop is not None:
+            live_s, self._live_s, self._posted_at = self._live_s, 0.0, now
             try:
-                self._loop.call_soon_threadsafe(self._dispatch, outputs, time.perf_counter(), live_s)
+                self._loop.call_soon_threadsafe(self._dispatch, outputs, now, live_s)
             except RuntimeError:  # loop closed during shutdown
                 return False
         return True
@@ -452,6 +458,7 @@ class _ThreadObserver(LoopObserver):
 
     def idle(self) -> None:
         self.service._beat()
+        self.service._post([], idle=True)  # no live work meanwhile: the backlog's live share decays
 
     def step_started(self) -> None:
         s = self.service

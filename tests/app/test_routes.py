@@ -24,7 +24,7 @@ import pytest
 import soundfile as sf
 
 from app.audio import AudioDecoder
-from app.backlog import LIVE_ADMIT_SHARE, LIVE_RETRY_AFTER_S, LIVE_TAU_S, MIN_SAMPLE_S, Backlog
+from app.backlog import LIVE_ADMIT_SHARE, LIVE_RETRY_AFTER_S, MIN_SAMPLE_S, Backlog
 from app.engine_service import EngineService
 from app.main import create_app
 from app.settings import Settings
@@ -689,5 +689,7 @@ async def test_new_live_sessions_are_refused_while_live_streams_take_the_engine(
         assert (b"retry-after", str(LIVE_RETRY_AFTER_S).encode()) in start["headers"]
     assert h.service.inflight == 0 and h.metric("oasr_requests_busy_total") == 2
     assert (await transcribe(h)).status_code == 200  # no offline backlog: the upload is served
-    clock[0] += 10 * LIVE_TAU_S  # nothing more reported: the share decays
+    for _ in range(10):  # the engine idles and says so once a second: the share decays
+        clock[0] += 1.0
+        h.service.backlog.sample()
     assert h.service.shed_live() is None
