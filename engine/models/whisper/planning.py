@@ -24,6 +24,11 @@ OFFLINE_WINDOWS_BESIDE_LIVE = 1
 """Offline windows encoded in one step while live streams are open: a 30 s window costs about as
 much as LIVE_ENCODE_FRAMES, so a final pass that arrives meanwhile waits for one window, not for a
 batch of max_encode_batch (seconds on a CPU). Offline work yields to live streams (issue 35)."""
+OFFLINE_PATIENCE_S = 2.0
+"""Seconds an offline window waits behind live passes before it is encoded anyway (one at a time,
+never ahead of a final): yielding to live streams must not starve offline work that admission
+accepted, which counts on a share of the engine (app/backlog.py MAX_LIVE_SHARE). The scheduler's
+starvation bound, max_wait_time, by default."""
 
 
 class WindowPlanner:
@@ -131,6 +136,14 @@ class WindowPlanner:
         jobs: list[WindowJob] = []
         live_frames = 0
         offline_windows = 0
+        if live_streams and not self.final_first():
+            now = time.monotonic()
+            overdue = next((j for j in self.encode_queue if not j.live and now - j.queued_at >= OFFLINE_PATIENCE_S), None)
+            if overdue is not None and overdue.rows <= budget:  # it goes first; live passes fill the rest
+                self.encode_queue = deque(j for j in self.encode_queue if j is not overdue)
+                jobs.append(overdue)
+                budget -= overdue.rows
+                offline_windows = 1
         # a client waits on every final pass: no new interim pass is encoded with one or joins the
         # decoder until they are done
         final_waiting = self.finals_pending(batch)

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from engine.models.whisper.planning import WindowPlanner
+from engine.models.whisper.planning import OFFLINE_PATIENCE_S, WindowPlanner
 from engine.models.whisper.window import WindowJob, WindowResult
 
 MEL_FRAMES = 200  # a 2 s pass: a short window
@@ -100,3 +100,18 @@ def test_live_passes_go_ahead_of_offline_windows_and_offline_encodes_one_window_
     assert p.take_encode(idle_batch(), live_streams=True) == [files[1]]
     p.submit(files[0])  # a window of the same file again (its next 30 s), then the streams close
     assert p.take_encode(idle_batch(), live_streams=False) == [files[2], files[0]]  # the whole batch
+
+
+def test_an_offline_window_that_waited_past_its_patience_goes_ahead_of_interims_but_not_of_a_final() -> None:
+    """Yielding is not starving: admission accepted the file counting on a share of the engine."""
+    p = planner()
+    window = offline_window("file")
+    p.submit(window)
+    interims = [live_job(f"s{k}") for k in range(3)]
+    for job in interims:
+        p.submit(job)
+    final = live_job("f", final=True)
+    p.submit(final)
+    window.queued_at -= OFFLINE_PATIENCE_S  # it has waited that long behind the live passes
+    assert p.take_encode(idle_batch(), live_streams=True) == [final]
+    assert p.take_encode(idle_batch(), live_streams=True) == [window, *interims]
