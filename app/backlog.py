@@ -46,7 +46,8 @@ LIVE_RETRY_AFTER_S = 10
 slowly; ten seconds is several re-measurements (LIVE_TAU_S), and a client may try another replica."""
 MAX_LIVE_SHARE = 0.95
 """Most of the engine's time counted as live (fraction): offline work is always counted on to
-get the rest, so the delay stays finite (and past the limit) however much the streams take."""
+get the rest, so the delay stays finite (and past the limit) however much the streams take. At
+this share or above, new offline work is refused even with nothing queued ahead of it."""
 
 
 @dataclass
@@ -159,6 +160,11 @@ class Backlog:
         """Whole seconds after which the delay should be back under `limit`, or None when it is
         under it now (admit). At least 1."""
         delay = self.delay(priority)
+        if self.live_share >= MAX_LIVE_SHARE:
+            # live streams leave offline work no engine time: even with nothing ahead of it, new
+            # work would take many times its own processing time (the delay counts only the work
+            # ahead), so it is refused until the share falls
+            return max(LIVE_RETRY_AFTER_S, math.ceil(delay - limit))
         if delay <= limit:
             return None
         return max(1, math.ceil(delay - limit))

@@ -6,7 +6,14 @@ import math
 
 import pytest
 
-from app.backlog import LIVE_TAU_S, MAX_LIVE_SHARE, MIN_SAMPLE_S, Backlog, live_engine_seconds
+from app.backlog import (
+    LIVE_RETRY_AFTER_S,
+    LIVE_TAU_S,
+    MAX_LIVE_SHARE,
+    MIN_SAMPLE_S,
+    Backlog,
+    live_engine_seconds,
+)
 
 
 class Clock:
@@ -177,3 +184,20 @@ def test_live_engine_seconds_sums_the_streaming_stages_only() -> None:
     stages = {"streaming.encode": [0.2, 0.1], "streaming.decode": [0.05], "offline.encode": [3.0]}
     assert live_engine_seconds(stages) == pytest.approx(0.35)
     assert live_engine_seconds({}) == 0.0
+
+
+def test_new_offline_work_is_refused_while_live_streams_leave_the_engine_no_time() -> None:
+    """Nothing queued, so no work ahead of it; but with live streams taking the whole engine a
+    7.7 s upload would take minutes (the overload run's first uploads: 153 s)."""
+    clock = Clock()
+    backlog = Backlog(clock)
+    backlog.rate = 5.0
+    for _ in range(20):
+        clock.now += MIN_SAMPLE_S
+        step(backlog, live_s=MIN_SAMPLE_S)
+    assert backlog.delay() == 0.0 and backlog.live_share >= MAX_LIVE_SHARE
+    assert backlog.retry_after(30.0) == LIVE_RETRY_AFTER_S
+    for _ in range(10):  # the streams ended
+        clock.now += 1.0
+        step(backlog)
+    assert backlog.retry_after(30.0) is None
