@@ -10,7 +10,15 @@ report at the end), one sample per engine step's outputs (a batch that finishes 
 one measurement, however long its step took), smoothed over `RATE_TAU_S`, and measured only
 while there is work, so an idle server keeps its last estimate. Before anything has been measured,
 the age of the oldest outstanding request stands in for the delay, so a burst at start-up is
-shed too. Known limit: live streams that slow offline work down show only at its next output.
+shed too.
+
+Live streams share the engine with offline work and go first (engine/scheduler.py), so the time
+they take is time offline work does not get. Offline progress arrives seldom (a whole batch at
+its end), but every step reports the engine time its live streams took (the `streaming.*` stage
+timers, `live_engine_seconds`). So the rate is measured net of live time (offline audio-seconds
+per engine-second left to offline work), the live share of engine time is measured every
+`MIN_SAMPLE_S`, and the delay is the work ahead over `rate × (1 - live share)`: sixteen live
+sessions opening raise the estimate within a second or two, not at the next offline output.
 
 Event-loop only (the bridge calls it from its dispatch), so no lock.
 """
@@ -19,13 +27,27 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 RATE_TAU_S = 10.0
 """Seconds over which the throughput estimate forgets older measurements (exponential smoothing)."""
 MIN_SAMPLE_S = 0.5
-"""Shortest interval one throughput sample spans: outputs of one step arrive together."""
+"""Shortest interval one throughput (or live-share) sample spans: outputs of one step arrive together."""
+LIVE_TAU_S = 2.0
+"""Seconds over which the live share of engine time forgets older measurements: short, so live
+load shows at once, long enough to even out a burst of finals."""
+LIVE_ADMIT_SHARE = 0.9
+"""A new live session is refused while live streams are open and take this fraction of the
+engine's time or more: past it the engine has under a tenth of its time left, about what one more
+session takes at the 16-session point (so the next one would push the admitted ones behind)."""
+LIVE_RETRY_AFTER_S = 10
+"""Retry-After (s) of a refused live session: live sessions last minutes, so the share falls
+slowly; ten seconds is several re-measurements (LIVE_TAU_S), and a client may try another replica."""
+MAX_LIVE_SHARE = 0.95
+"""Most of the engine's time counted as live (fraction): offline work is always counted on to
+get the rest, so the delay stays finite (and past the limit) however much the streams take. At
+this share or above, new offline work is refused even with nothing queued ahead of it."""
 
 
 @dataclass
@@ -36,14 +58,27 @@ class _Work:
     done: float = 0.0
 
 
+def live_engine_seconds(stage_seconds: Mapping[str, Sequence[float]]) -> float:
+    """Engine time (s) live streams took, from one drain's stage timings (engine/metrics.py): the
+    `streaming.*` stages. A batch mixing offline windows and live passes is timed as offline
+    (Whisper), so under mixed load this is a floor."""
+    return sum(sum(times) for stage, times in stage_seconds.items() if stage.startswith("streaming."))
+
+
 class Backlog:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._work: dict[str, _Work] = {}
         self.rate: float | None = None
-        """Measured audio-seconds transcribed per second while busy (None until measured)."""
-        self._since: float | None = None  # start of the current sample (None while idle)
+        """Measured offline audio-seconds transcribed per second of engine time left to offline
+        work by live streams (None until measured)."""
+        self.live_share = 0.0
+        """Measured fraction of engine time live streams take, smoothed over LIVE_TAU_S."""
+        self._since: float | None = None  # start of the current rate sample (None while idle)
         self._progress = 0.0  # audio-seconds done since `_since`
+        self._live_in_sample = 0.0  # engine seconds live streams took since `_since`
+        self._live_since = clock()  # start of the current live-share sample
+        self._live = 0.0  # engine seconds live streams took since `_live_since`
 
     @property
     def seconds(self) -> float:
@@ -53,7 +88,7 @@ class Backlog:
     def add(self, request_id: str, seconds: float, priority: int = 0) -> None:
         now = self._clock()
         if not self._work:
-            self._since, self._progress = now, 0.0
+            self._since, self._progress, self._live_in_sample = now, 0.0, 0.0
         self._work[request_id] = _Work(seconds, priority, now)
 
     def progress(self, request_id: str, decoded_seconds: float, finished: bool) -> None:
@@ -67,35 +102,54 @@ class Backlog:
         if finished:
             self._work.pop(request_id, None)  # idle bookkeeping waits for sample(): its progress counts
 
+    def live(self, engine_seconds: float) -> None:
+        """Engine time (s) live streams took in the steps whose outputs are being reported (call
+        before `sample()`)."""
+        self._live += engine_seconds
+        if self._since is not None:
+            self._live_in_sample += engine_seconds
+
     def sample(self) -> None:
         """Close a throughput sample after a step's outputs were reported (call once per step)."""
         now = self._clock()
+        span = now - self._live_since
+        if span >= MIN_SAMPLE_S:
+            share = min(1.0, self._live / span)
+            self.live_share += (1.0 - math.exp(-span / LIVE_TAU_S)) * (share - self.live_share)
+            self._live_since, self._live = now, 0.0
         if self._since is not None and now - self._since >= MIN_SAMPLE_S and self._progress > 0:
             span = now - self._since
-            sample = self._progress / span
+            offline_s = max(span - self._live_in_sample, (1.0 - MAX_LIVE_SHARE) * span)
+            sample = self._progress / offline_s
             weight = 1.0 - math.exp(-span / RATE_TAU_S)
             self.rate = sample if self.rate is None else self.rate + weight * (sample - self.rate)
-            self._since, self._progress = now, 0.0
+            self._since, self._progress, self._live_in_sample = now, 0.0, 0.0
         if not self._work:
             self._since = None  # idle: the rate keeps its last value
 
     def forget(self, request_id: str) -> None:
         """A tracked request left without being transcribed (aborted or failed)."""
         if self._work.pop(request_id, None) is not None and not self._work:
-            self._since, self._progress = None, 0.0  # idle: the rate keeps its last value
+            self._since, self._progress, self._live_in_sample = None, 0.0, 0.0  # idle: the rate keeps its last value
 
     def delay(self, priority: int = 0) -> float:
         """Expected seconds before new work at `priority` (lower is sooner) starts being served:
-        the work ahead of it over the measured rate; before a measurement, the oldest request's
-        age. (Not the age once measured: requests wait out a batch's step by design, and the next
-        batch takes them all.)"""
+        the work ahead of it over the measured rate, less the engine time live streams take;
+        before a measurement, the oldest request's age. (Not the age once measured: requests
+        wait out a batch's step by design, and the next batch takes them all.)"""
         ahead = [w for w in self._work.values() if w.priority <= priority]
         left = sum(max(0.0, w.seconds - w.done) for w in ahead)
         if not left:
             return 0.0
         if self.rate:
-            return left / self.rate
+            return left / (self.rate * (1.0 - min(self.current_live_share(), MAX_LIVE_SHARE)))
         return self._clock() - min(w.added for w in ahead)
+
+    def current_live_share(self) -> float:
+        """The live share as last measured. It changes only when live time is reported (the
+        engine's bridge reports at least every quarter second while streams run, and once a
+        second while the engine idles), so a long step holds it rather than reading as idle."""
+        return self.live_share
 
     def drain_time(self) -> int:
         """Whole seconds (at least 1) for the work now queued to be done at the measured rate: a
@@ -106,9 +160,14 @@ class Backlog:
         """Whole seconds after which the delay should be back under `limit`, or None when it is
         under it now (admit). At least 1."""
         delay = self.delay(priority)
+        if self.live_share >= MAX_LIVE_SHARE:
+            # live streams leave offline work no engine time: even with nothing ahead of it, new
+            # work would take many times its own processing time (the delay counts only the work
+            # ahead), so it is refused until the share falls
+            return max(LIVE_RETRY_AFTER_S, math.ceil(delay - limit))
         if delay <= limit:
             return None
         return max(1, math.ceil(delay - limit))
 
 
-__all__ = ["MIN_SAMPLE_S", "RATE_TAU_S", "Backlog"]
+__all__ = ["LIVE_ADMIT_SHARE", "LIVE_RETRY_AFTER_S", "LIVE_TAU_S", "MAX_LIVE_SHARE", "MIN_SAMPLE_S", "RATE_TAU_S", "Backlog", "live_engine_seconds"]

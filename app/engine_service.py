@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from app.backlog import Backlog
+from app.backlog import LIVE_ADMIT_SHARE, LIVE_RETRY_AFTER_S, Backlog, live_engine_seconds
 from app.engine_metrics import ENGINE_NAME, EngineSeries
 from app.metrics import Metrics
 from engine import ASREngine, DecodingOptions, RequestOutput
@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 HEARTBEAT_MAX_AGE_S = 5.0  # readiness fails when the engine thread has not beaten for this long
 STUCK_STEP_S = 120.0  # ...unless it is inside a step younger than this (one long batch is not a hang)
 IDLE_WAIT_S = 1.0  # the engine thread wakes this often while idle, to beat (well inside HEARTBEAT_MAX_AGE_S)
+LIVE_POST_PERIOD_S = 0.25  # steps without outputs hand their live time to the loop at most this often
 ENGINE_DIED_EXIT_CODE = 70  # sysexits' EX_SOFTWARE: the server exits with it when its engine thread died
 
 
@@ -139,6 +140,10 @@ class EngineService:
         self._steps_done = 0
         self._step_started: float | None = None
         self._tick_started = 0.0
+        self._live_s = 0.0  # engine thread: live streams' engine time not yet handed to the backlog
+        self._posted_at = 0.0  # engine thread: perf_counter() of the last hand-over to the loop
+        self.live_streams = 0
+        """Live streams the runner held after the last step (written by the engine thread)."""
         self._started = threading.Event()
         self.death: str | None = None
         """Why the engine thread died (None while it runs): written once by that thread."""
@@ -177,6 +182,7 @@ class EngineService:
             "inflight": self.inflight,
             "queue_delay_s": round(self.backlog.delay(), 3),
             "backlog_audio_s": round(self.backlog.seconds, 3),
+            "live_engine_share": round(self.backlog.current_live_share(), 3),
             "max_queue_delay_s": self.max_queue_delay_secs,
         }
 
@@ -227,6 +233,20 @@ class EngineService:
         if retry is not None and count:
             self.series.requests_busy.inc()
         return retry
+
+    def shed_live(self, *, count: bool = True) -> int | None:
+        """Seconds a client should wait before opening a new live session (Retry-After), or None
+        to admit it: refused while the live streams already admitted take LIVE_ADMIT_SHARE of the
+        engine's time, so that they keep their cadence (an admitted session is never shed). The
+        share is smoothed over seconds, so it is only believed while streams are open: the last
+        session's share must not refuse the next one on an engine it has left. Off with the rest
+        of load admission (`max_queue_delay_secs` 0)."""
+        if (self.max_queue_delay_secs <= 0 or not self.live_streams
+                or self.backlog.current_live_share() < LIVE_ADMIT_SHARE):
+            return None
+        if count:
+            self.series.requests_busy.inc()
+        return LIVE_RETRY_AFTER_S
 
     def _track(self, request_id: str, samples: int, priority: int) -> None:
         self.backlog.add(request_id, samples / self.engine.sample_rate, priority)
@@ -398,18 +418,26 @@ class EngineService:
     def _observe_step(self, seconds: float) -> None:
         e = self.engine
         self.series.step.observe(seconds)
-        self.series.export(e.metrics.drain(), e.runner.stats(), e.num_running, e.num_waiting)
+        snapshot, stats = e.metrics.drain(), e.runner.stats()
+        self._live_s += live_engine_seconds(snapshot.stage_seconds)
+        self.live_streams = stats.streams
+        self.series.export(snapshot, stats, e.num_running, e.num_waiting)
 
-    def _post(self, outputs: list[RequestOutput]) -> bool:
+    def _post(self, outputs: list[RequestOutput], idle: bool = False) -> bool:
         """Hand a step's outputs to the event loop; False once the loop is closed (shutdown)."""
-        if outputs and self._loop is not None:
+        now = time.perf_counter()
+        # live time goes over without outputs too (a saturated Whisper engine holds partials back
+        # while finals decode), and an idle engine says so, so that the measured live share falls
+        live_due = (self._live_s > 0 or idle) and now - self._posted_at >= LIVE_POST_PERIOD_S
+        if (outputs or live_due) and self._loop is not None:
+            live_s, self._live_s, self._posted_at = self._live_s, 0.0, now
             try:
-                self._loop.call_soon_threadsafe(self._dispatch, outputs, time.perf_counter())
+                self._loop.call_soon_threadsafe(self._dispatch, outputs, now, live_s)
             except RuntimeError:  # loop closed during shutdown
                 return False
         return True
 
-    def _dispatch(self, outputs: list[RequestOutput], sent_at: float) -> None:
+    def _dispatch(self, outputs: list[RequestOutput], sent_at: float, live_s: float = 0.0) -> None:
         for out in outputs:
             if out.finished and out.finish_reason in ("abort", "error"):
                 self.backlog.forget(out.request_id)  # left without being transcribed: no progress
@@ -421,6 +449,7 @@ class EngineService:
             stream.put(out)
             if out.finished and out.finish_reason == "error":
                 self.series.failed(out.error_stage or "unknown")
+        self.backlog.live(live_s)  # the engine time live streams took: offline work did not get it
         self.backlog.sample()  # one step's outputs, one throughput sample
         self.series.queue_delay.set(self.backlog.delay())
         self.series.route.observe(time.perf_counter() - sent_at)
@@ -436,6 +465,7 @@ class _ThreadObserver(LoopObserver):
 
     def idle(self) -> None:
         self.service._beat()
+        self.service._post([], idle=True)  # no live work meanwhile: the backlog's live share decays
 
     def step_started(self) -> None:
         s = self.service

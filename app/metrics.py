@@ -235,7 +235,8 @@ DISPATCHER_METRICS: tuple[Declared, ...] = (
         ENGINE_LABELS),
     Declared("engine_queue_delay", "gauge", "oasr_engine_queue_delay_seconds",
         "Expected wait of new offline work before the engine starts on it: the offline backlog "
-        "(audio-seconds) over the measured transcription rate; admission refuses new offline work above "
+        "(audio-seconds) over the measured transcription rate, net of the engine time live streams take; "
+        "admission refuses new offline work above "
         "--max-queue-delay-secs with Retry-After (seconds).",
         ENGINE_LABELS),
     Declared("engine_outputs", "counter", "oasr_engine_outputs_total",

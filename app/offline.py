@@ -25,12 +25,14 @@ def take_permit(service: EngineService, *, live: bool = False) -> None:
     """Take an inflight permit or raise 503; the caller must `service.release()` it. Offline work
     is also refused while the backlog ahead of it would queue it past --max-queue-delay-secs:
     503 RESOURCE_EXHAUSTED with a Retry-After taken from the measured backlog. `live` work (a
-    stream the engine advances as it arrives) is admitted up to --max-inflight only."""
-    retry = None if live else service.shed_offline()
+    stream the engine advances as it arrives) is refused instead while the live streams already
+    admitted take most of the engine's time (EngineService.shed_live), so they keep their cadence."""
+    retry = service.shed_live() if live else service.shed_offline()
     if retry is not None:
-        raise ApiError(503, f"server is overloaded: new work would wait about {service.backlog.delay():.0f} s "
-                            f"(--max-queue-delay-secs {service.max_queue_delay_secs:g}); retry after {retry} s",
-                       status_name="RESOURCE_EXHAUSTED", retry_after=retry)
+        raise live_refusal(service, retry) if live else ApiError(
+            503, f"server is overloaded: new work would wait about {service.backlog.delay():.0f} s "
+                 f"(--max-queue-delay-secs {service.max_queue_delay_secs:g}); retry after {retry} s",
+            status_name="RESOURCE_EXHAUSTED", retry_after=retry)
     if not service.try_acquire():
         if service.draining:
             raise ApiError(503, "server is shutting down")  # UNAVAILABLE: go to another replica
@@ -38,6 +40,14 @@ def take_permit(service: EngineService, *, live: bool = False) -> None:
         retry = service.backlog.drain_time()
         raise ApiError(503, f"server is at capacity (--max-inflight); retry after {retry} s",
                        status_name="RESOURCE_EXHAUSTED", retry_after=retry)
+
+
+def live_refusal(service: EngineService, retry: int) -> ApiError:
+    """The refusal of a new live session while admitted ones take the engine (503 RESOURCE_EXHAUSTED)."""
+    share = service.backlog.current_live_share()
+    return ApiError(503, f"server is overloaded: live sessions take {share:.0%} of the engine; a new one "
+                         f"would slow those admitted; retry after {retry} s",
+                    status_name="RESOURCE_EXHAUSTED", retry_after=retry)
 
 
 @contextlib.asynccontextmanager

@@ -378,6 +378,7 @@ class ReadyMonitor:
 
 def monitor_row(samples: list[dict[str, Any]]) -> dict[str, Any]:
     delays = [float(s["queue_delay_s"]) for s in samples]
+    shares = [float(s["live_engine_share"]) for s in samples if "live_engine_share" in s]
     return {
         "surface": "server (/readyz)",
         "samples": len(samples),
@@ -386,6 +387,7 @@ def monitor_row(samples: list[dict[str, Any]]) -> dict[str, Any]:
         "queue_delay_estimate_p50_s": round(statistics.median(delays), 1) if delays else float("nan"),
         "queue_delay_estimate_max_s": round(max(delays), 1) if delays else float("nan"),
         "backlog_audio_max_s": round(max((float(s["backlog_audio_s"]) for s in samples), default=0.0), 1),
+        "live_engine_share_p50": round(statistics.median(shares), 2) if shares else float("nan"),
     }
 
 
@@ -473,7 +475,8 @@ def markdown(rows: list[dict[str, Any]], max_queue_delay_s: float) -> str:
             lines.append(f"\n{r['surface']}: {r['samples']} reads, {r['not_ready']} not ready; most permits in flight "
                          f"{r['inflight_max']}; queue-delay estimate p50 {r['queue_delay_estimate_p50_s']} s, "
                          f"max {r['queue_delay_estimate_max_s']} s; offline backlog at most "
-                         f"{r['backlog_audio_max_s']} audio-s")
+                         f"{r['backlog_audio_max_s']} audio-s; live streams' share of engine time p50 "
+                         f"{r['live_engine_share_p50']}")
         if "sessions" in r:
             lines.append(f"\n{r['surface']}: {r['sessions']} sessions, {r['refused']} refused, {r['failed']} failed; "
                          f"{r['turns']} turns, final p50 {r['final_p50_s']} s, p95 {r['final_p95_s']} s "

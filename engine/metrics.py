@@ -247,6 +247,28 @@ def count_speech_uncovered(seconds: float) -> None:
         collector.count_speech_coverage(0.0, seconds)
 
 
+@contextlib.contextmanager
+def shared_stage_timer(stage: str, live_fraction: float) -> Iterator[None]:
+    """Time a stage whose one batch serves live streams and offline requests together: its time
+    goes to `streaming.<stage>` and `offline.<stage>` in proportion (`live_fraction`, the live
+    rows' or frames' share), so the server's measure of the engine time live streams take
+    (app/backlog.py) sees them in a mixed batch too. A no-op outside a step."""
+    collector = _active.get()
+    if collector is None:
+        yield
+        return
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds = time.perf_counter() - start
+        if live_fraction > 0:
+            collector.observe_stage(f"streaming.{stage}", seconds * live_fraction)
+        if live_fraction < 1:
+            collector.observe_stage(f"offline.{stage}", seconds * (1 - live_fraction))
+
+
 __all__ = ["MAX_SAMPLES_PER_SERIES", "STAGES", "EngineMetrics", "MetricsSnapshot", "count_pass_run",
            "count_passes_shed", "count_passes_skipped", "count_speech_recovered", "count_speech_uncovered",
-           "stage_timer"]
+           "shared_stage_timer", "stage_timer"]
+

@@ -4,15 +4,21 @@ Pure policy over plain data (no torch, no engine state): the engine hands in a
 snapshot of its waiting requests and free slots, and gets back the ids to admit.
 
 Urgency is `(priority, arrival_time, request_id)` (lower is sooner). A request is
-*starved* once it has waited at least `max_wait_time`. Order of precedence within one
-call, up to `min(free_slots, max_batch_size)` requests:
+*starved* (overdue) once it has waited at least `max_wait_time`. Live streams come before offline
+work whatever their priorities (issue 35: live sessions keep their cadence while offline work is
+shed, and batch jobs, which carry a larger priority number, yield to both); the starvation bound
+orders each kind within itself, as the reference design's scheduler does (seed 000: overdue
+streams first, oldest first; a force-flushed offline batch skips the length guards). Order of
+precedence within one call, up to `min(free_slots, max_batch_size)` requests:
 
-1. starved: every starved request, most urgent first, whatever its kind or length;
-2. streaming: live streams. With `streaming_cohort_admit` they are taken shortest
-   buffered audio first (`(priority, length, arrival_time, request_id)`), so streams
-   admitted together hold similar backlogs and advance as one lockstep cohort; a
-   waiting stream's length is the audio it has buffered, so under load this order is
-   last-in, first-out, and rule 1 is what bounds it. Without it, most urgent first;
+1. streaming: live streams. Starved streams first, most urgent first. Then the rest: with
+   `streaming_cohort_admit` shortest buffered audio first (`(priority, length, arrival_time,
+   request_id)`), so streams admitted together hold similar backlogs and advance as one
+   lockstep cohort; a waiting stream's length is the audio it has buffered, so under load this
+   order is last-in, first-out, and the starvation bound is what bounds it. Without it, most
+   urgent first;
+2. starved offline requests, most urgent first, whatever their length, in the slots the streams
+   left;
 3. offline: by `policy`, in the slots left:
    - 'fcfs' takes the most urgent.
    - 'window' looks at the most urgent `ceil(max_batch_size × length_window_factor)`
@@ -33,6 +39,13 @@ call, up to `min(free_slots, max_batch_size)` requests:
    Every length-aware policy ('window', 'bucket', 'sjf') keeps its batch within both
    shape bounds: padded/useful <= `max_pad_ratio` and shortest/longest >=
    `length_bucket_ratio`. Its first pick is admitted even alone.
+
+Offline work does not starve while live streams leave it a slot: every call gives it whatever
+the waiting streams do not take, and its overdue requests go first there. So an offline request
+waits `max_wait_time`, then only for the slots that more urgent overdue offline requests and
+waiting streams fill. Only new live sessions arriving fast enough to take every free slot, call
+after call, hold it back for longer: that is live overload, which the server's permit limit
+bounds, and the order the issue asks for.
 
 `preferred_batch_size` then snaps the count: when the rules above would admit `n`
 requests and none is starved, the call admits exactly `p`, the largest preferred size
@@ -206,26 +219,28 @@ class Scheduler:
 
     def _select(self, ordered: list[WaitingRequest], starved: list[WaitingRequest], capacity: int) -> SchedulerOutput:
         """Rules 1-3 of the module docstring with `capacity` slots; `ordered` is most urgent first."""
-        starved = starved[:capacity]
-        starved_ids = {w.request_id for w in starved}
-        rest = [w for w in ordered if w.request_id not in starved_ids]
-        streams = [w for w in rest if w.streaming]
+        overdue = {w.request_id for w in starved}
+        waiting_streams = [w for w in ordered if w.streaming]
+        fresh = [w for w in waiting_streams if w.request_id not in overdue]
         if self.streaming_cohort_admit:
-            streams.sort(key=WaitingRequest.shortness)
-        streams = streams[: capacity - len(starved)]
-        offline = [w for w in rest if not w.streaming]
-        slots = capacity - len(starved) - len(streams)
+            fresh.sort(key=WaitingRequest.shortness)
+        streams = ([w for w in waiting_streams if w.request_id in overdue] + fresh)[:capacity]
+        slots = capacity - len(streams)
+        offline = [w for w in ordered if not w.streaming]
+        flushed = [w for w in offline if w.request_id in overdue][:slots]  # length guards skipped
+        slots -= len(flushed)
+        rest = [w for w in offline if w.request_id not in overdue]
 
         policy: str = self.policy
-        if slots > 0 and offline and policy != "fcfs":
-            chosen = {"window": self._window, "bucket": self._bucket, "sjf": self._sjf}[policy](offline, slots)
+        if slots > 0 and rest and policy != "fcfs":
+            chosen = {"window": self._window, "bucket": self._bucket, "sjf": self._sjf}[policy](rest, slots)
         else:
-            chosen = offline[: max(slots, 0)]
+            chosen = rest[: max(slots, 0)]
             policy = "fcfs"
-        if starved:
+        if any(w.request_id in overdue for w in (*streams, *flushed)):
             policy = "starved"
 
-        admitted = [*starved, *streams, *chosen]
+        admitted = [*streams, *flushed, *chosen]
         lengths = [w.length for w in admitted if not w.streaming]
         return SchedulerOutput(
             admitted=tuple(w.request_id for w in admitted),

@@ -34,6 +34,7 @@ from app.engine_service import EngineService
 from app.live import VadModelCache
 from app.live.sender import EventSender
 from app.model_pool import ModelPool
+from app.offline import live_refusal
 from app.requests import ModelNotFound
 from app.settings import Settings
 from engine.errors import EngineError
@@ -73,6 +74,10 @@ async def listen(websocket: WebSocket) -> None:
         return
     except EngineError as exc:  # the model could not be loaded: refused like a full server
         await _deny(websocket, str(exc))
+        return
+    shed = service.shed_live()
+    if shed is not None:  # live sessions already take the engine: admitted ones keep their cadence
+        await _deny(websocket, live_refusal(service, shed).message, shed)
         return
     if not service.try_acquire():
         retry = None if service.draining else service.backlog.drain_time()

@@ -33,6 +33,7 @@ from app.live.vad import VadModelCache
 from app.metrics import Metrics
 from app.middleware import presented_keys
 from app.model_pool import ModelPool
+from app.offline import live_refusal
 from app.realtime.config import VadSettings
 from app.realtime.events import error_event
 from app.realtime.registry import SessionRegistry
@@ -104,6 +105,10 @@ async def realtime(websocket: WebSocket) -> None:
         service = await models.service_for(secret.config.transcription.model or None if secret else None)
     except EngineError as exc:
         await _deny(websocket, to_api_error(exc))
+        return
+    retry = service.shed_live()
+    if retry is not None:
+        await _deny(websocket, live_refusal(service, retry))
         return
     if not service.try_acquire():
         if service.draining:

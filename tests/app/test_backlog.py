@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from app.backlog import MIN_SAMPLE_S, Backlog
+from app.backlog import (
+    LIVE_RETRY_AFTER_S,
+    LIVE_TAU_S,
+    MAX_LIVE_SHARE,
+    MIN_SAMPLE_S,
+    Backlog,
+    live_engine_seconds,
+)
 
 
 class Clock:
@@ -15,10 +24,12 @@ class Clock:
         return self.now
 
 
-def step(backlog: Backlog, *outputs: tuple[str, float, bool]) -> None:
-    """One engine step's outputs reported together, as the bridge's dispatch does."""
+def step(backlog: Backlog, *outputs: tuple[str, float, bool], live_s: float = 0.0) -> None:
+    """One engine step's outputs reported together, as the bridge's dispatch does, with the
+    engine time live streams took in it."""
     for rid, decoded, finished in outputs:
         backlog.progress(rid, decoded, finished)
+    backlog.live(live_s)
     backlog.sample()
 
 
@@ -98,3 +109,95 @@ def test_lower_priority_work_does_not_delay_interactive_requests() -> None:
     step(backlog, ("req", 5.0, True))
     assert backlog.delay(priority=0) == 0.0  # only the job is left, behind interactive work
     assert backlog.delay(priority=10) == pytest.approx(600.0 / 5.0)
+
+
+# ---------------------------------------------------------------- live streams' share of the engine
+
+
+def test_live_load_raises_the_delay_before_any_offline_output() -> None:
+    """The rate was measured on an engine offline work had to itself; then live sessions open and
+    take 80 % of every step. No offline output arrives for a while (a long batch), yet the
+    estimate must grow at once, toward 5x, not wait for that output."""
+    clock = Clock()
+    backlog = Backlog(clock)
+    for k in range(6):
+        backlog.add(f"r{k}", 30.0)
+    clock.now += 6.0
+    step(backlog, ("r0", 30.0, True))
+    assert backlog.rate == pytest.approx(5.0) and backlog.delay() == pytest.approx(30.0)
+    for _ in range(8):  # 4 s of steps whose outputs are the live streams' partials only
+        clock.now += MIN_SAMPLE_S
+        step(backlog, live_s=0.8 * MIN_SAMPLE_S)
+    share = 0.8 * (1 - math.exp(-4.0 / LIVE_TAU_S))
+    assert backlog.live_share == pytest.approx(share)
+    assert backlog.delay() == pytest.approx(150.0 / (5.0 * (1 - share)))
+    assert backlog.delay() > 2 * 30.0 and backlog.retry_after(30.0) is not None
+
+
+def test_the_rate_is_measured_net_of_the_time_live_streams_took() -> None:
+    """30 audio-s in 6 s while live streams took 3 of them: offline runs at 10 audio-s per engine
+    second it gets. Same delay while the live load lasts; half of it once the streams end."""
+    clock = Clock()
+    backlog = Backlog(clock)
+    for k in range(4):
+        backlog.add(f"r{k}", 30.0)
+    for _ in range(12):
+        clock.now += MIN_SAMPLE_S
+        step(backlog, live_s=0.5 * MIN_SAMPLE_S)
+    step(backlog, ("r0", 30.0, True))
+    assert backlog.rate == pytest.approx(10.0)
+    share = backlog.live_share
+    assert share == pytest.approx(0.5 * (1 - math.exp(-6.0 / LIVE_TAU_S)))
+    assert backlog.delay() == pytest.approx(90.0 / (10.0 * (1 - share)))
+    for _ in range(10):  # the streams ended: the idle engine reports no live time once a second
+        clock.now += 1.0
+        step(backlog)
+    assert backlog.current_live_share() < 0.01
+    assert backlog.delay() == pytest.approx(9.0, rel=0.01)
+
+
+def test_live_load_measured_before_offline_work_arrives_counts_for_it() -> None:
+    clock = Clock()
+    backlog = Backlog(clock)
+    backlog.rate = 5.0  # measured earlier, on an engine offline work had to itself
+    for _ in range(20):
+        clock.now += MIN_SAMPLE_S
+        step(backlog, live_s=0.75 * MIN_SAMPLE_S)
+    backlog.add("upload", 50.0)
+    assert backlog.delay() == pytest.approx(50.0 / (5.0 * (1 - backlog.live_share)))
+    assert backlog.delay() > 35.0  # over a 30 s limit: refused, where 10 s of work alone would pass
+
+
+def test_streams_taking_the_whole_engine_leave_the_delay_finite_and_over_any_limit() -> None:
+    clock = Clock()
+    backlog = Backlog(clock)
+    backlog.rate = 5.0
+    backlog.add("upload", 10.0)
+    for _ in range(40):
+        clock.now += MIN_SAMPLE_S
+        step(backlog, live_s=2 * MIN_SAMPLE_S)  # host time of overlapping stages can exceed the span
+    assert backlog.live_share <= 1.0
+    assert backlog.delay() == pytest.approx(10.0 / (5.0 * (1 - MAX_LIVE_SHARE)))
+
+
+def test_live_engine_seconds_sums_the_streaming_stages_only() -> None:
+    stages = {"streaming.encode": [0.2, 0.1], "streaming.decode": [0.05], "offline.encode": [3.0]}
+    assert live_engine_seconds(stages) == pytest.approx(0.35)
+    assert live_engine_seconds({}) == 0.0
+
+
+def test_new_offline_work_is_refused_while_live_streams_leave_the_engine_no_time() -> None:
+    """Nothing queued, so no work ahead of it; but with live streams taking the whole engine a
+    7.7 s upload would take minutes (the overload run's first uploads: 153 s)."""
+    clock = Clock()
+    backlog = Backlog(clock)
+    backlog.rate = 5.0
+    for _ in range(20):
+        clock.now += MIN_SAMPLE_S
+        step(backlog, live_s=MIN_SAMPLE_S)
+    assert backlog.delay() == 0.0 and backlog.live_share >= MAX_LIVE_SHARE
+    assert backlog.retry_after(30.0) == LIVE_RETRY_AFTER_S
+    for _ in range(10):  # the streams ended
+        clock.now += 1.0
+        step(backlog)
+    assert backlog.retry_after(30.0) is None

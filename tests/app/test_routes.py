@@ -24,6 +24,7 @@ import pytest
 import soundfile as sf
 
 from app.audio import AudioDecoder
+from app.backlog import LIVE_ADMIT_SHARE, LIVE_RETRY_AFTER_S, MIN_SAMPLE_S, Backlog
 from app.engine_service import EngineService
 from app.main import create_app
 from app.model_pool import ModelPool
@@ -168,6 +169,7 @@ class Harness:
     client: httpx.AsyncClient
     engine: FakeEngine
     service: EngineService
+    app: Any = None
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of the samples of `name` whose labels include `labels`."""
@@ -195,7 +197,7 @@ async def h(settings: Settings, engine: FakeEngine) -> AsyncIterator[Harness]:
     app.state.decoder = AudioDecoder(1)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://oasr") as client:
-        yield Harness(client, engine, service)
+        yield Harness(client, engine, service, app)
     app.state.decoder.close()
     service.stop()
 
@@ -647,3 +649,48 @@ async def test_offline_work_over_the_queue_delay_is_refused_with_retry_after(h: 
     assert h.engine.received == []  # nothing reached the engine
     h.service.backlog.forget("ahead")
     assert (await transcribe(h)).status_code == 200
+
+
+async def upgrade(app: Any, path: str) -> list[dict[str, Any]]:
+    """Offer a WebSocket upgrade to the ASGI app; the messages it answers with (a denial is an
+    HTTP response: `websocket.http.response.*`)."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "websocket.connect"} if not sent else {"type": "websocket.disconnect", "code": 1000}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "websocket", "asgi": {"version": "3.0"}, "http_version": "1.1", "scheme": "ws",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "", "headers": [],
+             "server": ("oasr", 80), "client": ("127.0.0.1", 1234), "subprotocols": [],
+             "extensions": {"websocket.http.response": {}}}
+    await app(scope, receive, send)
+    return sent
+
+
+async def test_new_live_sessions_are_refused_while_live_streams_take_the_engine(h: Harness) -> None:
+    """Admitted live sessions keep their cadence: while live streams take LIVE_ADMIT_SHARE of the
+    engine's time, a new realtime or /v1/listen session is refused on the upgrade with 503 and a
+    Retry-After; offline work is still judged by its own queue delay."""
+    clock = [100.0]
+    h.service.max_queue_delay_secs = 30.0
+    h.service.backlog = Backlog(lambda: clock[0])
+    for _ in range(20):  # 10 s in which live streams took 95 % of every step
+        clock[0] += MIN_SAMPLE_S
+        h.service.backlog.live(0.95 * MIN_SAMPLE_S)
+        h.service.backlog.sample()
+    assert h.service.backlog.current_live_share() >= LIVE_ADMIT_SHARE
+    assert h.service.shed_live() is None  # no stream open: a share left by sessions that ended
+    h.service.live_streams = 16  # as the engine thread reads them from the runner after a step
+    for path in ("/v1/realtime", "/v1/listen"):
+        start = (await upgrade(h.app, path))[0]
+        assert start["type"] == "websocket.http.response.start" and start["status"] == 503, start
+        assert (b"retry-after", str(LIVE_RETRY_AFTER_S).encode()) in start["headers"]
+    assert h.service.inflight == 0 and h.metric("oasr_requests_busy_total") == 2
+    assert (await transcribe(h)).status_code == 200  # no offline backlog: the upload is served
+    for _ in range(10):  # the engine idles and says so once a second: the share decays
+        clock[0] += 1.0
+        h.service.backlog.sample()
+    assert h.service.shed_live() is None

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from engine import ASREngine, EngineConfig
-from engine.metrics import STAGES, EngineMetrics, stage_timer
+from engine.metrics import STAGES, EngineMetrics, shared_stage_timer, stage_timer
 from engine.models.fake import write_checkpoint
 
 
@@ -31,6 +32,18 @@ def test_stage_timer_records_only_into_the_active_collector() -> None:
         pass
     assert list(m.drain().stage_seconds) == ["offline.encode"]
     assert "offline.encode" in STAGES
+
+
+def test_a_shared_stage_splits_its_time_between_live_and_offline_work() -> None:
+    m = EngineMetrics()
+    with m.active(), shared_stage_timer("decode", 0.25):
+        sum(range(20000))
+    stages = m.drain().stage_seconds
+    live, offline = stages["streaming.decode"][0], stages["offline.decode"][0]
+    assert live > 0 and offline == pytest.approx(3 * live)
+    with m.active(), shared_stage_timer("encode", 1.0):
+        pass
+    assert list(m.drain().stage_seconds) == ["streaming.encode"]  # all live: no empty offline sample
 
 
 def test_a_step_counts_outputs_tokens_audio_and_batches(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -71,3 +84,15 @@ def test_whisper_times_its_offline_and_streaming_stages(engine, clips) -> None: 
     wanted = {"allocate", "schedule", "features", "encode", "decode", "finalize"}
     assert {f"streaming.{s}" for s in wanted} <= set(live)
     assert set(live) <= set(STAGES) and all(t >= 0 for times in live.values() for t in times)
+
+    # Together: a decoder batch holding both a window and live passes counts for both (app/backlog.py
+    # measures the engine time live streams take from the streaming.* stages).
+    file = engine.add_request(audio)
+    stream = engine.add_streaming_request()
+    for start in range(0, audio.size, 8000):
+        engine.feed_chunk(stream, audio[start : start + 8000], is_last=start + 8000 >= audio.size)
+        engine.step()
+    while engine.has_work():
+        engine.step()
+    both = engine.metrics.drain().stage_seconds
+    assert sum(both["streaming.decode"]) > 0 and sum(both["offline.decode"]) > 0, (file, both.keys())

@@ -136,10 +136,43 @@ def test_starved_request_is_admitted_first_despite_its_length() -> None:
 
 
 def test_starved_requests_beyond_capacity_go_most_urgent_first() -> None:
-    sched = Scheduler(policy="window", max_batch_size=2, max_wait_time=1.0)
+    sched = Scheduler(policy="window", max_batch_size=3, max_wait_time=1.0)
     waiting = [offline(f"r{i}", float(i + 1), age=5.0 - i * 0.1) for i in range(4)] + [stream("s", age=3.0)]
     out = sched.schedule(waiting, free_slots=8, now=NOW)
-    assert out.admitted == ("r0", "r1")
+    assert out.admitted == ("s", "r0", "r1") and out.policy == "starved"
+
+
+# ---------------------------------------------------------------- live streams before offline work (issue 35)
+
+
+def test_live_streams_go_ahead_of_offline_work_that_waited_past_the_bound() -> None:
+    """A backlog that admission lets grow to max_queue_delay_secs is all overdue: it must not take
+    the slots of live sessions opening meanwhile (batch jobs, priority 10, least of all)."""
+    sched = Scheduler(policy="window", max_batch_size=4, max_wait_time=2.0)
+    waiting = [offline("upload", 7.0, age=25.0), offline("job", 7.0, age=40.0, priority=10),
+               stream("live", age=0.1, buffered=0.1), offline("upload2", 7.0, age=20.0)]
+    out = sched.schedule(waiting, free_slots=2, now=NOW)
+    assert out.admitted == ("live", "upload") and out.policy == "starved"
+    assert sched.schedule(waiting, free_slots=1, now=NOW).admitted == ("live",)
+    assert sched.schedule(waiting, free_slots=4, now=NOW).admitted == ("live", "upload", "upload2", "job")
+
+
+def test_streams_keep_their_place_whatever_the_offline_priorities() -> None:
+    sched = Scheduler(policy="fcfs", max_batch_size=2, max_wait_time=2.0)
+    waiting = [offline("vip-file", 1.0, age=5.0, priority=-5), stream("s", age=0.0, priority=3)]
+    assert sched.schedule(waiting, free_slots=1, now=NOW).admitted == ("s",)
+
+
+def test_offline_work_is_admitted_in_the_slots_waiting_streams_leave() -> None:
+    """Offline work does not starve without live overload: each call gives it the slots left over,
+    its overdue requests first (the length guards skipped), then the policy's pick."""
+    sched = Scheduler(policy="sjf", max_batch_size=4, max_wait_time=2.0, max_pad_ratio=1.5)
+    waiting = [stream("s1", age=0.3, buffered=0.3), offline("short", 1.0, age=0.5),
+               offline("long-overdue", 60.0, age=3.0), stream("s2", age=0.2, buffered=0.2),
+               offline("short2", 1.2, age=0.1)]
+    out = sched.schedule(waiting, free_slots=4, now=NOW)
+    assert out.admitted == ("s2", "s1", "long-overdue", "short")
+    assert out.useful_length == 61.0 and out.padded_length == 120.0  # the flushed one ignores the pad cap
 
 
 def test_streaming_requests_come_before_offline_ones() -> None:
@@ -263,7 +296,7 @@ def test_preferred_sizes_hold_a_short_queue_until_the_oldest_starves() -> None:
     assert held.admitted == () and held.policy == "held" and held.held == 3
     assert held.next_admit_time is not None and held.next_admit_time == pytest.approx(NOW + 1.5)
     released = sched.schedule(waiting, 8, held.next_admit_time)  # the escape valve
-    assert released.admitted == ("a", "s", "b") and released.policy == "starved" and released.held == 0
+    assert released.admitted == ("s", "a", "b") and released.policy == "starved" and released.held == 0
 
 
 def test_preferred_sizes_count_streams_and_keep_the_shape_bounds() -> None:

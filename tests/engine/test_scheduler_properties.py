@@ -43,23 +43,28 @@ def check_call(sched: Scheduler, waiting: list[WaitingRequest], free_slots: int,
     assert len(out.admitted) <= capacity
 
     urgency = sorted(waiting, key=WaitingRequest.urgency)
-    starved = [w.request_id for w in urgency if now - w.arrival_time >= sched.max_wait_time]
-    # Starved first, most urgent first, as many as fit.
-    assert list(out.admitted[: min(len(starved), capacity)]) == starved[:capacity]
+    starved = {w.request_id for w in urgency if now - w.arrival_time >= sched.max_wait_time}
+    # Live streams first, whatever the offline work's wait: the overdue ones most urgent first, then
+    # the rest in cohort (or arrival) order; then overdue offline requests, most urgent first.
+    fresh = sorted((w for w in urgency if w.streaming and w.request_id not in starved),
+                   key=WaitingRequest.shortness if sched.streaming_cohort_admit else WaitingRequest.urgency)
+    streams = [w.request_id for w in urgency if w.streaming and w.request_id in starved] + \
+        [w.request_id for w in fresh]
+    flushed = [w.request_id for w in urgency if not w.streaming and w.request_id in starved]
+    n_streams = min(len(streams), len(out.admitted))  # a preferred size may admit fewer than fit
+    assert list(out.admitted[:n_streams]) == streams[:n_streams]
+    n_flushed = min(len(flushed), len(out.admitted) - n_streams)
+    assert list(out.admitted[n_streams : n_streams + n_flushed]) == flushed[:n_flushed]
 
     unsnapped = replace_knobs(sched, preferred_batch_size=()).schedule(waiting, free_slots, now)
     if starved or not sched.preferred_batch_size:
         assert out == unsnapped  # the escape valve: nothing is snapped while anything is starved
         if waiting and capacity:
             assert out.admitted, "idle while requests wait"
-        rest = [w for w in urgency if w.request_id not in starved]
-        streams = sorted((w for w in rest if w.streaming),
-                         key=WaitingRequest.shortness if sched.streaming_cohort_admit else WaitingRequest.urgency)
-        room = max(capacity - len(starved), 0)
-        admitted_streams = [r for r in out.admitted if by_id[r].streaming and r not in starved]
-        assert admitted_streams == [w.request_id for w in streams[:room]]
-        offline_rest = [w for w in rest if not w.streaming]
-        if out.policy in ("window", "fcfs") and offline_rest and room > len(streams):
+        assert [r for r in out.admitted if by_id[r].streaming] == streams[:capacity]
+        offline_rest = [w for w in urgency if not w.streaming and w.request_id not in starved]
+        room = capacity - min(len(streams), capacity) - min(len(flushed), capacity)
+        if out.policy in ("window", "fcfs") and offline_rest and room > 0:
             assert offline_rest[0].request_id in out.admitted, "window/fcfs passed over the most urgent file"
     else:
         assert len(out.admitted) in (0, *sched.preferred_batch_size)
@@ -124,3 +129,26 @@ def test_no_request_waits_past_max_wait_time_plus_one_step(policy: str) -> None:
                 assert now - waiting.pop(rid).arrival_time <= sched.max_wait_time + step + 1e-9, (rid, out)
             now += step
         assert not waiting, f"{len(waiting)} requests never admitted"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_offline_work_is_not_starved_by_live_streams_below_overload(policy: str) -> None:
+    """Live streams go first, but while they leave slots free offline work still gets in: new
+    sessions take one slot a step, files two of the rest; every file is admitted within
+    max_wait_time plus one step, however long it is."""
+    rng = random.Random(f"live-share-{policy}")
+    sched = Scheduler(policy=policy, max_batch_size=4, max_wait_time=1.0, max_pad_ratio=1.5)
+    step, now = 0.25, 0.0
+    waiting: dict[str, WaitingRequest] = {}
+    for tick in range(240):
+        if tick < 200:
+            waiting[f"s{tick}"] = WaitingRequest(f"s{tick}", 0.0, now, 0, streaming=True)
+            for k in range(2 if tick % 2 else 1):  # 1.5 files a step, into the 3 slots the stream leaves
+                rid = f"f{tick}-{k}"
+                waiting[rid] = WaitingRequest(rid, rng.choice([0.5, 3.0, 60.0]), now, rng.choice([0, 10]))
+        out = sched.schedule(list(waiting.values()), 4, now)
+        assert tick >= 200 or out.admitted[0] == f"s{tick}"  # a new session is never kept waiting
+        for rid in out.admitted:
+            assert now - waiting.pop(rid).arrival_time <= sched.max_wait_time + step + 1e-9, (rid, out)
+        now += step
+    assert not waiting

@@ -20,6 +20,15 @@ ENCODE_EVERY_STEPS = 32  # decoder steps after which waiting windows are encoded
 LIVE_ENCODE_FRAMES = 2000
 """Mel frames of interim live passes encoded in one step (~0.2 s on 2 CPU cores): a larger batch
 keeps the engine loop from starting the final pass of a stream whose audio just ended."""
+OFFLINE_WINDOWS_BESIDE_LIVE = 1
+"""Offline windows encoded in one step while live streams are open: a 30 s window costs about as
+much as LIVE_ENCODE_FRAMES, so a final pass that arrives meanwhile waits for one window, not for a
+batch of max_encode_batch (seconds on a CPU). Offline work yields to live streams (issue 35)."""
+OFFLINE_PATIENCE_S = 2.0
+"""Seconds an offline window waits behind live passes before it is encoded anyway (one at a time,
+never ahead of a final): yielding to live streams must not starve offline work that admission
+accepted, which counts on a share of the engine (app/backlog.py MAX_LIVE_SHARE). The scheduler's
+starvation bound, max_wait_time, by default."""
 
 
 class WindowPlanner:
@@ -40,12 +49,16 @@ class WindowPlanner:
 
     def submit(self, job: WindowJob) -> None:
         """Queue a job: an encoded one (a retry of its window) waits to join the decoder; a live
-        stream's final pass goes ahead of the other windows to encode (the client waits on it)."""
+        stream's final pass goes ahead of the other windows to encode (the client waits on it),
+        an interim pass ahead of the offline windows (its stream's cadence does)."""
         job.queued_at = time.monotonic()
         if job.audio_features is not None:
             self.prefill_queue.append(job)
         elif job.final:
             self.encode_queue.appendleft(job)
+        elif job.live:
+            first_offline = next((i for i, j in enumerate(self.encode_queue) if not j.live), len(self.encode_queue))
+            self.encode_queue.insert(first_offline, job)
         else:
             self.encode_queue.append(job)
 
@@ -116,11 +129,21 @@ class WindowPlanner:
         """A live stream's final pass is next to encode: a client waits on it."""
         return bool(self.encode_queue) and self.encode_queue[0].final
 
-    def take_encode(self, batch: DecodeBatch) -> list[WindowJob]:
-        """The windows to encode together now, in queue order, within the decoder rows left."""
+    def take_encode(self, batch: DecodeBatch, live_streams: bool = False) -> list[WindowJob]:
+        """The windows to encode together now, in queue order, within the decoder rows left; at
+        most OFFLINE_WINDOWS_BESIDE_LIVE offline windows while `live_streams` are open."""
         budget = self.max_rows - batch.num_rows - sum(j.rows for j in self.prefill_queue)
         jobs: list[WindowJob] = []
         live_frames = 0
+        offline_windows = 0
+        if live_streams and not self.final_first():
+            now = time.monotonic()
+            overdue = next((j for j in self.encode_queue if not j.live and now - j.queued_at >= OFFLINE_PATIENCE_S), None)
+            if overdue is not None and overdue.rows <= budget:  # it goes first; live passes fill the rest
+                self.encode_queue = deque(j for j in self.encode_queue if j is not overdue)
+                jobs.append(overdue)
+                budget -= overdue.rows
+                offline_windows = 1
         # a client waits on every final pass: no new interim pass is encoded with one or joins the
         # decoder until they are done
         final_waiting = self.finals_pending(batch)
@@ -132,6 +155,10 @@ class WindowPlanner:
                 if live_frames and live_frames + job.mel.shape[1] > LIVE_ENCODE_FRAMES:
                     break
                 live_frames += job.mel.shape[1]
+            if not job.live:  # an offline window: after the finals, one at a time beside streams
+                if live_streams and (final_waiting or offline_windows >= OFFLINE_WINDOWS_BESIDE_LIVE):
+                    break
+                offline_windows += 1
             self.encode_queue.popleft()
             budget -= job.rows
             jobs.append(job)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import replace
 
@@ -20,7 +20,7 @@ from torch import Tensor
 from engine.capabilities import Capabilities
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
-from engine.metrics import stage_timer
+from engine.metrics import shared_stage_timer, stage_timer
 from engine.models.whisper.batch import DecodeBatch
 from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.coverage import SpeechCoverage
@@ -253,7 +253,8 @@ class WhisperRunner:
     @torch.inference_mode()
     def execute(self) -> list[RequestOutput]:
         """One step. Stages are timed as offline.* or streaming.*; a batch holding both offline
-        windows and live passes is timed under offline.* (see `_mode`)."""
+        windows and live passes is split between the two by the live share of its mel frames
+        (encoder) or rows (decoder), see `_live_share`."""
         outputs: list[RequestOutput] = []
         if self.collating:
             with stage_timer("offline.collate"):
@@ -269,9 +270,9 @@ class WhisperRunner:
                 thread.start(jobs)
         elif thread is None or not thread.busy or self.planner.final_first():
             # a final pass does not wait for the encoder thread's batch: the client waits on it
-            jobs = self.planner.take_encode(self.batch) if self.planner.may_encode(self.batch) else []
+            jobs = self.planner.take_encode(self.batch, bool(self.streams)) if self.planner.may_encode(self.batch) else []
             if jobs:
-                with stage_timer(f"{_mode(jobs)}.encode"):
+                with shared_stage_timer("encode", _live_share(jobs, lambda j: j.mel.shape[1])):
                     self._encode(jobs, outputs)
         # a prefill's large matmuls (the cross K/V of whole windows) take every thread unless the
         # encoder thread holds one; the per-token steps run on DECODE_THREADS
@@ -280,7 +281,8 @@ class WhisperRunner:
         with self._decode_threads():
             self.planner.steps_since_encode += 1
             self.streams_stepped = len({id(g.job.owner) for g in self.batch.groups if not g.done and g.job.live})
-            with stage_timer(f"{_mode([g.job for g in self.batch.groups])}.decode") if self.batch.groups else nullcontext():
+            decoding = [g.job for g in self.batch.groups if not g.done]
+            with shared_stage_timer("decode", _live_share(decoding, lambda j: j.rows)) if self.batch.groups else nullcontext():
                 finished = self.batch.step(lambda g, exc: self._fail(g.job.owner, "decode", exc, outputs))
         for job, result in self.planner.results(finished, self.batch):
             # a live pass's result becomes its stream's partial or final (word alignment included);
@@ -459,6 +461,8 @@ def _load_vad() -> VoiceActivityModel | None:
         return None
 
 
-def _mode(jobs: list[WindowJob]) -> str:
-    """The stage prefix of work over `jobs`: 'streaming' when every job is a live pass."""
-    return "streaming" if jobs and all(j.live for j in jobs) else "offline"
+def _live_share(jobs: list[WindowJob], weight: Callable[[WindowJob], int]) -> float:
+    """The fraction of a batch's work that is live passes, each job weighted by `weight` (its mel
+    frames for the encoder, its rows for the decoder); 0 for an empty batch."""
+    total = sum(weight(j) for j in jobs)
+    return sum(weight(j) for j in jobs if j.live) / total if total else 0.0

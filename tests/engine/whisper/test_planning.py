@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from engine.models.whisper.planning import WindowPlanner
+from engine.models.whisper.planning import OFFLINE_PATIENCE_S, WindowPlanner
 from engine.models.whisper.window import WindowJob, WindowResult
 
 MEL_FRAMES = 200  # a 2 s pass: a short window
@@ -75,3 +75,43 @@ def test_each_shed_pass_period_is_counted_once() -> None:
     picker.forget("shed-test")  # the stream ended: a new one of the same id starts from zero
     picker.count_shed(stream)  # type: ignore[arg-type]
     assert picker.passes_shed == 6
+
+
+def offline_window(name: str) -> WindowJob:
+    owner = SimpleNamespace(request=SimpleNamespace(request_id=name), options=SimpleNamespace(beam_size=1))
+    return WindowJob(owner, torch.zeros(80, 3000), 0, 3000, 0.0, 0)  # type: ignore[arg-type]
+
+
+def test_live_passes_go_ahead_of_offline_windows_and_offline_encodes_one_window_beside_streams() -> None:
+    """Offline work yields to live streams (issue 35): an interim pass queued after offline
+    windows is encoded before them, and while streams are open an encoder batch holds one offline
+    window, so a final that arrives meanwhile waits for one window's encode, not sixteen."""
+    p = planner()
+    files = [offline_window(f"file{k}") for k in range(3)]
+    for job in files:
+        p.submit(job)
+    interim = live_job("s")
+    p.submit(interim)
+    assert list(p.encode_queue) == [interim, *files]
+    assert p.take_encode(idle_batch(), live_streams=True) == [interim, files[0]]
+    final = live_job("t", final=True)
+    p.submit(final)
+    assert p.take_encode(idle_batch(), live_streams=True) == [final]
+    assert p.take_encode(idle_batch(), live_streams=True) == [files[1]]
+    p.submit(files[0])  # a window of the same file again (its next 30 s), then the streams close
+    assert p.take_encode(idle_batch(), live_streams=False) == [files[2], files[0]]  # the whole batch
+
+
+def test_an_offline_window_that_waited_past_its_patience_goes_ahead_of_interims_but_not_of_a_final() -> None:
+    """Yielding is not starving: admission accepted the file counting on a share of the engine."""
+    p = planner()
+    window = offline_window("file")
+    p.submit(window)
+    interims = [live_job(f"s{k}") for k in range(3)]
+    for job in interims:
+        p.submit(job)
+    final = live_job("f", final=True)
+    p.submit(final)
+    window.queued_at -= OFFLINE_PATIENCE_S  # it has waited that long behind the live passes
+    assert p.take_encode(idle_batch(), live_streams=True) == [final]
+    assert p.take_encode(idle_batch(), live_streams=True) == [window, *interims]
