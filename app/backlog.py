@@ -156,11 +156,12 @@ class Backlog:
         client refused for lack of a permit is told to come back then."""
         return max(1, math.ceil(self.delay()))
 
-    def retry_after(self, limit: float, priority: int = 0) -> int | None:
+    def retry_after(self, limit: float, priority: int = 0, *, live_open: bool = True) -> int | None:
         """Whole seconds after which the delay should be back under `limit`, or None when it is
-        under it now (admit). At least 1."""
+        under it now (admit). At least 1. `live_open`: live streams are open now; the smoothed share
+        is believed only then (the last session's share must not refuse work on an engine it left)."""
         delay = self.delay(priority)
-        if self.live_share >= MAX_LIVE_SHARE:
+        if live_open and self.live_share >= MAX_LIVE_SHARE:
             # live streams leave offline work no engine time: even with nothing ahead of it, new
             # work would take many times its own processing time (the delay counts only the work
             # ahead), so it is refused until the share falls

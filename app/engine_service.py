@@ -229,7 +229,7 @@ class EngineService:
         `max_queue_delay_secs`. Live streams already admitted are never shed."""
         if self.max_queue_delay_secs <= 0:
             return None
-        retry = self.backlog.retry_after(self.max_queue_delay_secs, priority)
+        retry = self.backlog.retry_after(self.max_queue_delay_secs, priority, live_open=self.live_streams > 0)
         if retry is not None and count:
             self.series.requests_busy.inc()
         return retry
