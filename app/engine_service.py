@@ -52,6 +52,7 @@ HEARTBEAT_MAX_AGE_S = 5.0  # readiness fails when the engine thread has not beat
 STUCK_STEP_S = 120.0  # ...unless it is inside a step younger than this (one long batch is not a hang)
 IDLE_WAIT_S = 1.0  # the engine thread wakes this often while idle, to beat (well inside HEARTBEAT_MAX_AGE_S)
 LIVE_POST_PERIOD_S = 0.25  # steps without outputs hand their live time to the loop at most this often
+STOP_JOIN_S = 45.0  # how long stop() waits for the step in progress (inside the pod's 60 s grace after the drain)
 ENGINE_DIED_EXIT_CODE = 70  # sysexits' EX_SOFTWARE: the server exits with it when its engine thread died
 
 
@@ -190,9 +191,13 @@ class EngineService:
         self._stop.set()
         self.engine.wake()  # the thread's blocking wait returns; it sees the stop and ends
         if self._thread is not None:
-            self._thread.join(timeout=10)
-            if self._thread.is_alive():  # a step longer than the join: it owns the engine still
-                logger.warning("engine thread still stepping after 10 s; shutting the engine down anyway")
+            # the step in progress runs to its end (its requests were cancelled: it is the last);
+            # leaving it running while the interpreter exits aborts the process mid-kernel
+            self._thread.join(timeout=STOP_JOIN_S)
+            if self._thread.is_alive():  # a hung step: the engine is still in use, do not free it
+                logger.error("engine thread still stepping after %g s; exiting without shutting the engine down",
+                             STOP_JOIN_S)
+                return
         self.engine.shutdown()
 
     # ------------------------------------------------------------------ admission
