@@ -58,7 +58,7 @@ DELAYS: dict[Delay, tuple[float, int]] = {
     "high": (2.0, 3),
     "xhigh": (3.0, 4),
 }
-"""`DecodingOptions.delay` -> (pass cadence as a multiple of the engine's stream_step_ms, passes
+"""`DecodingOptions.delay` -> (pass cadence as a multiple of WhisperOptions.stream_step_ms, passes
 that must agree before words commit). Shorter cadence: faster partials for proportionally more
 compute; more agreeing passes: fewer committed mistakes, later commits. No delay is 'low'."""
 

@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 pytestmark = pytest.mark.slow  # ~2 min: every dev clip streamed pass by pass, in one module
 
-STEP_SAMPLES = 8000  # 500 ms, the default stream_step_ms
+STEP_SAMPLES = 8000  # 500 ms, the default WhisperOptions.stream_step_ms
 MAX_CLIP_S = 15.0  # the long-form recordings are left to the benchmark (a minute of passes each)
 WER_SLACK = 3.0  # points over offline; measured 2.0 on these clips (see the test's docstring)
 
