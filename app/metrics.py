@@ -332,7 +332,7 @@ ENGINE_METRICS: tuple[Declared, ...] = (
         "Interim passes of live streams not run because the engine was behind their cadence: a "
         "re-decoding stream (Whisper) sheds partial passes before it delays a final, and gets one "
         "pass over all its new audio once the engine catches up; a steady rate means fewer partials "
-        "than stream_step_ms promises (count).",
+        "than whisper_stream_step_ms promises (count).",
         ENGINE_LABELS),
     Declared("engine_stream_passes", "counter", "oasr_engine_stream_passes_total",
         "Passes started over live streams' windows by a re-decoding family (Whisper), finals included "

@@ -89,10 +89,10 @@ class ServerSettings(BaseSettings):
     """Admit waiting live streams shortest buffered audio first (streams that waited max_wait_time go first)."""
     num_threads: int | None = None
     """torch CPU threads; unset uses all cores."""
-    stream_step_ms: int = 500
-    """Live streams are re-decoded once this many ms of new audio arrived (partial cadence)."""
-    stream_encoder_context: Literal["fit", "full"] = "fit"
-    """Live Whisper passes encode their window plus 1 s ('fit', filled with encoded silence to 30 s) or all 30 s ('full')."""
+    stream_step_ms: int | None = None
+    """Deprecated alias of OASR_WHISPER_STREAM_STEP_MS (kept one release; setting it logs a warning)."""
+    stream_encoder_context: Literal["fit", "full"] | None = None
+    """Deprecated alias of OASR_WHISPER_STREAM_ENCODER_CONTEXT (kept one release; setting it logs a warning)."""
     chunk_size: int = 16
     """Cache-aware streaming models: encoder frames per chunk."""
     num_left_chunks: int = -1

@@ -143,7 +143,7 @@ def corpus_wer(references: Sequence[str], hypotheses: Sequence[str]) -> float:
     return 100.0 * float(jiwer.wer([norm(r) for r in references], [norm(h) for h in hypotheses]))
 
 
-STEP_S = 0.5  # a paced stream's block: the default stream_step_ms
+STEP_S = 0.5  # a paced stream's block: the default WhisperOptions.stream_step_ms
 UNEVEN_BLOCK_S = (0.5, 2.5)  # a loaded server runs a stream's passes this far apart (s of audio)
 MODES = ("offline", "live", "paced", "uneven")
 """offline: one recording per session. live: `transcribe_outputs(streaming=True)`, every session's

@@ -42,6 +42,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.metrics import BATCH_SIZE_BUCKETS
 from engine import ASREngine, EngineConfig, RequestOutput
 from engine.loop import drive
+from engine.models.whisper.options import WhisperOptions
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
 CHUNK_S = 0.02
@@ -244,7 +245,7 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
     if quantization is not None:
         env["OASR_QUANTIZATION"] = quantization
     if encoder_context is not None:
-        env["OASR_STREAM_ENCODER_CONTEXT"] = encoder_context
+        env["OASR_WHISPER_STREAM_ENCODER_CONTEXT"] = encoder_context
     server = ServerProcess(env, startup_timeout_s=300.0)
     try:
         warm = RealtimeStream(server.base_url, model="", turn_detection="none")
@@ -403,7 +404,7 @@ def main() -> None:
     if args.quantization is not None:
         config["quantization"] = args.quantization
     if args.encoder_context is not None:
-        config["stream_encoder_context"] = args.encoder_context
+        config["family_options"] = {"whisper": {"stream_encoder_context": args.encoder_context}}
     rows = []
     for mbs in args.batch_sizes:
         for n in args.sessions:
@@ -426,10 +427,11 @@ def main() -> None:
             rows.append(row)
     most = "most streams in a step (bucket bound)" if args.server else "most streams in a step"
     defaults = EngineConfig()
+    whisper_defaults = WhisperOptions()
     where = f"server over /v1/realtime, turn detection {args.turn_detection}" if args.server else "in-process engine"
     print(f"\n{where}, "
           f"quantization={args.quantization or defaults.quantization}, "
-          f"context={args.encoder_context or defaults.stream_encoder_context}, "
+          f"context={args.encoder_context or whisper_defaults.stream_encoder_context}, "
           f"sessions: {args.clip or f'{SESSION_CLIPS} dev clips joined by {PAUSE_S} s pauses'}\n")
     print("| max_batch_size | sessions | final p50 s | final p95 s (median run) | p95 of each run | "
           f"first partial p50 s | partial interval p50 / p95 s | steps with ≥2 streams | mean streams a step | "

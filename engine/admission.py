@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.capabilities import check_capabilities
 from engine.config import EngineConfig
-from engine.errors import InvalidRequestError
+from engine.errors import InvalidRequestError, UnsupportedError
 from engine.families import check_quantization, family_options, load_family, resolve_family
 from engine.runner import ModelInfo, ModelRunner
 from engine.types import DecodingOptions, Samples
@@ -57,6 +57,18 @@ def check_options(runner: ModelRunner, info: ModelInfo, decoding: DecodingOption
     return options
 
 
+def check_streaming(service_mode: str, runner: ModelRunner, family: str) -> None:
+    """Refuse a live stream on an engine that serves offline requests only, or on a runner
+    without a streaming runtime."""
+    if service_mode != "streaming":
+        raise InvalidRequestError(
+            "this engine serves offline requests only (service_mode='offline'); submit the "
+            "whole audio with add_request(audio) or build the engine with service_mode='streaming'"
+        )
+    if not runner.supports_streaming:
+        raise UnsupportedError(f"model family {family!r} has no streaming runtime")
+
+
 def check_audio(audio: Any, model_rate: int, sample_rate: int | None = None, allow_empty: bool = False) -> Samples:
     """`audio` as a contiguous float32 mono array at `model_rate`, or InvalidRequestError."""
     if sample_rate is not None and sample_rate != model_rate:
@@ -93,4 +105,4 @@ def model_card(info: ModelInfo, *, service_mode: str, streaming_enabled: bool,
     return card
 
 
-__all__ = ["check_audio", "check_decode_method", "check_options", "load_runner", "model_card"]
+__all__ = ["check_audio", "check_decode_method", "check_options", "check_streaming", "load_runner", "model_card"]

@@ -25,6 +25,10 @@ logger = logging.getLogger(__name__)
 
 
 DEPRECATED_FAMILY_KNOBS: dict[str, tuple[str, str]] = {
+    "stream_step_ms": ("whisper", "stream_step_ms"),
+    "stream_window_s": ("whisper", "stream_window_s"),
+    "stream_encoder_context": ("whisper", "stream_encoder_context"),
+    "max_stream_blocks": ("wenet", "max_stream_blocks"),
     "recycle_streaming_history": ("wenet", "recycle_streaming_history"),
 }
 """EngineConfig fields that were one family's knob, kept for one release: field -> (family, option)."""
@@ -128,15 +132,14 @@ class EngineConfig:
     max_decode_rows: int = 64
     """Decoder rows (beams × requests) decoded together in one step; bounds the KV cache."""
 
-    # --- Whisper live streaming (re-decoding a sliding window) ---
-    stream_step_ms: int = 500
-    """A live stream is re-decoded once this many ms of new audio have arrived: the partial cadence."""
-    stream_window_s: float = 30.0
-    """Longest uncommitted audio window re-decoded per pass (Whisper's context is 30 s)."""
-    stream_encoder_context: Literal["fit", "full"] = "fit"
-    """'fit' encodes a pass's window plus 1 s of silence and fills the rest of Whisper's 30 s
-    context with the encoding of silence (several times cheaper for short windows); 'full'
-    encodes the whole zero-padded 30 s window, as offline requests are."""
+    # --- Deprecated aliases (one release) of Whisper's live-streaming options ---
+    stream_step_ms: int | None = None
+    """Deprecated alias of `family_options["whisper"]["stream_step_ms"]`; setting it logs a warning.
+    None: the family's option decides."""
+    stream_window_s: float | None = None
+    """Deprecated alias of `family_options["whisper"]["stream_window_s"]`; setting it logs a warning."""
+    stream_encoder_context: Literal["fit", "full"] | None = None
+    """Deprecated alias of `family_options["whisper"]["stream_encoder_context"]`; setting it logs a warning."""
 
     # --- Cache-aware streaming (chunked Conformer with a paged KV cache) ---
     chunk_size: int = 16
@@ -152,7 +155,8 @@ class EngineConfig:
     cpu_cache_bytes: int = 256 * 1024 * 1024
     """CPU: byte budget of the KV pool when max_num_blocks is None (256 MiB)."""
     max_stream_blocks: int | None = None
-    """Per-stream ceiling of KV blocks; None allows a stream the whole pool."""
+    """Deprecated alias (one release) of `family_options["wenet"]["max_stream_blocks"]`; setting it
+    logs a warning. None: the family's option decides."""
     recycle_streaming_history: bool | None = None
     """Deprecated alias (one release) of `family_options["wenet"]["recycle_streaming_history"]`;
     setting it logs a warning. None: the family's option decides."""
@@ -208,10 +212,6 @@ class EngineConfig:
                 f"got {list(self.preferred_batch_size)}")
         if self.chunk_size < 1 or (self.num_left_chunks < -1 or self.num_left_chunks == 0):
             raise InvalidRequestError("chunk_size >= 1 and num_left_chunks is -1 or >= 1")
-        if self.stream_encoder_context not in ("fit", "full"):
-            raise InvalidRequestError(f"stream_encoder_context must be 'fit' or 'full', got {self.stream_encoder_context!r}")
-        if self.stream_step_ms < 20:
-            raise InvalidRequestError(f"stream_step_ms must be >= 20, got {self.stream_step_ms}")
         if self.ckpt_dir is not None and not os.path.isdir(self.ckpt_dir):
             try:
                 parse_model_name(self.ckpt_dir, self.revision)

@@ -12,9 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import queue
-import threading
 import time
-import uuid
 from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import Any
@@ -22,14 +20,21 @@ from typing import Any
 import numpy as np
 
 from engine import reference_api
-from engine.admission import check_audio, check_decode_method, check_options, load_runner, model_card
+from engine.admission import (
+    check_audio,
+    check_decode_method,
+    check_options,
+    check_streaming,
+    load_runner,
+    model_card,
+)
 from engine.config import EngineConfig
-from engine.errors import EngineShutdownError, InvalidRequestError, UnknownRequestError, UnsupportedError
 from engine.gc_freeze import freeze_heap, thaw_heap
 from engine.hub import checkpoint_dir
 from engine.metrics import EngineMetrics
 from engine.ops.extension import extension_status
 from engine.request import Request, RequestStatus, error_output
+from engine.request_ids import RequestIds
 from engine.runner import ModelInfo, ModelRunner
 from engine.scheduler import Scheduler, SchedulerOutput, WaitingRequest
 from engine.types import AbortRequest, AddRequest, Command, DecodingOptions, FeedAudio, RequestOutput, Samples
@@ -63,9 +68,7 @@ class ASREngine:
         self._peeked: list[Command | None] = []  # taken by wait_for_work, applied first by step
         self._requests: dict[str, Request] = {}
         self._waiting: list[Request] = []
-        self._live_ids: set[str] = set()  # ids accepted and not yet finished (any thread may read)
-        self._ids_lock = threading.Lock()
-        self._shutdown = False
+        self._ids = RequestIds()  # accepted and not yet finished; claimed and checked from any thread
         self.waiters = reference_api.Waiters()
         """Callers of `transcribe*` waiting on their requests' final outputs."""
         self.metrics = EngineMetrics()
@@ -104,20 +107,9 @@ class ASREngine:
     @property
     def num_unfinished(self) -> int:
         """Requests accepted and not yet finished (any thread may read)."""
-        with self._ids_lock:
-            return len(self._live_ids)
+        return len(self._ids)
 
     # --------------------------------------------------------------- mutations
-
-    def _new_id(self, request_id: str | None) -> str:
-        rid = request_id or f"req-{uuid.uuid4().hex[:12]}"
-        with self._ids_lock:
-            if self._shutdown:
-                raise EngineShutdownError("engine is shut down")
-            if rid in self._live_ids:
-                raise InvalidRequestError(f"request id {rid!r} is already in use")
-            self._live_ids.add(rid)
-        return rid
 
     def validate_options(self, decoding: DecodingOptions | None, streaming: bool = False) -> DecodingOptions:
         """The options a request would be admitted with, or InvalidRequestError / UnsupportedError
@@ -144,7 +136,7 @@ class ASREngine:
             return rid
         samples = self.validate_audio(audio, sample_rate)
         options = self.validate_options(decoding, streaming=False)
-        rid = self._new_id(request_id)
+        rid = self._ids.claim(request_id)
         self._inbox.put(AddRequest(rid, samples, streaming=False, priority=priority, decoding=options))
         return rid
 
@@ -152,33 +144,20 @@ class ASREngine:
                               request_id: str | None = None) -> str:
         """Open a live stream; audio follows through `feed_chunk`. Refused by an engine whose
         `service_mode` is 'offline' (it builds no streaming runtime)."""
-        self._check_streaming()
+        check_streaming(self.config.service_mode, self.runner, self.family)
         options = self.validate_options(decoding, streaming=True)
-        rid = self._new_id(request_id)
+        rid = self._ids.claim(request_id)
         self._inbox.put(AddRequest(rid, None, streaming=True, priority=priority, decoding=options))
         return rid
 
-    def _check_streaming(self) -> None:
-        if not self.streaming_enabled:
-            if self.config.service_mode != "streaming":
-                raise InvalidRequestError(
-                    "this engine serves offline requests only (service_mode='offline'); submit the "
-                    "whole audio with add_request(audio) or build the engine with service_mode='streaming'"
-                )
-            raise UnsupportedError(f"model family {self.family!r} has no streaming runtime")
-
     def feed_chunk(self, request_id: str, chunk: Any, is_last: bool = False, sample_rate: int | None = None) -> None:
         samples = self.validate_audio(chunk, sample_rate, allow_empty=True)
-        with self._ids_lock:
-            if request_id not in self._live_ids:
-                raise UnknownRequestError(f"unknown request id {request_id!r}")
+        self._ids.check(request_id)
         self._inbox.put(FeedAudio(request_id, samples, is_last))
 
     def abort_request(self, request_id: str) -> None:
         """Cancel a request; it finishes with finish_reason='abort' at the next step."""
-        with self._ids_lock:
-            if request_id not in self._live_ids:
-                raise UnknownRequestError(f"unknown request id {request_id!r}")
+        self._ids.check(request_id)
         self._inbox.put(AbortRequest(request_id))
 
     # -------------------------------------------------------------------- step
@@ -334,8 +313,7 @@ class ASREngine:
                 req.status = RequestStatus.FINISHED
                 if req in self._waiting:
                     self._waiting.remove(req)
-            with self._ids_lock:
-                self._live_ids.discard(out.request_id)
+            self._ids.discard(out.request_id)
             self.waiters.resolve(out)
         return outputs
 
@@ -380,17 +358,14 @@ class ASREngine:
     def shutdown(self) -> None:
         """Refuse new requests, abort what is left, free the runner. Idempotent. Call it from the
         thread that drives the engine, or after that thread has stopped (`wake()` first)."""
-        with self._ids_lock:
-            if self._shutdown:
-                return
-            self._shutdown = True
+        if not self._ids.close():
+            return
         self._apply_commands()  # requests still in the inbox are aborted too
         for req in list(self._requests.values()):
             self.waiters.resolve(self._abort(req))
         self._requests.clear()
         self._waiting.clear()
-        with self._ids_lock:
-            self._live_ids.clear()
+        self._ids.clear()
         self.runner.shutdown()
         if self._heap_frozen:
             thaw_heap()

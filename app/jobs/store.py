@@ -15,18 +15,16 @@ Every method is one short transaction, safe to call from any replica at any time
   submission that is committing at the same moment.
 
 Methods are synchronous (sqlite3 and psycopg are); async callers use `asyncio.to_thread`.
-One connection per store, used under a lock: a replica makes a few store calls a second.
+The connection, its lock and the dialects' SQL differences are app/jobs/sql.py's.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from app.jobs.errors import InvalidJobError, OperationDone, OperationNotFound, SpoolFull
@@ -41,6 +39,7 @@ from app.jobs.model import (
     WebhookState,
 )
 from app.jobs.schema import CREATE_VERSIONS, MIGRATIONS, SCHEMA_VERSION, Dialect, SchemaTooNew
+from app.jobs.sql import Cursor, Database
 
 logger = logging.getLogger(__name__)
 
@@ -68,60 +67,19 @@ class SqlJobStore:
     """See the module docstring. Built by `app.jobs.backends.open_store(url)`."""
 
     def __init__(self, connect: Callable[[], Any], dialect: Dialect, *, describe: str):
-        self._connect = connect
+        self._db = Database(connect, dialect)
         self.dialect = dialect
         self.describe = describe
         """Where the store is, for logs (no password)."""
-        self._conn: Any = None
-        self._lock = threading.Lock()
-
-    # ------------------------------------------------------------------ plumbing
-
-    def _sql(self, statement: str) -> str:
-        return statement.replace("?", "%s") if self.dialect.name == "postgresql" else statement
-
-    @property
-    def _skip_locked(self) -> str:
-        return " FOR UPDATE SKIP LOCKED" if self.dialect.name == "postgresql" else ""
-
-    @property
-    def _for_update(self) -> str:
-        return " FOR UPDATE" if self.dialect.name == "postgresql" else ""
-
-    @contextlib.contextmanager
-    def _tx(self) -> Iterator[Any]:
-        """One transaction; writers are serialized on SQLite (BEGIN IMMEDIATE)."""
-        with self._lock:
-            if self._conn is None or getattr(self._conn, "closed", False):
-                self._conn = self._connect()
-            conn = self._conn
-            cur = conn.cursor()
-            try:
-                cur.execute("BEGIN IMMEDIATE" if self.dialect.name == "sqlite" else "BEGIN")
-                yield _Cursor(cur, self._sql)
-                cur.execute("COMMIT")
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    cur.execute("ROLLBACK")
-                if self.dialect.name == "postgresql" and getattr(conn, "broken", False):
-                    self._conn = None  # reconnect on the next call
-                raise
-            finally:
-                with contextlib.suppress(Exception):
-                    cur.close()
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                with contextlib.suppress(Exception):
-                    self._conn.close()
-                self._conn = None
+        self._db.close()
 
     # ------------------------------------------------------------------ schema
 
     def migrate(self) -> int:
         """Apply the migrations this database lacks; return the schema version."""
-        with self._tx() as cur:
+        with self._db.transaction() as cur:
             if self.dialect.name == "postgresql":
                 cur.execute("SELECT pg_advisory_xact_lock(?)", (0x0A5A_0001,))  # one migrator at a time
             cur.execute(self.dialect.render(CREATE_VERSIONS))
@@ -145,7 +103,7 @@ class SqlJobStore:
         spooled audio, every replica) and call `place_audio` (which puts the file in place)
         inside the transaction; SpoolFull refuses the job with nothing written."""
         now = time.time()
-        with self._tx() as cur:
+        with self._db.transaction() as cur:
             webhook = WebhookState.PENDING.value if job.callback_url else None
             try:
                 cur.execute(
@@ -161,7 +119,7 @@ class SqlJobStore:
             if job.audio_digest is not None:
                 if self.dialect.name == "postgresql":
                     cur.execute("SELECT pg_advisory_xact_lock(?)", (0x0A5A_0002,))  # spool admission
-                cur.execute("SELECT refs FROM spool WHERE digest = ?" + self._for_update, (job.audio_digest,))
+                cur.execute("SELECT refs FROM spool WHERE digest = ?" + self._db.for_update, (job.audio_digest,))
                 if cur.fetchone() is not None:
                     cur.execute("UPDATE spool SET refs = refs + 1 WHERE digest = ?", (job.audio_digest,))
                 else:
@@ -179,7 +137,7 @@ class SqlJobStore:
             return _job(cur.fetchone())
 
     def get(self, name: str) -> Job:
-        with self._tx() as cur:
+        with self._db.transaction() as cur:
             cur.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = ?", (name,))
             row = cur.fetchone()
         if row is None:
@@ -200,7 +158,7 @@ class SqlJobStore:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created_at DESC, name DESC LIMIT ?"
-        with self._tx() as cur:
+        with self._db.transaction() as cur:
             cur.execute(sql, (*params, page_size + 1))
             rows = cur.fetchall()
         jobs = [_job(r) for r in rows[:page_size]]
@@ -208,21 +166,21 @@ class SqlJobStore:
         return Page(jobs, token)
 
     def attempts(self, name: str) -> list[Attempt]:
-        with self._tx() as cur:
+        with self._db.transaction() as cur:
             cur.execute("SELECT name, attempt, owner, started_at, ended_at, outcome FROM job_attempts "
                         "WHERE name = ? ORDER BY attempt", (name,))
             rows = cur.fetchall()
         return [Attempt(r[0], r[1], r[2], r[3], r[4], AttemptOutcome(r[5]) if r[5] else None) for r in rows]
 
     def counts(self) -> dict[JobState, int]:
-        with self._tx() as cur:
+        with self._db.transaction() as cur:
             cur.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")
             found = {JobState(s): int(n) for s, n in cur.fetchall()}
         return {s: found.get(s, 0) for s in JobState}
 
     def oldest_queued(self) -> float | None:
         """created_at of the oldest queued job (None when the queue is empty)."""
-        with self._tx() as cur:
+        with self._db.transaction() as cur:
             cur.execute("SELECT MIN(created_at) FROM jobs WHERE state = ?", (JobState.QUEUED.value,))
             value = cur.fetchone()[0]
         return float(value) if value is not None else None
@@ -235,10 +193,10 @@ class SqlJobStore:
         if limit <= 0:
             return []
         now = time.time()
-        with self._tx() as cur:
+        with self._db.transaction() as cur:
             cur.execute(
                 "SELECT name, state, attempts FROM jobs WHERE state = ? OR (state = ? AND lease_expires_at < ?) "
-                "ORDER BY created_at, name LIMIT ?" + self._skip_locked,
+                "ORDER BY created_at, name LIMIT ?" + self._db.skip_locked,
                 (JobState.QUEUED.value, JobState.RUNNING.value, now, limit),
             )
             picked = cur.fetchall()
@@ -260,7 +218,7 @@ class SqlJobStore:
     def renew(self, name: str, owner: str, attempt: int, lease_s: float) -> bool:
         """Extend a lease; False when the job is no longer this attempt's (cancelled, deleted, taken over)."""
         now = time.time()
-        with self._tx() as cur:
+        with self._db.transaction() as cur:
             cur.execute(
                 "UPDATE jobs SET lease_expires_at = ? WHERE name = ? AND state = ? AND lease_owner = ? AND attempts = ?",
                 (now + lease_s, name, JobState.RUNNING.value, owner, attempt),
@@ -268,7 +226,7 @@ class SqlJobStore:
             return bool(cur.rowcount == 1)
 
     def set_progress(self, name: str, owner: str, attempt: int, percent: int) -> bool:
-        with self._tx() as cur:
+        with self._db.transaction() as cur:
             cur.execute(
                 "UPDATE jobs SET progress = ?, updated_at = ? WHERE name = ? AND state = ? AND lease_owner = ? "
                 "AND attempts = ?",
@@ -282,7 +240,7 @@ class SqlJobStore:
         this attempt no longer owns the job."""
         now = time.time()
         state = JobState.SUCCEEDED if result is not None else JobState.FAILED
-        with self._tx() as cur:
+        with self._db.transaction() as cur:
             cur.execute(
                 "UPDATE jobs SET state = ?, result = ?, error_code = ?, error_message = ?, progress = ?, "
                 "finished_at = ?, updated_at = ?, lease_owner = NULL, lease_expires_at = NULL, "
@@ -300,7 +258,7 @@ class SqlJobStore:
     def release(self, name: str, owner: str, attempt: int) -> bool:
         """Give a running job back to the queue (shutdown): it starts again from the beginning."""
         now = time.time()
-        with self._tx() as cur:
+        with self._db.transaction() as cur:
             cur.execute(
                 "UPDATE jobs SET state = ?, lease_owner = NULL, lease_expires_at = NULL, progress = 0, updated_at = ? "
                 "WHERE name = ? AND state = ? AND lease_owner = ? AND attempts = ?",
@@ -314,11 +272,11 @@ class SqlJobStore:
     def expire_leases(self) -> int:
         """Make every running job claimable now: for a server that knows it is the store's only
         user (an exclusive SQLite data dir) and so that no other process is running them."""
-        with self._tx() as cur:
+        with self._db.transaction() as cur:
             cur.execute("UPDATE jobs SET lease_expires_at = 0 WHERE state = ?", (JobState.RUNNING.value,))
             return int(cur.rowcount)
 
-    def _end_attempt(self, cur: _Cursor, name: str, attempt: int, outcome: AttemptOutcome, now: float) -> None:
+    def _end_attempt(self, cur: Cursor, name: str, attempt: int, outcome: AttemptOutcome, now: float) -> None:
         cur.execute("UPDATE job_attempts SET ended_at = ?, outcome = ? WHERE name = ? AND attempt = ? "
                     "AND outcome IS NULL", (now, outcome.value, name, attempt))
 
@@ -328,8 +286,8 @@ class SqlJobStore:
         """Queued or running -> CANCELLED (a running one's replica notices at its next lease
         renewal and stops). Finished -> OperationDone."""
         now = time.time()
-        with self._tx() as cur:
-            cur.execute("SELECT state, attempts FROM jobs WHERE name = ?" + self._for_update, (name,))
+        with self._db.transaction() as cur:
+            cur.execute("SELECT state, attempts FROM jobs WHERE name = ?" + self._db.for_update, (name,))
             row = cur.fetchone()
             if row is None:
                 raise OperationNotFound(name)
@@ -354,8 +312,8 @@ class SqlJobStore:
         """Forget a job and its attempts; `remove_audio(digest)` runs (inside the transaction)
         when this was the last job holding that spooled audio. A running job's replica stops at
         its next lease renewal."""
-        with self._tx() as cur:
-            cur.execute("SELECT audio_digest FROM jobs WHERE name = ?" + self._for_update, (name,))
+        with self._db.transaction() as cur:
+            cur.execute("SELECT audio_digest FROM jobs WHERE name = ?" + self._db.for_update, (name,))
             row = cur.fetchone()
             if row is None:
                 raise OperationNotFound(name)
@@ -363,10 +321,10 @@ class SqlJobStore:
 
     def expire(self, finished_before: float, remove_audio: Callable[[str], None], limit: int = 100) -> list[str]:
         """Delete up to `limit` jobs that finished before `finished_before`; return their names."""
-        with self._tx() as cur:
+        with self._db.transaction() as cur:
             cur.execute(
                 "SELECT name, audio_digest FROM jobs WHERE state IN (?, ?, ?) AND finished_at < ? "
-                "ORDER BY finished_at LIMIT ?" + self._skip_locked,
+                "ORDER BY finished_at LIMIT ?" + self._db.skip_locked,
                 (*_DONE, finished_before, limit),
             )
             rows = cur.fetchall()
@@ -374,12 +332,12 @@ class SqlJobStore:
                 self._delete(cur, name, digest, remove_audio)
         return [r[0] for r in rows]
 
-    def _delete(self, cur: _Cursor, name: str, digest: str | None, remove_audio: Callable[[str], None]) -> None:
+    def _delete(self, cur: Cursor, name: str, digest: str | None, remove_audio: Callable[[str], None]) -> None:
         cur.execute("DELETE FROM jobs WHERE name = ?", (name,))
         cur.execute("DELETE FROM job_attempts WHERE name = ?", (name,))
         if digest is None:
             return
-        cur.execute("SELECT refs FROM spool WHERE digest = ?" + self._for_update, (digest,))
+        cur.execute("SELECT refs FROM spool WHERE digest = ?" + self._db.for_update, (digest,))
         row = cur.fetchone()
         if row is None:
             return
@@ -391,7 +349,7 @@ class SqlJobStore:
 
     def spool_usage(self) -> tuple[int, int]:
         """(files, bytes) of spooled audio."""
-        with self._tx() as cur:
+        with self._db.transaction() as cur:
             cur.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM spool")
             files, size = cur.fetchone()
         return int(files), int(size)
@@ -402,10 +360,10 @@ class SqlJobStore:
         """Finished jobs whose webhook is due; each is held for `lease_s` (its next attempt time
         moves past the attempt) so other replicas skip it while one delivers."""
         now = time.time()
-        with self._tx() as cur:
+        with self._db.transaction() as cur:
             cur.execute(
                 "SELECT name FROM jobs WHERE webhook_state = ? AND webhook_next_at <= ? ORDER BY webhook_next_at "
-                "LIMIT ?" + self._skip_locked,
+                "LIMIT ?" + self._db.skip_locked,
                 (WebhookState.PENDING.value, now, limit),
             )
             names = [r[0] for r in cur.fetchall()]
@@ -418,33 +376,12 @@ class SqlJobStore:
 
     def record_webhook(self, name: str, *, state: WebhookState, attempts: int, error: str | None,
                        next_at: float | None) -> None:
-        with self._tx() as cur:
+        with self._db.transaction() as cur:
             cur.execute(
                 "UPDATE jobs SET webhook_state = ?, webhook_attempts = ?, webhook_last_error = ?, "
                 "webhook_last_attempt_at = ?, webhook_next_at = ? WHERE name = ?",
                 (state.value, attempts, error, time.time(), next_at, name),
             )
-
-
-class _Cursor:
-    """A DB-API cursor whose statements are written with `?` placeholders on both dialects."""
-
-    def __init__(self, cur: Any, translate: Callable[[str], str]):
-        self._cur = cur
-        self._translate = translate
-
-    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> None:
-        self._cur.execute(self._translate(sql), params)
-
-    def fetchone(self) -> Any:
-        return self._cur.fetchone()
-
-    def fetchall(self) -> list[Any]:
-        return list(self._cur.fetchall())
-
-    @property
-    def rowcount(self) -> int:
-        return int(self._cur.rowcount)
 
 
 def _encode_token(created_at: float, name: str) -> str:

@@ -15,6 +15,10 @@ class WenetOptions:
     """Bonus (log-probability) per matched token of a request's keywords in the CTC beam search
     (contextual biasing; engine/ops/context_biasing.py)."""
 
+    max_stream_blocks: int | None = None
+    """Per-stream ceiling of KV blocks (a stream reaching it is recycled or finished, see below);
+    None allows a stream the whole pool."""
+
     recycle_streaming_history: bool = False
     """At a stream's KV ceiling: True drops the stream's oldest block (the stream goes on with
     less left context), False finishes it with finish_reason='length'. Off by default because

@@ -72,6 +72,7 @@ class WenetRunner:
         self.ckpt = ckpt
         self.config = config
         self.device = device
+        self.options = options or WenetOptions()
         self.model = ckpt.model
         cfg = ckpt.config
         self.sample_rate = ckpt.fbank.sample_rate
@@ -93,9 +94,10 @@ class WenetRunner:
             min_blocks = math.ceil(self.chunk_size * (self.num_left_chunks + 1) / block_size) + 1
         else:
             min_blocks = self.blocks_per_chunk
-        if config.max_stream_blocks is not None and config.max_stream_blocks < self.blocks_per_chunk:
+        max_stream_blocks = self.options.max_stream_blocks
+        if max_stream_blocks is not None and max_stream_blocks < self.blocks_per_chunk:
             raise InvalidRequestError(
-                f"max_stream_blocks={config.max_stream_blocks} cannot hold one chunk "
+                f"max_stream_blocks={max_stream_blocks} cannot hold one chunk "
                 f"({self.blocks_per_chunk} blocks of {block_size} frames); raise it or block_size_frames"
             )
         num_blocks = plan_num_blocks(
@@ -103,14 +105,13 @@ class WenetRunner:
             gpu_memory_utilization=config.gpu_memory_utilization, cpu_cache_bytes=config.cpu_cache_bytes,
         )  # fmt: skip
         self.pool = BlockPool(spec, num_blocks, block_size, device)
-        self.stream_ceiling = config.max_stream_blocks or num_blocks
+        self.stream_ceiling = max_stream_blocks or num_blocks
         self._streams: dict[str, WenetStream] = {}
         self._step = 0
         self.streams_stepped = 0
         self.kv_exhausted_total = 0
         """Streams that hit the KV ceiling (finished 'length' or had history recycled)."""
         self.kv_recycled_blocks_total = 0
-        self.options = options or WenetOptions()
         self.decode_methods = (CTC, ATTENTION_RESCORING) if ckpt.has_decoder else (CTC,)
         self.decode_method = config.decode_method or self.decode_methods[-1]
         self.rescoring = self.decode_method == ATTENTION_RESCORING

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from engine.models.whisper.cache import CrossRun, DecoderCache
+from engine.models.whisper.cross_attention import attend_run, cross_runs
 from engine.models.whisper.int8 import Int8Linear
 
 
@@ -244,61 +245,9 @@ class TextDecoder(nn.Module):
         for run, silence_bias in runs:
             items, rows = run.items, run.rows
             q = attn.split_heads(q_all[rows].reshape(items.stop - items.start, run.per * t, c))
-            out = self._attend_run(q, layer, cache, run, silence_bias)
+            out = attend_run(q, layer, cache, run, silence_bias)
             parts.append(attn.merge_heads(out).reshape(rows.stop - rows.start, t, c))
         return attn.out(parts[0] if len(parts) == 1 else torch.cat(parts))
-
-    def _attend_run(self, q: Tensor, layer: int, cache: DecoderCache, run: CrossRun,
-                    silence_bias: Tensor | None) -> Tensor:
-        """Attention (G, H, T, Dh) of queries q (G, H, T, Dh) over the cross K/V of `run`'s items.
-        Offline items attend over their own positions and, in one softmax merged from two calls,
-        the shared silence after them. Live items with a short context attend over their own positions
-        followed by the shared silence, in one softmax (`silence_bias` masks each item's part):
-        the silence K/V are read once for all items, which is what makes a batch of short live
-        windows cheap (the step is memory-bound)."""
-        items, held = run.items, run.held
-        if held is not None:
-            k, v = cache.cross_k[layer][items, :, :held], cache.cross_v[layer][items, :, :held]
-            if not run.silence:
-                return F.scaled_dot_product_attention(q, k, v)
-            assert cache.silence_k is not None and cache.silence_v is not None
-            g = items.stop - items.start
-            sk = cache.silence_k[layer][None, :, held:].expand(g, -1, -1, -1)
-            sv = cache.silence_v[layer][None, :, held:].expand(g, -1, -1, -1)
-            if q.device.type != "cpu":  # one fused kernel over the K/V spelled out (GPU memory is fast)
-                return F.scaled_dot_product_attention(q, torch.cat([k, sk], dim=2), torch.cat([v, sv], dim=2))
-            return _merge_attention(_attention_with_lse(q, k, v), _attention_with_lse(q, sk, sv))
-        k, v = cache.cross_k[layer][items], cache.cross_v[layer][items]
-        assert cache.silence_k is not None and cache.silence_v is not None and silence_bias is not None
-        n, h, t, d = q.shape
-        q = q * d**-0.5
-        sk, sv = cache.silence_k[layer], cache.silence_v[layer]
-        s_sil = (q.permute(1, 0, 2, 3).reshape(h, n * t, d) @ sk.transpose(-1, -2)).view(h, n, t, -1)
-        scores = torch.cat([q @ k.transpose(-1, -2), s_sil.permute(1, 0, 2, 3)], dim=-1).float() + silence_bias
-        p = torch.softmax(scores, dim=-1).to(q.dtype)
-        s = k.shape[2]
-        out = p[..., :s] @ v
-        p_sil = p[..., s:].permute(1, 0, 2, 3).reshape(h, n * t, -1)
-        return out + (p_sil @ sv).view(h, n, t, d).permute(1, 0, 2, 3)
-
-    @staticmethod
-    def _cross_runs(cache: DecoderCache, queries: int = 1) -> list[tuple[CrossRun, Tensor | None]]:
-        """The cache's runs (`DecoderCache.item_runs`) for `queries` positions per row, each
-        batched live one with its (G, 1, 1, S + 1500) additive mask over [own positions, silence
-        positions] per item."""
-        runs: list[tuple[CrossRun, Tensor | None]] = []
-        for run in cache.item_runs(batch_live=queries == 1):
-            if run.held is not None:
-                runs.append((run, None))
-                continue
-            assert cache.silence_k is not None
-            device = cache.cross_k[0].device
-            lengths = torch.tensor(cache.held[run.items], dtype=torch.long, device=device)[:, None, None, None]
-            real = torch.arange(cache.cross_capacity, device=device)[None, None, None, :] < lengths
-            silence = torch.arange(cache.silence_k[0].shape[1], device=device)[None, None, None, :] >= lengths
-            keep = torch.cat([real, silence], dim=-1)
-            runs.append((run, torch.zeros(keep.shape, device=device).masked_fill_(~keep, float("-inf"))))
-        return runs
 
     def forward(self, tokens: Tensor, positions: Tensor, cache: DecoderCache,
                 logit_index: Tensor | tuple[Tensor, Tensor] | None = None) -> Tensor:
@@ -314,7 +263,7 @@ class TextDecoder(nn.Module):
         key_pos = torch.arange(cache.capacity, device=tokens.device)
         mask = (key_pos[None, None, :] <= positions[:, :, None]).unsqueeze(1)  # (N, 1, T, T_cap)
         rows = torch.arange(n, device=tokens.device)[:, None].expand(n, t)
-        runs = self._cross_runs(cache, t)
+        runs = cross_runs(cache, t)
         for layer, block in enumerate(self.blocks):
             h = block.attn_ln(x)
             q = block.attn.split_heads(block.attn.query(h))
@@ -354,7 +303,7 @@ class TextDecoder(nn.Module):
         causal = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()
         positions = None if audio_positions is None else [audio_positions]
         audio = self.new_cache(audio_features, capacity=1, audio_positions=positions, silence=silence, cross=cross)
-        (run, silence_bias), = self._cross_runs(audio, t)
+        (run, silence_bias), = cross_runs(audio, t)
         weights: dict[tuple[int, int], Tensor] = {}
         # without logits, nothing after the last alignment head's attention weights is needed
         last = len(self.blocks) - 1 if with_logits else max((layer for layer, _ in heads), default=len(self.blocks) - 1)
@@ -375,8 +324,7 @@ class TextDecoder(nn.Module):
                         weights[lh] = w[0, lh[1]]
             if layer == last and not with_logits:
                 break
-            x = x + block.cross_attn.out(block.cross_attn.merge_heads(self._attend_run(q, layer, audio, run,
-                                                                                      silence_bias)))
+            x = x + block.cross_attn.out(block.cross_attn.merge_heads(attend_run(q, layer, audio, run, silence_bias)))
             x = x + block.mlp(block.mlp_ln(x))
         logits = self.logits(self.ln(x))[0] if with_logits else None
         return torch.stack([weights[h] for h in heads]), logits
@@ -401,23 +349,6 @@ class TextDecoder(nn.Module):
         """Use an int8 copy of the tied embedding for the logits (CPU): this 51864-row matmul is
         most of a decoder step, and int8 reads a quarter of the bytes."""
         self.output_projection = Int8Linear(self.token_embedding.weight, None)
-
-
-def _attention_with_lse(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-    """Softmax attention (G, H, T, Dh) of q over k, v and its log-sum-exp (G, H, T) in float32,
-    with the CPU flash kernel: one call per (item, head), so an item's numbers do not depend on
-    the other items of the call, and K/V expanded along G (the shared silence) are read in place
-    rather than copied per item."""
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)
-    return out, lse.float()
-
-
-def _merge_attention(first: tuple[Tensor, Tensor], second: tuple[Tensor, Tensor]) -> Tensor:
-    """One softmax over the keys of two attentions, from their outputs and log-sum-exps."""
-    (out_a, lse_a), (out_b, lse_b) = first, second
-    top = torch.maximum(lse_a, lse_b)
-    w_a, w_b = torch.exp(lse_a - top)[..., None], torch.exp(lse_b - top)[..., None]
-    return ((out_a.float() * w_a + out_b.float() * w_b) / (w_a + w_b)).to(out_a.dtype)
 
 
 class Whisper(nn.Module):

@@ -18,6 +18,7 @@ from engine.models.whisper.alignment import align_words
 from engine.models.whisper.context import fit_frames
 from engine.models.whisper.coverage import SpeechCoverage
 from engine.models.whisper.features import EDGE_FRAMES, FRAMES_PER_SECOND, N_FRAMES, pad_window, padding_value
+from engine.models.whisper.owner import WindowedTranscription
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.transcript import (
     COMPRESSION_RATIO_THRESHOLD,
@@ -46,7 +47,7 @@ def uses_audio_padding(fit_context: bool) -> bool:
     return not fit_context
 
 
-class OfflineTranscription:
+class OfflineTranscription(WindowedTranscription):
     """Transcribes one request's whole audio, window after window."""
 
     def __init__(self, request: Request, mel: Tensor, parts: WhisperParts, fit_context: bool = False,
@@ -54,12 +55,10 @@ class OfflineTranscription:
         """`fit_context`: a window shorter than 30 s is encoded with the 'fit' context (context.py).
         `mel` follows the padding convention of the context (`uses_audio_padding`). `coverage`:
         speech a window leaves without words is decoded again (coverage.py); None: off."""
-        self.request = request
+        super().__init__(request, parts)
         self.coverage = coverage or SpeechCoverage(None)
         self.unprompted = False  # the next window is decoded without the previous text (a retry)
-        self.parts = parts
         self.fit_context = fit_context
-        self.options = request.decoding
         self.mel = mel
         if uses_audio_padding(fit_context):
             self.content_frames = mel.shape[1] - EDGE_FRAMES
@@ -71,10 +70,8 @@ class OfflineTranscription:
             self.mel = mel[:, : self.content_frames]
             self.pad_value = 0.0
         self.seek = 0
-        self.language: str | None = (self.options.language or None) if parts.multilingual else "en"
         tok = parts.tokenizer
         self.initial_prompt = tok.encode(" " + self.options.prompt.strip()) if self.options.prompt else []
-        self.keywords = tok.keyword_tokens(self.options.keywords)
         self.history: list[int] = []  # text+timestamp tokens of accepted windows, for conditioning
         self.segments: list[Segment] = []
         self.segment_logprobs: list[list[float]] = []  # per segment, each of its tokens' log-probability
@@ -96,20 +93,12 @@ class OfflineTranscription:
         """Offline windows rely on the temperature fallback to stop runaway repetition."""
         return None
 
-    def needs_language(self) -> bool:
-        return self.language is None
-
-    def set_language(self, code: str) -> None:
-        self.language = code
-
-    def build_prefix(self) -> tuple[list[int], int]:
-        tok = self.parts.tokenizer
+    def prompt_tokens(self) -> list[int]:
+        """Keywords, the request's prompt and the text of accepted windows (unless a retry drops
+        it), cut to the half of the text context openai/whisper gives a prompt."""
         conditioned = self.options.condition_on_previous_text and not self.unprompted
         prompt = self.initial_prompt + (self.history if conditioned else [])
-        prompt = self.keywords + prompt[-(self.parts.dims.n_text_ctx // 2 - 1 - len(self.keywords)):]
-        sot = tok.sot_sequence(self.language, self.options.task, timestamps=True)
-        prefix = ([tok.sot_prev, *prompt] if prompt else []) + sot
-        return prefix, len(prefix) - len(sot)
+        return self.keywords + prompt[-(self.parts.dims.n_text_ctx // 2 - 1 - len(self.keywords)):]
 
     def next_job(self) -> WindowJob | None:
         """The job for the window at `seek`, at the first temperature of the ladder."""

@@ -1,8 +1,9 @@
 """Whisper family options (`EngineConfig.family_options["whisper"]`, server settings `OASR_WHISPER_*`).
 
-The live-streaming cadence (`stream_step_ms`, `stream_window_s`, `stream_encoder_context`) and
-the decode-row budget (`max_decode_rows`) stay on `EngineConfig`: they are how the engine
-schedules any re-decoding stream, not facts of this checkpoint format.
+The live-streaming knobs (`stream_step_ms`, `stream_window_s`, `stream_encoder_context`) were
+`EngineConfig` fields: only this family re-decodes a sliding window. The old names stay one release
+as deprecated aliases (engine.config.DEPRECATED_FAMILY_KNOBS). The decode-row budget
+(`max_decode_rows`) stays on `EngineConfig`: the speechllm family reads it too.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from typing import Literal
 from engine.errors import InvalidRequestError
 
 EncoderContext = Literal["fit", "full"]
+MIN_STREAM_STEP_MS = 20
+"""Finest live pass cadence accepted, in ms: every pass re-decodes the stream's whole window, so the
+work per stream grows as the cadence shrinks."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,25 @@ class WhisperOptions:
     oasr_engine_speech_uncovered_seconds_total. False: windows advance as Whisper decoded them (as
     openai/whisper and faster-whisper do), and such speech can be lost."""
 
+    stream_step_ms: int = 500
+    """Live streams: a stream is re-decoded once this many ms of new audio have arrived (the
+    partial cadence; a request's `delay` passes at a multiple of it). Lower gives faster partials
+    and costs proportionally more compute per stream."""
+
+    stream_window_s: float = 30.0
+    """Live streams: longest uncommitted audio window re-decoded per pass, in seconds (Whisper's
+    context is 30 s)."""
+
+    stream_encoder_context: EncoderContext = "fit"
+    """Live streams: 'fit' encodes a pass's window plus 1 s of silence and fills the rest of
+    Whisper's 30 s context with the encoding of silence (several times cheaper for short
+    windows); 'full' encodes the whole zero-padded 30 s window, as offline requests are."""
+
     def __post_init__(self) -> None:
-        if self.offline_encoder_context not in ("fit", "full"):
-            raise InvalidRequestError(
-                f"offline_encoder_context must be 'fit' or 'full', got {self.offline_encoder_context!r}")
+        for name in ("offline_encoder_context", "stream_encoder_context"):
+            if getattr(self, name) not in ("fit", "full"):
+                raise InvalidRequestError(f"{name} must be 'fit' or 'full', got {getattr(self, name)!r}")
+        if self.stream_step_ms < MIN_STREAM_STEP_MS:
+            raise InvalidRequestError(f"stream_step_ms must be >= {MIN_STREAM_STEP_MS}, got {self.stream_step_ms}")
+        if not self.stream_window_s > 0:
+            raise InvalidRequestError(f"stream_window_s must be > 0, got {self.stream_window_s}")

@@ -63,7 +63,7 @@ class WhisperRunner:
         self.active: dict[str, WindowOwner] = {}
         self.collating: list[Request] = []  # offline requests admitted since the last execute()
         self.streams: dict[str, StreamingTranscription] = {}
-        self.step_samples = int(config.stream_step_ms * SAMPLE_RATE / 1000)
+        self.step_samples = int(self.options.stream_step_ms * SAMPLE_RATE / 1000)
         self.stream_chunk_samples = self.step_samples  # one pass's worth of new audio
         self.streams_stepped = 0
         # The silence gate only gates live passes, which an offline-mode engine never runs; speech
@@ -155,8 +155,8 @@ class WhisperRunner:
 
     def admit(self, requests: list[Request]) -> list[RequestOutput]:
         for r in (r for r in requests if r.streaming):
-            stream = StreamingTranscription(r, self.parts, self.config.stream_window_s,
-                                            fit_context=self.config.stream_encoder_context == "fit",
+            stream = StreamingTranscription(r, self.parts, self.options.stream_window_s,
+                                            fit_context=self.options.stream_encoder_context == "fit",
                                             coverage=self._coverage())
             self.active[r.request_id] = stream
             self.streams[r.request_id] = stream

@@ -22,6 +22,7 @@ from engine.models.whisper.alignment import align_words
 from engine.models.whisper.context import fit_frames
 from engine.models.whisper.coverage import SpeechCoverage
 from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
+from engine.models.whisper.owner import WindowedTranscription
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.stream_output import attach_word_logprobs, stream_output
 from engine.models.whisper.transcript import COMPRESSION_RATIO_THRESHOLD, compression_ratio, is_silence
@@ -58,24 +59,21 @@ DELAYS: dict[Delay, tuple[float, int]] = {
     "high": (2.0, 3),
     "xhigh": (3.0, 4),
 }
-"""`DecodingOptions.delay` -> (pass cadence as a multiple of the engine's stream_step_ms, passes
+"""`DecodingOptions.delay` -> (pass cadence as a multiple of WhisperOptions.stream_step_ms, passes
 that must agree before words commit). Shorter cadence: faster partials for proportionally more
 compute; more agreeing passes: fewer committed mistakes, later commits. No delay is 'low'."""
 
 
-class StreamingTranscription:
+class StreamingTranscription(WindowedTranscription):
     def __init__(self, request: Request, parts: WhisperParts, window_s: float, fit_context: bool,
                  coverage: SpeechCoverage | None = None):
         """`window_s`: longest uncommitted window re-decoded per pass; `fit_context`: encode a
         pass's window plus silence ('fit', context.py) instead of a zero-padded 30 s window;
         `coverage`: speech no word covers gets one more pass (coverage.py); None: off."""
-        self.request = request
+        super().__init__(request, parts)
         self.coverage = coverage or SpeechCoverage(None)
-        self.parts = parts
         self.window_cap = int(window_s * SAMPLE_RATE)  # samples
         self.fit_context = fit_context
-        self.options = request.decoding
-        self.language: str | None = (self.options.language or None) if parts.multilingual else "en"
         self.generator: torch.Generator | None = None
         self.window = np.zeros(0, dtype=np.float32)
         self.window_start = 0.0  # seconds of stream time at window[0]
@@ -85,7 +83,6 @@ class StreamingTranscription:
         self.cadence, agree = DELAYS[self.options.delay or "low"]
         """cadence: the engine's pass step is multiplied by it (the delay's pass cadence)."""
         self.agreement = LocalAgreement(agreement=agree)
-        self.keywords = parts.tokenizer.keyword_tokens(self.options.keywords)
         self._forced_words: list[Word] = []  # the words a final pass is forced with (logprobs known)
         self._forced_committed = 0  # how many of the pass's first words are forced committed ones
         self.committed_words: list[Word] = []
@@ -174,24 +171,16 @@ class StreamingTranscription:
         that starts repeating itself is cut at a generous rate for speech plus timestamps."""
         return TOKENS_PER_SECOND_CAP * frames // FRAMES_PER_SECOND + 16
 
-    def needs_language(self) -> bool:
-        return self.language is None
-
-    def set_language(self, code: str) -> None:
-        self.language = code
-
-    def build_prefix(self) -> tuple[list[int], int]:
+    def prompt_tokens(self) -> list[int]:
         tok = self.parts.tokenizer
         # prompt with committed text the window no longer holds; the rest the model hears again
         before = [w for w in self.committed_words if w.end <= self.window_start + 1e-3]
         prompt_text = "" if self.unprompted else (self.options.prompt or "") + join_words(before)
         prompt = tok.encode(" " + prompt_text[-PROMPT_CHARS:].strip()) if prompt_text.strip() else []
-        if not self.unprompted:
-            prompt = self.keywords + prompt
-        forced = self.current_job.forced if self.current_job is not None else []
-        sot = tok.sot_sequence(self.language, self.options.task, timestamps=not forced)
-        prefix = ([tok.sot_prev, *prompt] if prompt else []) + sot
-        return prefix + forced, len(prefix) - len(sot)
+        return prompt if self.unprompted else self.keywords + prompt
+
+    def forced_tokens(self) -> list[int]:
+        return self.current_job.forced if self.current_job is not None else []
 
     def superseded_pass(self) -> WindowJob | None:
         """An interim pass still in flight when the input has ended: the final pass re-decodes the

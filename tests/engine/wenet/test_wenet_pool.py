@@ -66,7 +66,7 @@ def test_thousand_streams_leave_the_pool_as_it_started(make_runner: Callable[...
 
 
 def test_stream_ceiling_finishes_with_length(make_runner: Callable[..., WenetRunner]) -> None:
-    runner = make_runner(chunk_size=4, max_stream_blocks=3)
+    runner = make_runner(chunk_size=4, family_options={"wenet": {"max_stream_blocks": 3}})
     outs = drive_alone(runner, load_clip("libri_61-70968-0000"), 1600)
     final = outs[-1]
     assert final.finish_reason == "length" and final.tokens  # what was decoded is kept
@@ -79,7 +79,8 @@ def test_stream_ceiling_recycles_oldest_history(make_runner: Callable[..., Wenet
     """With recycling, a 3-block ceiling keeps the last 2 chunks of history: exactly what
     num_left_chunks=2 attends to, so both give the same log-probs."""
     audio = load_clip("libri_61-70968-0000")
-    runner = make_runner(chunk_size=4, max_stream_blocks=3, family_options={"wenet": {"recycle_streaming_history": True}})
+    runner = make_runner(chunk_size=4, family_options={"wenet": {"max_stream_blocks": 3,
+                                                                 "recycle_streaming_history": True}})
     seen = record_log_probs(runner)
     outs = drive_alone(runner, audio, 1600)
     assert outs[-1].finish_reason == "stop"
@@ -164,7 +165,7 @@ def test_bad_audio_fails_only_its_own_stream(make_runner: Callable[..., WenetRun
 
 def test_stream_ceiling_below_one_chunk_is_refused(make_runner: Callable[..., WenetRunner]) -> None:
     with pytest.raises(InvalidRequestError, match="max_stream_blocks=1 cannot hold one chunk"):
-        make_runner(chunk_size=8, block_size_frames=4, max_stream_blocks=1)
+        make_runner(chunk_size=8, block_size_frames=4, family_options={"wenet": {"max_stream_blocks": 1}})
 
 
 def test_the_deprecated_engine_config_name_still_works_with_a_warning(make_runner: Callable[..., WenetRunner]) -> None:
@@ -178,3 +179,13 @@ def test_the_deprecated_engine_config_name_still_works_with_a_warning(make_runne
                              family_options={"wenet": {"recycle_streaming_history": False}})
     assert runner.options.recycle_streaming_history is False
     assert make_runner(chunk_size=4).options.recycle_streaming_history is False
+
+
+def test_the_deprecated_max_stream_blocks_name_still_caps_a_stream(make_runner: Callable[..., WenetRunner]) -> None:
+    """EngineConfig.max_stream_blocks moved to the WeNet options too; the family's entry wins."""
+    with pytest.warns(DeprecationWarning, match=r"family_options\['wenet'\]\['max_stream_blocks'\]"):
+        assert make_runner(chunk_size=4, max_stream_blocks=3).stream_ceiling == 3
+    with pytest.warns(DeprecationWarning):
+        runner = make_runner(chunk_size=4, max_stream_blocks=3, family_options={"wenet": {"max_stream_blocks": 5}})
+    assert runner.stream_ceiling == 5
+    assert make_runner(chunk_size=4).stream_ceiling == runner.pool.num_blocks

@@ -36,7 +36,7 @@ BEAM_CLIPS = ("libri_2412-153948-0000", "mfa_her")
 WORD_CLIPS = ("jfk_inaugural", "mfa_long")
 LONG_FORM_CLIP = "mfa_michaelandsickmichael"  # 52 s: two windows (downmixed stereo; only pinned, not scored)
 LIVE_CLIP = "libri_61-70968-0000"
-LIVE_STEP_SAMPLES = 8000  # 500 ms, the default stream_step_ms
+LIVE_STEP_SAMPLES = 8000  # 500 ms, the default WhisperOptions.stream_step_ms
 TIME_TOLERANCE_S = 0.02
 """Word and segment times may move by one timestamp step (20 ms) between CPUs: they come from
 DTW over attention weights, whose float32 rounding differs with the SIMD width (AVX2 / AVX-512)."""

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from engine.models.whisper.cache import DecoderCache
+from engine.models.whisper.cross_attention import cross_runs
 from engine.models.whisper.int8 import quantize_linear_layers
 from engine.models.whisper.model import TextDecoder, WhisperDims
 
@@ -114,7 +115,7 @@ def test_an_offline_items_cross_attention_does_not_depend_on_its_batch_mates() -
     block = decoder.blocks[0]
 
     def attend(cache: DecoderCache, rows: int) -> torch.Tensor:
-        return decoder._cross_attention(block, 0, states[:rows], cache, decoder._cross_runs(cache))
+        return decoder._cross_attention(block, 0, states[:rows], cache, cross_runs(cache))
 
     with torch.inference_mode():
         alone = decoder.new_cache(feats[:1], capacity=8, audio_positions=offline[:1], silence=silence,

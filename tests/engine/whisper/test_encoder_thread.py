@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import Clip, wer
 
-STEP_SAMPLES = 8000  # 500 ms: the default stream_step_ms
+STEP_SAMPLES = 8000  # 500 ms: the default WhisperOptions.stream_step_ms
 STREAMS = 4
 
 

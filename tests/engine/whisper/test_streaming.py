@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 pytestmark = pytest.mark.slow  # ~2 min: every dev clip streamed pass by pass, in one module
 
-STEP_SAMPLES = 8000  # 500 ms, the default stream_step_ms
+STEP_SAMPLES = 8000  # 500 ms, the default WhisperOptions.stream_step_ms
 MAX_CLIP_S = 15.0  # the long-form recordings are left to the benchmark (a minute of passes each)
 WER_SLACK = 3.0  # points over offline; measured 2.0 on these clips (see the test's docstring)
 
@@ -118,6 +118,8 @@ def test_shared_silence_cross_attention_matches_dense_attention(live_engine: Any
     step, every path in calls per window length for a prefill and offline. Compared on the
     cross-attention itself: the int8 layers after it round activations per row, so a difference
     in the last float bit can move a logit by a quantization step."""
+    from engine.models.whisper.cross_attention import cross_runs
+
     runner = live_engine.runner
     decoder = runner.model.decoder
     block = decoder.blocks[2]
@@ -136,7 +138,7 @@ def test_shared_silence_cross_attention_matches_dense_attention(live_engine: Any
         states = torch.randn(3, queries, width)
 
         def attend(cache: Any, rows: int) -> torch.Tensor:
-            return decoder._cross_attention(block, 2, states[:rows], cache, decoder._cross_runs(cache, queries))
+            return decoder._cross_attention(block, 2, states[:rows], cache, cross_runs(cache, queries))
 
         dense = attend(decoder.new_cache(feats_t, capacity=8), 3)
         split_cache = decoder.new_cache(feats_t, capacity=8, audio_positions=positions, silence=shared,
