@@ -44,6 +44,10 @@ PAUSE_MARKS = (".", "?", "!", ",", ";", ":")
 NO_PAUSE_TRIM_AFTER_S = 12.0  # ...and with no such pause, at the last committed word, once this long
 TRIM_KEEP_S = 1.0  # ...keeping this much audio before it, so the next pass hears whole words
 SENTENCE_END = (".", "?", "!")
+LEFT_CONTEXT_S = 1.0
+"""Audio (s) a window keeps before the end of its last committed sentence once that sentence is
+committed: the whole committed words in it are forced, so the next sentence's first word is
+decoded after a lead-in, and the rest of the sentence is dropped from the encoder's work."""
 REHEARD_TOLERANCE_S = 0.6  # a re-heard committed word ends this close to where it ended before
 EDGE_S = 0.5  # agreed words ending this close to the end of a pass's audio wait for the next pass
 UNSETTLED_TAIL_S = 1.0  # the last words of a pass, this close to its audio's end, are not forced on the final
@@ -384,9 +388,9 @@ class StreamingTranscription(WindowedTranscription):
         long = self.window.size > TRIM_AFTER_S * SAMPLE_RATE
         if not long and not any(w.word.rstrip().endswith(SENTENCE_END) for w in new):
             return
-        pause = self._last_pause()
-        if pause is not None:
-            self._trim_to(pause)
+        cuts = [t for t in (self._last_pause(), self._after_sentence_end()) if t is not None]
+        if cuts:
+            self._trim_to(max(cuts))
         elif self.window.size > NO_PAUSE_TRIM_AFTER_S * SAMPLE_RATE:
             self._trim_to(new[-1].start - TRIM_KEEP_S)
 
@@ -401,6 +405,28 @@ class StreamingTranscription(WindowedTranscription):
             if _marks_pause(before) and after.start - before.end >= MIN_PAUSE_S:
                 return (before.end + after.start) / 2
         return None
+
+    def _after_sentence_end(self) -> float | None:
+        """Where the window may start once a sentence end is committed: at the start of the latest
+        committed word that starts LEFT_CONTEXT_S or more before that sentence's end, so the
+        window keeps whole committed words (forced on the next pass) as the lead-in of what
+        follows. Without it the window kept the whole sentence until the next one's first word
+        committed after a gap in the aligned times (which abutting words often lack), and every
+        pass re-encoded it. The cut stays before the sentence's last word: a last word in a
+        window of mostly silence is aligned up to seconds late, and a forced word the window
+        no longer holds suppresses the next ones. None: no committed sentence end in the window,
+        or too little before it to cut."""
+        inside = self._committed_in_window()
+        ends = [i for i, w in enumerate(inside) if w.word.rstrip().endswith(SENTENCE_END)]
+        if not ends:
+            return None
+        last = ends[-1]
+        keep_from = inside[last].end - LEFT_CONTEXT_S
+        starts = [i for i in range(1, last) if inside[i].start <= keep_from]
+        if not starts:
+            return None
+        first = starts[-1]
+        return max(inside[first].start, inside[first - 1].end)
 
     def _trim_in_pause_after_commits(self, reheard: list[Word]) -> None:
         """The speaker paused after a punctuated committed word: this pass wrote nothing new

@@ -284,9 +284,9 @@ def test_streams_stepped_counts_the_live_streams_decoded_together(clips: list[Cl
 PAUSE_S = 1.5  # silence before each clip of a multi-utterance session (as benchmarks/streaming_capacity.py)
 
 
-def _session(clips: list[Clip], ids: tuple[str, ...]) -> np.ndarray:
+def _session(clips: list[Clip], ids: tuple[str, ...], pause_s: float = PAUSE_S) -> np.ndarray:
     by_id = {c.id: c for c in clips}
-    pause = np.zeros(int(PAUSE_S * 16000), dtype=np.float32)
+    pause = np.zeros(int(pause_s * 16000), dtype=np.float32)
     return np.concatenate([part for cid in ids for part in (pause, by_id[cid].audio)])
 
 
@@ -354,6 +354,33 @@ def test_a_pause_after_a_committed_sentence_trims_the_window_to_its_last_word(
     spoken = " ".join(_spoken(stream_at_pace(live_engine, audio, after_block=in_the_pause)[-1].text))
     assert checked, "the pause was not reached"
     assert spoken.startswith("i really dont know how people talk like this i have a") and spoken.endswith("that thing"), spoken
+
+
+def test_a_committed_sentence_end_trims_the_window_to_a_short_lead_in(live_engine: Any, clips: list[Clip]) -> None:
+    """Two sentences 0.4 s apart. Once "... like this." is committed, the next pass needs only a
+    lead-in before the next sentence: the window keeps whole committed words from LEFT_CONTEXT_S
+    before the sentence's end (forced), not the whole sentence. Before, the window kept it until
+    the next sentence's first word was committed with a gap in the aligned times after "this.",
+    and every pass meanwhile re-encoded it. The transcript is still both sentences whole."""
+    from engine.models.whisper.streaming import LEFT_CONTEXT_S, SENTENCE_END
+
+    longest_word_s = 1.0  # the lead-in's first committed word starts at most this much earlier
+    audio = _session(clips, ("mfa_falsetto2", "mfa_thoughts"), pause_s=0.4)
+    kept: list[float] = []  # committed audio before a committed sentence end that a pass re-encodes
+
+    def after_block(rid: str, fed: int) -> None:
+        stream = live_engine.runner.streams.get(rid)
+        if stream is None:
+            return
+        ends = [w for w in stream._committed_in_window() if w.word.rstrip().endswith(SENTENCE_END)]
+        if ends:
+            kept.append(ends[-1].end - stream.window_start)
+
+    final = stream_at_pace(live_engine, audio, after_block=after_block)[-1]
+    assert kept, "no sentence end was committed while the second sentence was spoken"
+    assert max(kept) <= LEFT_CONTEXT_S + longest_word_s, kept
+    expected = "i really dont know how people talk like this i have a thousand thoughts about that thing"
+    assert wer([expected], [" ".join(_spoken(final.text))]) <= 100.0 * 1.5 / len(expected.split()), final.text
 
 
 def test_passes_over_pauses_are_skipped_without_changing_the_transcript(live_engine: Any, clips: list[Clip]) -> None:
