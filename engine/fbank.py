@@ -59,6 +59,15 @@ def frames_for(num_samples: int, opts: FbankOptions) -> int:
     return 1 + (num_samples - opts.window_size) // opts.window_shift
 
 
+def join_tail(tail: torch.Tensor, new: torch.Tensor, opts: FbankOptions) -> tuple[torch.Tensor, torch.Tensor]:
+    """A stream's `new` samples after the `tail` its last call left: the wave to frame now, and the
+    tail to keep, from the first sample of the next whole frame on (frames overlap, so it is more
+    than the samples no frame covered yet)."""
+    wave = torch.cat([tail, new]) if len(tail) else new
+    used = frames_for(len(wave), opts) * opts.window_shift
+    return wave, wave[used:]
+
+
 def _mel(freq: torch.Tensor) -> torch.Tensor:
     return 1127.0 * torch.log1p(freq / 700.0)
 

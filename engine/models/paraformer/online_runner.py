@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from engine.config import EngineConfig
-from engine.fbank import frames_for
+from engine.fbank import join_tail
 from engine.metrics import stage_timer
 from engine.models.paraformer.checkpoint import ParaformerCheckpoint
 from engine.models.paraformer.frontend import WavFrontend
@@ -191,9 +191,7 @@ class ParaformerOnlineRunner:
                 outputs.append(self._fail(stream, "features", exc))
                 continue
             stream.samples += len(new)
-            wave = torch.cat([stream.wave_tail, new]) if len(stream.wave_tail) else new
-            used = frames_for(len(wave), self.frontend.opts) * self.frontend.opts.window_shift
-            stream.wave_tail = wave[used:]
+            wave, stream.wave_tail = join_tail(stream.wave_tail, new, self.frontend.opts)
             todo.append(stream)
             waves.append(wave)
         if not todo:

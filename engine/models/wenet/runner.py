@@ -25,7 +25,7 @@ from engine.capabilities import Capabilities
 from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError
-from engine.fbank import frames_for
+from engine.fbank import join_tail
 from engine.metrics import stage_timer
 from engine.models.wenet.checkpoint import WenetCheckpoint, load_checkpoint
 from engine.models.wenet.ctc import CTCState, Detokenizer, advance_batch
@@ -279,9 +279,7 @@ class WenetRunner:
             except (ValueError, TypeError, RuntimeError) as exc:
                 outputs.append(self._fail(stream, "features", exc))
                 continue
-            wave = torch.cat([stream.wave_tail, new]) if len(stream.wave_tail) else new
-            used = frames_for(len(wave), self.fbank.opts) * self.fbank.opts.window_shift
-            stream.wave_tail = wave[used:]
+            wave, stream.wave_tail = join_tail(stream.wave_tail, new, self.fbank.opts)
             todo.append(stream)
             waves.append(wave)
         if not todo:
