@@ -38,7 +38,10 @@ install: $(STAMP) $(EXT_STAMP)
 cuda-check: install
 	$(PY) -m engine.csrc.build --cuda-check
 
+# compileall: the server's bytecode ahead of its start (the image does the same), which a
+# PYTHONDONTWRITEBYTECODE environment would otherwise compile from source at every start.
 serve: install
+	$(PY) -m compileall -q app engine protos oasr >/dev/null
 	$(VENV)/bin/uvicorn app.main:app --host $${OASR_HOST:-0.0.0.0} --port $${OASR_PORT:-8000}
 
 lint: install

@@ -11,6 +11,11 @@ the same way and exits with ENGINE_DIED_EXIT_CODE, for Kubernetes to restart it.
 
 from __future__ import annotations
 
+# Collection paused over this module's imports (torch's among them), resumed at its end: app/startup_gc.py.
+from app.startup_gc import pause_collection, resume_collection
+
+_PAUSED_FOR_IMPORTS = pause_collection()
+
 import asyncio
 import contextlib
 import logging
@@ -143,6 +148,18 @@ def exit_process(code: int) -> None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     metrics: Metrics = app.state.metrics
+    pause_collection()  # while the engines build; resumed once ready (app/startup_gc.py)
+    try:
+        await _start(app, settings, metrics)
+    finally:
+        resume_collection()
+    try:
+        yield
+    finally:
+        await _stop(app)
+
+
+async def _start(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
     _log_limits(settings)
     models = _model_pool(settings, metrics)
     service = await models.start()  # the first model (readiness means it can serve); raises if its first step did
@@ -169,19 +186,22 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     _install_sigterm(app, drainer)
     if models.death is not None:  # died before on_death was set: its requests are already ended
         models.on_death(models.death)  # type: ignore[misc]  # set just above
+    app.state.drainer = drainer
     logger.info("ready: %s (%s) on %s, mode=%s, grpc=%s, models=%s", info.get("model"), info.get("family"),
                 info.get("device"), settings.service_mode, settings.grpc_port or "off", ", ".join(models.names))
-    try:
-        yield
-    finally:
-        await drainer.start()
-        await app.state.jobs.close()  # jobs still running go back to the queue
-        app.state.decoder.close()
-        await models.close()
-        logger.info("engine stopped")
-        if models.death is not None:
-            logger.critical("exiting %d: %s", ENGINE_DIED_EXIT_CODE, models.death)
-            app.state.exit_process(ENGINE_DIED_EXIT_CODE)
+
+
+async def _stop(app: FastAPI) -> None:
+    models: ModelPool = app.state.models
+    drainer: Drainer = app.state.drainer
+    await drainer.start()
+    await app.state.jobs.close()  # jobs still running go back to the queue
+    app.state.decoder.close()
+    await models.close()
+    logger.info("engine stopped")
+    if models.death is not None:
+        logger.critical("exiting %d: %s", ENGINE_DIED_EXIT_CODE, models.death)
+        app.state.exit_process(ENGINE_DIED_EXIT_CODE)
 
 
 def _model_pool(settings: Settings, metrics: Metrics) -> ModelPool:
@@ -275,3 +295,5 @@ def _optional_routers(settings: Settings) -> list[APIRouter]:
 
 
 app = create_app()
+if _PAUSED_FOR_IMPORTS:
+    resume_collection()

@@ -36,6 +36,9 @@ def _env_value(spec: SettingSpec, value: Any) -> str:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from app.startup_gc import pause_collection
+
+    pause_collection()  # until the lifespan reports ready: see app/startup_gc.py
     import pydantic
 
     for spec in setting_specs():

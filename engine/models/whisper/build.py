@@ -44,6 +44,7 @@ def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
         decision = decide_prequantized(ckpt.quantization, quantization, device, ckpt_dir)
     else:
         decision = decide_layer_scheme(quantization, device)
+    transposed = ckpt.state_dict.pop(weights_cache.TRANSPOSED_EMBEDDING, None)
     model = _holding(ckpt, ckpt_dir)
     model.eval().requires_grad_(False)
     model = model.to(device, dtype)
@@ -51,7 +52,7 @@ def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
     if decision.scheme == "int8_w8a8" and ckpt.quantization is None:
         quantize_model(model, quantization)
     if device.type == "cpu" and model.decoder.output_projection is None:
-        model.decoder.keep_output_weight_transposed()
+        model.decoder.keep_output_weight_transposed(transposed)
     return model, ckpt, decision
 
 

@@ -338,12 +338,19 @@ class TextDecoder(nn.Module):
             return (x @ self.output_weight_kn.to(x.dtype)).float()
         return (x @ self.token_embedding.weight.to(x.dtype).T).float()
 
-    def keep_output_weight_transposed(self) -> None:
+    def keep_output_weight_transposed(self, stored: Tensor | None = None) -> None:
         """Keep a (C, V) row-major copy of the tied embedding for the logits (CPU, float). MKL's
         GEMM reads the (V, C) embedding transposed much slower on some CPUs: on an AMD EPYC
         (Zen 3) a 16-row logits product took 22 ms against 29 ms, a single row 4 ms against 10.
-        Costs one more copy of the embedding (tiny: 80 MB); the dev set's transcripts are the same."""
-        self.output_weight_kn = self.token_embedding.weight.detach().t().contiguous()
+        Costs one more copy of the embedding (tiny: 80 MB); the dev set's transcripts are the same.
+        `stored`: that copy as the converted-weights cache holds it (weights_cache.py), used when
+        it matches the embedding's shape, dtype and device."""
+        weight = self.token_embedding.weight.detach()
+        if (stored is not None and stored.shape == weight.t().shape and stored.dtype == weight.dtype
+                and stored.device == weight.device and stored.is_contiguous()):
+            self.output_weight_kn = stored
+        else:
+            self.output_weight_kn = weight.t().contiguous()
 
     def quantize_output_projection(self) -> None:
         """Use an int8 copy of the tied embedding for the logits (CPU): this 51864-row matmul is

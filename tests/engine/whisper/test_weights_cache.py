@@ -36,9 +36,11 @@ def test_second_load_reads_the_cache_and_matches_the_conversion(ckpt_dir: str) -
     assert (cached.suppress_ids, cached.suppress_ids_begin, cached.lang_ids) == (
         converted.suppress_ids, converted.suppress_ids_begin, converted.lang_ids)
     assert cached.tokenizer_file == converted.tokenizer_file
+    transposed = cached.state_dict.pop(weights_cache.TRANSPOSED_EMBEDDING)
     assert cached.state_dict.keys() == converted.state_dict.keys()
     for name, tensor in converted.state_dict.items():
         assert torch.equal(cached.state_dict[name], tensor), name
+    assert transposed.is_contiguous() and torch.equal(transposed, converted.state_dict["decoder.token_embedding.weight"].t())
 
 
 def test_build_model_uses_and_fills_the_cache(ckpt_dir: str) -> None:
@@ -50,6 +52,9 @@ def test_build_model_uses_and_fills_the_cache(ckpt_dir: str) -> None:
     assert ckpt.format == "ctranslate2"
     for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items()):
         assert torch.equal(a, b), name
+    # the logits' transposed embedding: transposed at the first build, read from the cache at the second
+    assert ckpt.state_dict.get(weights_cache.TRANSPOSED_EMBEDDING) is None  # taken out of the state dict
+    assert torch.equal(first.decoder.output_weight_kn, second.decoder.output_weight_kn)
 
 
 def test_an_edited_checkpoint_is_converted_afresh(ckpt_dir: str) -> None:
