@@ -37,10 +37,21 @@ MIN_SAMPLE_S = 0.5
 LIVE_TAU_S = 2.0
 """Seconds over which the live share of engine time forgets older measurements: short, so live
 load shows at once, long enough to even out a burst of finals."""
-LIVE_ADMIT_SHARE = 0.9
-"""A new live session is refused while live streams are open and take this fraction of the
-engine's time or more: past it the engine has under a tenth of its time left, about what one more
-session takes at the 16-session point (so the next one would push the admitted ones behind)."""
+LIVE_ADMIT_SHARE = 0.8
+"""A new live session is refused when the live streams open, with it (and those admitted lately,
+`live_projection`), would take this fraction of the engine's time or more. Headroom, because the
+share is an average: a session's passes cost more while its speaker talks than in pauses, and
+sessions talk together. Measured (benchmarks/overload.py, 2-core VM): admitting up to 0.9 let 11
+sessions in whose finals then reached p95 4.7 s beside the offline work admitted with them."""
+LIVE_SETTLE_S = 10.0
+"""Seconds a newly admitted live session is counted at the measured per-session cost on top of the
+measured share: the share reflects a session only after LIVE_TAU_S, and a Whisper session's passes
+grow to their steady window over several seconds, so a burst of openings measured by the share alone
+is admitted far past capacity (measured: 44 sessions on top of 8 in benchmarks/overload.py)."""
+LIVE_COST_MIN_STREAMS = 4
+"""Fewest live streams a per-session cost is measured on: Whisper batches the passes of many
+streams into one encode and one decode, so with one or two open a session's average share (64 %
+for one stream alone on a 2-core VM) says little about what one more adds."""
 LIVE_RETRY_AFTER_S = 10
 """Retry-After (s) of a refused live session: live sessions last minutes, so the share falls
 slowly; ten seconds is several re-measurements (LIVE_TAU_S), and a client may try another replica."""
@@ -79,6 +90,11 @@ class Backlog:
         self._live_in_sample = 0.0  # engine seconds live streams took since `_since`
         self._live_since = clock()  # start of the current live-share sample
         self._live = 0.0  # engine seconds live streams took since `_live_since`
+        self.live_cost: float | None = None
+        """Measured share of engine time one live stream takes (the share over the streams open),
+        smoothed over LIVE_TAU_S; None until a sample with streams open."""
+        self._live_streams = 0  # live streams open at the engine, as last reported
+        self._admitted: list[float] = []  # when live sessions were admitted, the last LIVE_SETTLE_S
 
     @property
     def seconds(self) -> float:
@@ -102,9 +118,12 @@ class Backlog:
         if finished:
             self._work.pop(request_id, None)  # idle bookkeeping waits for sample(): its progress counts
 
-    def live(self, engine_seconds: float) -> None:
-        """Engine time (s) live streams took in the steps whose outputs are being reported (call
-        before `sample()`)."""
+    def live(self, engine_seconds: float, streams: int = 0) -> None:
+        """Engine time (s) live streams took in the steps whose outputs are being reported, and how
+        many live streams the engine holds now (call before `sample()`)."""
+        if self._live_streams and not streams:
+            self._admitted.clear()  # every session ended: the ones admitted lately too
+        self._live_streams = streams
         self._live += engine_seconds
         if self._since is not None:
             self._live_in_sample += engine_seconds
@@ -115,7 +134,11 @@ class Backlog:
         span = now - self._live_since
         if span >= MIN_SAMPLE_S:
             share = min(1.0, self._live / span)
-            self.live_share += (1.0 - math.exp(-span / LIVE_TAU_S)) * (share - self.live_share)
+            weight = 1.0 - math.exp(-span / LIVE_TAU_S)
+            self.live_share += weight * (share - self.live_share)
+            if self._live_streams >= LIVE_COST_MIN_STREAMS and self._live > 0:
+                cost = share / self._live_streams
+                self.live_cost = cost if self.live_cost is None else self.live_cost + weight * (cost - self.live_cost)
             self._live_since, self._live = now, 0.0
         if self._since is not None and now - self._since >= MIN_SAMPLE_S and self._progress > 0:
             span = now - self._since
@@ -142,7 +165,10 @@ class Backlog:
         if not left:
             return 0.0
         if self.rate:
-            return left / (self.rate * (1.0 - min(self.current_live_share(), MAX_LIVE_SHARE)))
+            # the sessions admitted lately count at their measured cost already: live work goes
+            # first, so work admitted now would wait behind them once their passes run
+            share = max(self.current_live_share(), self.live_projection(streams_open=self._live_streams > 0))
+            return left / (self.rate * (1.0 - min(share, MAX_LIVE_SHARE)))
         return self._clock() - min(w.added for w in ahead)
 
     def current_live_share(self) -> float:
@@ -150,6 +176,18 @@ class Backlog:
         engine's bridge reports at least every quarter second while streams run, and once a
         second while the engine idles), so a long step holds it rather than reading as idle."""
         return self.live_share
+
+    def admit_live(self) -> None:
+        """A live session was admitted: counted in `live_projection` until it has settled."""
+        self._admitted.append(self._clock())
+
+    def live_projection(self, *, streams_open: bool = True) -> float:
+        """The live share expected once the sessions admitted in the last LIVE_SETTLE_S run at
+        the measured per-session cost: the measured share (believed only while `streams_open`),
+        plus that cost for each of them (before any cost is measured, the share alone)."""
+        cutoff = self._clock() - LIVE_SETTLE_S
+        self._admitted = [t for t in self._admitted if t > cutoff]
+        return (self.live_share if streams_open else 0.0) + (self.live_cost or 0.0) * len(self._admitted)
 
     def drain_time(self) -> int:
         """Whole seconds (at least 1) for the work now queued to be done at the measured rate: a
@@ -171,4 +209,4 @@ class Backlog:
         return max(1, math.ceil(delay - limit))
 
 
-__all__ = ["LIVE_ADMIT_SHARE", "LIVE_RETRY_AFTER_S", "LIVE_TAU_S", "MAX_LIVE_SHARE", "MIN_SAMPLE_S", "RATE_TAU_S", "Backlog", "live_engine_seconds"]
+__all__ = ["LIVE_ADMIT_SHARE", "LIVE_COST_MIN_STREAMS", "LIVE_RETRY_AFTER_S", "LIVE_SETTLE_S", "LIVE_TAU_S", "MAX_LIVE_SHARE", "MIN_SAMPLE_S", "RATE_TAU_S", "Backlog", "live_engine_seconds"]

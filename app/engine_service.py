@@ -241,13 +241,19 @@ class EngineService:
 
     def shed_live(self, *, count: bool = True) -> int | None:
         """Seconds a client should wait before opening a new live session (Retry-After), or None
-        to admit it: refused while the live streams already admitted take LIVE_ADMIT_SHARE of the
-        engine's time, so that they keep their cadence (an admitted session is never shed). The
-        share is smoothed over seconds, so it is only believed while streams are open: the last
-        session's share must not refuse the next one on an engine it has left. Off with the rest
-        of load admission (`max_queue_delay_secs` 0)."""
-        if (self.max_queue_delay_secs <= 0 or not self.live_streams
-                or self.backlog.current_live_share() < LIVE_ADMIT_SHARE):
+        to admit it: refused while the live streams already admitted, with the sessions admitted
+        too recently to show in it counted at the measured per-session cost, would take
+        LIVE_ADMIT_SHARE of the engine's time with this one, so that they keep their cadence (an
+        admitted session is never shed). The share is smoothed over seconds, so it is only
+        believed while streams are open: the last session's share must not refuse the next one on
+        an engine it has left. An admitted session is counted (`count`: a real admission, not a
+        probe). Off with the rest of load admission (`max_queue_delay_secs` 0)."""
+        if self.max_queue_delay_secs <= 0:
+            return None
+        projected = self.backlog.live_projection(streams_open=self.live_streams > 0) + (self.backlog.live_cost or 0.0)
+        if projected < LIVE_ADMIT_SHARE:
+            if count:
+                self.backlog.admit_live()
             return None
         if count:
             self.series.requests_busy.inc()
@@ -454,7 +460,7 @@ class EngineService:
             stream.put(out)
             if out.finished and out.finish_reason == "error":
                 self.series.failed(out.error_stage or "unknown")
-        self.backlog.live(live_s)  # the engine time live streams took: offline work did not get it
+        self.backlog.live(live_s, self.live_streams)  # the engine time live streams took: offline work did not get it
         self.backlog.sample()  # one step's outputs, one throughput sample
         self.series.queue_delay.set(self.backlog.delay())
         self.series.route.observe(time.perf_counter() - sent_at)

@@ -16,6 +16,8 @@ def cmd_models(args: argparse.Namespace) -> int:
     for model in models:
         info = model.get("info") or {}
         details = " ".join(f"{k}={info[k]}" for k in ("family", "device", "service_mode") if k in info)
+        if "state" in model:  # a server of several models: loaded, or loaded on first use
+            details = f"state={model['state']} {details}".rstrip()
         sys.stdout.write(f"{model['id']}\t{details}\n")
     return EXIT_OK
 

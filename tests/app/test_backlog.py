@@ -7,7 +7,9 @@ import math
 import pytest
 
 from app.backlog import (
+    LIVE_COST_MIN_STREAMS,
     LIVE_RETRY_AFTER_S,
+    LIVE_SETTLE_S,
     LIVE_TAU_S,
     MAX_LIVE_SHARE,
     MIN_SAMPLE_S,
@@ -201,3 +203,40 @@ def test_new_offline_work_is_refused_while_live_streams_leave_the_engine_no_time
         clock.now += 1.0
         step(backlog)
     assert backlog.retry_after(30.0) is None
+
+
+def test_a_live_session_cost_is_measured_only_over_enough_streams() -> None:
+    """One or two streams' average share overstates what one more adds (their passes batch):
+    no per-session cost until LIVE_COST_MIN_STREAMS are open, then the share over their count."""
+    clock = Clock()
+    backlog = Backlog(clock)
+    for _ in range(10):
+        clock.now += MIN_SAMPLE_S
+        backlog.live(0.6 * MIN_SAMPLE_S, LIVE_COST_MIN_STREAMS - 1)
+        backlog.sample()
+    assert backlog.live_cost is None and backlog.live_projection() == pytest.approx(backlog.live_share)
+    for _ in range(40):
+        clock.now += MIN_SAMPLE_S
+        backlog.live(0.6 * MIN_SAMPLE_S, 2 * LIVE_COST_MIN_STREAMS)
+        backlog.sample()
+    assert backlog.live_cost == pytest.approx(0.6 / (2 * LIVE_COST_MIN_STREAMS), rel=1e-3)
+
+
+def test_sessions_admitted_lately_count_until_they_settle_or_every_stream_ends() -> None:
+    clock = Clock()
+    backlog = Backlog(clock)
+    for _ in range(40):
+        clock.now += MIN_SAMPLE_S
+        backlog.live(0.4 * MIN_SAMPLE_S, 8)
+        backlog.sample()
+    share, cost = backlog.live_share, backlog.live_cost
+    assert cost == pytest.approx(0.05, rel=1e-3)
+    backlog.admit_live()
+    backlog.admit_live()
+    assert backlog.live_projection() == pytest.approx(share + 2 * cost)
+    assert backlog.live_projection(streams_open=False) == pytest.approx(2 * cost)  # a burst from none
+    clock.now += LIVE_SETTLE_S + 0.1
+    assert backlog.live_projection() == pytest.approx(share)  # settled: the share speaks for them
+    backlog.admit_live()
+    backlog.live(0.0, 0)  # every stream ended, the one just admitted with them
+    assert backlog.live_projection(streams_open=False) == 0.0

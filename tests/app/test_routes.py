@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import math
 import queue
 import threading
 import time
@@ -24,7 +25,7 @@ import pytest
 import soundfile as sf
 
 from app.audio import AudioDecoder
-from app.backlog import LIVE_ADMIT_SHARE, LIVE_RETRY_AFTER_S, MIN_SAMPLE_S, Backlog
+from app.backlog import LIVE_ADMIT_SHARE, LIVE_RETRY_AFTER_S, LIVE_SETTLE_S, MIN_SAMPLE_S, Backlog
 from app.engine_service import EngineService
 from app.main import create_app
 from app.model_pool import ModelPool
@@ -668,6 +669,29 @@ async def upgrade(app: Any, path: str) -> list[dict[str, Any]]:
              "extensions": {"websocket.http.response": {}}}
     await app(scope, receive, send)
     return sent
+
+
+async def test_a_burst_of_live_sessions_is_admitted_only_up_to_the_measured_capacity(h: Harness) -> None:
+    """Sessions opened together are refused once the ones just admitted, counted at the measured
+    cost of a live stream, would take LIVE_ADMIT_SHARE of the engine: the share alone shows them
+    only seconds later (their passes have not started), so it would admit the whole burst."""
+    clock = [100.0]
+    h.service.max_queue_delay_secs = 30.0
+    h.service.backlog = backlog = Backlog(lambda: clock[0])
+    h.service.live_streams = 4
+    for _ in range(40):  # 20 s in which 4 live streams took 22 % of the engine: 5.5 % each
+        clock[0] += MIN_SAMPLE_S
+        backlog.live(0.22 * MIN_SAMPLE_S, 4)
+        backlog.sample()
+    assert backlog.live_cost == pytest.approx(0.055, rel=1e-3)
+    admitted = 0
+    while h.service.shed_live() is None and admitted < 100:
+        admitted += 1
+    # admitted while 0.22 + 0.055 * (k + 1) < LIVE_ADMIT_SHARE: 10 more at 0.8, 14 streams at 77 %
+    assert admitted == math.ceil((LIVE_ADMIT_SHARE - 0.22) / 0.055) - 1
+    assert h.service.shed_live() == LIVE_RETRY_AFTER_S
+    clock[0] += LIVE_SETTLE_S + 1  # settled: the measured share (still 22 % here) speaks for them
+    assert h.service.shed_live() is None
 
 
 async def test_new_live_sessions_are_refused_while_live_streams_take_the_engine(h: Harness) -> None:

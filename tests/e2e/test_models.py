@@ -105,8 +105,13 @@ def rest(server: ServerProcess) -> dict[str, str]:
 # ------------------------------------------------------------------ listing, lazy load, readiness
 
 
-def test_the_second_model_loads_only_when_first_used(server: ServerProcess) -> None:
+def test_the_second_model_loads_only_when_first_used(server: ServerProcess, capsys: pytest.CaptureFixture[str]) -> None:
     """Runs first in the module (pytest keeps file order): nothing has named the NeMo model yet."""
+    from app.cli import main as oasr
+
+    assert oasr(["models", "--url", server.base_url]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{WHISPER}\tstate=loaded family=whisper device=cpu service_mode=offline",
+                                                    f"{NEMO}\tstate=unloaded"]
     listed = models(server)
     assert list(listed) == [WHISPER, NEMO]
     assert listed[WHISPER]["loaded"] and listed[WHISPER]["info"]["family"] == "whisper"
