@@ -96,6 +96,7 @@ class StreamingTranscription(WindowedTranscription):
         self.last_pass_start = 0.0  # where its window started (its timestamps count from there)
         self.unprompted = False  # the last prompted pass heard speech and wrote nothing
         self.heard_until = 0.0  # stream time (s) up to which the last finished pass decoded
+        self.cover_due = False  # a skipped pass kept speech no word covers: the next pass runs
 
     # ---- scheduling ----
 
@@ -123,7 +124,7 @@ class StreamingTranscription(WindowedTranscription):
         heard from `vad_since()` on (`speech_end`, stream seconds; None: none there); speech cut
         at a pass's edge is often written only by the pass after. Audio the last pass did not hear gets a
         pass every SILENCE_PASS_EVERY_S still: speech the VAD misses is decoded late, not never."""
-        if self.request.input_finished or self.in_flight or self.agreement.tentative:
+        if self.request.input_finished or self.in_flight or self.agreement.tentative or self.cover_due:
             return False
         if speech_end is not None and self.heard_until - speech_end < PASS_AFTER_SPEECH_S:
             return False
@@ -136,11 +137,22 @@ class StreamingTranscription(WindowedTranscription):
     def skip_pass(self, speech_end: float | None) -> None:
         """No pass this period. A window holding SILENCE_TRIM_AFTER_S without speech (no word
         committed, no VAD speech) at its end keeps only its last SILENCE_KEEP_S, as a pass that
-        heard only silence would cut it."""
+        heard only silence would cut it, unless the VAD hears speech there that no word covers:
+        passes forced with the words before it can end their text at once (tiny.en, forced with
+        "Firefox", wrote "." over "Firefox ... six" for five passes, and the trim dropped "six").
+        The window is then cut where the words end instead, and the next pass decodes the speech
+        after them, once (coverage.py bounds the retries)."""
         self.new_samples = 0
         spoken_until = max(self.committed_words[-1].end if self.committed_words else 0.0, speech_end or 0.0)
         if self._window_end() - max(spoken_until, self.window_start) >= SILENCE_TRIM_AFTER_S:
-            self._trim_to(self._window_end() - SILENCE_KEEP_S)
+            keep_from = self._window_end() - SILENCE_KEEP_S
+            verdict = self.coverage.review(self.window, self._spoken_until(), keep_from, self.window_start)
+            if verdict.retry_from is None:
+                self._trim_to(keep_from)
+            else:
+                self._trim_to(verdict.retry_from)
+                self.last_pass_tokens = None  # its window starts elsewhere: no draft
+                self.cover_due = True
 
     def _window_end(self) -> float:
         return self.window_start + self.window.size / SAMPLE_RATE
@@ -200,6 +212,7 @@ class StreamingTranscription(WindowedTranscription):
 
     def on_window_done(self, job: WindowJob, result: WindowResult) -> WindowUpdate:
         self.in_flight = False
+        self.cover_due = False
         self.current_job = None
         self.heard_until = self.window_start + job.frames / FRAMES_PER_SECOND
         looping = self._looping(result.tokens)

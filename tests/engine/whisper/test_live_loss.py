@@ -12,6 +12,12 @@
   window holding two, 5 s apart) was the stream's last word: the second sentence was lost.
   The final pass is now followed by one more over the audio after the last committed word when
   the VAD hears speech there. Failed before: the final was the first sentence alone.
+- A lone word between two long pauses ("Firefox ... six ... I have a thousand thoughts", fed in
+  half-second blocks, each block's passes run, as a server that keeps up runs them): passes
+  forced with "Firefox" wrote only "." over "six", and once 5 s of the window followed the last
+  committed word with no speech in the last second, a skipped pass cut the window to its last
+  second, "six" with it. The cut now stops where the words end when the VAD hears uncovered
+  speech after them, and the next pass decodes it. Failed before: the final had no "six".
 """
 
 from __future__ import annotations
@@ -88,3 +94,27 @@ def test_a_final_pass_that_ends_early_is_followed_by_one_over_the_rest(clips: li
     # the stream's audio is released one step per engine step, so its passes hear the whole
     # recording at once, as a loaded server's do: without coverage the second sentence is lost
     assert spoken.endswith("thoughts about that thing") == coverage, final.text
+
+
+@pytest.mark.parametrize("coverage", [True, False], ids=["coverage", "without"])
+def test_a_lone_word_between_long_pauses_survives_a_silence_trim(clips: list[Clip], coverage: bool) -> None:
+    from engine import ASREngine, EngineConfig
+
+    by_id = {c.id: c for c in clips}
+    pause = np.zeros(3 * 16000, np.float32)
+    audio = np.concatenate([by_id["cv_en_22058266"].audio, pause, by_id["cv_en_22058267"].audio, pause,
+                            by_id["mfa_thoughts"].audio])
+    engine = ASREngine(EngineConfig(service_mode="streaming",
+                                    family_options={"whisper": {"speech_coverage": coverage}}))
+    try:
+        rid, block, final = engine.add_streaming_request(), 8000, None
+        for start in range(0, audio.size, block):
+            engine.feed_chunk(rid, audio[start : start + block], is_last=start + block >= audio.size)
+            while engine.has_work():
+                final = next((o for o in engine.step() if o.finished), final)
+    finally:
+        engine.shutdown()
+    assert final is not None
+    spoken = _spoken(final.text)
+    assert spoken[-3:] == ["about", "that", "thing"] and "firefox" in spoken, final.text
+    assert bool({"six", "6"} & set(spoken)) == coverage, final.text
