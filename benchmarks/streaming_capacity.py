@@ -29,7 +29,7 @@ import logging
 import statistics
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -217,10 +217,12 @@ def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None
     return row
 
 
-def _live_wer(references: list[str] | None, finals: dict[int, str], n: int) -> float:
+def _live_wer(references: list[str] | None, finals: dict[int, str], n: int, skip: Sequence[int] = ()) -> float:
+    """WER of the first `n` sessions' finals, but those in `skip` (refused: nothing transcribed)."""
     if not references:
         return float("nan")
-    return corpus_wer(references[:n], [finals.get(k, "") for k in range(n)])
+    kept = [k for k in range(n) if k not in skip]
+    return corpus_wer([references[k] for k in kept], [finals.get(k, "") for k in kept])
 
 
 def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None, stagger_s: float,
@@ -235,6 +237,8 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
     turns, and a turn's final latency runs from where the VAD heard its speech end (the
     `speech_end_ms` of `speech_stopped`; the end of the audio for the turn the client's commit
     closes) to its `completed` transcript, so it includes the VAD's silence wait."""
+    from websockets.exceptions import InvalidStatus
+
     from benchmarks.asrbench.backends.realtime import RealtimeStream
     from benchmarks.asrbench.backends.server_process import ServerProcess
 
@@ -258,6 +262,7 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
         intervals: list[float] = []
         texts: dict[int, str] = {}
         errors: list[str] = []
+        refused: list[int] = []  # sessions the server's live admission refused (503 + Retry-After)
         lock = threading.Lock()
         t0 = time.perf_counter() + 0.5
         chunk = int(CHUNK_S * SAMPLE_RATE)
@@ -265,7 +270,14 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
         def client(k: int) -> None:
             start = t0 + k * stagger_s
             time.sleep(max(0.0, start - time.perf_counter()))
-            stream = RealtimeStream(server.base_url, model="", turn_detection=turn_detection)
+            try:
+                stream = RealtimeStream(server.base_url, model="", turn_detection=turn_detection)
+            except InvalidStatus as exc:  # refused on the upgrade: the server judged itself full
+                if exc.response.status_code != 503:
+                    raise
+                with lock:
+                    refused.append(k)
+                return
             opened = time.perf_counter()
             audio = audios[k]
             for i, off in enumerate(range(0, audio.size, chunk)):
@@ -303,7 +315,8 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
     # /metrics has buckets only: the most streams in one step is known up to its bucket's bound
     most = min((b for b in BATCH_SIZE_BUCKETS if histogram[b] >= steps), default=BATCH_SIZE_BUCKETS[-1])
     row = summarize(n, max_batch_size, finals, firsts, intervals, histogram, int(steps), int(after["sum"] - before["sum"]),
-                    most if steps else 0, live_wer=_live_wer(references, texts, n))
+                    most if steps else 0, live_wer=_live_wer(references, texts, n, skip=refused))
+    row["refused"] = len(refused)
     row["passes_shed"] = int(after["passes_shed"] - before["passes_shed"])
     row["passes_skipped"] = int(after["passes_skipped"] - before["passes_skipped"])
     row |= pass_costs(int(after["passes"] - before["passes"]), after["encoded_s"] - before["encoded_s"], audios)
@@ -440,7 +453,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         each = ", ".join(str(x) for x in r["final_p95_runs"])  # type: ignore[attr-defined]
-        print(f"| {r['max_batch_size'] or defaults.max_batch_size} | {r['sessions']} | {r['final_p50_s']} | "
+        sessions = f"{r['sessions']} ({r['sessions'] - r['refused']} admitted)" if r.get("refused") else r["sessions"]  # type: ignore[operator]
+        print(f"| {r['max_batch_size'] or defaults.max_batch_size} | {sessions} | {r['final_p50_s']} | "
               f"{r['final_p95_s']} | {each} | "
               f"{r['first_partial_p50_s']} | {r['partial_interval_p50_s']} / {r['partial_interval_p95_s']} | "
               f"{r['steps_with_2plus_streams']} of {r['steps_with_streams']} | "
