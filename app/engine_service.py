@@ -250,14 +250,19 @@ class EngineService:
         probe). Off with the rest of load admission (`max_queue_delay_secs` 0)."""
         if self.max_queue_delay_secs <= 0:
             return None
-        projected = self.backlog.live_projection(streams_open=self.live_streams > 0) + (self.backlog.live_cost or 0.0)
-        if projected < LIVE_ADMIT_SHARE:
+        if self.projected_live_share() < LIVE_ADMIT_SHARE:
             if count:
                 self.backlog.admit_live()
             return None
         if count:
             self.series.requests_busy.inc()
         return LIVE_RETRY_AFTER_S
+
+    def projected_live_share(self) -> float:
+        """The share of engine time live streams would take with one more session: the measured
+        share of those open (believed only while streams are open), those admitted too recently
+        to show in it and the new one each at the measured per-session cost."""
+        return self.backlog.live_projection(streams_open=self.live_streams > 0) + (self.backlog.live_cost or 0.0)
 
     def _track(self, request_id: str, samples: int, priority: int) -> None:
         self.backlog.add(request_id, samples / self.engine.sample_rate, priority)

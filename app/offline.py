@@ -44,9 +44,9 @@ def take_permit(service: EngineService, *, live: bool = False) -> None:
 
 def live_refusal(service: EngineService, retry: int) -> ApiError:
     """The refusal of a new live session while admitted ones take the engine (503 RESOURCE_EXHAUSTED)."""
-    share = service.backlog.current_live_share()
-    return ApiError(503, f"server is overloaded: live sessions take {share:.0%} of the engine; a new one "
-                         f"would slow those admitted; retry after {retry} s",
+    share = service.projected_live_share()
+    return ApiError(503, f"server is overloaded: live sessions would take {share:.0%} of the engine with a new "
+                         f"one, which would slow those admitted; retry after {retry} s",
                     status_name="RESOURCE_EXHAUSTED", retry_after=retry)
 
 
