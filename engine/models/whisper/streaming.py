@@ -150,8 +150,7 @@ class StreamingTranscription(WindowedTranscription):
             if verdict.retry_from is None:
                 self._trim_to(keep_from)
             else:
-                self._trim_to(verdict.retry_from)
-                self.last_pass_tokens = None  # its window starts elsewhere: no draft
+                self._restart_at(verdict.retry_from)
                 self.cover_due = True
 
     def _window_end(self) -> float:
@@ -274,8 +273,7 @@ class StreamingTranscription(WindowedTranscription):
             return None
         # the same window again (nothing written, speech from its start): without the prompt
         self.unprompted = verdict.retry_from <= self.window_start + 1e-3 and not self._committed_in_window()
-        self._trim_to(verdict.retry_from)
-        self.last_pass_tokens = None  # its window starts elsewhere: no draft
+        self._restart_at(verdict.retry_from)
         return self.make_job(self.parts.features([self.window])[0].to(self.parts.dtype))
 
     def _retry(self, job: WindowJob) -> WindowJob:
@@ -458,6 +456,12 @@ class StreamingTranscription(WindowedTranscription):
         end = max([last.end, *(w.end for w in reheard)])
         if _marks_pause(last) and self.heard_until - end >= PAUSE_HEARD_S:
             self._trim_to(min(last.start - TRIM_KEEP_S, before.end + PAUSE_CUT_SLACK_S))
+
+    def _restart_at(self, t: float) -> None:
+        """Start the window at `t` (where the words end) for a coverage retry: the last pass's
+        tokens count from the old start, so they are no draft for the next."""
+        self._trim_to(t)
+        self.last_pass_tokens = None
 
     def _trim_to(self, t: float) -> None:
         cut = round((t - self.window_start) * SAMPLE_RATE)
