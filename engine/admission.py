@@ -15,22 +15,52 @@ import numpy as np
 from engine.capabilities import check_capabilities
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError, UnsupportedError
-from engine.families import check_quantization, family_options, load_family, resolve_family
+from engine.families import ModelFamily, check_quantization, family_options, load_family, resolve_family
 from engine.runner import ModelInfo, ModelRunner
 from engine.types import DecodingOptions, Samples
 
 
-def load_runner(config: EngineConfig) -> ModelRunner:
-    """The runner of the family whose checkpoint `config` names, loaded with its options."""
+def _family_of(config: EngineConfig) -> ModelFamily:
     if config.ckpt_dir is None and config.checkpoint_name is None:
         # the embedded model is a Whisper checkpoint: detection would import every family's
         # checkpoint code ahead of it (paraformer, zipformer) for nothing, at each start
-        family = load_family("whisper")
-    else:
-        family = resolve_family(config.resolved_ckpt_dir(), config.checkpoint_name)
-    check_quantization(family, config)
+        return load_family("whisper")
+    return resolve_family(config.resolved_ckpt_dir(), config.checkpoint_name)
+
+
+def _options_of(family: ModelFamily, config: EngineConfig) -> Any:
     aliased = config.family_knob_aliases().get(family.name)
-    return family.build(config, family_options(family, config.family_options, aliased))
+    return family_options(family, config.family_options, aliased)
+
+
+def load_runner(config: EngineConfig) -> ModelRunner:
+    """The runner of the family whose checkpoint `config` names, loaded with its options."""
+    family = _family_of(config)
+    check_quantization(family, config)
+    return family.build(config, _options_of(family, config))
+
+
+def describe_model(config: EngineConfig) -> ModelInfo | None:
+    """What the model `config` names is and can do, from its checkpoint's configuration alone (no
+    weights read): what `load_runner(config).info()` would give, less `parameters` and the details
+    only a load knows. None when its family describes nothing before loading. Raises what loading
+    would for a checkpoint no family recognises or options the family refuses."""
+    family = _family_of(config)
+    check_quantization(family, config)
+    if family.describe is None:
+        return None
+    return family.describe(config, _options_of(family, config))
+
+
+def described_card(info: ModelInfo, *, service_mode: str) -> dict[str, Any]:
+    """The /v1/models card of a model not loaded yet: `model_card` of its described info, without
+    the kernels (chosen at load) and with `described: true` (its `parameters` are 0, its details
+    those its configuration gives)."""
+    card = model_card(info, service_mode=service_mode,
+                      streaming_enabled=service_mode == "streaming" and info.supports_streaming, kernels={})
+    del card["kernels"], card["parameters"]
+    card["described"] = True
+    return card
 
 
 def check_decode_method(runner: ModelRunner, info: ModelInfo, method: str | None) -> None:
@@ -105,4 +135,5 @@ def model_card(info: ModelInfo, *, service_mode: str, streaming_enabled: bool,
     return card
 
 
-__all__ = ["check_audio", "check_decode_method", "check_options", "check_streaming", "load_runner", "model_card"]
+__all__ = ["check_audio", "check_decode_method", "check_options", "check_streaming", "describe_model",
+           "described_card", "load_runner", "model_card"]

@@ -22,7 +22,7 @@ from typing import Any
 
 from engine.config import EngineConfig
 from engine.errors import CheckpointError, InvalidRequestError, UnsupportedError
-from engine.runner import ModelRunner
+from engine.runner import ModelInfo, ModelRunner
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,12 @@ class ModelFamily:
     quantize: Callable[[str, str | None, str, Any], None] | None = None
     """(ckpt_dir, checkpoint_name, out_dir, QuantizationConfig) -> writes quantized weights that load
     with no quantization work (`oasr quantize`); None when the family cannot."""
+    describe: Callable[[EngineConfig, Any], ModelInfo] | None = None
+    """(config, options) -> the `ModelInfo` the built runner's `info()` would give, read from the
+    checkpoint's configuration files only (no weights read, no module built): /v1/models shows a
+    model's capabilities before its first load. `parameters` is 0 and `details` holds only facts
+    the configuration gives, each equal to the loaded runner's (tests/engine/test_family_contract.py).
+    None: known only once loaded."""
     hub_files: tuple[str, ...] = ()
     """Globs (fnmatch, relative to a model repo's root) of the files this family loads: a model named
     by repo id downloads only files some family loads (engine/hub.py), never a repo's other formats."""

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from engine import ASREngine, DecodingOptions, EngineConfig
+from engine.admission import describe_model, described_card
 from engine.errors import EngineShutdownError, InvalidRequestError, UnknownRequestError, UnsupportedError
 from engine.families import FAMILY_TABLE, family_names, resolve_family
 from engine.runner import ModelInfo, RunnerStats
@@ -141,6 +142,27 @@ def test_info_is_typed_and_shows_no_path(engine: ASREngine, config: EngineConfig
     assert ckpt_dir not in text and os.sep + "tmp" + os.sep not in text, card
     for value in card.values():
         assert not (isinstance(value, str) and os.path.isabs(value)), f"a path in the model card: {value}"
+
+
+DESCRIBED_FIELDS = ("family", "model", "sample_rate", "languages", "supports_streaming", "streaming_styles",
+                    "decode_methods", "decode_method", "capabilities", "checkpoint_format")
+"""ModelInfo fields a family's `describe` gives exactly as its loaded runner does."""
+
+
+def test_a_model_is_described_before_loading_as_it_loads(engine: ASREngine, config: EngineConfig) -> None:
+    """/v1/models shows an unloaded model's capabilities from `describe`: every family describes,
+    and what it describes from configuration alone is what the loaded runner reports."""
+    described = describe_model(dataclasses.replace(config, service_mode="streaming"))
+    assert described is not None, f"family {engine.family!r} has no describe"
+    loaded = engine.model_info
+    for name in DESCRIBED_FIELDS:
+        assert getattr(described, name) == getattr(loaded, name), name
+    assert described.parameters == 0
+    for key, value in described.details.items():
+        assert key in loaded.details and loaded.details[key] == value, key
+    card = described_card(described, service_mode="streaming")
+    assert card["capabilities"] == engine.info()["capabilities"] and card["described"] is True
+    assert card["streaming_enabled"] is engine.streaming_enabled
 
 
 def test_admission_errors_are_clear(engine: ASREngine) -> None:
