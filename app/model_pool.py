@@ -34,9 +34,10 @@ from app.engine_service import EngineService
 from app.metrics import Metrics
 from app.requests import pick_model
 from engine import ASREngine
+from engine.admission import describe_model, described_card
 from engine.config import EngineConfig
 from engine.errors import EngineError, EngineOverloadedError, EngineShutdownError
-from engine.hub import checkpoint_dir
+from engine.hub import cached_checkpoint_dir, checkpoint_dir
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +117,9 @@ class PooledModel:
     size_bytes: int | None = None
     """Weight bytes on disk, once its checkpoint is local."""
     card: dict[str, Any] | None = None
-    """Its /v1/models card from its last load (kept while unloaded)."""
+    """Its /v1/models card from its last load (kept while unloaded), or before its first load the
+    one its checkpoint's configuration describes (`described: true`); None when neither is known
+    (a model name not in the cache, a checkpoint no family recognises)."""
     error: str | None = None
     """Why its last load failed."""
     pins: int = 0
@@ -229,8 +232,13 @@ class ModelPool:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> EngineService:
-        """Load the first model (readiness means it can serve) and start the TTL sweeper."""
+        """Load the first model (readiness means it can serve), describe the others from their
+        checkpoints' configuration (so /v1/models lists what each can do before its first load),
+        and start the TTL sweeper."""
         service = await self._load(self.default)
+        for entry in self.models:
+            if entry.card is None:
+                await asyncio.to_thread(self._describe, entry)
         if self.ttl_s >= 0:
             self._sweeper = asyncio.ensure_future(self._sweep_loop())
         return service
@@ -306,6 +314,22 @@ class ModelPool:
         logger.info("model %s loaded in %.1f s (%.0f MiB of weights)", entry.name, time.monotonic() - started,
                     entry.size_bytes / MIB)
         return service
+
+    def _describe(self, entry: PooledModel) -> None:
+        """Fill `entry`'s card from its checkpoint's configuration, with no download and no weights
+        read (a worker thread; a load that lands meanwhile keeps its own card). A model that cannot
+        be described yet keeps none: its first load says what it is, or why it is not."""
+        config = entry.spec.config
+        try:
+            local = cached_checkpoint_dir(config.ckpt_dir, config.revision)
+            info = describe_model(dataclasses.replace(config, ckpt_dir=local))
+            size = weight_bytes(dataclasses.replace(config, ckpt_dir=local).resolved_ckpt_dir())
+        except (EngineError, OSError) as exc:
+            logger.info("model %s is not described before its first load: %s", entry.name, exc)
+            return
+        if info is not None and entry.card is None:
+            entry.card = described_card(info, service_mode=config.service_mode)
+            entry.size_bytes = entry.size_bytes or size
 
     def _died(self, reason: str) -> None:
         self.death = self.death or reason
@@ -396,7 +420,7 @@ class ModelPool:
 
     def cards(self) -> list[dict[str, Any]]:
         """/v1/models entries of the configured models (several): each with its state and its
-        card from its last load (None before the first)."""
+        card (`PooledModel.card`: from its last load, or described before the first)."""
         return [{"id": m.name, "loaded": m.state == "loaded", "state": m.state, "info": m.card,
                  "size_mib": None if m.size_bytes is None else round(m.size_bytes / MIB, 1)}
                 for m in self.models]

@@ -131,5 +131,13 @@ def checkpoint_dir(name: str | None, revision: str | None = None) -> str | None:
     return resolve_model(name, revision).path
 
 
-__all__ = ["ALIASES", "ModelNotFoundError", "ModelRef", "ResolvedModel", "checkpoint_dir", "download",
+def cached_checkpoint_dir(name: str | None, revision: str | None = None) -> str | None:
+    """`checkpoint_dir` without the network: None (the embedded model) and directories as they
+    are, a model name's snapshot when the cache holds it; raises ModelNotFoundError when it does not."""
+    ref = None if name is None else parse_model_name(name, revision)
+    return name if ref is None else download(ref, offline=True)
+
+
+__all__ = ["ALIASES", "ModelNotFoundError", "ModelRef", "ResolvedModel", "cached_checkpoint_dir", "checkpoint_dir",
+           "download",
            "hub_patterns", "parse_model_name", "resolve_model"]

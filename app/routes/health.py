@@ -36,7 +36,9 @@ async def metrics(m: MetricsDep) -> Response:
 @router.get("/v1/models")
 async def list_models(models: ModelsDep, settings: SettingsDep) -> dict[str, object]:
     """The served models. With several (OASR_MODELS) every configured one, loaded or not: `loaded`
-    and `state` say which, `info` is its card from its last load (null before its first)."""
+    and `state` say which; `info` is its card from its last load, or before its first one described
+    from its checkpoint's configuration (`info.described`: true; no kernels or parameter count yet), null
+    when not even that is known (a model name not downloaded yet)."""
     if models.several:
         data = [{"object": "model", "created": _CREATED, "owned_by": "oasr", **card} for card in models.cards()]
         return {"object": "list", "data": data}

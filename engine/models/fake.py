@@ -36,6 +36,7 @@ LOUD_RMS = 0.05
 WORDS = ("quiet", "loud")
 FRAME_MS = 100
 """Audio (ms) per transcribed word."""
+FRAME_SAMPLES = SAMPLE_RATE * FRAME_MS // 1000
 
 
 @dataclass(frozen=True)
@@ -71,30 +72,46 @@ def write_checkpoint(ckpt_dir: str, name: str = "fake-asr", fail_at_audio_second
     return ckpt_dir
 
 
+def _read_marker(config: EngineConfig) -> dict[str, object]:
+    path = os.path.join(config.resolved_ckpt_dir(), config.checkpoint_name or MARKER)
+    try:
+        with open(path) as f:
+            fields = json.load(f)
+        str(fields["name"])
+        float(fields.get("fail_at_audio_seconds") or 0)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{path}: not a fake-family checkpoint ({exc})") from exc
+    return dict(fields)
+
+
+def _info(name: str) -> ModelInfo:
+    return ModelInfo(family="fake", model=name, sample_rate=SAMPLE_RATE, languages=("en",),
+                     supports_streaming=True, streaming_styles=("chunked",), decode_methods=("rms",),
+                     decode_method="rms", capabilities=Capabilities(), checkpoint_format="fake",
+                     details={"frame_samples": FRAME_SAMPLES})
+
+
+def describe(config: EngineConfig, options: FakeOptions) -> ModelInfo:
+    return _info(str(_read_marker(config)["name"]))
+
+
 class FakeRunner:
     sample_rate = SAMPLE_RATE
     supports_streaming = True
 
     def __init__(self, config: EngineConfig, options: FakeOptions) -> None:
-        path = os.path.join(config.resolved_ckpt_dir(), config.checkpoint_name or MARKER)
-        try:
-            with open(path) as f:
-                fields = json.load(f)
-            self.name = str(fields["name"])
-            fail_at = fields.get("fail_at_audio_seconds")
-            self.fail_at_samples = None if fail_at is None else int(float(fail_at) * SAMPLE_RATE)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise CheckpointError(f"{path}: not a fake-family checkpoint ({exc})") from exc
+        fields = _read_marker(config)
+        self.name = str(fields["name"])
+        fail_at = fields.get("fail_at_audio_seconds")
+        self.fail_at_samples = None if fail_at is None else int(float(fail_at) * SAMPLE_RATE)
         self.config = config
-        self.frame = SAMPLE_RATE * FRAME_MS // 1000
+        self.frame = FRAME_SAMPLES
         self.stream_chunk_samples = self.frame
         self.streams_stepped = 0
         self._running: dict[str, _State] = {}
 
     def info(self) -> ModelInfo:
-        return ModelInfo(family="fake", model=self.name, sample_rate=SAMPLE_RATE, languages=("en",),
-                         supports_streaming=True, streaming_styles=("chunked",), decode_methods=("rms",),
-                         decode_method="rms", capabilities=Capabilities(), checkpoint_format="fake", details={"frame_samples": self.frame})
+        return _info(self.name)
 
     def stats(self) -> RunnerStats:
         return RunnerStats(streams=sum(s.request.streaming for s in self._running.values()),
@@ -161,4 +178,4 @@ def build(config: EngineConfig, options: FakeOptions) -> ModelRunner:
     return FakeRunner(config, options)
 
 
-FAMILY = ModelFamily(name="fake", detect=detect, build=build, options=FakeOptions)
+FAMILY = ModelFamily(name="fake", detect=detect, build=build, options=FakeOptions, describe=describe)

@@ -167,3 +167,25 @@ async def test_unloading_frees_the_model(tmp_path: Path) -> None:
         assert whisper() is None  # freed by reference counting, garbage collection or not
     finally:
         await pool.close()
+
+
+async def test_models_not_loaded_are_described_from_their_checkpoints(dirs: dict[str, str]) -> None:
+    """/v1/models shows what an unloaded model can do: its card is described from its checkpoint's
+    configuration at start (no load); one no family recognises has no card until a load says why."""
+    from engine.models.fake import write_checkpoint
+
+    metrics = Metrics()
+    fake_dir = write_checkpoint(str(Path(dirs["b"]).parent / "fake"), name="tiny-fake")
+    specs = model_specs([f"a={dirs['a']}", f"b={fake_dir}", f"c={dirs['c']}"], EngineConfig(device="cpu"))
+    pool = ModelPool(specs, metrics, lambda engine, entry: EngineService(engine, metrics, 8),  # type: ignore[arg-type]
+                     several=True, make_engine=lambda config: FakeEngine(answer=canned, config=config))  # type: ignore[arg-type]
+    try:
+        await pool.start()
+        cards = {c["id"]: c for c in pool.cards()}
+        assert [cards[n]["state"] for n in "abc"] == ["loaded", "unloaded", "unloaded"]
+        described = cards["b"]["info"]
+        assert described["described"] is True and described["model"] == "tiny-fake" and described["family"] == "fake"
+        assert described["capabilities"]["max_beam_size"] == 1 and "kernels" not in described
+        assert cards["c"]["info"] is None  # model.bin + tokenizer.json: no family's checkpoint
+    finally:
+        await pool.close()

@@ -111,11 +111,13 @@ def test_the_second_model_loads_only_when_first_used(server: ServerProcess, caps
 
     assert oasr(["models", "--url", server.base_url]) == 0
     assert capsys.readouterr().out.splitlines() == [f"{WHISPER}\tstate=loaded family=whisper device=cpu service_mode=offline",
-                                                    f"{NEMO}\tstate=unloaded"]
+                                                    f"{NEMO}\tstate=unloaded family=nemo service_mode=offline"]
     listed = models(server)
     assert list(listed) == [WHISPER, NEMO]
     assert listed[WHISPER]["loaded"] and listed[WHISPER]["info"]["family"] == "whisper"
-    assert not listed[NEMO]["loaded"] and listed[NEMO]["state"] == "unloaded" and listed[NEMO]["info"] is None
+    assert not listed[NEMO]["loaded"] and listed[NEMO]["state"] == "unloaded"
+    described = listed[NEMO]["info"]  # from the checkpoint's configuration: its capabilities before a load
+    assert described["described"] is True and described["family"] == "nemo" and "kernels" not in described
     ready = httpx.get(f"{server.base_url}/readyz", timeout=10)
     assert ready.status_code == 200
     assert {k: v["state"] for k, v in ready.json()["models"].items()} == {WHISPER: "loaded", NEMO: "unloaded"}
@@ -124,6 +126,9 @@ def test_the_second_model_loads_only_when_first_used(server: ServerProcess, caps
     listed = models(server)
     assert listed[NEMO]["loaded"] and listed[NEMO]["info"]["family"] == "nemo"
     assert listed[NEMO]["info"]["capabilities"] != listed[WHISPER]["info"]["capabilities"]
+    loaded = listed[NEMO]["info"]
+    assert "described" not in loaded and {k: loaded[k] for k in described if k != "described"} == {
+        k: v for k, v in described.items() if k != "described"}
     assert metric_value(server, "oasr_model_loaded", model=NEMO) == 1.0
     assert metric_value(server, "oasr_model_loads_total", model=NEMO) == 1.0
 

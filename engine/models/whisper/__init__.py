@@ -10,7 +10,7 @@ from engine.config import EngineConfig
 from engine.families import ModelFamily
 from engine.models.whisper.options import WhisperOptions
 from engine.quantization import QuantizationConfig
-from engine.runner import ModelRunner
+from engine.runner import ModelInfo, ModelRunner
 
 
 def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
@@ -31,6 +31,12 @@ def quantize(ckpt_dir: str, checkpoint_name: str | None, out_dir: str, quantizat
     write_quantized(ckpt_dir, checkpoint_name, out_dir, quantization)
 
 
+def describe(config: EngineConfig, options: WhisperOptions) -> ModelInfo:
+    from engine.models.whisper.describe import describe as describe_checkpoint
+
+    return describe_checkpoint(config, options)
+
+
 def build(config: EngineConfig, options: WhisperOptions) -> ModelRunner:
     from engine.models.whisper.runner import WhisperRunner
 
@@ -38,9 +44,9 @@ def build(config: EngineConfig, options: WhisperOptions) -> ModelRunner:
 
 
 FAMILY = ModelFamily(name="whisper", detect=detect, build=build, options=WhisperOptions,
-                     online_quantization=("int8_w8a8",), convert=convert, quantize=quantize,
+                     online_quantization=("int8_w8a8",), convert=convert, quantize=quantize, describe=describe,
                      # OASR's own, CTranslate2, Transformers (safetensors) and OpenAI .pt layouts (loader.py)
                      hub_files=("oasr.json", "model.bin", "model.safetensors", "*.pt", "config.json", "tokenizer.json",
                                 "generation_config.json"))
 
-__all__ = ["FAMILY", "WhisperOptions", "build", "convert", "detect", "quantize"]
+__all__ = ["FAMILY", "WhisperOptions", "build", "convert", "describe", "detect", "quantize"]

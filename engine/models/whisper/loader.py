@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 import struct
 from dataclasses import dataclass, field
@@ -115,10 +116,19 @@ def _load_native(ckpt_dir: str) -> LoadedCheckpoint:
 # ---------------- CTranslate2 ----------------
 
 
-def read_ct2_variables(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Parse a CTranslate2 `model.bin` into raw arrays and aliases (consumes the file exactly)."""
-    with open(path, "rb") as f:
-        buf = f.read()
+@dataclass(frozen=True)
+class Ct2Variable:
+    name: str
+    shape: tuple[int, ...]
+    dtype_id: int
+    offset: int
+    """Where its bytes start in the file."""
+    nbytes: int
+
+
+def _parse_ct2(buf: Any, path: str) -> tuple[list[Ct2Variable], dict[str, str]]:
+    """The variables (names, shapes, where their bytes are) and aliases of a CTranslate2 `model.bin`
+    held in `buf` (bytes, or an mmap: only the headers are read)."""
     pos = 0
 
     def u32() -> int:
@@ -131,7 +141,7 @@ def read_ct2_variables(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]
         nonlocal pos
         (n,) = struct.unpack_from("<H", buf, pos)
         pos += 2
-        s = buf[pos : pos + n - 1].decode("utf-8")
+        s = bytes(buf[pos : pos + n - 1]).decode("utf-8")
         pos += n
         return s
 
@@ -143,12 +153,12 @@ def read_ct2_variables(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]
         u32()  # spec revision
         if spec != "WhisperSpec":
             raise CheckpointError(f"{path}: spec {spec!r} is not a Whisper model")
-        variables: dict[str, np.ndarray] = {}
+        variables: list[Ct2Variable] = []
         for _ in range(u32()):
             name = string()
             (rank,) = struct.unpack_from("<B", buf, pos)
             pos += 1
-            dims = struct.unpack_from(f"<{rank}I", buf, pos)
+            shape = struct.unpack_from(f"<{rank}I", buf, pos)
             pos += 4 * rank
             (dtype_id,) = struct.unpack_from("<B", buf, pos)
             pos += 1
@@ -156,16 +166,8 @@ def read_ct2_variables(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]
             if pos + nbytes > len(buf):  # slicing would silently return fewer bytes
                 raise CheckpointError(f"{path}: truncated CTranslate2 file (variable {name!r} needs {nbytes} "
                                       f"bytes, {len(buf) - pos} left)")
-            raw = buf[pos : pos + nbytes]
+            variables.append(Ct2Variable(name, tuple(int(d) for d in shape), int(dtype_id), pos, nbytes))
             pos += nbytes
-            if dtype_id == _CT2_BF16:
-                as_u16 = np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16
-                arr = as_u16.view(np.float32)
-            elif dtype_id in _CT2_DTYPES:
-                arr = np.frombuffer(raw, dtype=_CT2_DTYPES[dtype_id])
-            else:
-                raise CheckpointError(f"{path}: variable {name!r} has unknown dtype id {dtype_id}")
-            variables[name] = arr.reshape(dims) if rank else arr.reshape(())
         aliases = {}
         for _ in range(u32()):
             alias = string()
@@ -175,6 +177,35 @@ def read_ct2_variables(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]
     if pos != len(buf):
         raise CheckpointError(f"{path}: {len(buf) - pos} trailing bytes after the last variable")
     return variables, aliases
+
+
+def read_ct2_variables(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Parse a CTranslate2 `model.bin` into raw arrays and aliases (consumes the file exactly)."""
+    with open(path, "rb") as f:
+        buf = f.read()
+    entries, aliases = _parse_ct2(buf, path)
+    variables: dict[str, np.ndarray] = {}
+    for v in entries:
+        raw = buf[v.offset : v.offset + v.nbytes]
+        if v.dtype_id == _CT2_BF16:
+            as_u16 = np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16
+            arr = as_u16.view(np.float32)
+        elif v.dtype_id in _CT2_DTYPES:
+            arr = np.frombuffer(raw, dtype=_CT2_DTYPES[v.dtype_id])
+        else:
+            raise CheckpointError(f"{path}: variable {v.name!r} has unknown dtype id {v.dtype_id}")
+        variables[v.name] = arr.reshape(v.shape) if v.shape else arr.reshape(())
+    return variables, aliases
+
+
+def read_ct2_shapes(path: str) -> dict[str, tuple[int, ...]]:
+    """Each variable's (and alias's) shape in a CTranslate2 `model.bin`, reading its headers only
+    (the file is memory-mapped: the weights' pages are never touched)."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        entries, aliases = _parse_ct2(buf, path)
+    shapes = {v.name: v.shape for v in entries}
+    shapes.update({alias: shapes[target] for alias, target in aliases.items() if target in shapes})
+    return shapes
 
 
 def _ct2_tensor(variables: dict[str, np.ndarray], name: str) -> Tensor:

@@ -15,13 +15,12 @@ from engine.errors import InvalidRequestError, UnsupportedError
 from engine.models.whisper.build import build_model
 from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.decoding import TokenRules
+from engine.models.whisper.describe import WhisperSize
 from engine.models.whisper.features import LogMelExtractor
 from engine.models.whisper.model import Whisper, WhisperDims
 from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.models.whisper.window import WindowJob
 from engine.types import DecodingOptions
-
-MODEL_SIZES = {384: "tiny", 512: "base", 768: "small", 1024: "medium", 1280: "large"}  # by encoder width
 
 
 @dataclass(frozen=True)
@@ -64,9 +63,12 @@ class WhisperParts:
         return self.model.is_multilingual
 
     @property
+    def size(self) -> WhisperSize:
+        return WhisperSize(self.dims.n_audio_state, self.dims.n_vocab)
+
+    @property
     def model_name(self) -> str:
-        name = MODEL_SIZES.get(self.dims.n_audio_state, f"d{self.dims.n_audio_state}")
-        return name if self.multilingual else f"{name}.en"
+        return self.size.model_name
 
     def silence_kv(self, jobs: Sequence[WindowJob]) -> tuple[list[Tensor], list[Tensor]] | None:
         """The decoder's cross K/V of encoded silence, once any job holds a short ('fit') context."""

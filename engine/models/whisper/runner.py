@@ -17,7 +17,6 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from engine.capabilities import Capabilities
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
 from engine.metrics import shared_stage_timer, stage_timer
@@ -25,6 +24,7 @@ from engine.models.whisper.batch import DecodeBatch
 from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.coverage import SpeechCoverage
 from engine.models.whisper.decoding import DecodeGroup
+from engine.models.whisper.describe import whisper_info
 from engine.models.whisper.encoder_thread import EncoderThread
 from engine.models.whisper.features import SAMPLE_RATE, LogMelExtractor
 from engine.models.whisper.int8 import int8_gemm_kind
@@ -40,7 +40,7 @@ from engine.models.whisper.window import WindowJob, WindowOwner, WindowResult
 from engine.request import Request, error_output
 from engine.runner import ModelInfo, RunnerStats
 from engine.streaming.silence_gate import SilenceGate
-from engine.types import MAX_BEAM_SIZE, MAX_N_BEST, DecodingOptions, RequestOutput
+from engine.types import DecodingOptions, RequestOutput
 from engine.vad import VoiceActivityModel, load_vad_model
 
 logger = logging.getLogger(__name__)
@@ -107,34 +107,18 @@ class WhisperRunner:
 
     def info(self) -> ModelInfo:
         parts = self.parts
-        return ModelInfo(
-            family="whisper",
-            model=parts.model_name,
-            sample_rate=self.sample_rate,
-            languages=tuple(parts.tokenizer.languages),
-            supports_streaming=self.supports_streaming,
-            streaming_styles=("sliding_window",),
-            decode_methods=("autoregressive",),
-            decode_method="autoregressive",
-            capabilities=Capabilities(
-                max_beam_size=MAX_BEAM_SIZE, max_n_best=MAX_N_BEST, sampling=True, prompt=True, keywords=True,
-                logprobs=True, language=parts.multilingual, translate=parts.multilingual, word_timestamps=True),
-            checkpoint_format=parts.checkpoint_format,
+        quantized = parts.quantization == "int8_w8a8"
+        return whisper_info(
+            parts.size, checkpoint_format=parts.checkpoint_format, config=self.config, options=self.options,
             parameters=sum(p.numel() for p in parts.model.parameters()),
-            details={
-                "multilingual": parts.multilingual,
-                "tasks": ["transcribe", "translate"] if parts.multilingual else ["transcribe"],
+            loaded_details={
                 "device": str(parts.device),
                 "dtype": str(parts.dtype).removeprefix("torch."),
                 "quantization": parts.quantization,
                 "quantization_reason": parts.quantization_reason,
-                "int8_kernel": int8_gemm_kind() if parts.quantization == "int8_w8a8" else None,
-                "quantization_ignore": list(self.config.quantization_config().ignore)
-                if parts.quantization == "int8_w8a8" else [],
-                "offline_encoder_context": self.options.offline_encoder_context,
-                "max_batch_size": self.config.max_batch_size,
-            },
-        )
+                "int8_kernel": int8_gemm_kind() if quantized else None,
+                "quantization_ignore": list(self.config.quantization_config().ignore) if quantized else [],
+            })
 
     def stats(self) -> RunnerStats:
         return RunnerStats(streams=len(self.streams), decode_slots_used=self.batch.num_rows,

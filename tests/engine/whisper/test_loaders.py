@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from engine import ASREngine, CheckpointError, EngineConfig
+from engine.admission import describe_model
 from engine.config import embedded_checkpoint_dir
 from engine.models.whisper.loader import hf_to_openai_name
 from engine.models.whisper.model import Whisper
@@ -75,6 +76,10 @@ def embedded() -> dict[str, Any]:
 def _transcripts(ckpt_dir: str, clips: list[Clip]) -> tuple[list[str], str]:
     eng = ASREngine(EngineConfig(ckpt_dir=ckpt_dir))
     try:
+        described = describe_model(EngineConfig(ckpt_dir=ckpt_dir))  # what /v1/models shows before a load
+        assert described is not None and described.model == eng.model_info.model == "tiny.en"
+        assert (described.checkpoint_format, described.capabilities) == (eng.runner.ckpt_format,
+                                                                         eng.model_info.capabilities)
         return [o.text for o in eng.transcribe_outputs([c.audio for c in clips])], eng.runner.ckpt_format
     finally:
         eng.shutdown()
@@ -180,3 +185,18 @@ def test_missing_tokenizer_is_named(tmp_path: Path, embedded: dict[str, Any]) ->
     os.remove(target / "tokenizer.json")
     with pytest.raises(CheckpointError, match=r"tokenizer\.json"):
         ASREngine(EngineConfig(ckpt_dir=str(target)))
+
+
+@pytest.mark.parametrize(("width", "vocab", "model", "languages"),
+                         [(1280, 51866, "large", 100), (768, 51865, "small", 99), (512, 51864, "base.en", 1)])
+def test_a_checkpoint_is_described_from_its_config_without_its_weights(
+        tmp_path: Path, width: int, vocab: int, model: str, languages: int) -> None:
+    """/v1/models describes a model before its first load from its configuration: here a
+    Transformers config beside an empty weights file, which a load would refuse."""
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "whisper", "d_model": width, "vocab_size": vocab}))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    info = describe_model(EngineConfig(ckpt_dir=str(tmp_path)))
+    assert info is not None and info.model == model and len(info.languages) == languages
+    multilingual = languages > 1
+    assert info.capabilities.translate is info.capabilities.language is multilingual
+    assert info.details["tasks"] == (["transcribe", "translate"] if multilingual else ["transcribe"])
