@@ -94,6 +94,7 @@ class Backlog:
         """Measured share of engine time one live stream takes (the share over the streams open),
         smoothed over LIVE_TAU_S; None until a sample with streams open."""
         self._live_streams = 0  # live streams open at the engine, as last reported
+        self._behind_at = -math.inf  # when the engine last shed live passes (behind their cadence)
         self._admitted: list[float] = []  # when live sessions were admitted, the last LIVE_SETTLE_S
 
     @property
@@ -118,11 +119,15 @@ class Backlog:
         if finished:
             self._work.pop(request_id, None)  # idle bookkeeping waits for sample(): its progress counts
 
-    def live(self, engine_seconds: float, streams: int = 0) -> None:
-        """Engine time (s) live streams took in the steps whose outputs are being reported, and how
-        many live streams the engine holds now (call before `sample()`)."""
+    def live(self, engine_seconds: float, streams: int = 0, passes_shed: int = 0) -> None:
+        """Engine time (s) live streams took in the steps whose outputs are being reported, how
+        many live streams the engine holds now, and how many of their passes it shed for being
+        behind their cadence (call before `sample()`)."""
         if self._live_streams and not streams:
             self._admitted.clear()  # every session ended: the ones admitted lately too
+            self._behind_at = -math.inf
+        if passes_shed > 0:
+            self._behind_at = self._clock()
         self._live_streams = streams
         self._live += engine_seconds
         if self._since is not None:
@@ -176,6 +181,13 @@ class Backlog:
         engine's bridge reports at least every quarter second while streams run, and once a
         second while the engine idles), so a long step holds it rather than reading as idle."""
         return self.live_share
+
+    def live_behind(self) -> bool:
+        """The engine shed live passes in the last LIVE_SETTLE_S: the streams open already take
+        more than it has, whatever the measured share says (the share counts the engine thread's
+        stage timers only: an encoder thread beside it, or time no stage names, escapes it, so a
+        saturated engine can read 0.75 and its cost per stream fall as streams are added)."""
+        return self._clock() - self._behind_at < LIVE_SETTLE_S
 
     def admit_live(self) -> None:
         """A live session was admitted: counted in `live_projection` until it has settled."""

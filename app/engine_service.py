@@ -142,6 +142,8 @@ class EngineService:
         self._step_started: float | None = None
         self._tick_started = 0.0
         self._live_s = 0.0  # engine thread: live streams' engine time not yet handed to the backlog
+        self._shed_seen = 0  # engine thread: the engine's total of live passes shed, as last drained
+        self._shed_new = 0  # engine thread: passes shed not yet handed to the backlog
         self._posted_at = 0.0  # engine thread: perf_counter() of the last hand-over to the loop
         self.live_streams = 0
         """Live streams the runner held after the last step (written by the engine thread)."""
@@ -202,12 +204,16 @@ class EngineService:
 
     # ------------------------------------------------------------------ admission
 
-    def try_acquire(self) -> bool:
-        """Take an inflight permit (event-loop only, so no lock)."""
+    def try_acquire(self, *, live: bool = False) -> bool:
+        """Take an inflight permit (event-loop only, so no lock). A `live` session that gets one is
+        counted as admitted (`Backlog.admit_live`) until its cost shows in the measured share; one
+        refused here after `shed_live` let it through is not."""
         if self.draining or self.inflight >= self.max_inflight:
             self.series.requests_busy.inc()
             return False
         self.inflight += 1
+        if live:
+            self.backlog.admit_live()
         return True
 
     def release(self) -> None:
@@ -243,16 +249,16 @@ class EngineService:
         """Seconds a client should wait before opening a new live session (Retry-After), or None
         to admit it: refused while the live streams already admitted, with the sessions admitted
         too recently to show in it counted at the measured per-session cost, would take
-        LIVE_ADMIT_SHARE of the engine's time with this one, so that they keep their cadence (an
+        LIVE_ADMIT_SHARE of the engine's time with this one, or while the engine sheds live passes
+        for being behind their cadence (`Backlog.live_behind`), so that they keep their cadence (an
         admitted session is never shed). The share is smoothed over seconds, so it is only
         believed while streams are open: the last session's share must not refuse the next one on
-        an engine it has left. An admitted session is counted (`count`: a real admission, not a
-        probe). Off with the rest of load admission (`max_queue_delay_secs` 0)."""
+        an engine it has left. A refusal is counted as busy (`count`: a real admission, not a
+        probe); the session admitted is counted when it takes its permit (`try_acquire(live=True)`).
+        Off with the rest of load admission (`max_queue_delay_secs` 0)."""
         if self.max_queue_delay_secs <= 0:
             return None
-        if self.projected_live_share() < LIVE_ADMIT_SHARE:
-            if count:
-                self.backlog.admit_live()
+        if self.projected_live_share() < LIVE_ADMIT_SHARE and not self.backlog.live_behind():
             return None
         if count:
             self.series.requests_busy.inc()
@@ -436,6 +442,8 @@ class EngineService:
         self.series.step.observe(seconds)
         snapshot, stats = e.metrics.drain(), e.runner.stats()
         self._live_s += live_engine_seconds(snapshot.stage_seconds)
+        self._shed_new += snapshot.stream_passes_shed_total - self._shed_seen
+        self._shed_seen = snapshot.stream_passes_shed_total
         self.live_streams = stats.streams
         self.series.export(snapshot, stats, e.num_running, e.num_waiting)
 
@@ -444,16 +452,16 @@ class EngineService:
         now = time.perf_counter()
         # live time goes over without outputs too (a saturated Whisper engine holds partials back
         # while finals decode), and an idle engine says so, so that the measured live share falls
-        live_due = (self._live_s > 0 or idle) and now - self._posted_at >= LIVE_POST_PERIOD_S
+        live_due = (self._live_s > 0 or self._shed_new or idle) and now - self._posted_at >= LIVE_POST_PERIOD_S
         if (outputs or live_due) and self._loop is not None:
-            live_s, self._live_s, self._posted_at = self._live_s, 0.0, now
+            live_s, shed, self._live_s, self._shed_new, self._posted_at = self._live_s, self._shed_new, 0.0, 0, now
             try:
-                self._loop.call_soon_threadsafe(self._dispatch, outputs, now, live_s)
+                self._loop.call_soon_threadsafe(self._dispatch, outputs, now, live_s, shed)
             except RuntimeError:  # loop closed during shutdown
                 return False
         return True
 
-    def _dispatch(self, outputs: list[RequestOutput], sent_at: float, live_s: float = 0.0) -> None:
+    def _dispatch(self, outputs: list[RequestOutput], sent_at: float, live_s: float = 0.0, passes_shed: int = 0) -> None:
         for out in outputs:
             if out.finished and out.finish_reason in ("abort", "error"):
                 self.backlog.forget(out.request_id)  # left without being transcribed: no progress
@@ -465,7 +473,8 @@ class EngineService:
             stream.put(out)
             if out.finished and out.finish_reason == "error":
                 self.series.failed(out.error_stage or "unknown")
-        self.backlog.live(live_s, self.live_streams)  # the engine time live streams took: offline work did not get it
+        # the engine time live streams took (offline work did not get it), and whether they are behind
+        self.backlog.live(live_s, self.live_streams, passes_shed)
         self.backlog.sample()  # one step's outputs, one throughput sample
         self.series.queue_delay.set(self.backlog.delay())
         self.series.route.observe(time.perf_counter() - sent_at)

@@ -33,7 +33,7 @@ def take_permit(service: EngineService, *, live: bool = False) -> None:
             503, f"server is overloaded: new work would wait about {service.backlog.delay():.0f} s "
                  f"(--max-queue-delay-secs {service.max_queue_delay_secs:g}); retry after {retry} s",
             status_name="RESOURCE_EXHAUSTED", retry_after=retry)
-    if not service.try_acquire():
+    if not service.try_acquire(live=live):
         if service.draining:
             raise ApiError(503, "server is shutting down")  # UNAVAILABLE: go to another replica
         # over capacity is RESOURCE_EXHAUSTED (seed 001's table), still HTTP 503
@@ -45,8 +45,10 @@ def take_permit(service: EngineService, *, live: bool = False) -> None:
 def live_refusal(service: EngineService, retry: int) -> ApiError:
     """The refusal of a new live session while admitted ones take the engine (503 RESOURCE_EXHAUSTED)."""
     share = service.projected_live_share()
-    return ApiError(503, f"server is overloaded: live sessions would take {share:.0%} of the engine with a new "
-                         f"one, which would slow those admitted; retry after {retry} s",
+    why = ("the live sessions admitted are behind their cadence already (the engine sheds their passes)"
+           if service.backlog.live_behind() else
+           f"live sessions would take {share:.0%} of the engine with a new one, which would slow those admitted")
+    return ApiError(503, f"server is overloaded: {why}; retry after {retry} s",
                     status_name="RESOURCE_EXHAUSTED", retry_after=retry)
 
 

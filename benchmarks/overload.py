@@ -30,6 +30,7 @@ as much about the neighbours as about the server.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import random
@@ -84,6 +85,7 @@ class Outcome:
     text: str = ""
     detail: str = ""  # the status and message of a refusal or a loss
     retry_after_s: float | None = None  # a refusal's hint: Retry-After, or gRPC pushback over 1000
+    sent_at: float = float("nan")  # time.perf_counter() when it was sent (for --trace)
 
 
 class Surfaces:
@@ -225,7 +227,11 @@ def run_live(base_url: str, turns: list[np.ndarray], admitted: threading.Event, 
     try:
         stream = TurnStream(base_url, model="", turn_detection="none")
     except InvalidStatus as exc:
-        result.refused = f"HTTP {exc.response.status_code} on the upgrade"
+        status, retry = exc.response.status_code, exc.response.headers.get("retry-after")
+        if status == 503 and retry:  # the live gate: the sessions already admitted take the engine
+            result.refused = f"HTTP 503 on the upgrade, Retry-After {retry}"
+        else:
+            result.failed = f"HTTP {status} on the upgrade (Retry-After {retry})"
         return result
     except Exception as exc:
         result.failed = f"{type(exc).__name__}: {exc}"
@@ -331,10 +337,12 @@ def offer(surfaces: Surfaces, times: list[float], names: tuple[str, ...]) -> dic
     lock = threading.Lock()
 
     def one(surface: str) -> None:
+        sent_at = time.perf_counter()
         try:
             out = surfaces.call(surface)
         except Exception as exc:  # a client bug must still be accounted for, as a loss
             out = Outcome("lost", float("nan"), detail=f"client: {type(exc).__name__}: {exc}")
+        out.sent_at = sent_at
         with lock:
             outcomes[surface].append(out)
 
@@ -366,7 +374,7 @@ class ReadyMonitor:
         with httpx.Client(base_url=self._base_url, timeout=5.0) as client:
             while not self._stop.wait(MONITOR_PERIOD_S):
                 try:
-                    self.samples.append(client.get("/readyz").json())
+                    self.samples.append({**client.get("/readyz").json(), "at": time.perf_counter()})
                 except (httpx.HTTPError, ValueError):
                     continue
 
@@ -441,8 +449,9 @@ def live_row(results: list[LiveResult]) -> dict[str, Any]:
 
 
 def hard_failures(rows: list[dict[str, Any]]) -> list[str]:
-    """The admission contract's violations: losses, refusals without a retry hint, live sessions
-    refused or shed."""
+    """The admission contract's violations: losses, refusals without a retry hint, admitted live
+    sessions shed (a session refused at its opening with a Retry-After, because the ones already
+    admitted take the engine, is the live gate working: `live_row` counts those)."""
     out = []
     for r in rows:
         if "offered" in r:
@@ -450,8 +459,8 @@ def hard_failures(rows: list[dict[str, Any]]) -> list[str]:
                 out.append(f"{r['surface']}: {r['lost']} lost")
             if r["refused_without_retry"]:
                 out.append(f"{r['surface']}: {r['refused_without_retry']} refused without a retry hint")
-        elif "sessions" in r and (r["refused"] or r["failed"]):
-            out.append(f"{r['surface']}: {r['refused']} refused, {r['failed']} failed")
+        elif "sessions" in r and r["failed"]:
+            out.append(f"{r['surface']}: {r['failed']} admitted and then failed")
     return out
 
 
@@ -545,6 +554,8 @@ def run(plan: Plan, on_phase: Callable[[str], None] = logger.info) -> dict[str, 
         for th in threads:
             th.join()
         server_row = monitor.stop()
+        trace = {"outcomes": {s: [dataclasses.asdict(o) for o in outs] for s, outs in outcomes.items()},
+                 "readyz": monitor.samples}
     finally:
         surfaces.close()
         server.stop()
@@ -554,7 +565,7 @@ def run(plan: Plan, on_phase: Callable[[str], None] = logger.info) -> dict[str, 
     rows += [live_row(live), server_row]
     return {"capacity": capacity, "max_queue_delay_s": limit, "factor": plan.factor, "duration_s": plan.duration_s,
             "arrivals": plan.arrivals, "offered": len(times), "clip": plan.clip, "clip_s": round(audio.size / SAMPLE_RATE, 2),
-            "rows": rows, "failures": hard_failures(rows)}
+            "rows": rows, "failures": hard_failures(rows), "trace": trace}
 
 
 def main() -> None:
@@ -570,6 +581,8 @@ def main() -> None:
     parser.add_argument("--surfaces", nargs="+", choices=SURFACES, default=list(SURFACES),
                         help="the surfaces the offered load is dealt to, in turn (default: all three)")
     parser.add_argument("--clip", default=CLIP, help="dev clip id every request sends")
+    parser.add_argument("--trace", default=None, metavar="PATH",
+                        help="write every offered request's outcome (sent_at, latency) and the /readyz samples as JSON")
     parser.add_argument("--server-env", nargs="*", default=[], metavar="OASR_X=VALUE",
                         help="more settings for the server, e.g. OASR_MAX_WAIT_TIME=60")
     args = parser.parse_args()
@@ -580,6 +593,9 @@ def main() -> None:
                       capacity_concurrency=args.capacity_concurrency, arrivals=args.arrivals,
                       surfaces=tuple(args.surfaces), clip=args.clip,
                       env=dict(pair.split("=", 1) for pair in args.server_env)))
+    if args.trace:
+        with open(args.trace, "w") as f:
+            json.dump(result["trace"], f)
     for row in result["rows"]:
         print(json.dumps(row), flush=True)
     cap = result["capacity"]

@@ -296,7 +296,7 @@ class RealtimeSession:
             raise ProtocolError(f"model {config.transcription.model!r} takes {service.engine.sample_rate} Hz audio, "
                                 f"this session's model {self.rate} Hz; open a new session for it",
                                 code="unsupported_value", param=f"{param}.model")
-        if not service.try_acquire():
+        if not service.try_acquire(live=True):
             raise ProtocolError(f"model {config.transcription.model!r} is at capacity (--max-inflight); retry later",
                                 code="server_busy", error_type=ev.SERVER_ERROR_TYPE)
         return service

@@ -79,7 +79,7 @@ async def listen(websocket: WebSocket) -> None:
     if shed is not None:  # live sessions already take the engine: admitted ones keep their cadence
         await _deny(websocket, live_refusal(service, shed).message, shed)
         return
-    if not service.try_acquire():
+    if not service.try_acquire(live=True):
         retry = None if service.draining else service.backlog.drain_time()
         message = ("server is shutting down" if retry is None
                    else f"server is at capacity (--max-inflight); retry after {retry} s")

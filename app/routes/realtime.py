@@ -110,7 +110,7 @@ async def realtime(websocket: WebSocket) -> None:
     if retry is not None:
         await _deny(websocket, live_refusal(service, retry))
         return
-    if not service.try_acquire():
+    if not service.try_acquire(live=True):
         if service.draining:
             await _deny(websocket, ApiError(503, "server is shutting down"))
         else:

@@ -240,3 +240,21 @@ def test_sessions_admitted_lately_count_until_they_settle_or_every_stream_ends()
     backlog.admit_live()
     backlog.live(0.0, 0)  # every stream ended, the one just admitted with them
     assert backlog.live_projection(streams_open=False) == 0.0
+
+
+def test_live_is_behind_for_a_while_after_the_engine_sheds_passes() -> None:
+    """A shed pass says the streams open already take more than the engine has, whatever share was
+    measured: the live gate refuses new sessions until LIVE_SETTLE_S passes without one, or every
+    stream ends."""
+    clock = Clock()
+    backlog = Backlog(clock)
+    backlog.live(0.1, 8)
+    assert not backlog.live_behind()
+    backlog.live(0.1, 8, passes_shed=3)
+    clock.now += LIVE_SETTLE_S - 0.1
+    assert backlog.live_behind()
+    clock.now += 0.2
+    assert not backlog.live_behind()
+    backlog.live(0.1, 8, passes_shed=1)
+    backlog.live(0.0, 0)  # every stream ended
+    assert not backlog.live_behind()

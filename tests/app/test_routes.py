@@ -684,13 +684,50 @@ async def test_a_burst_of_live_sessions_is_admitted_only_up_to_the_measured_capa
         backlog.live(0.22 * MIN_SAMPLE_S, 4)
         backlog.sample()
     assert backlog.live_cost == pytest.approx(0.055, rel=1e-3)
+    h.service.max_inflight = 100
     admitted = 0
-    while h.service.shed_live() is None and admitted < 100:
+    while h.service.shed_live() is None and h.service.try_acquire(live=True) and admitted < 100:
         admitted += 1
     # admitted while 0.22 + 0.055 * (k + 1) < LIVE_ADMIT_SHARE: 12 more at 0.9, 16 streams at 88 %
     assert admitted == math.ceil((LIVE_ADMIT_SHARE - 0.22) / 0.055) - 1
     assert h.service.shed_live() == LIVE_RETRY_AFTER_S
+    for _ in range(admitted):
+        h.service.release()
     clock[0] += LIVE_SETTLE_S + 1  # settled: the measured share (still 22 % here) speaks for them
+    assert h.service.shed_live() is None
+
+
+async def test_a_live_session_refused_a_permit_is_not_counted_as_admitted(h: Harness) -> None:
+    """The live gate counts a session as admitted when it takes its permit: one that passed the
+    gate but found --max-inflight reached never opens, so it must not hold back the next ones."""
+    clock = [100.0]
+    h.service.max_queue_delay_secs = 30.0
+    h.service.backlog = backlog = Backlog(lambda: clock[0])
+    backlog.live_cost = 0.1
+    before = h.service.projected_live_share()
+    h.service.max_inflight = h.service.inflight  # full
+    assert h.service.shed_live() is None and not h.service.try_acquire(live=True)
+    assert h.service.projected_live_share() == before
+    h.service.max_inflight += 1
+    assert h.service.try_acquire(live=True)
+    assert h.service.projected_live_share() == pytest.approx(before + 0.1)
+    h.service.release()
+
+
+async def test_new_live_sessions_are_refused_while_the_engine_sheds_live_passes(h: Harness) -> None:
+    """However low the measured share reads, a new session is refused while the engine sheds the
+    admitted streams' passes for being behind their cadence, with the reason in the refusal."""
+    clock = [100.0]
+    h.service.max_queue_delay_secs = 30.0
+    h.service.backlog = backlog = Backlog(lambda: clock[0])
+    h.service.live_streams = 8
+    backlog.live(0.1, 8, passes_shed=2)
+    assert h.service.projected_live_share() < LIVE_ADMIT_SHARE
+    start, *rest = await upgrade(h.app, "/v1/realtime")
+    assert start["status"] == 503 and (b"retry-after", str(LIVE_RETRY_AFTER_S).encode()) in start["headers"]
+    body = b"".join(m.get("body", b"") for m in rest)
+    assert b"behind their cadence" in body, body
+    clock[0] += LIVE_SETTLE_S
     assert h.service.shed_live() is None
 
 

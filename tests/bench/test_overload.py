@@ -42,7 +42,9 @@ def test_a_row_accounts_for_every_offered_request() -> None:
     failures = overload.hard_failures([row, overload.live_row([overload.LiveResult(finals=[0.5])])])
     assert failures == ["http: 2 lost", "http: 1 refused without a retry hint"]
     shed = overload.LiveResult(failed="realtime error: shed", finals=[0.4])
-    assert overload.hard_failures([overload.live_row([shed])]) == ["live (pre-admitted): 0 refused, 1 failed"]
+    assert overload.hard_failures([overload.live_row([shed])]) == ["live (pre-admitted): 1 admitted and then failed"]
+    gated = overload.LiveResult(refused="HTTP 503 on the upgrade, Retry-After 10")  # the live gate, not a loss
+    assert overload.hard_failures([overload.live_row([gated])]) == []
 
 
 def test_a_refusal_counts_as_hinted_only_with_a_whole_number() -> None:

@@ -8,6 +8,7 @@ It computes nothing itself: the runner runs the encoder and the batch on what it
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Container
@@ -25,10 +26,14 @@ OFFLINE_WINDOWS_BESIDE_LIVE = 1
 much as LIVE_ENCODE_FRAMES, so a final pass that arrives meanwhile waits for one window, not for a
 batch of max_encode_batch (seconds on a CPU). Offline work yields to live streams (issue 35)."""
 OFFLINE_PATIENCE_S = 2.0
-"""Seconds an offline window waits behind live passes before it is encoded anyway (one at a time,
-never ahead of a final): yielding to live streams must not starve offline work that admission
+"""Seconds an offline window waits behind live passes before it is encoded anyway, first in its
+batch (one at a time): yielding to live streams must not starve offline work that admission
 accepted, which counts on a share of the engine (app/backlog.py MAX_LIVE_SHARE). The scheduler's
-starvation bound, max_wait_time, by default."""
+starvation bound, max_wait_time, by default. Ahead of a final pass too, but at most once per
+OFFLINE_PATIENCE_S: with as many live streams as the engine holds, a final is pending at almost
+every step (measured in benchmarks/overload.py: no offline window done for 10 s stretches, accepted
+uploads waiting 50 s against a 30 s estimate), so offline work is owed a floor, one window every
+two seconds, that costs a waiting final one window's encode at most that often."""
 
 
 class WindowPlanner:
@@ -43,6 +48,8 @@ class WindowPlanner:
         self.deferred: list[tuple[WindowJob, WindowResult]] = []  # interim results held while finals decode
         self.encoding: list[WindowJob] = []  # handed to the encoder thread, not back yet
         self.steps_since_encode = 0
+        self.offline_floor_at = -math.inf
+        """Monotonic time an overdue offline window last went ahead of a final pass."""
 
     def has_work(self) -> bool:
         return bool(self.encode_queue or self.prefill_queue or self.deferred or self.encoding)
@@ -136,14 +143,19 @@ class WindowPlanner:
         jobs: list[WindowJob] = []
         live_frames = 0
         offline_windows = 0
-        if live_streams and not self.final_first():
+        if live_streams:
             now = time.monotonic()
             overdue = next((j for j in self.encode_queue if not j.live and now - j.queued_at >= OFFLINE_PATIENCE_S), None)
-            if overdue is not None and overdue.rows <= budget:  # it goes first; live passes fill the rest
+            ahead_of_final = self.final_first()
+            if (overdue is not None and overdue.rows <= budget
+                    and (not ahead_of_final or now - self.offline_floor_at >= OFFLINE_PATIENCE_S)):
+                # it goes first; live passes (a final included) fill the rest
                 self.encode_queue = deque(j for j in self.encode_queue if j is not overdue)
                 jobs.append(overdue)
                 budget -= overdue.rows
                 offline_windows = 1
+                if ahead_of_final:
+                    self.offline_floor_at = now
         # a client waits on every final pass: no new interim pass is encoded with one or joins the
         # decoder until they are done
         final_waiting = self.finals_pending(batch)

@@ -102,7 +102,7 @@ def test_live_passes_go_ahead_of_offline_windows_and_offline_encodes_one_window_
     assert p.take_encode(idle_batch(), live_streams=False) == [files[2], files[0]]  # the whole batch
 
 
-def test_an_offline_window_that_waited_past_its_patience_goes_ahead_of_interims_but_not_of_a_final() -> None:
+def test_an_offline_window_that_waited_past_its_patience_goes_ahead_of_interims() -> None:
     """Yielding is not starving: admission accepted the file counting on a share of the engine."""
     p = planner()
     window = offline_window("file")
@@ -110,8 +110,23 @@ def test_an_offline_window_that_waited_past_its_patience_goes_ahead_of_interims_
     interims = [live_job(f"s{k}") for k in range(3)]
     for job in interims:
         p.submit(job)
-    final = live_job("f", final=True)
-    p.submit(final)
     window.queued_at -= OFFLINE_PATIENCE_S  # it has waited that long behind the live passes
-    assert p.take_encode(idle_batch(), live_streams=True) == [final]
     assert p.take_encode(idle_batch(), live_streams=True) == [window, *interims]
+
+
+def test_overdue_offline_windows_go_ahead_of_finals_at_most_once_per_patience() -> None:
+    """With as many streams as the engine holds a final is pending at almost every step: offline
+    work still gets one window every OFFLINE_PATIENCE_S, each delaying a final by one encode."""
+    p = planner()
+    windows = [offline_window(f"file{k}") for k in range(2)]
+    for window in windows:
+        p.submit(window)
+        window.queued_at -= OFFLINE_PATIENCE_S
+    finals = [live_job(f"f{k}", final=True) for k in range(3)]
+    p.submit(finals[0])
+    assert p.take_encode(idle_batch(), live_streams=True) == [windows[0], finals[0]]
+    p.submit(finals[1])
+    assert p.take_encode(idle_batch(), live_streams=True) == [finals[1]]  # the floor was just used
+    p.offline_floor_at -= OFFLINE_PATIENCE_S  # two seconds later
+    p.submit(finals[2])
+    assert p.take_encode(idle_batch(), live_streams=True) == [windows[1], finals[2]]
