@@ -26,7 +26,7 @@ from engine.errors import InvalidRequestError
 from engine.fbank import join_tail
 from engine.metrics import stage_timer
 from engine.models.wenet.checkpoint import WenetCheckpoint, load_checkpoint
-from engine.models.wenet.config import encoder_frame_seconds
+from engine.models.wenet.config import RIGHT_CONTEXT, SUBSAMPLING, encoder_frame_seconds
 from engine.models.wenet.ctc import CTCState, Detokenizer, advance_batch
 from engine.models.wenet.info import (
     ATTENTION_RESCORING,
@@ -36,8 +36,6 @@ from engine.models.wenet.info import (
 )
 from engine.models.wenet.keywords import KeywordSpeller
 from engine.models.wenet.model import (
-    RIGHT_CONTEXT,
-    SUBSAMPLING,
     PagedBatch,
     sinusoid,
     subsampled_length,
