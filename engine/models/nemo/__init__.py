@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from engine.config import EngineConfig
 from engine.families import ModelFamily
 from engine.models.nemo.options import NemoOptions
+from engine.runner import ModelInfo
 
 if TYPE_CHECKING:
     from engine.models.nemo.runner import NemoRunner
@@ -38,7 +39,13 @@ def build(config: EngineConfig, options: NemoOptions) -> NemoRunner:
     return NemoRunner.from_config(config, options)
 
 
-FAMILY = ModelFamily(name="nemo", detect=detect, build=build, options=NemoOptions, convert=convert,
-                     hub_files=("*.nemo",))
+def describe(config: EngineConfig, options: NemoOptions) -> ModelInfo:
+    from engine.models.nemo.info import describe as describe_config
 
-__all__ = ["FAMILY", "NemoOptions", "build", "convert", "detect"]
+    return describe_config(config, options)
+
+
+FAMILY = ModelFamily(name="nemo", detect=detect, build=build, options=NemoOptions, convert=convert,
+                     describe=describe, hub_files=("*.nemo",))
+
+__all__ = ["FAMILY", "NemoOptions", "build", "convert", "describe", "detect"]

@@ -10,12 +10,14 @@ import io
 import os
 import tarfile
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 import yaml
 
 from engine.errors import CheckpointError
+
+if TYPE_CHECKING:
+    import torch
 
 CONFIG_NAME = "model_config.yaml"
 WEIGHTS_NAME = "model_weights.ckpt"
@@ -58,6 +60,31 @@ def find_checkpoint(ckpt_dir: str, checkpoint_name: str | None) -> str:
     return os.path.join(ckpt_dir, found[0])
 
 
+def parse_yaml(data: bytes, path: str) -> dict[str, Any]:
+    """model_config.yaml's mapping (`path` names the checkpoint in errors)."""
+    try:
+        config = yaml.safe_load(data.decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: {CONFIG_NAME} is not valid YAML: {exc}") from exc
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path}: {CONFIG_NAME} is not a mapping")
+    return config
+
+
+def read_archive_config(path: str) -> dict[str, Any]:
+    """model_config.yaml of a `.nemo`, its other members skipped unread (their headers only)."""
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for member in tar:
+                if member.isfile() and os.path.basename(member.name) == CONFIG_NAME:
+                    data = tar.extractfile(member)
+                    assert data is not None  # regular files always extract
+                    return parse_yaml(data.read(), path)
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise CheckpointError(f"{path}: not a readable .nemo archive (truncated or corrupt?): {exc}") from exc
+    raise CheckpointError(f"{path}: the archive has no {CONFIG_NAME} (truncated or not a NeMo checkpoint)")
+
+
 def read_archive(path: str) -> NemoArchive:
     """Load config, weights and artifacts; a damaged or truncated file is a CheckpointError."""
     members: dict[str, bytes] = {}
@@ -76,12 +103,9 @@ def read_archive(path: str) -> NemoArchive:
                 f"{path}: the archive has no {required} (truncated or not a NeMo checkpoint); "
                 f"found: {', '.join(sorted(members)) or 'nothing'}"
             )
-    try:
-        config = yaml.safe_load(members.pop(CONFIG_NAME).decode("utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path}: {CONFIG_NAME} is not valid YAML: {exc}") from exc
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path}: {CONFIG_NAME} is not a mapping")
+    config = parse_yaml(members.pop(CONFIG_NAME), path)
+    import torch
+
     try:
         state = torch.load(io.BytesIO(members.pop(WEIGHTS_NAME)), map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for a damaged zip/pickle

@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -38,10 +39,9 @@ def is_native(ckpt_dir: str) -> bool:
         return False
 
 
-def read(ckpt_dir: str) -> NemoArchive:
-    """The unpacked archive, as `archive.read_archive` returns a packed one."""
-    from safetensors.torch import load_file
-
+def read_config(ckpt_dir: str) -> tuple[str, dict[str, Any]]:
+    """(the path naming the checkpoint, as the `.nemo`'s did, in logs and /v1/models; its
+    model_config.yaml), from the manifest and the config file only."""
     with open(os.path.join(ckpt_dir, MANIFEST)) as f:
         manifest = json.load(f)
     if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
@@ -49,16 +49,25 @@ def read(ckpt_dir: str) -> NemoArchive:
                               f"{manifest.get('version')!r} is not {FORMAT!r} version {VERSION}")
     try:
         config = yaml.safe_load(Path(ckpt_dir, CONFIG_NAME).read_text())
-        state_dict = load_file(os.path.join(ckpt_dir, WEIGHTS))
     except (OSError, yaml.YAMLError) as exc:
+        raise CheckpointError(f"{ckpt_dir}: unreadable unpacked NeMo checkpoint ({exc})") from exc
+    return os.path.join(ckpt_dir, f"{manifest.get('name', 'model')}.nemo"), config
+
+
+def read(ckpt_dir: str) -> NemoArchive:
+    """The unpacked archive, as `archive.read_archive` returns a packed one."""
+    from safetensors.torch import load_file
+
+    path, config = read_config(ckpt_dir)
+    try:
+        state_dict = load_file(os.path.join(ckpt_dir, WEIGHTS))
+    except OSError as exc:
         raise CheckpointError(f"{ckpt_dir}: unreadable unpacked NeMo checkpoint ({exc})") from exc
     except Exception as exc:  # safetensors' own error types for a damaged header
         raise CheckpointError(f"{ckpt_dir}/{WEIGHTS}: not a readable safetensors file ({exc})") from exc
     artifacts = {name: Path(ckpt_dir, name).read_bytes() for name in os.listdir(ckpt_dir)
                  if name not in (MANIFEST, CONFIG_NAME, WEIGHTS) and os.path.isfile(os.path.join(ckpt_dir, name))}
-    # the path names the checkpoint in logs and /v1/models, as the .nemo's did
-    return NemoArchive(path=os.path.join(ckpt_dir, f"{manifest.get('name', 'model')}.nemo"), config=config,
-                       state_dict=state_dict, artifacts=artifacts)
+    return NemoArchive(path=path, config=config, state_dict=state_dict, artifacts=artifacts)
 
 
 def convert(ckpt_dir: str, checkpoint_name: str | None, out_dir: str) -> None:
@@ -85,4 +94,4 @@ def convert(ckpt_dir: str, checkpoint_name: str | None, out_dir: str) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-__all__ = ["MANIFEST", "WEIGHTS", "convert", "is_native", "read"]
+__all__ = ["MANIFEST", "WEIGHTS", "convert", "is_native", "read", "read_config"]

@@ -32,15 +32,8 @@ from engine.models.nemo.checkpoint import NemoCheckpoint, load_checkpoint
 from engine.models.nemo.ctc import CtcDecoder
 from engine.models.nemo.decode import BatchDecoder, DecodeState, transducer_slot_shapes
 from engine.models.nemo.frontend import MelStream
-from engine.models.nemo.info import describe, max_beam
-from engine.models.nemo.options import (
-    NemoOptions,
-    buffered_presets,
-    check_stream_context,
-    delay_preset,
-    request_context,
-    select_look_ahead,
-)
+from engine.models.nemo.info import NemoSettings, decode_methods, frame_seconds, max_beam, model_info
+from engine.models.nemo.options import NemoOptions, check_stream_context, request_context
 from engine.models.nemo.outputs import Hypothesis, OutputBuilder
 from engine.models.nemo.state_slots import StateSlots
 from engine.request import Request, error_output
@@ -72,24 +65,15 @@ class NemoRunner:
         cfg = ckpt.config
         enc = cfg.encoder
         self.sample_rate = cfg.mel.sample_rate
-        self.frame_seconds = cfg.mel.hop_length / cfg.mel.sample_rate * enc.subsampling_factor
-        self.method = self._decode_method(config.decode_method)
-        self.look_ahead: tuple[int, int] | None = None
-        self.streaming_kind: Mode | None = None
-        if enc.att_context_style == "chunked_limited":
-            self.look_ahead = select_look_ahead(enc, config.chunk_size, config.num_left_chunks)
-            if cfg.mel.per_feature:  # per_feature needs the whole utterance: not streamable
-                logger.warning("%s normalises features per utterance: served offline only", ckpt.path)
-            else:
-                self.streaming_kind = "cache_aware"
-        elif enc.att_context_style == "chunked_limited_with_rc":
-            self.streaming_kind = "buffered"
+        self.frame_seconds = frame_seconds(cfg)
+        self.settings = s = NemoSettings.of(ckpt.path, cfg, config, options)
+        self.method = self._decode_method(s.method)
+        self.look_ahead = s.look_ahead
+        self.streaming_kind: Mode | None = s.streaming_kind  # type: ignore[assignment]
+        if s.look_ahead is not None and s.streaming_kind is None:
+            logger.warning("%s normalises features per utterance: served offline only", ckpt.path)
         self.supports_streaming = self.streaming_kind is not None
-        self.presets = buffered_presets(enc)
-        self.default_context = options.stream_context or (delay_preset(self.presets, "medium") if self.presets
-                                                          else (70, 13, 13))  # fmt: skip
-        if self.streaming_kind == "buffered":
-            check_stream_context(enc, self.default_context)
+        self.presets, self.default_context = s.presets, s.default_context
         frame_samples = round(self.frame_seconds * self.sample_rate)
         self.stream_chunk_samples = frame_samples * (
             self.look_ahead[1] + 1 if self.look_ahead is not None else self.default_context[1]
@@ -100,20 +84,18 @@ class NemoRunner:
         self.pool: BlockPool | None = None
         self.ca_encoder: CacheAwareEncoder | None = None
         self.geometry: StreamGeometry | None = None
-        max_streams = options.max_streams
         if self.streaming_kind == "cache_aware" and self.look_ahead is not None:
             geo = self.geometry = StreamGeometry.of(enc, self.look_ahead)
+            assert geo.num_left_chunks + 1 == s.blocks_per_stream
             shapes[CONV_CACHE] = (enc.n_layers, enc.d_model, enc.conv_context[0])
-            self.blocks_per_stream = geo.num_left_chunks + 1
+            self.blocks_per_stream = s.blocks_per_stream
             spec = KVSpec(enc.n_layers, enc.n_heads, enc.head_dim, dtype)
-            num_blocks = plan_num_blocks(
-                spec, geo.out_frames, self.blocks_per_stream,
-                max_num_blocks=config.max_num_blocks or max_streams * self.blocks_per_stream, device=device,
+            plan_num_blocks(  # refuses a pool that cannot hold one stream, and logs its size
+                spec, geo.out_frames, self.blocks_per_stream, max_num_blocks=s.planned_blocks, device=device,
                 gpu_memory_utilization=config.gpu_memory_utilization, cpu_cache_bytes=config.cpu_cache_bytes,
             )  # fmt: skip
-            max_streams = min(max_streams, num_blocks // self.blocks_per_stream)
-            self.pool = BlockPool(spec, max_streams * self.blocks_per_stream, geo.out_frames, device)
-        self.slots = StateSlots(max_streams, shapes, dtype, device)
+            self.pool = BlockPool(spec, s.kv_blocks, geo.out_frames, device)
+        self.slots = StateSlots(s.max_streams, shapes, dtype, device)
         if self.pool is not None and self.geometry is not None:
             self.ca_encoder = CacheAwareEncoder(ckpt.model.encoder, self.geometry, self.pool, self.slots)
         self.buffered_encoder = BufferedEncoder(ckpt)
@@ -132,10 +114,8 @@ class NemoRunner:
                                resolve_dtype(config, device))
         return cls(ckpt, config, options or NemoOptions(), device)
 
-    def _decode_method(self, requested: str | None) -> str:
-        cfg = self.ckpt.config
-        methods = [m for m, present in (("rnnt", cfg.transducer), ("ctc", cfg.ctc_classes)) if present]
-        method = requested or methods[0]
+    def _decode_method(self, method: str) -> str:
+        methods = decode_methods(self.ckpt.config)
         if method not in methods:
             raise InvalidRequestError(  # worded as the engine's own check (it cannot run before the runner exists)
                 f"decode_method {method!r} is not offered by this nemo model (it offers: {', '.join(methods)})"
@@ -145,7 +125,7 @@ class NemoRunner:
     # ---- ModelRunner protocol ----
 
     def info(self) -> ModelInfo:
-        return describe(self)
+        return model_info(self.ckpt.config, self.settings, sum(p.numel() for p in self.ckpt.model.parameters()))
 
     @property
     def max_beam(self) -> int:

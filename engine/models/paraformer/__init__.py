@@ -13,11 +13,11 @@ from __future__ import annotations
 from engine.config import EngineConfig
 from engine.families import ModelFamily
 from engine.models.paraformer.options import ParaformerOptions
-from engine.runner import ModelRunner
+from engine.runner import ModelInfo, ModelRunner
 
 
 def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
-    from engine.models.paraformer.checkpoint import detect as detect_checkpoint
+    from engine.models.paraformer.files import detect as detect_checkpoint
 
     return detect_checkpoint(ckpt_dir, checkpoint_name)
 
@@ -35,7 +35,13 @@ def build(config: EngineConfig, options: ParaformerOptions) -> ModelRunner:
     return ParaformerRunner(ckpt, config, device, options)
 
 
-FAMILY = ModelFamily(name="paraformer", detect=detect, build=build, options=ParaformerOptions,
+def describe(config: EngineConfig, options: ParaformerOptions) -> ModelInfo:
+    from engine.models.paraformer.info import describe as describe_config
+
+    return describe_config(config, options)
+
+
+FAMILY = ModelFamily(name="paraformer", detect=detect, build=build, options=ParaformerOptions, describe=describe,
                      hub_files=("config.yaml", "model.pt", "tokens.json", "tokens.txt", "bpe.model", "am.mvn"))
 
-__all__ = ["FAMILY", "ParaformerOptions", "build", "detect"]
+__all__ = ["FAMILY", "ParaformerOptions", "build", "describe", "detect"]

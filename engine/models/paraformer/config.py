@@ -93,6 +93,11 @@ class FrontendConfig:
     lfr_n: int
     """Frames advanced per low-frame-rate frame (6: 60 ms per encoder frame)."""
 
+    @property
+    def frame_seconds(self) -> float:
+        """Seconds per LFR (= encoder) frame: 60 ms for FunASR's 10 ms x 6."""
+        return self.frame_shift_ms * self.lfr_n / 1000.0
+
 
 @dataclass(frozen=True)
 class ParaformerConfig:

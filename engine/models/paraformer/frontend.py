@@ -72,7 +72,7 @@ class WavFrontend:
     @property
     def frame_seconds(self) -> float:
         """Seconds per LFR (= encoder) frame: 60 ms for FunASR's 10 ms x 6."""
-        return self.cfg.frame_shift_ms * self.cfg.lfr_n / 1000.0
+        return self.cfg.frame_seconds
 
     def __call__(self, waveforms: list[torch.Tensor]) -> list[torch.Tensor]:
         """Features (frames_i, n_mels * lfr_m) of each 1-D float waveform in [-1, 1]."""

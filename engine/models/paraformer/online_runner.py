@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 
 import numpy as np
 import torch
@@ -30,20 +29,17 @@ from engine.fbank import join_tail
 from engine.metrics import stage_timer
 from engine.models.paraformer.checkpoint import ParaformerCheckpoint
 from engine.models.paraformer.frontend import WavFrontend
+from engine.models.paraformer.info import online_info
 from engine.models.paraformer.online import ChunkGeometry, ChunkInput, ChunkResult, new_state, run_chunks
 from engine.models.paraformer.options import ParaformerOptions
 from engine.models.paraformer.spelling import Spelling
 from engine.models.paraformer.stream import OnlineStream
 from engine.request import Request, error_output
-from engine.runner import Capabilities, ModelInfo, RunnerStats
+from engine.runner import ModelInfo, RunnerStats
 from engine.types import DecodingOptions, FinishReason, RequestOutput, Segment
 
 logger = logging.getLogger(__name__)
 
-DECODE_METHOD = "paraformer"
-CAPABILITIES = Capabilities(logprobs=True)
-"""Greedy only, no keywords (paraformer-online has no SeACo module), no word times (FunASR's
-streaming model reports none)."""
 
 
 class ParaformerOnlineRunner:
@@ -72,46 +68,14 @@ class ParaformerOnlineRunner:
     # ---- ModelRunner protocol ----
 
     def info(self) -> ModelInfo:
-        cfg = self.ckpt.config
-        geo = self.geometry
-        chunk_ms = geo.chunk * self.frontend.frame_seconds * 1000
-        return ModelInfo(
-            family="paraformer",
-            model=f"paraformer-online-{cfg.encoder.num_blocks}x{cfg.encoder.output_size}",
-            sample_rate=self.sample_rate,
-            languages=tuple(self.options.languages),
-            supports_streaming=True,
-            streaming_styles=("chunked",),
-            decode_methods=(DECODE_METHOD,),
-            decode_method=DECODE_METHOD,
-            capabilities=CAPABILITIES,
-            checkpoint_format="funasr",
-            parameters=sum(p.numel() for p in self.ckpt.model.parameters()),
-            details={
-                "architecture": "paraformer-online (chunked san-m encoder, cif across chunks, "
-                                "non-autoregressive decoder)",
-                "checkpoint_name": os.path.basename(self.ckpt.weights_path),
-                "encoder_layers": cfg.encoder.num_blocks,
-                "decoder_layers": cfg.decoder.num_blocks,
-                "d_model": cfg.encoder.output_size,
-                "vocab_size": cfg.decoder.vocab_size,
-                "lfr": [cfg.frontend.lfr_m, cfg.frontend.lfr_n],
-                "frame_ms": round(self.frontend.frame_seconds * 1000),
-                "chunk_size": [geo.left, geo.chunk, geo.ahead],
-                "chunk_ms": round(chunk_ms),
-                "look_ahead_ms": round(geo.ahead * self.frontend.frame_seconds * 1000),
-                "encoder_chunk_look_back": geo.encoder_look_back,
-                "decoder_chunk_look_back": geo.decoder_look_back,
-                "tokenizer": self.spelling.kind,
-                "max_streams": self.options.max_streams,
-            },
-        )
+        return online_info(self.ckpt.config, self.ckpt.weights_path, self.spelling.kind, self.options,
+                           sum(p.numel() for p in self.ckpt.model.parameters()))
 
     def stats(self) -> RunnerStats:
         return RunnerStats(streams=len(self._streams))
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
-        """Everything it cannot serve is left out of `CAPABILITIES` and refused at admission."""
+        """Everything it cannot serve is left out of `info.ONLINE_CAPABILITIES` and refused at admission."""
 
     def free_slots(self) -> int:
         return max(self.options.max_streams - len(self._streams), 0)

@@ -11,10 +11,8 @@ offline checkpoint has no streaming form: live sessions are refused by the engin
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
-import os
 
 import numpy as np
 import torch
@@ -25,21 +23,17 @@ from engine.metrics import stage_timer
 from engine.models.paraformer.checkpoint import ParaformerCheckpoint, load_checkpoint
 from engine.models.paraformer.frontend import WavFrontend
 from engine.models.paraformer.hotwords import HotwordSpeller
+from engine.models.paraformer.info import offline_info
 from engine.models.paraformer.model import Recognized
 from engine.models.paraformer.options import ParaformerOptions
 from engine.models.paraformer.outputs import Piece, final_output
 from engine.models.paraformer.spelling import Spelling
 from engine.request import Request, error_output
-from engine.runner import Capabilities, ModelInfo, RunnerStats
+from engine.runner import ModelInfo, RunnerStats
 from engine.types import DecodingOptions, RequestOutput
 
 logger = logging.getLogger(__name__)
 
-DECODE_METHOD = "paraformer"
-"""The one decoder: CIF-predicted token count, one parallel pass, argmax per token."""
-CAPABILITIES = Capabilities(logprobs=True, word_timestamps=True)
-"""Greedy only (FunASR's beam search needs a CTC or LM scorer these checkpoints lack), no
-prompt, no sampling, no language choice; keywords only with SeACo's bias decoder."""
 
 
 class ParaformerRunner:
@@ -73,40 +67,14 @@ class ParaformerRunner:
     # ---- ModelRunner protocol ----
 
     def info(self) -> ModelInfo:
-        cfg = self.ckpt.config
-        fe = cfg.frontend
-        return ModelInfo(
-            family="paraformer",
-            model=f"{'seaco-' if cfg.seaco else ''}paraformer-{cfg.encoder.num_blocks}x{cfg.encoder.output_size}",
-            sample_rate=self.sample_rate,
-            languages=tuple(self.options.languages),
-            supports_streaming=False,
-            decode_methods=(DECODE_METHOD,),
-            decode_method=DECODE_METHOD,
-            capabilities=dataclasses.replace(CAPABILITIES, keywords=self.speller is not None),
-            checkpoint_format="funasr",
-            parameters=sum(p.numel() for p in self.ckpt.model.parameters()),
-            details={
-                "architecture": "paraformer (san-m encoder, cif predictor, non-autoregressive decoder)",
-                "checkpoint_name": os.path.basename(self.ckpt.weights_path),
-                "encoder_layers": cfg.encoder.num_blocks,
-                "decoder_layers": cfg.decoder.num_blocks,
-                "d_model": cfg.encoder.output_size,
-                "vocab_size": cfg.decoder.vocab_size,
-                "lfr": [fe.lfr_m, fe.lfr_n],
-                "frame_ms": round(self.frontend.frame_seconds * 1000),
-                "max_segment_seconds": self.options.max_segment_seconds,
-                "keywords": self.speller is not None,
-                "tokenizer": self.spelling.kind,
-                "contextual": "seaco" if self.speller is not None else None,
-            },
-        )
+        return offline_info(self.ckpt.config, self.ckpt.weights_path, self.spelling.kind, self.options,
+                            sum(p.numel() for p in self.ckpt.model.parameters()))
 
     def stats(self) -> RunnerStats:
         return RunnerStats(decode_slots_used=len(self._running), decode_slots_capacity=self.config.max_batch_size)
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
-        """What `CAPABILITIES` leaves out is refused at admission (engine/capabilities.py); here only
+        """What `info.OFFLINE_CAPABILITIES` leaves out is refused at admission (engine/capabilities.py); here only
         hotwords the vocabulary cannot spell (keywords are a capability with the SeACo module)."""
         if options.keywords and self.speller is not None:
             self.speller.hotwords(options.keywords)

@@ -12,11 +12,11 @@ from __future__ import annotations
 from engine.config import EngineConfig
 from engine.families import ModelFamily
 from engine.models.speechllm.options import SpeechLLMOptions
-from engine.runner import ModelRunner
+from engine.runner import ModelInfo, ModelRunner
 
 
 def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
-    from engine.models.speechllm.checkpoint import detect as detect_checkpoint
+    from engine.models.speechllm.info import detect as detect_checkpoint
 
     return detect_checkpoint(ckpt_dir, checkpoint_name)
 
@@ -27,9 +27,15 @@ def build(config: EngineConfig, options: SpeechLLMOptions) -> ModelRunner:
     return SpeechLLMRunner.from_config(config, options)
 
 
-FAMILY = ModelFamily(name="speechllm", detect=detect, build=build, options=SpeechLLMOptions,
+def describe(config: EngineConfig, options: SpeechLLMOptions) -> ModelInfo:
+    from engine.models.speechllm.info import describe as describe_config
+
+    return describe_config(config, options)
+
+
+FAMILY = ModelFamily(name="speechllm", detect=detect, build=build, options=SpeechLLMOptions, describe=describe,
                      # Transformers' one-file or sharded weights (not "*.safetensors": a Whisper repo's fp32 shards would match)
                      hub_files=("config.json", "generation_config.json", "tokenizer.json", "model.safetensors",
                                 "model-*-of-*.safetensors"))
 
-__all__ = ["FAMILY", "SpeechLLMOptions", "build", "detect"]
+__all__ = ["FAMILY", "SpeechLLMOptions", "build", "describe", "detect"]

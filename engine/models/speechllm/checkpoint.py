@@ -5,7 +5,6 @@ tokenizer.json and generation_config.json. Foreign parameter names are mapped in
 
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
@@ -17,6 +16,7 @@ from safetensors import safe_open
 from torch import nn
 
 from engine.errors import CheckpointError
+from engine.models.speechllm.info import model_name, speechllm_config, weight_files
 from engine.models.speechllm.model import AudioEncoder, DecoderDims, EncoderDims, SpeechLLM, TwoLayerProjector
 from engine.models.speechllm.prompt import AUDIO_PAD, QWEN3_AUDIO_PAD
 from engine.models.speechllm.qwen3_audio import Qwen3AudioDims, Qwen3AudioEncoder
@@ -24,9 +24,6 @@ from engine.models.speechllm.tokenizer import QwenTokenizer
 
 logger = logging.getLogger(__name__)
 
-MODEL_TYPES = ("qwen2_audio", "qwen3_asr")
-"""config.json `model_type`s this family loads."""
-SAMPLE_RATE = 16000  # Hz, the Whisper front end's
 
 _PREFIXES = (
     # (checkpoint prefix, ours): the hub layout first, then Transformers 5's in-memory names
@@ -58,21 +55,6 @@ class SpeechLLMCheckpoint:
     name: str
     weights: tuple[str, ...]
     """File names of the weights (no directories)."""
-
-
-def read_config(ckpt_dir: str) -> dict[str, Any] | None:
-    path = os.path.join(ckpt_dir, "config.json")
-    try:
-        with open(path) as f:
-            cfg = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return cfg if isinstance(cfg, dict) else None
-
-
-def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
-    cfg = read_config(ckpt_dir)
-    return cfg is not None and cfg.get("model_type") in MODEL_TYPES and bool(glob.glob(os.path.join(ckpt_dir, "*.safetensors")))
 
 
 def _audio(model_type: str, a: dict[str, Any], hidden: int) -> tuple[nn.Module, nn.Module]:
@@ -143,15 +125,13 @@ def _eos_tokens(ckpt_dir: str, cfg: dict[str, Any], tok: QwenTokenizer) -> tuple
 
 
 def load_checkpoint(ckpt_dir: str, device: torch.device, dtype: torch.dtype) -> SpeechLLMCheckpoint:
-    cfg = read_config(ckpt_dir)
-    if cfg is None or cfg.get("model_type") not in MODEL_TYPES:
-        raise CheckpointError(f"{ckpt_dir!r}: config.json names no speech-LLM model_type ({', '.join(MODEL_TYPES)})")
+    cfg = speechllm_config(ckpt_dir)
     decoder = _dims(cfg)
     tower, projector = _audio(str(cfg["model_type"]), cfg["audio_config"], decoder.hidden)
     model = SpeechLLM(tower, projector, decoder)
     ours = model.state_dict()
     loaded: set[str] = set()
-    files = sorted(glob.glob(os.path.join(ckpt_dir, "*.safetensors")))
+    files = weight_files(ckpt_dir)
     for path in files:
         with safe_open(path, "pt") as f:
             for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
@@ -178,10 +158,9 @@ def load_checkpoint(ckpt_dir: str, device: torch.device, dtype: torch.dtype) -> 
     if audio_token is None:
         audio_token = tok.token_id(QWEN3_AUDIO_PAD if cfg["model_type"] == "qwen3_asr" else AUDIO_PAD)
     n_mels = int(cfg["audio_config"].get("num_mel_bins", 128))
-    name = cfg.get("_name_or_path") or os.path.basename(os.path.normpath(ckpt_dir))
     return SpeechLLMCheckpoint(
         model=model, tokenizer=tok, model_type=str(cfg["model_type"]), n_mels=n_mels,
         audio_token=int(audio_token), eos_tokens=_eos_tokens(ckpt_dir, cfg, tok),
-        max_positions=int(cfg["text_config"].get("max_position_embeddings", 32768)), name=os.path.basename(str(name)),
+        max_positions=int(cfg["text_config"].get("max_position_embeddings", 32768)), name=model_name(ckpt_dir, cfg),
         weights=tuple(os.path.basename(p) for p in files),
     )  # fmt: skip

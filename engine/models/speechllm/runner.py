@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.cache import BlockPool, KVSpec, plan_num_blocks
-from engine.capabilities import Capabilities
 from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError, UnsupportedError
 from engine.metrics import stage_timer
-from engine.models.speechllm.checkpoint import SAMPLE_RATE, SpeechLLMCheckpoint, load_checkpoint
+from engine.models.speechllm.checkpoint import SpeechLLMCheckpoint, load_checkpoint
+from engine.models.speechllm.info import DECODE_METHODS, SAMPLE_RATE, Sizes, model_info
 from engine.models.speechllm.options import SpeechLLMOptions
 from engine.models.speechllm.prompt import ASR_TEXT, LANGUAGE_NAMES, PromptSpec, Qwen3ASRPrompt
 from engine.models.speechllm.rows import SharedBlocks
@@ -39,8 +39,6 @@ from engine.types import Alternative, DecodingOptions, FinishReason, RequestOutp
 
 logger = logging.getLogger(__name__)
 
-DECODE_METHODS = ("greedy_or_beam",)
-"""One decoder: greedy for beam_size 1, Transformers' beam search otherwise."""
 PROMPT_TEXT_TOKENS = 64
 """Allowance for the chat prompt's text around the audio (system turn, instruction, context)
 when sizing a typical request's blocks for `free_slots`."""
@@ -112,38 +110,14 @@ class SpeechLLMRunner:
 
     # ---- ModelRunner protocol ----
 
-    def capabilities(self) -> Capabilities:
-        beams = self.options.max_beam_size
-        return Capabilities(max_beam_size=beams, max_n_best=beams, prompt=True, keywords=True, logprobs=True,
-                            language=True)
-
     def info(self) -> ModelInfo:
         dims, enc_layers = self.model.decoder.dims, len(self.model.audio_tower.layers)  # type: ignore[arg-type]
-        return ModelInfo(
-            family="speechllm",
-            model=self.ckpt.name,
-            sample_rate=SAMPLE_RATE,
-            languages=tuple(LANGUAGE_NAMES),
-            supports_streaming=False,
-            decode_methods=DECODE_METHODS,
-            decode_method=DECODE_METHODS[0],
-            capabilities=self.capabilities(),
-            checkpoint_format=f"transformers/{self.ckpt.model_type}",
-            parameters=sum(p.numel() for p in self.model.parameters()),
-            details={
-                "architecture": ("qwen3_asr: AuT audio encoder + projector + Qwen3 decoder" if self.qwen3
-                                 else "qwen2_audio: Whisper audio encoder + projector + Qwen2 decoder"),
-                "weights": list(self.ckpt.weights),
-                "encoder_layers": enc_layers,
-                "decoder_layers": dims.layers,
-                "hidden_size": dims.hidden,
-                "vocab_size": dims.vocab,
-                "max_audio_seconds": N_SAMPLES // SAMPLE_RATE,
-                "max_new_tokens": self.options.max_new_tokens,
-                "kv_blocks": self.pool.num_blocks,
-                "kv_block_tokens": self.pool.block_size,
-            },
-        )
+        sizes = Sizes(encoder_layers=enc_layers, decoder_layers=dims.layers, hidden_size=dims.hidden, vocab_size=dims.vocab)
+        info = model_info(self.ckpt.name, self.ckpt.model_type, self.ckpt.weights, sizes, self.config, self.options,
+                          sum(p.numel() for p in self.model.parameters()))
+        info.details["kv_blocks"] = self.pool.num_blocks  # planned from memory at load
+        assert info.details["kv_block_tokens"] == self.pool.block_size
+        return info
 
     def stats(self) -> RunnerStats:
         return RunnerStats(

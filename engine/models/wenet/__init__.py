@@ -10,11 +10,11 @@ from __future__ import annotations
 from engine.config import EngineConfig
 from engine.families import ModelFamily
 from engine.models.wenet.options import WenetOptions
-from engine.runner import ModelRunner
+from engine.runner import ModelInfo, ModelRunner
 
 
 def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
-    from engine.models.wenet.checkpoint import detect as detect_checkpoint
+    from engine.models.wenet.config import detect as detect_checkpoint
 
     return detect_checkpoint(ckpt_dir, checkpoint_name)
 
@@ -25,7 +25,13 @@ def build(config: EngineConfig, options: WenetOptions) -> ModelRunner:
     return WenetRunner.from_config(config, options)
 
 
-FAMILY = ModelFamily(name="wenet", detect=detect, build=build, options=WenetOptions,
+def describe(config: EngineConfig, options: WenetOptions) -> ModelInfo:
+    from engine.models.wenet.info import describe as describe_config
+
+    return describe_config(config, options)
+
+
+FAMILY = ModelFamily(name="wenet", detect=detect, build=build, options=WenetOptions, describe=describe,
                      hub_files=("train.yaml", "units.txt", "*.pt", "global_cmvn*"))
 
-__all__ = ["FAMILY", "WenetOptions", "build", "detect"]
+__all__ = ["FAMILY", "WenetOptions", "build", "describe", "detect"]

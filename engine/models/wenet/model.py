@@ -21,39 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.models.wenet.config import RIGHT_CONTEXT, SUBSAMPLING, ConformerConfig
 from engine.ops import paged_attention
-
-SUBSAMPLING = 4
-"""conv2d input layer: two stride-2 3x3 convolutions."""
-RIGHT_CONTEXT = 6
-"""Extra feature frames the subsampling needs beyond 4 per output frame."""
-
-
-@dataclass(frozen=True)
-class ConformerConfig:
-    input_dim: int = 80
-    vocab_size: int = 5000
-    output_size: int = 256
-    attention_heads: int = 4
-    linear_units: int = 2048
-    num_blocks: int = 12
-    cnn_module_kernel: int = 15
-    cnn_module_norm: str = "batch_norm"
-    """'batch_norm' (WeNet default) or 'layer_norm'."""
-    macaron_style: bool = True
-    use_cnn_module: bool = True
-    normalize_before: bool = True
-    activation_type: str = "swish"
-    norm_eps: float = 1e-5
-
-    @property
-    def head_dim(self) -> int:
-        return self.output_size // self.attention_heads
-
-    @property
-    def conv_lorder(self) -> int:
-        """Left context of the causal depthwise convolution (its streaming cache length)."""
-        return self.cnn_module_kernel - 1 if self.use_cnn_module else 0
 
 
 def window_frames(chunk_size: int) -> int:

@@ -15,24 +15,27 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 
 import numpy as np
 import torch
 
 from engine.cache import BlockPool, BlockTable, KVSpec, plan_num_blocks
-from engine.capabilities import Capabilities
 from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError
 from engine.fbank import join_tail
 from engine.metrics import stage_timer
 from engine.models.wenet.checkpoint import WenetCheckpoint, load_checkpoint
+from engine.models.wenet.config import RIGHT_CONTEXT, SUBSAMPLING, encoder_frame_seconds
 from engine.models.wenet.ctc import CTCState, Detokenizer, advance_batch
+from engine.models.wenet.info import (
+    ATTENTION_RESCORING,
+    decode_method,
+    decode_methods,
+    model_info,
+)
 from engine.models.wenet.keywords import KeywordSpeller
 from engine.models.wenet.model import (
-    RIGHT_CONTEXT,
-    SUBSAMPLING,
     PagedBatch,
     sinusoid,
     subsampled_length,
@@ -50,11 +53,6 @@ logger = logging.getLogger(__name__)
 
 AUDIO_SCALE = 32768.0
 """WeNet computes fbank on int16-range samples; float waveforms in [-1, 1] are scaled up."""
-MAX_CTC_BEAM = 10
-CTC = "ctc"
-"""Decode method: CTC greedy, or CTC prefix beam search for beam requests."""
-ATTENTION_RESCORING = "attention_rescoring"
-"""Decode method: CTC prefix beam, then the n-best reordered by the attention decoder (needs one)."""
 KEYWORD_BEAM = 4
 """Beam of a greedy (beam_size 1) request that names keywords: biasing needs alternatives to promote."""
 OFFLINE_PIECE_SAMPLES = 30 * 16000
@@ -79,7 +77,7 @@ class WenetRunner:
         self.chunk_size = config.chunk_size
         self.num_left_chunks = config.num_left_chunks
         self.window = window_frames(self.chunk_size)
-        self.frame_seconds = SUBSAMPLING * ckpt.fbank.frame_shift_ms / 1000.0
+        self.frame_seconds = encoder_frame_seconds(ckpt.fbank.frame_shift_ms)
         self.stream_chunk_samples = self.chunk_size * SUBSAMPLING * ckpt.fbank.window_shift
         """One chunk's stride of audio: what the streaming forward advances a stream by per step."""
         self.fbank = KaldiFbank(ckpt.fbank, device)
@@ -112,8 +110,8 @@ class WenetRunner:
         self.kv_exhausted_total = 0
         """Streams that hit the KV ceiling (finished 'length' or had history recycled)."""
         self.kv_recycled_blocks_total = 0
-        self.decode_methods = (CTC, ATTENTION_RESCORING) if ckpt.has_decoder else (CTC,)
-        self.decode_method = config.decode_method or self.decode_methods[-1]
+        self.decode_methods = decode_methods(ckpt.has_decoder)
+        self.decode_method = decode_method(config, ckpt.has_decoder)
         self.rescoring = self.decode_method == ATTENTION_RESCORING
         self.speller = KeywordSpeller(ckpt.units)
         self.outputs = OutputBuilder(ckpt, self.detok, self.frame_seconds, self.options.ctc_weight)
@@ -128,34 +126,10 @@ class WenetRunner:
     # ---- ModelRunner protocol ----
 
     def info(self) -> ModelInfo:
-        cfg = self.ckpt.config
-        return ModelInfo(
-            family="wenet",
-            model=f"conformer-ctc-{cfg.num_blocks}x{cfg.output_size}",
-            sample_rate=self.sample_rate,
-            supports_streaming=True,
-            streaming_styles=("chunked",),
-            decode_methods=self.decode_methods,
-            decode_method=self.decode_method,
-            capabilities=Capabilities(max_beam_size=MAX_CTC_BEAM, max_n_best=MAX_CTC_BEAM, keywords=True,
-                                      word_timestamps=True),
-            checkpoint_format="wenet",
-            parameters=sum(p.numel() for p in self.model.parameters()),
-            details={
-                "architecture": "conformer-ctc (U2/U2++)",
-                "checkpoint_name": os.path.basename(self.ckpt.weights_path),
-                "layers": cfg.num_blocks,
-                "d_model": cfg.output_size,
-                "vocab_size": cfg.vocab_size,
-                "chunk_size": self.chunk_size,
-                "chunk_ms": self.chunk_size * self.frame_seconds * 1000,
-                "num_left_chunks": self.num_left_chunks,
-                "kv_blocks": self.pool.num_blocks,
-                "kv_block_frames": self.pool.block_size,
-                "max_beam_size": MAX_CTC_BEAM,
-                "keywords": True,
-            },
-        )
+        info = model_info(self.ckpt.config, self.sample_rate, self.frame_seconds, self.ckpt.weights_path,
+                          self.ckpt.has_decoder, self.config, sum(p.numel() for p in self.model.parameters()))
+        info.details["kv_blocks"] = self.pool.num_blocks  # planned from memory at load
+        return info
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
         for keyword in options.keywords:  # a keyword the vocabulary cannot spell is refused by name

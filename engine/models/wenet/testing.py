@@ -16,8 +16,9 @@ import numpy as np
 import torch
 import yaml
 
+from engine.models.wenet.config import ConformerConfig
 from engine.models.wenet.decoder import DecoderConfig, build_decoder
-from engine.models.wenet.model import ConformerConfig, ConformerCTC
+from engine.models.wenet.model import ConformerCTC
 from engine.models.wenet.runner import WenetRunner
 from engine.request import Request
 from engine.types import DecodingOptions, RequestOutput

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING
 from engine.config import EngineConfig
 from engine.families import ModelFamily
 from engine.models.zipformer.options import ZipformerOptions
+from engine.runner import ModelInfo
 
 if TYPE_CHECKING:
     from engine.models.zipformer.runner import ZipformerRunner
 
 
 def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
-    from engine.models.zipformer.checkpoint import detect as detect_icefall
+    from engine.models.zipformer.files import detect as detect_icefall
 
     return detect_icefall(ckpt_dir, checkpoint_name)
 
@@ -31,7 +32,13 @@ def build(config: EngineConfig, options: ZipformerOptions) -> ZipformerRunner:
     return ZipformerRunner.from_config(config, options)
 
 
-FAMILY = ModelFamily(name="zipformer", detect=detect, build=build, options=ZipformerOptions,
+def describe(config: EngineConfig, options: ZipformerOptions) -> ModelInfo:
+    from engine.models.zipformer.info import describe as describe_config
+
+    return describe_config(config, options)
+
+
+FAMILY = ModelFamily(name="zipformer", detect=detect, build=build, options=ZipformerOptions, describe=describe,
                      hub_files=("model_args.json", "*.pt", "*.pth", "bpe.model", "tokens.txt"))
 
-__all__ = ["FAMILY", "ZipformerOptions", "build", "detect"]
+__all__ = ["FAMILY", "ZipformerOptions", "build", "describe", "detect"]

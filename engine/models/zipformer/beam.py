@@ -16,8 +16,6 @@ from engine.ops.context_graph import ContextGraph
 from engine.ops.modified_beam import ModifiedBeam
 from engine.ops.transducer_beam import PredictorState
 
-MAX_BEAM = 16
-"""Widest hypothesis set served (icefall's recipes decode with 4)."""
 KEYWORD_BEAM = 4
 """Hypotheses of a greedy request that names keywords: biasing needs alternatives to promote."""
 

@@ -15,9 +15,7 @@ built from the arguments exactly (missing or unexpected tensors are refused by n
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,16 +25,15 @@ import torch
 from torch import nn
 
 from engine.errors import CheckpointError
-from engine.models.zipformer.config import KNOWN, ZipformerConfig
+from engine.models.zipformer.config import ZipformerConfig
 from engine.models.zipformer.encoder import ZipformerEncoder
+from engine.models.zipformer.files import ARGS_FILE, read_config, weights_file
+from engine.models.zipformer.info import model_name
 from engine.models.zipformer.tokenizer import Tokenizer
 from engine.models.zipformer.transducer import Joiner, Predictor
 
 logger = logging.getLogger(__name__)
 
-ARGS_FILE = "model_args.json"
-WEIGHT_NAMES = ("pretrained.pt",)
-EPOCH = re.compile(r"epoch-(\d+)\.pt$")
 UNUSED_PREFIXES = ("simple_am_proj.", "simple_lm_proj.", "ctc_output.", "attention_decoder.")
 """Training-only heads in icefall's state dict (pruned-RNN-T projections, CTC, attention decoder)."""
 
@@ -57,30 +54,6 @@ class ZipformerCheckpoint:
     tokenizer: Tokenizer
     path: str
     name: str
-
-
-def weights_file(ckpt_dir: str, checkpoint_name: str | None) -> str | None:
-    if checkpoint_name is not None:
-        return checkpoint_name if (checkpoint_name.endswith(".pt") or checkpoint_name.endswith(".pth")) else None
-    try:
-        names = os.listdir(ckpt_dir)
-    except OSError:
-        return None
-    for n in WEIGHT_NAMES:
-        if n in names:
-            return n
-    epochs = sorted((int(m.group(1)), n) for n in names if (m := EPOCH.match(n)))
-    return epochs[-1][1] if epochs else None
-
-
-def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
-    """A weights file plus model_args.json, or an epoch-N.pt (it carries its args), and a vocabulary."""
-    weights = weights_file(ckpt_dir, checkpoint_name)
-    if weights is None:
-        return False
-    d = Path(ckpt_dir)
-    has_vocab = (d / "bpe.model").is_file() or (d / "tokens.txt").is_file()
-    return has_vocab and ((d / ARGS_FILE).is_file() or EPOCH.search(weights) is not None)
 
 
 def _remap(name: str) -> str | None:
@@ -118,22 +91,8 @@ def load_checkpoint(ckpt_dir: str, checkpoint_name: str | None, device: torch.de
         raise CheckpointError(f"{path}: cannot be read as a torch checkpoint: {exc}") from exc
     if not isinstance(blob, dict) or "model" not in blob:
         raise CheckpointError(f"{path}: expected icefall's {{'model': state_dict, ...}}")
-    args_path = Path(ckpt_dir) / ARGS_FILE
-    if args_path.is_file():
-        try:
-            raw = json.loads(args_path.read_text())
-        except ValueError as exc:
-            raise CheckpointError(f"{args_path}: not JSON: {exc}") from exc
-        where = str(args_path)
-    else:  # epoch-N.pt: training parameters sit beside the state dict; read the model's only
-        raw = {k: v for k, v in blob.items() if k in KNOWN}
-        where = f"{path} (its recorded training arguments)"
     tokenizer = Tokenizer.from_dir(ckpt_dir)
-    raw = dict(raw)
-    raw.setdefault("vocab_size", tokenizer.vocab_size)
-    cfg = ZipformerConfig.from_args(raw, where)
-    if cfg.vocab_size != tokenizer.vocab_size:
-        raise CheckpointError(f"{where}: vocab_size {cfg.vocab_size}, the vocabulary has {tokenizer.vocab_size}")
+    cfg, where = read_config(ckpt_dir, tokenizer, None if (Path(ckpt_dir) / ARGS_FILE).is_file() else (blob, path))
     model = ZipformerModel(cfg)
     state = {}
     for k, v in blob["model"].items():
@@ -149,4 +108,4 @@ def load_checkpoint(ckpt_dir: str, checkpoint_name: str | None, device: torch.de
     model.to(device=device, dtype=dtype).eval()
     logger.info("loaded Zipformer %s: %d stacks, dims %s, causal=%s, %d parameters", path, cfg.num_stacks,
                 cfg.encoder_dim, cfg.causal, sum(p.numel() for p in model.parameters()))  # fmt: skip
-    return ZipformerCheckpoint(model, cfg, tokenizer, str(path), Path(ckpt_dir).name)
+    return ZipformerCheckpoint(model, cfg, tokenizer, str(path), model_name(ckpt_dir))

@@ -44,7 +44,7 @@ from engine.models.zipformer.checkpoint import ZipformerCheckpoint, load_checkpo
 from engine.models.zipformer.config import EMBED_CONTEXT
 from engine.models.zipformer.frontend import LOG_EPS, SHIFT, FbankStream, Featurizer
 from engine.models.zipformer.geometry import StreamGeometry, select_geometry
-from engine.models.zipformer.info import describe
+from engine.models.zipformer.info import DECODE_METHODS, FRAME_SECONDS, SAMPLE_RATE, model_info
 from engine.models.zipformer.options import ZipformerOptions
 from engine.models.zipformer.outputs import OutputBuilder
 from engine.models.zipformer.streaming import CacheSlots
@@ -56,10 +56,6 @@ from engine.types import DecodingOptions, FinishReason, RequestOutput
 
 logger = logging.getLogger(__name__)
 
-FEATURE_SECONDS = 0.01
-ENCODER_SUBSAMPLING = 4
-"""Feature frames per encoder frame (2 in the subsampler, 2 in the output downsampling)."""
-DECODE_METHODS = ("greedy_search",)
 Mode = Literal["offline", "stream"]
 
 
@@ -96,8 +92,8 @@ class ZipformerRunner:
         if config.decode_method not in (None, *DECODE_METHODS):
             raise InvalidRequestError(f"decode_method {config.decode_method!r} is not offered by this zipformer model "
                                       f"(it offers: {', '.join(DECODE_METHODS)})")  # fmt: skip
-        self.sample_rate = 16000
-        self.frame_seconds = FEATURE_SECONDS * ENCODER_SUBSAMPLING
+        self.sample_rate = SAMPLE_RATE
+        self.frame_seconds = FRAME_SECONDS
         self.geometry: StreamGeometry | None = select_geometry(ckpt.config, config.chunk_size, config.num_left_chunks)
         self.supports_streaming = self.geometry is not None
         self.stream_chunk_samples = (self.geometry.hop if self.geometry else 32) * SHIFT
@@ -120,7 +116,11 @@ class ZipformerRunner:
     # ---- ModelRunner protocol ----
 
     def info(self) -> ModelInfo:
-        return describe(self)
+        info = model_info(self.ckpt.config, self.ckpt.name, self.ckpt.tokenizer.sp is not None, self.geometry,
+                          self.options, sum(p.numel() for p in self.model.parameters()))
+        if self.geometry is not None:  # the state's dtype is the load's
+            info.details["state_bytes_per_stream"] = self.slots.bytes_per_stream()
+        return info
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
         """Nothing family-specific to check: the chunk is engine-wide (chosen at load) and the

@@ -14,7 +14,8 @@ import yaml
 from engine.errors import CheckpointError
 from engine.families import resolve_family
 from engine.models.wenet import FAMILY
-from engine.models.wenet.checkpoint import detect, load_checkpoint, load_cmvn
+from engine.models.wenet.checkpoint import load_checkpoint, load_cmvn
+from engine.models.wenet.config import detect
 from engine.models.wenet.testing import CheckpointSpec, write_checkpoint
 
 CPU = torch.device("cpu")
