@@ -20,6 +20,11 @@ per engine-second left to offline work), the live share of engine time is measur
 `MIN_SAMPLE_S`, and the delay is the work ahead over `rate × (1 - live share)`: sixteen live
 sessions opening raise the estimate within a second or two, not at the next offline output.
 
+That model misses part of the engine's time under live load (an encoder thread beside the engine
+thread, offline windows batched fewer at a time), so its error is measured too: each finished
+request's time to completion over what the model expected when it was added, its 90th percentile
+over recent requests (`correction`, at least 1), stretches the estimate until work finishes on time.
+
 Event-loop only (the bridge calls it from its dispatch), so no lock.
 """
 
@@ -61,12 +66,32 @@ get the rest, so the delay stays finite (and past the limit) however much the st
 this share or above, new offline work is refused even with nothing queued ahead of it."""
 
 
+CORRECTION_MIN_EXPECTED_S = 5.0
+"""Shortest expected time to completion (s) whose outcome corrects the estimate: below it a
+request's own fixed latency (one decoder step per token) outweighs the queue the estimate is about."""
+CORRECTION_QUANTILE = 0.9
+"""The correction tracks this quantile of finished requests' error ratios (actual over expected
+time to completion), not their mean: the estimate errs both ways under live load, and admission
+promises a bound on the tail, so nine in ten requests should finish within their estimate."""
+CORRECTION_STEP = 0.2
+"""Step of the quantile tracking: a late request raises the correction by STEP × QUANTILE, an early
+or punctual one lowers it by STEP × (1 - QUANTILE) (from 2 back to 1 in 50 requests on time)."""
+RESERVATION_S = 10.0
+"""Seconds a reservation (offline work admitted, its audio not decoded yet) counts before it is
+dropped: the upload's decoding takes well under this, and a request that failed before reaching
+the engine must not hold work it never brings."""
+MAX_CORRECTION = 4.0
+"""Largest factor the measured error may stretch the estimate by."""
+
+
 @dataclass
 class _Work:
     seconds: float
     priority: int
     added: float
     done: float = 0.0
+    expected: float | None = None
+    """Seconds to its completion the estimate expected when it was added (None before a rate)."""
 
 
 def live_engine_seconds(stage_seconds: Mapping[str, Sequence[float]]) -> float:
@@ -96,6 +121,16 @@ class Backlog:
         self._live_streams = 0  # live streams open at the engine, as last reported
         self._behind_at = -math.inf  # when the engine last shed live passes (behind their cadence)
         self._admitted: list[float] = []  # when live sessions were admitted, the last LIVE_SETTLE_S
+        self._reserved: list[float] = []  # when offline work was admitted that is not tracked yet
+        self.typical_seconds = 0.0
+        """Audio-seconds of an offline request, smoothed: what a reservation counts for."""
+        self.correction = 1.0
+        """How much longer than expected offline work has taken to finish: the CORRECTION_QUANTILE
+        of recent requests' ratios of actual to expected time (1 when on time or early, at most
+        MAX_CORRECTION); `delay` is stretched by it.
+        Measured, not modelled: under live load the engine's time is split in ways the share
+        misses (an encoder thread beside the engine thread, the batching of few offline windows),
+        and on a 2-core VM uploads admitted on a 23 s estimate took 38 s (benchmarks/overload.py)."""
 
     @property
     def seconds(self) -> float:
@@ -106,7 +141,19 @@ class Backlog:
         now = self._clock()
         if not self._work:
             self._since, self._progress, self._live_in_sample = now, 0.0, 0.0
-        self._work[request_id] = _Work(seconds, priority, now)
+        if self._reserved:
+            self._reserved.pop(0)
+        self.typical_seconds = seconds if not self.typical_seconds else self.typical_seconds + 0.2 * (
+            seconds - self.typical_seconds)
+        rate = self._offline_rate()
+        expected = None if rate is None else (self._left(priority) + seconds) / rate
+        self._work[request_id] = _Work(seconds, priority, now, expected=expected)
+
+    def reserve(self) -> None:
+        """Offline work was admitted whose audio is still being decoded: until it is `add`ed (or
+        RESERVATION_S passes) it counts as one typical request, so that a burst admitted together
+        is not admitted on the estimate of an empty queue, each unaware of the others."""
+        self._reserved.append(self._clock())
 
     def progress(self, request_id: str, decoded_seconds: float, finished: bool) -> None:
         """An output of a tracked request: `decoded_seconds` of its audio are done (all when finished)."""
@@ -118,6 +165,10 @@ class Backlog:
         work.done = done
         if finished:
             self._work.pop(request_id, None)  # idle bookkeeping waits for sample(): its progress counts
+            if work.expected is not None and work.expected >= CORRECTION_MIN_EXPECTED_S:
+                late = (self._clock() - work.added) / work.expected > self.correction
+                step = CORRECTION_STEP * (CORRECTION_QUANTILE if late else CORRECTION_QUANTILE - 1.0)
+                self.correction = min(MAX_CORRECTION, max(1.0, self.correction + step))
 
     def live(self, engine_seconds: float, streams: int = 0, passes_shed: int = 0) -> None:
         """Engine time (s) live streams took in the steps whose outputs are being reported, how
@@ -165,16 +216,32 @@ class Backlog:
         the work ahead of it over the measured rate, less the engine time live streams take;
         before a measurement, the oldest request's age. (Not the age once measured: requests
         wait out a batch's step by design, and the next batch takes them all.)"""
-        ahead = [w for w in self._work.values() if w.priority <= priority]
-        left = sum(max(0.0, w.seconds - w.done) for w in ahead)
+        left = self._left(priority)
         if not left:
             return 0.0
-        if self.rate:
-            # the sessions admitted lately count at their measured cost already: live work goes
-            # first, so work admitted now would wait behind them once their passes run
-            share = max(self.current_live_share(), self.live_projection(streams_open=self._live_streams > 0))
-            return left / (self.rate * (1.0 - min(share, MAX_LIVE_SHARE)))
-        return self._clock() - min(w.added for w in ahead)
+        rate = self._offline_rate()
+        if rate is not None:
+            return left / rate * self.correction
+        ahead = [w.added for w in self._work.values() if w.priority <= priority]
+        return self._clock() - min(ahead) if ahead else 0.0
+
+    def _left(self, priority: int) -> float:
+        """Audio-seconds outstanding at `priority` or sooner, reservations (at priority 0) included."""
+        cutoff = self._clock() - RESERVATION_S
+        while self._reserved and self._reserved[0] <= cutoff:
+            self._reserved.pop(0)
+        reserved = len(self._reserved) * self.typical_seconds if priority >= 0 else 0.0
+        return reserved + sum(max(0.0, w.seconds - w.done) for w in self._work.values() if w.priority <= priority)
+
+    def _offline_rate(self) -> float | None:
+        """Offline audio-seconds per second expected now: the measured rate over the engine time
+        live streams leave (None before a measurement)."""
+        if not self.rate:
+            return None
+        # the sessions admitted lately count at their measured cost already: live work goes
+        # first, so work admitted now would wait behind them once their passes run
+        share = max(self.current_live_share(), self.live_projection(streams_open=self._live_streams > 0))
+        return self.rate * (1.0 - min(share, MAX_LIVE_SHARE))
 
     def current_live_share(self) -> float:
         """The live share as last measured. It changes only when live time is reported (the
@@ -221,4 +288,4 @@ class Backlog:
         return max(1, math.ceil(delay - limit))
 
 
-__all__ = ["LIVE_ADMIT_SHARE", "LIVE_COST_MIN_STREAMS", "LIVE_RETRY_AFTER_S", "LIVE_SETTLE_S", "LIVE_TAU_S", "MAX_LIVE_SHARE", "MIN_SAMPLE_S", "RATE_TAU_S", "Backlog", "live_engine_seconds"]
+__all__ = ["CORRECTION_MIN_EXPECTED_S", "CORRECTION_QUANTILE", "CORRECTION_STEP", "LIVE_ADMIT_SHARE", "LIVE_COST_MIN_STREAMS", "LIVE_RETRY_AFTER_S", "LIVE_SETTLE_S", "LIVE_TAU_S", "MAX_CORRECTION", "MAX_LIVE_SHARE", "MIN_SAMPLE_S", "RATE_TAU_S", "RESERVATION_S", "Backlog", "live_engine_seconds"]

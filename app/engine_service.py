@@ -20,7 +20,6 @@ that Kubernetes restarts the pod with a fresh engine (docs/operations.md).
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import threading
@@ -35,6 +34,7 @@ import numpy as np
 from app.backlog import LIVE_ADMIT_SHARE, LIVE_RETRY_AFTER_S, Backlog, live_engine_seconds
 from app.engine_metrics import ENGINE_NAME, EngineSeries
 from app.metrics import Metrics
+from app.output_stream import OutputStream
 from engine import ASREngine, DecodingOptions, RequestOutput
 from engine.device import resolve_device
 from engine.errors import (
@@ -54,51 +54,6 @@ IDLE_WAIT_S = 1.0  # the engine thread wakes this often while idle, to beat (wel
 LIVE_POST_PERIOD_S = 0.25  # steps without outputs hand their live time to the loop at most this often
 STOP_JOIN_S = 45.0  # how long stop() waits for the step in progress (inside the pod's 60 s grace after the drain)
 ENGINE_DIED_EXIT_CODE = 70  # sysexits' EX_SOFTWARE: the server exits with it when its engine thread died
-
-
-class OutputStream:
-    """One request's outputs on the event loop. When the consumer lags, a newer partial
-    replaces the older queued one (partials are cumulative), so memory stays bounded: counted as
-    a dropped event. The terminal output is never folded: queued behind the others it is a
-    deferred event."""
-
-    def __init__(self, request_id: str, series: EngineSeries | None = None):
-        self.request_id = request_id
-        self._items: collections.deque[RequestOutput] = collections.deque()
-        self._event = asyncio.Event()
-        self._series = series
-        self.finished = False
-        self.created = time.monotonic()
-        self.first_output_time: float | None = None
-
-    def put(self, out: RequestOutput) -> None:
-        if self.finished:
-            return
-        if self.first_output_time is None:
-            self.first_output_time = time.monotonic()
-        if self._items and not self._items[-1].finished and not out.finished:
-            self._items[-1] = out
-            if self._series is not None:
-                self._series.events_dropped.inc()
-        else:
-            if self._items and self._series is not None:  # the terminal waits behind what is queued
-                self._series.events_deferred.inc()
-            self._items.append(out)
-        if out.finished:
-            self.finished = True
-        self._event.set()
-
-    async def get(self) -> RequestOutput:
-        while not self._items:
-            self._event.clear()
-            await self._event.wait()
-        return self._items.popleft()
-
-    async def final(self) -> RequestOutput:
-        while True:
-            out = await self.get()
-            if out.finished:
-                return out
 
 
 @dataclass
@@ -207,13 +162,16 @@ class EngineService:
     def try_acquire(self, *, live: bool = False) -> bool:
         """Take an inflight permit (event-loop only, so no lock). A `live` session that gets one is
         counted as admitted (`Backlog.admit_live`) until its cost shows in the measured share; one
-        refused here after `shed_live` let it through is not."""
+        refused here after `shed_live` let it through is not. Offline work that gets one counts in
+        the queue delay from now (`Backlog.reserve`), before its audio is decoded."""
         if self.draining or self.inflight >= self.max_inflight:
             self.series.requests_busy.inc()
             return False
         self.inflight += 1
         if live:
             self.backlog.admit_live()
+        else:
+            self.backlog.reserve()  # counted in the queue delay until its audio is tracked
         return True
 
     def release(self) -> None:

@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator, Awaitable
 
 import numpy as np
 
-from app.engine_service import EngineService, OutputStream
+from app.engine_service import EngineService
 from app.errors import ApiError
+from app.output_stream import OutputStream
 from engine import DecodingOptions, RequestOutput
 
 

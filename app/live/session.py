@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import numpy as np
 
-from app.engine_service import EngineService, OutputStream
+from app.engine_service import EngineService
 from app.live.turn import (
     InputClosed,
     LiveEvent,
@@ -46,6 +46,7 @@ from app.live.turn import (
     samples_ms,
 )
 from app.live.vad import VadBatcher
+from app.output_stream import OutputStream
 from engine import DecodingOptions
 from engine.errors import EngineError, UnknownRequestError
 from engine.vad import SAMPLE_RATE as VAD_SAMPLE_RATE

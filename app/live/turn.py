@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from app.engine_service import OutputStream
+from app.output_stream import OutputStream
 from engine import RequestOutput
 from engine.errors import EngineError
 

@@ -16,11 +16,11 @@ from starlette.background import BackgroundTask
 from app.chunking import ChunkingStrategy, chunking_from_request, transcribe_chunked
 from app.deps import DecoderDep, ModelsDep, SettingsDep
 from app.disconnect import wait_for_disconnect
-from app.engine_service import OutputStream
 from app.errors import ApiError, to_api_error
 from app.formats import to_srt, to_verbose_json, to_vtt, usage
 from app.model_pool import ModelPool
 from app.offline import RequestTimeout, inflight_permit, run_offline, take_permit
+from app.output_stream import OutputStream
 from app.realtime.events import logprob_entries
 from app.requests import admit_options, build_options
 from app.settings import Settings

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from app.engine_metrics import EngineSeries
-from app.engine_service import OutputStream
 from app.metrics import Metrics
+from app.output_stream import OutputStream
 from engine import DecodingOptions
 from engine.capabilities import Capabilities, check_capabilities
 from engine.runner import ModelInfo

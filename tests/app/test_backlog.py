@@ -13,6 +13,7 @@ from app.backlog import (
     LIVE_TAU_S,
     MAX_LIVE_SHARE,
     MIN_SAMPLE_S,
+    RESERVATION_S,
     Backlog,
     live_engine_seconds,
 )
@@ -258,3 +259,50 @@ def test_live_is_behind_for_a_while_after_the_engine_sheds_passes() -> None:
     backlog.live(0.1, 8, passes_shed=1)
     backlog.live(0.0, 0)  # every stream ended
     assert not backlog.live_behind()
+
+
+def test_work_that_finishes_later_than_expected_stretches_the_estimate_until_it_is_on_time() -> None:
+    """The estimate corrects itself by its measured error (the 90th percentile of actual over
+    expected): requests expected in 10 s that took 20 raise the delay towards twice the modelled
+    one; requests on time bring it back to 1; a request expected within CORRECTION_MIN_EXPECTED_S
+    (its own latency, not a queue) corrects nothing."""
+    clock = Clock()
+    backlog = Backlog(clock)
+    backlog.rate = 3.0  # audio-s per s, measured earlier, no live load
+    for k in range(20):
+        backlog.add(f"slow{k}", 30.0)  # expected in 10 s when alone
+        clock.now += 20.0
+        backlog.progress(f"slow{k}", 30.0, True)
+    assert backlog.correction == pytest.approx(2.0, abs=0.2)
+    backlog.add("queued", 30.0)
+    assert backlog.delay() == pytest.approx(10.0 * backlog.correction)
+    assert backlog.retry_after(15.0) is not None  # 20 s > 15: refused on the corrected estimate
+    backlog.forget("queued")
+    for k in range(20):
+        backlog.add(f"short{k}", 3.0)  # expected in 1 s: its latency is its own
+        clock.now += 4.0
+        backlog.progress(f"short{k}", 3.0, True)
+    assert backlog.correction == pytest.approx(2.0, abs=0.2)
+    for k in range(60):
+        backlog.add(f"on_time{k}", 30.0)
+        clock.now += 10.0
+        backlog.progress(f"on_time{k}", 30.0, True)
+    assert backlog.correction == pytest.approx(1.0, abs=0.01)
+
+
+def test_work_admitted_before_its_audio_is_decoded_counts_as_a_typical_request() -> None:
+    """A burst of uploads admitted together each sees the others: reserved at admission, counted
+    as the typical request until tracked (or dropped after RESERVATION_S if it never is)."""
+    clock = Clock()
+    backlog = Backlog(clock)
+    backlog.rate = 2.0
+    backlog.add("first", 8.0)
+    backlog.progress("first", 8.0, True)
+    assert backlog.delay() == 0.0 and backlog.typical_seconds == 8.0
+    for _ in range(3):
+        backlog.reserve()
+    assert backlog.delay() == pytest.approx(3 * 8.0 / 2.0)
+    backlog.add("second", 4.0)  # one of them arrived: it replaces its reservation
+    assert backlog.delay() == pytest.approx((2 * backlog.typical_seconds + 4.0) / 2.0)
+    clock.now += RESERVATION_S + 0.1  # the other two never came
+    assert backlog.delay() == pytest.approx(4.0 / 2.0)

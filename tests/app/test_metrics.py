@@ -10,8 +10,8 @@ import torch
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.engine_metrics import EngineSeries
-from app.engine_service import OutputStream
 from app.metrics import BATCH_SIZE_BUCKETS, ENGINE_LABELS, METRIC_NAMES, SECTIONS, Metrics
+from app.output_stream import OutputStream
 from engine import RequestOutput
 from engine.metrics import EngineMetrics
 from engine.runner import RunnerStats

@@ -13,12 +13,12 @@ import numpy as np
 import soundfile as sf
 
 from app.audio import AudioDecoder
-from app.engine_service import OutputStream
 from app.google.jobs import GoogleJobCodec
 from app.jobs.model import Job, JobState
 from app.jobs.runner import JobRuntime, OneService, recognize_job
 from app.jobs.spool import Spool, digest_of
 from app.metrics import Metrics
+from app.output_stream import OutputStream
 from engine import RequestOutput
 from protos.oasr.speech.v1 import speech_pb2 as pb
 
