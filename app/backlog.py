@@ -278,10 +278,10 @@ class Backlog:
         under it now (admit). At least 1. `live_open`: live streams are open now; the smoothed share
         is believed only then (the last session's share must not refuse work on an engine it left)."""
         delay = self.delay(priority)
-        if live_open and self.live_share >= MAX_LIVE_SHARE:
-            # live streams leave offline work no engine time: even with nothing ahead of it, new
-            # work would take many times its own processing time (the delay counts only the work
-            # ahead), so it is refused until the share falls
+        if live_open and (self.live_share >= MAX_LIVE_SHARE or self.live_behind()):
+            # live streams leave offline work no engine time, or are behind their cadence already:
+            # even with nothing ahead of it, new work would take many times its own processing
+            # time and slow the sessions admitted further, so it is refused until that passes
             return max(LIVE_RETRY_AFTER_S, math.ceil(delay - limit))
         if delay <= limit:
             return None

@@ -30,10 +30,7 @@ def take_permit(service: EngineService, *, live: bool = False) -> None:
     admitted take most of the engine's time (EngineService.shed_live), so they keep their cadence."""
     retry = service.shed_live() if live else service.shed_offline()
     if retry is not None:
-        raise live_refusal(service, retry) if live else ApiError(
-            503, f"server is overloaded: new work would wait about {service.backlog.delay():.0f} s "
-                 f"(--max-queue-delay-secs {service.max_queue_delay_secs:g}); retry after {retry} s",
-            status_name="RESOURCE_EXHAUSTED", retry_after=retry)
+        raise live_refusal(service, retry) if live else offline_refusal(service, retry)
     if not service.try_acquire(live=live):
         if service.draining:
             raise ApiError(503, "server is shutting down")  # UNAVAILABLE: go to another replica
@@ -41,6 +38,18 @@ def take_permit(service: EngineService, *, live: bool = False) -> None:
         retry = service.backlog.drain_time()
         raise ApiError(503, f"server is at capacity (--max-inflight); retry after {retry} s",
                        status_name="RESOURCE_EXHAUSTED", retry_after=retry)
+
+
+def offline_refusal(service: EngineService, retry: int) -> ApiError:
+    """The refusal of new offline work whose queue delay is over the limit, or that live sessions
+    leave no engine time to (503 RESOURCE_EXHAUSTED)."""
+    delay = service.backlog.delay()
+    if delay <= service.max_queue_delay_secs:  # refused for the live sessions, not for the queue
+        why = "the live sessions admitted take the engine's time (they go first)"
+    else:
+        why = f"new work would wait about {delay:.0f} s (--max-queue-delay-secs {service.max_queue_delay_secs:g})"
+    return ApiError(503, f"server is overloaded: {why}; retry after {retry} s",
+                    status_name="RESOURCE_EXHAUSTED", retry_after=retry)
 
 
 def live_refusal(service: EngineService, retry: int) -> ApiError:

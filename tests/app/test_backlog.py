@@ -245,13 +245,15 @@ def test_sessions_admitted_lately_count_until_they_settle_or_every_stream_ends()
 
 def test_live_is_behind_for_a_while_after_the_engine_sheds_passes() -> None:
     """A shed pass says the streams open already take more than the engine has, whatever share was
-    measured: the live gate refuses new sessions until LIVE_SETTLE_S passes without one, or every
-    stream ends."""
+    measured: new sessions and new offline work are refused until LIVE_SETTLE_S passes without
+    one, or every stream ends."""
     clock = Clock()
     backlog = Backlog(clock)
     backlog.live(0.1, 8)
     assert not backlog.live_behind()
     backlog.live(0.1, 8, passes_shed=3)
+    assert backlog.retry_after(30.0) == LIVE_RETRY_AFTER_S  # new offline work too, the queue empty
+    assert backlog.retry_after(30.0, live_open=False) is None
     clock.now += LIVE_SETTLE_S - 0.1
     assert backlog.live_behind()
     clock.now += 0.2
