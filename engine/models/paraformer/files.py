@@ -8,8 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
+from engine.checkpoint_files import read_yaml_mapping
 from engine.errors import CheckpointError
 from engine.models.paraformer.config import ParaformerConfig, parse_config
 
@@ -28,21 +27,12 @@ def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
     if not (os.path.isfile(weights) and weights.endswith(".pt") and os.path.isfile(config)):
         return False
     try:
-        raw = read_yaml(config)
+        raw = read_yaml_mapping(config)
     except CheckpointError:
         return False
     return "Paraformer" in str(raw.get("model", "")) and raw.get("encoder") is not None
 
 
-def read_yaml(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError) as exc:
-        raise CheckpointError(f"{os.path.basename(path)}: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{os.path.basename(path)}: expected a mapping")
-    return raw
 
 
 def read_tokens(ckpt_dir: str, sentencepiece: Any | None = None) -> list[str]:
@@ -107,7 +97,7 @@ class Configuration:
 
 
 def read_configuration(ckpt_dir: str) -> Configuration:
-    raw = read_yaml(os.path.join(ckpt_dir, CONFIG_FILE))
+    raw = read_yaml_mapping(os.path.join(ckpt_dir, CONFIG_FILE))
     sentencepiece = load_sentencepiece(ckpt_dir, raw)
     tokens = read_tokens(ckpt_dir, sentencepiece)
     return Configuration(raw, parse_config(raw, len(tokens)), tokens, sentencepiece)

@@ -12,8 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
+from engine.checkpoint_files import read_yaml_mapping
 from engine.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -165,15 +164,6 @@ def resolve(ckpt_dir: str, path: str) -> str:
     return path
 
 
-def read_yaml(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            conf = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError) as exc:
-        raise CheckpointError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(conf, dict):
-        raise CheckpointError(f"{path}: expected a mapping at the top level")
-    return conf
 
 
 def parse_config(conf: dict[str, Any], vocab_size: int, where: str) -> tuple[ConformerConfig, Frontend]:
@@ -255,7 +245,7 @@ class Configuration:
 
 def read_configuration(ckpt_dir: str) -> Configuration:
     path = os.path.join(ckpt_dir, CONFIG_FILE)
-    conf = read_yaml(path)
+    conf = read_yaml_mapping(path)
     units_path = resolve(ckpt_dir, ((conf.get("tokenizer_conf") or {}).get("symbol_table_path") or UNITS_FILE))
     if not os.path.isfile(units_path):
         units_path = os.path.join(ckpt_dir, UNITS_FILE)
