@@ -22,7 +22,6 @@ from engine.models.wenet.config import (
 )
 from engine.models.wenet.decoder import DecoderConfig, build_decoder
 from engine.models.wenet.model import ConformerCTC
-from engine.models.wenet.state_keys import WRAPPERS
 
 logger = logging.getLogger(__name__)
 
@@ -83,9 +82,23 @@ def _cmvn_file(conf: dict[str, Any]) -> tuple[str | None, bool | None]:
     return path, (None if is_json is None else bool(is_json))
 
 
-def _read_state_dict(path: str) -> dict[str, torch.Tensor]:
+WRAPPERS = ("model", "state_dict")
+"""Keys some exports nest the state dict under."""
+
+
+def state_dict_keys(path: str) -> list[str]:
+    """The keys of the state dict saved at `path`, without reading its tensors where the file
+    allows it: a zip-format file (torch >= 1.6) is memory-mapped and no tensor page is touched;
+    a legacy-format one cannot be mapped, so it is read."""
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        return list(_read_state_dict(path, mmap=True))
+    except CheckpointError:
+        return list(_read_state_dict(path))
+
+
+def _read_state_dict(path: str, *, mmap: bool = False) -> dict[str, torch.Tensor]:
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as exc:  # torch raises many types for a corrupt file
         raise CheckpointError(f"cannot load state dict {path!r}: {exc}") from exc
     for wrapper in WRAPPERS:  # some exports nest the weights

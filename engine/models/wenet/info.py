@@ -64,9 +64,9 @@ def model_info(cfg: ConformerConfig, sample_rate: int, frame_seconds: float, wei
 
 def describe(config: EngineConfig, options: WenetOptions) -> ModelInfo:
     """The family's `describe`: train.yaml, units.txt, and the state dict's key names (to know
-    whether it holds an attention decoder), no tensor read."""
+    whether it holds an attention decoder; memory-mapped, no tensor read, for a zip-format file)."""
+    from engine.models.wenet.checkpoint import state_dict_keys
     from engine.models.wenet.config import DECODER_PREFIX, read_configuration, require_weights, rescores_with
-    from engine.models.wenet.state_keys import state_dict_keys
 
     ckpt_dir = config.resolved_ckpt_dir()
     read = read_configuration(ckpt_dir)

@@ -1,6 +1,6 @@
 """`describe` (train.yaml, units.txt and the state dict's key names only) reports what a loaded
 runner does: attention rescoring offered exactly when the weights hold a decoder, the configured
-decode method, and the key names read from either torch file format without torch."""
+decode method, and the key names read from either torch file format without reading tensors (zip format)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import torch
 from engine.config import EngineConfig
 from engine.families import family_options
 from engine.models.wenet import FAMILY
+from engine.models.wenet.checkpoint import state_dict_keys
 from engine.models.wenet.runner import WenetRunner
-from engine.models.wenet.state_keys import state_dict_keys
 from engine.models.wenet.testing import write_checkpoint
 from engine.runner import ModelInfo
 
