@@ -141,10 +141,11 @@ class Backlog:
         now = self._clock()
         if not self._work:
             self._since, self._progress, self._live_in_sample = now, 0.0, 0.0
-        if self._reserved:
-            self._reserved.pop(0)
-        self.typical_seconds = seconds if not self.typical_seconds else self.typical_seconds + 0.2 * (
-            seconds - self.typical_seconds)
+        if priority <= 0:  # batch jobs (a lower priority) take no permit and reserve nothing
+            if self._reserved:
+                self._reserved.pop(0)
+            self.typical_seconds = seconds if not self.typical_seconds else self.typical_seconds + 0.2 * (
+                seconds - self.typical_seconds)
         rate = self._offline_rate()
         expected = None if rate is None else (self._left(priority) + seconds) / rate
         self._work[request_id] = _Work(seconds, priority, now, expected=expected)

@@ -304,6 +304,9 @@ def test_work_admitted_before_its_audio_is_decoded_counts_as_a_typical_request()
     for _ in range(3):
         backlog.reserve()
     assert backlog.delay() == pytest.approx(3 * 8.0 / 2.0)
+    backlog.add("job", 3600.0, priority=10)  # a batch job takes no permit: it replaces none
+    backlog.forget("job")
+    assert backlog.typical_seconds == 8.0 and backlog.delay() == pytest.approx(3 * 8.0 / 2.0)
     backlog.add("second", 4.0)  # one of them arrived: it replaces its reservation
     assert backlog.delay() == pytest.approx((2 * backlog.typical_seconds + 4.0) / 2.0)
     clock.now += RESERVATION_S + 0.1  # the other two never came
