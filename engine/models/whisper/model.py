@@ -365,14 +365,6 @@ class Whisper(nn.Module):
         self.encoder = AudioEncoder(dims)
         self.decoder = TextDecoder(dims)
 
-    @property
-    def is_multilingual(self) -> bool:
-        return self.dims.n_vocab >= 51865
-
-    @property
-    def num_languages(self) -> int:
-        return self.dims.n_vocab - 51765 - int(self.is_multilingual)
-
 
 def _project_own(attn: MultiHeadAttention, features: Tensor, positions: list[int] | None) -> tuple[Tensor, Tensor]:
     """Cross K/V (G, H, S, Dh) of features (G, S, C), projecting only each item's own

@@ -48,7 +48,8 @@ class WhisperParts:
         model, ckpt, decision = build_model(config.resolved_ckpt_dir(), config, device, dtype)
         assert ckpt.tokenizer_file is not None  # load_checkpoint refuses a directory without one
         dims = ckpt.dims
-        tokenizer = WhisperTokenizer(ckpt.tokenizer_file, dims.n_vocab, model.num_languages, model.is_multilingual)
+        size = WhisperSize(dims.n_audio_state, dims.n_vocab)
+        tokenizer = WhisperTokenizer(ckpt.tokenizer_file, dims.n_vocab, size.languages, size.multilingual)
         # without a table, every head of the upper half of the decoder (openai's default)
         heads = ckpt.alignment_heads or [(layer, head) for layer in range(dims.n_text_layer // 2, dims.n_text_layer)
                                          for head in range(dims.n_text_head)]
@@ -60,7 +61,7 @@ class WhisperParts:
 
     @property
     def multilingual(self) -> bool:
-        return self.model.is_multilingual
+        return self.size.multilingual
 
     @property
     def size(self) -> WhisperSize:

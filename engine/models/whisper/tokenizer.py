@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 from tokenizers import Tokenizer
 
@@ -12,7 +13,8 @@ LANGUAGES = ["en", "zh", "de", "es", "ru", "ko", "fr", "ja", "pt", "tr", "pl", "
 
 
 class WhisperTokenizer:
-    def __init__(self, path: str, n_vocab: int, num_languages: int, multilingual: bool):
+    def __init__(self, path: str, n_vocab: int, languages: Sequence[str], multilingual: bool):
+        """`languages`: what the checkpoint transcribes (`WhisperSize.languages`)."""
         self.tokenizer = Tokenizer.from_file(path)
         self.multilingual = multilingual
         self.n_vocab = n_vocab
@@ -33,7 +35,7 @@ class WhisperTokenizer:
         nospeech = self.tokenizer.token_to_id("<|nospeech|>")
         self.no_speech = int(nospeech) if nospeech is not None else tid("<|nocaptions|>")
         self.timestamp_begin = self.no_timestamps + 1
-        self.languages = LANGUAGES[:num_languages] if multilingual else ("en",)
+        self.languages = tuple(languages)
         self.language_tokens = {lang: tid(f"<|{lang}|>") for lang in self.languages} if multilingual else {}
 
     def encode(self, text: str) -> list[int]:
