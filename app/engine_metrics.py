@@ -86,17 +86,19 @@ class EngineSeries:
 
     # ------------------------------------------------------------------ engine thread
 
-    def export(self, snapshot: MetricsSnapshot, stats: RunnerStats, running: int, waiting: int) -> None:
-        """One step's drain of the engine collector and the runner's gauges."""
+    def export(self, snapshot: MetricsSnapshot, stats: RunnerStats, running: int, waiting: int) -> int:
+        """One step's drain of the engine collector and the runner's gauges; returns the live passes
+        it shed since the last export (the server's sign that live streams are behind)."""
         self.running.set(running)
         self.waiting.set(waiting)
         seen, snap = self._seen, snapshot
+        passes_shed = snap.stream_passes_shed_total - seen.stream_passes_shed_total
         _advance(self._outputs, snap.outputs_total - seen.outputs_total)
         _advance(self._tokens, snap.tokens_generated_total - seen.tokens_generated_total)
         _advance(self._overflow, snap.search_overflow_total - seen.search_overflow_total)
         _advance(self._audio, snap.audio_seconds_total - seen.audio_seconds_total)
         _advance(self._dropped, snap.samples_dropped_total - seen.samples_dropped_total)
-        _advance(self._shed, snap.stream_passes_shed_total - seen.stream_passes_shed_total)
+        _advance(self._shed, passes_shed)
         _advance(self._skipped, snap.stream_passes_skipped_total - seen.stream_passes_skipped_total)
         _advance(self._passes, snap.stream_passes_total - seen.stream_passes_total)
         _advance(self._encoded, snap.stream_encoded_seconds_total - seen.stream_encoded_seconds_total)
@@ -119,6 +121,7 @@ class EngineSeries:
             _observe_all(m.engine_queue_wait.labels(**labels, mode=mode), waits)
         _observe_all(self._padding, snap.batch_padding_ratio)
         self._export_runner(stats)
+        return passes_shed
 
     def _export_runner(self, stats: RunnerStats) -> None:
         m, labels = self.metrics, self.labels

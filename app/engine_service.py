@@ -97,8 +97,7 @@ class EngineService:
         self._step_started: float | None = None
         self._tick_started = 0.0
         self._live_s = 0.0  # engine thread: live streams' engine time not yet handed to the backlog
-        self._shed_seen = 0  # engine thread: the engine's total of live passes shed, as last drained
-        self._shed_new = 0  # engine thread: passes shed not yet handed to the backlog
+        self._shed_new = 0  # engine thread: live passes shed not yet handed to the backlog
         self._posted_at = 0.0  # engine thread: perf_counter() of the last hand-over to the loop
         self.live_streams = 0
         """Live streams the runner held after the last step (written by the engine thread)."""
@@ -400,10 +399,8 @@ class EngineService:
         self.series.step.observe(seconds)
         snapshot, stats = e.metrics.drain(), e.runner.stats()
         self._live_s += live_engine_seconds(snapshot.stage_seconds)
-        self._shed_new += snapshot.stream_passes_shed_total - self._shed_seen
-        self._shed_seen = snapshot.stream_passes_shed_total
         self.live_streams = stats.streams
-        self.series.export(snapshot, stats, e.num_running, e.num_waiting)
+        self._shed_new += self.series.export(snapshot, stats, e.num_running, e.num_waiting)
 
     def _post(self, outputs: list[RequestOutput], idle: bool = False) -> bool:
         """Hand a step's outputs to the event loop; False once the loop is closed (shutdown)."""
