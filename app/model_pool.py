@@ -321,9 +321,9 @@ class ModelPool:
         be described yet keeps none: its first load says what it is, or why it is not."""
         config = entry.spec.config
         try:
-            local = cached_checkpoint_dir(config.ckpt_dir, config.revision)
-            info = describe_model(dataclasses.replace(config, ckpt_dir=local))
-            size = weight_bytes(dataclasses.replace(config, ckpt_dir=local).resolved_ckpt_dir())
+            local = dataclasses.replace(config, ckpt_dir=cached_checkpoint_dir(config.ckpt_dir, config.revision))
+            info = describe_model(local)
+            size = weight_bytes(local.resolved_ckpt_dir())
         except (EngineError, OSError) as exc:
             logger.info("model %s is not described before its first load: %s", entry.name, exc)
             return

@@ -23,6 +23,18 @@ ONLINE_CAPABILITIES = Capabilities(logprobs=True)
 streaming model reports none)."""
 
 
+def _checkpoint_details(cfg: ParaformerConfig, weights_path: str) -> dict[str, object]:
+    """The details both runners show of the checkpoint's sizes."""
+    return {
+        "checkpoint_name": os.path.basename(weights_path),
+        "encoder_layers": cfg.encoder.num_blocks,
+        "decoder_layers": cfg.decoder.num_blocks,
+        "d_model": cfg.encoder.output_size,
+        "vocab_size": cfg.decoder.vocab_size,
+        "lfr": [cfg.frontend.lfr_m, cfg.frontend.lfr_n],
+    }
+
+
 def offline_info(cfg: ParaformerConfig, weights_path: str, tokenizer: str, options: ParaformerOptions,
                  parameters: int = 0) -> ModelInfo:  # fmt: skip
     """The offline runner's `info()` (`tokenizer`: 'sentencepiece' or 'char')."""
@@ -40,12 +52,7 @@ def offline_info(cfg: ParaformerConfig, weights_path: str, tokenizer: str, optio
         parameters=parameters,
         details={
             "architecture": "paraformer (san-m encoder, cif predictor, non-autoregressive decoder)",
-            "checkpoint_name": os.path.basename(weights_path),
-            "encoder_layers": cfg.encoder.num_blocks,
-            "decoder_layers": cfg.decoder.num_blocks,
-            "d_model": cfg.encoder.output_size,
-            "vocab_size": cfg.decoder.vocab_size,
-            "lfr": [cfg.frontend.lfr_m, cfg.frontend.lfr_n],
+            **_checkpoint_details(cfg, weights_path),
             "frame_ms": round(cfg.frontend.frame_seconds * 1000),
             "max_segment_seconds": options.max_segment_seconds,
             "keywords": seaco,
@@ -75,12 +82,7 @@ def online_info(cfg: ParaformerConfig, weights_path: str, tokenizer: str, option
         details={
             "architecture": "paraformer-online (chunked san-m encoder, cif across chunks, "
                             "non-autoregressive decoder)",
-            "checkpoint_name": os.path.basename(weights_path),
-            "encoder_layers": cfg.encoder.num_blocks,
-            "decoder_layers": cfg.decoder.num_blocks,
-            "d_model": cfg.encoder.output_size,
-            "vocab_size": cfg.decoder.vocab_size,
-            "lfr": [cfg.frontend.lfr_m, cfg.frontend.lfr_n],
+            **_checkpoint_details(cfg, weights_path),
             "frame_ms": round(frame_ms),
             "chunk_size": [left, chunk, ahead],
             "chunk_ms": round(chunk * frame_ms),
