@@ -11,7 +11,7 @@ $PY -c 'import torch; assert torch.cuda.is_available(), "no CUDA device"; print(
   | tee "$OUT/device.txt"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$OUT/device.txt" 2>/dev/null || true
 # 1. the CUDA paths (float16, beam, word timestamps, live) and the int8 kernel checks
-timeout 240 $PY -m pytest -q -p no:cacheprovider tests/engine/test_whisper_cuda.py tests/engine/test_whisper_int8.py \
+timeout 240 $PY -m pytest -q -p no:cacheprovider tests/engine/whisper/test_cuda.py tests/engine/whisper/test_int8.py \
   -k "not dev_set" 2>&1 | tee "$OUT/tests.txt"
 # 2. offline: the engine on the GPU (device auto) against faster-whisper on the CPU, one run
 timeout 240 $PY -m benchmarks.offline --repeat 1 --skip-float32 2>&1 | tail -15 | tee "$OUT/offline.txt"

@@ -3,8 +3,13 @@
 - `clips` / `load_clip(id)`: clips from ../shared/data/speech/manifest.jsonl decoded with
   soundfile and resampled with soxr to float32 16 kHz mono (multi-channel clips are downmixed
   by averaging channels). The data folder can be moved with OASR_SPEECH_DATA.
-- `engine`: one `ASREngine` on the embedded Whisper tiny.en, shared by the session (loading
-  costs seconds; tests must not change its config — build a private engine for that).
+- `engine`: one `ASREngine` on the embedded Whisper tiny.en, float32 (quantization "none"),
+  shared by the session (loading costs seconds; tests must not change its config — build a
+  private engine for that). `engine_int8`: the same on the exact int8 path ("int8_w8a8").
+- `NUMERIC_PATHS`: the two paths every x86 CPU runs (int8 without VNNI sums the same integers
+  through the float GEMM). `auto` picks one by the CPU (int8 with VNNI or AMX), so a test that
+  asserts on a transcript, tokens or a WER names its path, never `auto`; a claim about the
+  engine rather than one path runs on both.
 - `fw_model`: faster-whisper on the SAME embedded CTranslate2 directory, float32, CPU.
 
 Engine-heavy fixtures import torch/faster-whisper lazily so test modules that do not use
@@ -114,14 +119,54 @@ def clips() -> list[Clip]:
     return reference_clips()
 
 
+NUMERIC_PATHS = ("none", "int8_w8a8")
+"""Quantization schemes naming the two numeric paths a Whisper engine runs on any x86 CPU."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _numeric_path_is_named() -> Iterator[None]:
+    """No Whisper engine built in a test process resolves quantization 'auto': on a CPU with VNNI
+    or AMX it is int8, elsewhere float32, so a test relying on it asserts on another path on
+    another machine. Servers the tests start get "none" unless they name one (e2e/conftest.py);
+    the decision itself is tested as a pure function (test_quantization_decision.py)."""
+    import importlib
+
+    build = importlib.import_module("engine.models.whisper.build")  # the package exports a function `build`
+    decide = build.decide_quantization
+
+    def named_only(asked: str, *args: Any, **kwargs: Any) -> Any:
+        assert asked != "auto", "a test built a Whisper engine on quantization 'auto': name the path (NUMERIC_PATHS)"
+        return decide(asked, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(build, "decide_quantization", named_only)
+        yield
+
+
 @pytest.fixture(scope="session")
 def engine() -> Iterator[Any]:
-    """The session's shared `ASREngine` on the embedded model (default config, CPU float32)."""
+    """The session's shared `ASREngine` on the embedded model, CPU float32 (quantization "none")."""
     from engine import ASREngine, EngineConfig
 
-    eng = ASREngine(EngineConfig())
+    eng = ASREngine(EngineConfig(quantization="none"))
     yield eng
     eng.shutdown()
+
+
+@pytest.fixture(scope="session")
+def engine_int8() -> Iterator[Any]:
+    """The shared engine's twin on the exact int8 path (quantization "int8_w8a8")."""
+    from engine import ASREngine, EngineConfig
+
+    eng = ASREngine(EngineConfig(quantization="int8_w8a8"))
+    yield eng
+    eng.shutdown()
+
+
+@pytest.fixture(scope="session", params=NUMERIC_PATHS)
+def engine_on_each_path(request: pytest.FixtureRequest) -> Any:
+    """The shared engine of each numeric path in turn: for claims about the engine, not one path."""
+    return request.getfixturevalue("engine" if request.param == "none" else "engine_int8")
 
 
 @pytest.fixture(scope="session")

@@ -99,7 +99,7 @@ def check_turn_order(rec: Recorder) -> None:
 async def service() -> AsyncIterator[EngineService]:
     from engine import ASREngine, EngineConfig
 
-    svc = EngineService(ASREngine(EngineConfig(service_mode="streaming", max_batch_size=2)), Metrics())
+    svc = EngineService(ASREngine(EngineConfig(quantization="none", service_mode="streaming", max_batch_size=2)), Metrics())
     svc.start()
     await svc.wait_started()
     yield svc

@@ -156,7 +156,7 @@ async def test_unloading_frees_the_model(tmp_path: Path) -> None:
     second is loaded, nothing holds the first one's runner (its weights) any more."""
     shutil.copy(NEMO_FIXTURE, tmp_path / "model.nemo")
     metrics = Metrics()
-    specs = model_specs([EMBEDDED_NAME, f"nemo={tmp_path}"], EngineConfig(device="cpu"))
+    specs = model_specs([EMBEDDED_NAME, f"nemo={tmp_path}"], EngineConfig(device="cpu", quantization="none"))
     pool = ModelPool(specs, metrics, lambda engine, entry: EngineService(engine, metrics, engine_label=str(entry.index)),
                      several=True, budget_bytes=1)  # smaller than either: one at a time
     try:

@@ -67,6 +67,8 @@ def start_server(tmp_dir: Path, env: dict[str, str] | None = None, ready_timeout
     port, grpc_port = port or free_port(), free_port()
     full_env = {**os.environ, "OASR_GRPC_PORT": str(grpc_port), "OASR_LOG_LEVEL": "info",
                 "OASR_DATA_DIR": str(tmp_dir / f"data-{port}"),  # jobs store: never the user's data dir
+                # float32 unless the test names another path: 'auto' is int8 on a VNNI/AMX CPU only
+                "OASR_QUANTIZATION": "none",
                 **(env or {})}
     log_path = tmp_dir / f"server-{port}.log"
     log = open(log_path, "wb")  # noqa: SIM115 - handed to the child for its lifetime

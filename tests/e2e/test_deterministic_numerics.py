@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import manifest, require_speech_data
 from tests.e2e.conftest import ServerProcess, start_server
 
+AUTO = {"OASR_QUANTIZATION": "auto"}  # the default config: what this test is about (others pin a path)
 CLIPS = ("libri_61-70968-0000", "mfa_thoughts", "ps_cards_005", "jfk_inaugural")  # short, ~30 s of speech in all
 
 
@@ -52,9 +53,9 @@ def test_two_starts_one_under_load_give_byte_identical_transcripts(tmp_path: Pat
     for loaded in (False, True):
         if loaded:
             with busy_cores():
-                server = start_server(tmp_path)
+                server = start_server(tmp_path, env=AUTO)
         else:
-            server = start_server(tmp_path)
+            server = start_server(tmp_path, env=AUTO)
         try:
             runs.append(transcribe_all(server))
             log = server.log()

@@ -38,14 +38,14 @@ def reference(p: str) -> str:
 
 @pytest.fixture(scope="module")
 def offline_engine() -> Iterator[ASREngine]:
-    engine = ASREngine(EngineConfig(ckpt_dir=CKPT, service_mode="offline"))
+    engine = ASREngine(EngineConfig(quantization="none", ckpt_dir=CKPT, service_mode="offline"))
     yield engine
     engine.shutdown()
 
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[ASREngine]:
-    engine = ASREngine(EngineConfig(ckpt_dir=CKPT))  # the design's default: service_mode="streaming"
+    engine = ASREngine(EngineConfig(quantization="none", ckpt_dir=CKPT))  # the design's default: service_mode="streaming"
     yield engine
     engine.shutdown()
 
@@ -107,7 +107,7 @@ def test_7_3_chunk_by_chunk_feed(engine: ASREngine) -> None:
 
 
 def test_7_4_mixed_offline_and_streaming_on_one_engine() -> None:
-    engine = ASREngine(EngineConfig(ckpt_dir=CKPT, max_batch_size=8))
+    engine = ASREngine(EngineConfig(quantization="none", ckpt_dir=CKPT, max_batch_size=8))
     try:
         offline_paths, streaming_paths = A_B_C[:2], (A_B_C[2], AUDIO)
         path_of = {}

@@ -205,7 +205,7 @@ def test_an_engine_with_few_decoder_rows_refuses_a_wider_beam_and_samples_fewer_
     wide is refused at admission, and a sampled window draws only as many candidates as fit."""
     from engine import ASREngine, EngineConfig
 
-    narrow = ASREngine(EngineConfig(max_batch_size=2, max_decode_rows=2))
+    narrow = ASREngine(EngineConfig(quantization="none", max_batch_size=2, max_decode_rows=2))
     try:
         with pytest.raises(InvalidRequestError, match="max_decode_rows=2"):
             narrow.add_request(good[0].audio, decoding=DecodingOptions(beam_size=3))

@@ -28,7 +28,7 @@ from tests.conftest import load_clip
 
 
 def _whisper(tmp: Path) -> EngineConfig:
-    return EngineConfig()  # the embedded tiny.en
+    return EngineConfig(quantization="none")  # the embedded tiny.en
 
 
 def _wenet(tmp: Path) -> EngineConfig:

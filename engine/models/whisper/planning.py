@@ -59,6 +59,8 @@ class WindowPlanner:
         stream's final pass goes ahead of the other windows to encode (the client waits on it),
         an interim pass ahead of the offline windows (its stream's cadence does)."""
         job.queued_at = time.monotonic()
+        if job.stream_request is not None:
+            job.received_when_queued = job.stream_request.received_samples
         if job.audio_features is not None:
             self.prefill_queue.append(job)
         elif job.final:
@@ -99,16 +101,10 @@ class WindowPlanner:
 
     # ---- what runs next ----
 
-    @staticmethod
-    def overdue(job: WindowJob, now: float) -> bool:
-        """An interim pass that has waited longer than its stream's pass period."""
-        return now - job.queued_at >= job.patience_s
-
     def interims_overdue(self) -> bool:
-        """An interim pass waits to be encoded for longer than its stream's pass period: the
-        engine is behind its streams' cadence."""
-        now = time.monotonic()
-        return any(j.interim and self.overdue(j, now) for j in self.encode_queue)
+        """An interim pass waits to be encoded while its stream received a pass period of audio
+        (WindowJob.overdue): the engine is behind its streams' cadence."""
+        return any(j.overdue() for j in self.encode_queue)
 
     def finals_pending(self, batch: DecodeBatch) -> bool:
         """A live stream's final pass is encoded and waiting or decoding: a client waits on it."""

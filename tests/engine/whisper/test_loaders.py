@@ -74,7 +74,7 @@ def embedded() -> dict[str, Any]:
 
 
 def _transcripts(ckpt_dir: str, clips: list[Clip]) -> tuple[list[str], str]:
-    eng = ASREngine(EngineConfig(ckpt_dir=ckpt_dir))
+    eng = ASREngine(EngineConfig(quantization="none", ckpt_dir=ckpt_dir))
     try:
         described = describe_model(EngineConfig(ckpt_dir=ckpt_dir))  # what /v1/models shows before a load
         assert described is not None and described.model == eng.model_info.model == "tiny.en"
@@ -155,7 +155,7 @@ def test_truncated_model_bin_is_a_checkpoint_error(tmp_path: Path, embedded: dic
     with open(model_bin, "r+b") as f:
         f.truncate(int(size * keep) if keep < 1 else int(keep))
     with pytest.raises(CheckpointError, match=r"model\.bin.*truncated"):
-        ASREngine(EngineConfig(ckpt_dir=str(target)))
+        ASREngine(EngineConfig(quantization="none", ckpt_dir=str(target)))
 
 
 def test_openai_checkpoint_missing_a_weight_names_it(tmp_path: Path, embedded: dict[str, Any]) -> None:
@@ -164,27 +164,27 @@ def test_openai_checkpoint_missing_a_weight_names_it(tmp_path: Path, embedded: d
     torch.save({"dims": embedded["dims"], "model_state_dict": state}, tmp_path / "broken.pt")
     shutil.copy(os.path.join(embedded["dir"], "tokenizer.json"), tmp_path / "tokenizer.json")
     with pytest.raises(CheckpointError, match=r"decoder\.blocks\.2\.mlp\.0\.weight"):
-        ASREngine(EngineConfig(ckpt_dir=str(tmp_path)))
+        ASREngine(EngineConfig(quantization="none", ckpt_dir=str(tmp_path)))
 
 
 def test_openai_checkpoint_without_dims_is_refused(tmp_path: Path, embedded: dict[str, Any]) -> None:
     torch.save({"model_state_dict": embedded["state"]}, tmp_path / "nodims.pt")
     shutil.copy(os.path.join(embedded["dir"], "tokenizer.json"), tmp_path / "tokenizer.json")
     with pytest.raises(CheckpointError, match="'dims'"):
-        ASREngine(EngineConfig(ckpt_dir=str(tmp_path)))
+        ASREngine(EngineConfig(quantization="none", ckpt_dir=str(tmp_path)))
 
 
 def test_directory_without_a_checkpoint_is_refused(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("nothing here")
     with pytest.raises(CheckpointError, match="no model family recognises"):
-        ASREngine(EngineConfig(ckpt_dir=str(tmp_path)))
+        ASREngine(EngineConfig(quantization="none", ckpt_dir=str(tmp_path)))
 
 
 def test_missing_tokenizer_is_named(tmp_path: Path, embedded: dict[str, Any]) -> None:
     target = _copy_embedded(tmp_path, embedded)
     os.remove(target / "tokenizer.json")
     with pytest.raises(CheckpointError, match=r"tokenizer\.json"):
-        ASREngine(EngineConfig(ckpt_dir=str(target)))
+        ASREngine(EngineConfig(quantization="none", ckpt_dir=str(target)))
 
 
 @pytest.mark.parametrize(("width", "vocab", "model", "languages"),

@@ -35,7 +35,7 @@ def _spoken(text: str) -> list[str]:
 def engine() -> Any:
     from engine import ASREngine, EngineConfig
 
-    eng = ASREngine(EngineConfig())
+    eng = ASREngine(EngineConfig(quantization="none"))
     yield eng
     eng.shutdown()
 

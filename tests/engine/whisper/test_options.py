@@ -86,14 +86,14 @@ def test_the_engine_streams_at_the_cadence_either_name_sets() -> None:
     audio = load_clip(CLIP)
     quiet = {"skip_silent_passes": False, "speech_coverage": False}  # every due pass runs, no extra one
     with pytest.warns(DeprecationWarning):
-        slow = ASREngine(EngineConfig(service_mode="streaming", max_batch_size=1, stream_step_ms=1500,
+        slow = ASREngine(EngineConfig(quantization="none", service_mode="streaming", max_batch_size=1, stream_step_ms=1500,
                                       family_options={"whisper": quiet}))
     try:
         slow_passes, slow_text = _passes(slow, audio)
     finally:
         slow.shutdown()
     with pytest.warns(DeprecationWarning):
-        fast = ASREngine(EngineConfig(service_mode="streaming", max_batch_size=1, stream_step_ms=1500,
+        fast = ASREngine(EngineConfig(quantization="none", service_mode="streaming", max_batch_size=1, stream_step_ms=1500,
                                       family_options={"whisper": {**quiet, "stream_step_ms": 500}}))
     try:
         fast_passes, fast_text = _passes(fast, audio)

@@ -1,6 +1,6 @@
 """The Whisper window planner's live rules (engine/models/whisper/planning.py), on stand-in jobs:
 finals first, a final encoded without interim batch-mates, an interim pass waiting longer than
-its pass period marks the engine as behind, and the runner's count of shed passes."""
+its stream's pass period of audio marks the engine as behind, and the runner's count of shed passes."""
 
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ from engine.models.whisper.window import WindowJob, WindowResult
 MEL_FRAMES = 200  # a 2 s pass: a short window
 
 
-def live_job(name: str, final: bool = False, patience_s: float = math.inf) -> WindowJob:
-    owner = SimpleNamespace(request=SimpleNamespace(request_id=name), options=SimpleNamespace(beam_size=1))
+def live_job(name: str, final: bool = False, patience_samples: float = math.inf) -> WindowJob:
+    request = SimpleNamespace(request_id=name, received_samples=0)
+    owner = SimpleNamespace(request=request, options=SimpleNamespace(beam_size=1))
     job = WindowJob(owner, torch.zeros(80, MEL_FRAMES), 0, MEL_FRAMES, 0.0, 0, live=True, final=final)  # type: ignore[arg-type]
-    job.patience_s = patience_s
+    job.patience_samples = patience_samples
+    job.stream_request = request  # type: ignore[assignment]
     return job
 
 
@@ -44,11 +46,14 @@ def test_a_final_pass_is_encoded_without_interim_batch_mates() -> None:
 def test_interim_passes_wait_for_finals_and_an_overdue_one_says_the_engine_is_behind() -> None:
     decoding_final = live_job("f", final=True)
     p = planner()
-    patient, due = live_job("a"), live_job("b", patience_s=0.0)
+    patient, due = live_job("a"), live_job("b", patience_samples=8000)
     p.submit(patient)
-    assert not p.interims_overdue()
     p.submit(due)
-    assert p.interims_overdue()  # b has waited its (zero) period: streams coming due are shed
+    assert not p.interims_overdue()  # however long it waits in wall time: its stream sent nothing
+    due.stream_request.received_samples += 7999  # type: ignore[union-attr]
+    assert not p.interims_overdue()
+    due.stream_request.received_samples += 1  # type: ignore[union-attr]
+    assert p.interims_overdue()  # b's stream sent its pass period meanwhile: streams coming due are shed
     assert p.take_encode(idle_batch(decoding_final)) == []  # a final decodes: partials wait
     assert p.take_encode(idle_batch()) == [patient, due]
     p.encoded([patient, due])

@@ -78,7 +78,7 @@ def test_offline_logprobs_cover_every_token(engine: Any, clips: list[Clip], beam
 def live_engine() -> Any:
     from engine import ASREngine, EngineConfig
 
-    eng = ASREngine(EngineConfig(service_mode="streaming", max_batch_size=1))
+    eng = ASREngine(EngineConfig(quantization="none", service_mode="streaming", max_batch_size=1))
     yield eng
     eng.shutdown()
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import Clip, wer
+from tests.conftest import NUMERIC_PATHS, Clip, wer
 
 logger = logging.getLogger(__name__)
 
@@ -32,11 +32,16 @@ MAX_CLIP_S = 15.0  # the long-form recordings are left to the benchmark (a minut
 WER_SLACK = 3.0  # points over offline; measured 2.0 on these clips (see the test's docstring)
 
 
-@pytest.fixture(scope="module")
-def live_engine() -> Any:
+def _live_engine(quantization: str) -> Any:
     from engine import ASREngine, EngineConfig
 
-    eng = ASREngine(EngineConfig(service_mode="streaming", max_batch_size=1))
+    return ASREngine(EngineConfig(service_mode="streaming", max_batch_size=1, quantization=quantization))
+
+
+@pytest.fixture(scope="module")
+def live_engine() -> Any:
+    """The module's live engine, float32; the live-vs-offline bound also runs on int8."""
+    eng = _live_engine("none")
     yield eng
     eng.shutdown()
 
@@ -153,8 +158,20 @@ def test_shared_silence_cross_attention_matches_dense_attention(live_engine: Any
     torch.testing.assert_close(short, dense[:2], atol=1e-4, rtol=1e-4)
 
 
-def test_live_transcripts_track_offline_ones(live_engine: Any, live_outputs: dict[str, list[Any]],
-                                             clips: list[Clip]) -> None:
+@pytest.fixture(scope="module", params=NUMERIC_PATHS)
+def tracked(request: pytest.FixtureRequest, clips: list[Clip]) -> Any:
+    """(engine, live outputs) on each numeric path: float32 reuses the module's engine and streams."""
+    if request.param == "none":
+        yield request.getfixturevalue("live_engine"), request.getfixturevalue("live_outputs")
+        return
+    eng = _live_engine(request.param)
+    try:
+        yield eng, {c.id: stream_at_pace(eng, c.audio) for c in clips if c.text and c.duration <= MAX_CLIP_S}
+    finally:
+        eng.shutdown()
+
+
+def test_live_transcripts_track_offline_ones(tracked: tuple[Any, dict[str, list[Any]]], clips: list[Clip]) -> None:
     """Live passes have no temperature fallback (streaming.py: it would stall every other stream),
     so the offline side decodes without it too: a fallback window's sampled draw moves the offline
     WER by points either way (float32 on the dev set: 12.44 % greedy, 10.45 % with the fallback's
@@ -165,6 +182,7 @@ def test_live_transcripts_track_offline_ones(live_engine: Any, live_outputs: dic
     looping passes, which cost tens of points."""
     from engine.types import DecodingOptions
 
+    live_engine, live_outputs = tracked
     scored = [c for c in clips if c.id in live_outputs]
     assert len(scored) >= 15
     refs = [c.text or "" for c in scored]
@@ -265,7 +283,7 @@ def test_streams_stepped_counts_the_live_streams_decoded_together(clips: list[Cl
     not rows (an offline request decoded beside them is no live stream)."""
     from engine import ASREngine, EngineConfig
 
-    engine = ASREngine(EngineConfig(service_mode="streaming", max_batch_size=4))
+    engine = ASREngine(EngineConfig(quantization="none", service_mode="streaming", max_batch_size=4))
     try:
         short = [c for c in clips if c.text and 3.0 <= c.duration <= 5.0][:3]
         rids = [engine.add_streaming_request() for _ in short[:2]]
@@ -396,7 +414,7 @@ def test_passes_over_pauses_are_skipped_without_changing_the_transcript(live_eng
     gated = stream_at_pace(live_engine, audio)
     skipped = picker.passes_skipped - skipped_before
     assert live_engine.metrics.drain().stream_passes_skipped_total - counted_before == skipped
-    every = ASREngine(EngineConfig(service_mode="streaming", max_batch_size=1,
+    every = ASREngine(EngineConfig(quantization="none", service_mode="streaming", max_batch_size=1,
                                    family_options={"whisper": {"skip_silent_passes": False}}))
     try:
         assert every.runner.stream_passes.gate is None
