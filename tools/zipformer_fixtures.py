@@ -23,8 +23,14 @@ torch), and modified beam search only for two ragged-tensor helpers (`create_rag
 from their documented semantics, and empty stand-ins for the training-only imports (lhotse,
 kaldialign, pypinyin, kaldifeat, tensorboard): nothing the recorded outputs depend on.
 
-Features: kaldi-native-fbank (what sherpa feeds icefall models) with icefall's streaming_decode
-options: 80 bins, dither 0, snip_edges=False, samples in [-1, 1].
+Features: kaldi-native-fbank (what sherpa feeds icefall models) with the training features'
+settings (lhotse's FbankConfig, icefall's pretrained.py): 80 bins, dither 0, snip_edges=False,
+high_freq=-400 (7600 Hz), samples in [-1, 1].
+
+`tiny_offline` is trained-flag-for-flag what `train.py --causal 0` records: chunk_size
+"16,32,64,-1" and left_context_frames "64,128,256,-1" stay at their defaults (icefall ignores them
+when not causal), and it is written by icefall's own `icefall.checkpoint.save_checkpoint` with
+train.py's `params` as `epoch-1.pt` (no model_args.json: the loader reads the recorded arguments).
 """
 
 from __future__ import annotations
@@ -96,14 +102,17 @@ OFFLINE_MODEL_ARGS: dict[str, Any] = {
     "cnn_module_kernel": "31,31,15,15,15,31",
     "context_size": 1,
     "causal": False,
-    "chunk_size": "-1",
-    "left_context_frames": "-1",
+    "chunk_size": "16,32,64,-1",
+    "left_context_frames": "64,128,256,-1",
 }
 """A non-streaming model (icefall's default librispeech recipe is causal=False): symmetric
 convolutions, a middle stack wider than the last (the output takes channels from it), and a
 context-size-1 predictor (no conv)."""
 MODELS = {"tiny_streaming": (MODEL_ARGS, STREAMING_SETTINGS, "reference.json"),
           "tiny_offline": (OFFLINE_MODEL_ARGS, (), "reference_tiny_offline.json")}
+TRAINING_CHECKPOINTS = ("tiny_offline",)
+"""Models written as icefall's training writes them (save_checkpoint: state dict plus every
+training parameter) rather than as export.py's pretrained.pt + our model_args.json."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,8 +221,9 @@ def import_icefall(icefall: Path) -> dict[str, Any]:
     import streaming_beam_search
     import streaming_decode
     import train
+    from icefall import checkpoint
 
-    return {"train": train, "beam_search": beam_search, "streaming_decode": streaming_decode,
+    return {"train": train, "checkpoint": checkpoint, "beam_search": beam_search, "streaming_decode": streaming_decode,
             "streaming_beam_search": streaming_beam_search, "decode_stream": decode_stream}  # fmt: skip
 
 
@@ -238,6 +248,7 @@ def fbank(samples: np.ndarray) -> torch.Tensor:
     opts.frame_opts.snip_edges = False
     opts.frame_opts.samp_freq = 16000
     opts.mel_opts.num_bins = 80
+    opts.mel_opts.high_freq = -400  # lhotse's FbankConfig (icefall's training features), sherpa-onnx
     online = knf.OnlineFbank(opts)
     online.accept_waveform(16000, samples.tolist())
     online.input_finished()
@@ -300,6 +311,13 @@ def shape_outputs(model: torch.nn.Module, feats: list[torch.Tensor]) -> None:
     logits = model.joiner(enc.unsqueeze(1).unsqueeze(1), dec.unsqueeze(1))[:, 0, 0]  # (T, V)
     margins = logits[:, 1:].max(dim=-1).values - logits[:, 0]
     out.bias[0] = float(torch.quantile(margins, 1.0 - TARGET_TOKEN_RATE))
+
+
+def _plain_env(env: dict[str, Any]) -> dict[str, Any]:
+    """get_env_info()'s record with the stand-ins' values as text (a pickled stand-in class would
+    not load outside this script) and without the host's name and address."""
+    plain = (str, int, float, bool, type(None))
+    return {k: v if isinstance(v, plain) else repr(v) for k, v in env.items() if k not in ("hostname", "IP address")}
 
 
 def nbest_of(hyps: Any, context_size: int) -> list[dict[str, Any]]:
@@ -390,9 +408,13 @@ def record(mods: dict[str, Any], args: argparse.Namespace, name: str, samples: d
     model, params = build_model(mods, sp.get_piece_size(), model_args_in)
     model.encoder.chunk_size, model.encoder.left_context_frames = [-1], [-1]
     shape_outputs(model, list(feats.values()))
-    torch.save({"model": model.state_dict()}, ckpt_dir / "pretrained.pt")  # as icefall's export.py writes it
     model_args = dict(model_args_in, vocab_size=sp.get_piece_size(), blank_id=0, feature_dim=80)
-    (ckpt_dir / "model_args.json").write_text(json.dumps(model_args, indent=1) + "\n")
+    if name in TRAINING_CHECKPOINTS:
+        params.update({"epoch": 1, "batch_idx_train": 0, "env_info": _plain_env(params["env_info"])})
+        mods["checkpoint"].save_checkpoint(filename=ckpt_dir / "epoch-1.pt", model=model, params=params)
+    else:
+        torch.save({"model": model.state_dict()}, ckpt_dir / "pretrained.pt")  # as icefall's export.py writes it
+        (ckpt_dir / "model_args.json").write_text(json.dumps(model_args, indent=1) + "\n")
     ctx = params["context_size"]
     reference: dict[str, Any] = {
         "icefall_commit": args.icefall_commit, "torch": torch.__version__, "model_args": model_args,
