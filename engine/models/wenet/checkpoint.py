@@ -97,6 +97,13 @@ def state_dict_keys(path: str) -> list[str]:
 
 
 def _read_state_dict(path: str, *, mmap: bool = False) -> dict[str, torch.Tensor]:
+    if path.endswith(".safetensors"):  # OASR's layout (native.py): memory-mapped, nothing to unpickle
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(path)
+        except Exception as exc:  # safetensors' own error types for a damaged header
+            raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from exc
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as exc:  # torch raises many types for a corrupt file

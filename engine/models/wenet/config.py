@@ -8,6 +8,7 @@ are ignored. Anything the runtime cannot reproduce exactly fails here, naming th
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -103,9 +104,29 @@ class Frontend:
                             frame_length_ms=self.frame_length_ms, frame_shift_ms=self.frame_shift_ms)
 
 
+NATIVE_MANIFEST, NATIVE_WEIGHTS, NATIVE_FORMAT = "oasr.json", "model.safetensors", "oasr"
+"""OASR's own WeNet layout (`oasr convert`, native.py): its manifest, weights and format name."""
+
+
+def is_native(ckpt_dir: str) -> bool:
+    """A directory `oasr convert` wrote (native.py): its manifest names the wenet family."""
+    path = os.path.join(ckpt_dir, NATIVE_MANIFEST)
+    if not (os.path.isfile(path) and os.path.isfile(os.path.join(ckpt_dir, NATIVE_WEIGHTS))):
+        return False
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return bool(isinstance(manifest, dict) and manifest.get("family") == "wenet"
+                and manifest.get("format") == NATIVE_FORMAT)
+
+
 def weights_file(ckpt_dir: str, checkpoint_name: str | None = None) -> str | None:
-    """The .pt state dict of a checkpoint dir: `checkpoint_name` when given, else final.pt /
-    avg.pt, else the only .pt there."""
+    """The state dict of a checkpoint dir: OASR's layout's model.safetensors (native.py), else the
+    .pt `checkpoint_name` when given, else final.pt / avg.pt, else the only .pt there."""
+    if checkpoint_name is None and is_native(ckpt_dir):
+        return os.path.join(ckpt_dir, NATIVE_WEIGHTS)
     if checkpoint_name is not None:
         path = os.path.join(ckpt_dir, checkpoint_name)
         return path if checkpoint_name.endswith(".pt") and os.path.isfile(path) else None
@@ -133,12 +154,13 @@ def require_weights(ckpt_dir: str, checkpoint_name: str | None = None) -> str:
 
 
 def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
-    """A WeNet dir: train.yaml + units.txt + a .pt state dict (`checkpoint_name`, when given)."""
+    """A WeNet dir: train.yaml + units.txt + a .pt state dict (`checkpoint_name`, when given) or
+    OASR's layout's weights."""
     if not (os.path.isfile(os.path.join(ckpt_dir, CONFIG_FILE)) and os.path.isfile(os.path.join(ckpt_dir, UNITS_FILE))):
         return False
     if checkpoint_name is not None:
         return checkpoint_name.endswith(".pt")
-    return any(n.endswith(".pt") for n in os.listdir(ckpt_dir))
+    return weights_file(ckpt_dir) is not None or any(n.endswith(".pt") for n in os.listdir(ckpt_dir))
 
 
 def load_units(path: str) -> list[str]:
