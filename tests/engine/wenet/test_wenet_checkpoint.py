@@ -158,3 +158,21 @@ def test_fbank_window_type_is_read_and_other_feature_types_refused(tmp_path: Pat
     Path(path).write_text(yaml.safe_dump(conf))
     with pytest.raises(CheckpointError, match="feats_type 'mfcc'"):
         load_checkpoint(ckpt, CPU, torch.float32)
+
+
+def test_sos_and_eos_come_from_the_tokenizer_s_special_tokens(tmp_path: Path) -> None:
+    """WeNet 3.x records `tokenizer_conf.special_tokens` (its aishell u2++ recipe: <sos> = <eos> = 2)
+    and its ASRModel takes sos/eos from there, else the last unit."""
+    ckpt = write_checkpoint(str(tmp_path / "c"), CheckpointSpec(with_decoder=True))
+    last = len(load_checkpoint(ckpt, CPU, torch.float32).units) - 1
+    assert (load_checkpoint(ckpt, CPU, torch.float32).sos, load_checkpoint(ckpt, CPU, torch.float32).eos) == (last, last)
+    path = Path(ckpt, "train.yaml")
+    conf = yaml.safe_load(path.read_text())
+    conf["tokenizer_conf"] = {"special_tokens": {"<blank>": 0, "<unk>": 1, "<sos>": 2, "<eos>": 2}}
+    path.write_text(yaml.safe_dump(conf))
+    loaded = load_checkpoint(ckpt, CPU, torch.float32)
+    assert (loaded.sos, loaded.eos) == (2, 2)
+    conf["tokenizer_conf"]["special_tokens"]["<eos>"] = last + 1
+    path.write_text(yaml.safe_dump(conf))
+    with pytest.raises(CheckpointError, match="<eos>"):
+        load_checkpoint(ckpt, CPU, torch.float32)
