@@ -22,7 +22,7 @@ to this torch, so kaldi-native-fbank computes the same Kaldi fbank. The CMVN sta
 of WeNet's tools/compute_cmvn_stats.py (`{mean_stat, var_stat, frame_num}`) over the three clips.
 
 WeNet imports modules its inference never runs (librosa, torchaudio, whisper's language table,
-deepspeed ...): stand-ins are installed for them; and its squeezeformer module imports typing names
+deepspeed ...): the Zipformer tool's stand-ins are installed for them; and its squeezeformer module imports typing names
 through torch.nn.modules.conv, which older torch re-exported (set back here).
 
 Random weights give one token on every frame, so the CTC output layer is shaped as the Zipformer
@@ -34,12 +34,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.abc
-import importlib.machinery
 import json
 import logging
 import sys
-import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -51,6 +48,10 @@ import yaml
 logger = logging.getLogger("wenet_fixtures")
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tools.zipformer_fixtures import StubFinder, StubModule, read_clip  # noqa: E402
+
 CLIPS = ("libri_61-70968-0000", "mfa_thoughts", "ps_goforward")
 SEED = 20261205
 BEAM = 4
@@ -71,60 +72,12 @@ STUBBED = ("librosa", "torchaudio", "whisper", "tiktoken", "deepspeed", "peft", 
            "pypinyin", "paddle", "tensorboardX")  # fmt: skip
 
 
-class _Meta(type):
-    def __getattr__(cls, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Anything
-
-    def __getitem__(cls, key: Any) -> Any:
-        return cls
-
-
-class _Anything(metaclass=_Meta):
-    """Callable, iterable, attribute-rich placeholder for names of modules inference never runs."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return _Anything()
-
-    def __getattr__(self, name: str) -> Any:
-        return _Anything()
-
-    def __iter__(self) -> Any:
-        return iter(())
-
-
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Anything
-
-
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname.split(".")[0] in STUBBED:
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-
-    def create_module(self, spec: Any) -> types.ModuleType:
-        module = _StubModule(spec.name)
-        module.__path__ = []  # type: ignore[attr-defined]
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        pass
-
-
 def import_wenet(wenet: Path) -> dict[str, Any]:
     import torch.nn.modules.conv as conv
 
     conv.Union, conv.Optional, conv.Tensor = typing.Union, typing.Optional, torch.Tensor  # type: ignore[attr-defined]
-    sys.meta_path.insert(0, _StubFinder())
-    deepspeed = _StubModule("deepspeed")
+    sys.meta_path.insert(0, StubFinder(STUBBED))
+    deepspeed = StubModule("deepspeed")
     deepspeed.__path__ = []  # type: ignore[attr-defined]
     deepspeed.add_config_arguments = lambda parser: parser  # type: ignore[attr-defined]  # its own flags: unused
     sys.modules["deepspeed"] = deepspeed
@@ -133,16 +86,6 @@ def import_wenet(wenet: Path) -> dict[str, Any]:
 
     return {"init_model": init_model, "init_tokenizer": init_tokenizer, "train_utils": train_utils,
             "checkpoint": checkpoint}
-
-
-def read_clip(speech: Path, clip_id: str) -> np.ndarray:
-    import soundfile as sf
-
-    rows = [json.loads(line) for line in (speech / "manifest.jsonl").read_text().splitlines() if line.strip()]
-    row = next(r for r in rows if r["id"] == clip_id)
-    data, rate = sf.read(str(speech / row["audio"]), dtype="float32", always_2d=True)
-    assert rate == 16000 and data.shape[1] == 1, (clip_id, rate, data.shape)
-    return np.ascontiguousarray(data[:, 0])
 
 
 def fbank(samples: np.ndarray) -> torch.Tensor:

@@ -119,8 +119,19 @@ training parameter) rather than as export.py's pretrained.pt + our model_args.js
 # Stand-ins for modules icefall imports but the recorded computations do not use.
 
 
-class _Anything:
-    """Subclassable, callable, attribute-rich placeholder for training-only names."""
+class _Meta(type):
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Anything
+
+    def __getitem__(cls, key: Any) -> Any:
+        return cls
+
+
+class _Anything(metaclass=_Meta):
+    """Subclassable, callable, iterable, attribute-rich placeholder for training-only names (its
+    class answers attribute and subscript lookups too: `Name.method`, `Tuple[...]`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
@@ -131,15 +142,18 @@ class _Anything:
     def __getattr__(self, name: str) -> Any:
         return _Anything()
 
+    def __iter__(self) -> Any:
+        return iter(())
 
-class _StubModule(types.ModuleType):
+
+class StubModule(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name in ("__file__", "__spec__", "__loader__", "__path__", "__all__", "__wrapped__"):
             raise AttributeError(name)
         return "stand-in" if name.startswith("__") else _Anything
 
 
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self, roots: tuple[str, ...]) -> None:
         self.roots = roots
 
@@ -149,7 +163,7 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def create_module(self, spec: Any) -> types.ModuleType:
-        module = _StubModule(spec.name)
+        module = StubModule(spec.name)
         module.__path__ = []  # type: ignore[attr-defined]
         module.__file__ = __file__
         return module
@@ -195,7 +209,7 @@ class _RaggedTensor:
 
 
 def install_stubs() -> None:
-    k2 = _StubModule("k2")
+    k2 = StubModule("k2")
     k2.__path__ = []  # type: ignore[attr-defined]
     k2.__file__ = __file__  # icefall's env info prints where k2 came from
     k2.swoosh_l_forward = _swoosh_l  # type: ignore[attr-defined]
@@ -203,13 +217,13 @@ def install_stubs() -> None:
     k2.swoosh_l = _swoosh_l  # type: ignore[attr-defined]
     k2.swoosh_r = _swoosh_r  # type: ignore[attr-defined]
     k2.RaggedTensor = _RaggedTensor  # type: ignore[attr-defined]
-    ragged = _StubModule("k2.ragged")
+    ragged = StubModule("k2.ragged")
     ragged.create_ragged_shape2 = lambda row_splits, cached_tot_size=-1: _RaggedShape2(row_splits)  # type: ignore[attr-defined]
     k2.ragged = ragged  # type: ignore[attr-defined]
-    version = _StubModule("k2.version")
+    version = StubModule("k2.version")
     k2.version = version  # type: ignore[attr-defined]
     sys.modules.update({"k2": k2, "k2.ragged": ragged, "k2.version": version})
-    sys.meta_path.insert(0, _StubFinder(("lhotse", "kaldialign", "pypinyin", "kaldifeat", "tensorboard")))
+    sys.meta_path.insert(0, StubFinder(("lhotse", "kaldialign", "pypinyin", "kaldifeat", "tensorboard")))
 
 
 def import_icefall(icefall: Path) -> dict[str, Any]:
@@ -313,11 +327,15 @@ def shape_outputs(model: torch.nn.Module, feats: list[torch.Tensor]) -> None:
     out.bias[0] = float(torch.quantile(margins, 1.0 - TARGET_TOKEN_RATE))
 
 
-def _plain_env(env: dict[str, Any]) -> dict[str, Any]:
+def _plain_env(env: dict[str, Any], icefall_commit: str) -> dict[str, Any]:
     """get_env_info()'s record with the stand-ins' values as text (a pickled stand-in class would
-    not load outside this script) and without the host's name and address."""
+    not load outside this script), icefall's commit as given (get_env_info asks git in the current
+    directory, this repository), and without this host's name, address and paths."""
     plain = (str, int, float, bool, type(None))
-    return {k: v if isinstance(v, plain) else repr(v) for k, v in env.items() if k not in ("hostname", "IP address")}
+    dropped = ("hostname", "IP address", "icefall-git-branch", "icefall-git-date", "icefall-path", "k2-path",
+               "lhotse-path")  # fmt: skip
+    out = {k: v if isinstance(v, plain) else repr(v) for k, v in env.items() if k not in dropped}
+    return {**out, "icefall-git-sha1": icefall_commit}
 
 
 def nbest_of(hyps: Any, context_size: int) -> list[dict[str, Any]]:
@@ -410,7 +428,7 @@ def record(mods: dict[str, Any], args: argparse.Namespace, name: str, samples: d
     shape_outputs(model, list(feats.values()))
     model_args = dict(model_args_in, vocab_size=sp.get_piece_size(), blank_id=0, feature_dim=80)
     if name in TRAINING_CHECKPOINTS:
-        params.update({"epoch": 1, "batch_idx_train": 0, "env_info": _plain_env(params["env_info"])})
+        params.update({"epoch": 1, "batch_idx_train": 0, "env_info": _plain_env(params["env_info"], args.icefall_commit)})
         mods["checkpoint"].save_checkpoint(filename=ckpt_dir / "epoch-1.pt", model=model, params=params)
     else:
         torch.save({"model": model.state_dict()}, ckpt_dir / "pretrained.pt")  # as icefall's export.py writes it
