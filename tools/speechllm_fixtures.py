@@ -4,8 +4,8 @@ record Transformers' `generate` on them: the parity fixtures of the speech-LLM f
 Run by hand with the project's venv (Transformers is installed there for tools like this one;
 the engine never imports it):
 
-    .venv/bin/python tools/speechllm_fixtures.py --model qwen2_audio --out tests/fixtures/speechllm/qwen2_audio
-    .venv/bin/python tools/speechllm_fixtures.py --model qwen3_asr --out tests/fixtures/speechllm/qwen3_asr
+    OASR_SPEECH_DATA=../shared/data/speech .venv/bin/python tools/speechllm_fixtures.py --model qwen2_audio --out tests/fixtures/speechllm/qwen2_audio
+    OASR_SPEECH_DATA=../shared/data/speech .venv/bin/python tools/speechllm_fixtures.py --model qwen3_asr --out tests/fixtures/speechllm/qwen3_asr
 
 Writes the checkpoint as Transformers saves it (config.json, model.safetensors,
 generation_config.json, tokenizer.json + tokenizer_config.json with the chat template,
@@ -14,7 +14,8 @@ prompt text the chat template rendered, the processor's input ids, greedy tokens
 log-probabilities, and the beam n-best (`num_return_sequences` = beams) with scores.
 
 The tokenizer is a byte-level BPE in Qwen2's layout, trained offline on the dev transcripts
-(a few hundred tokens) with the model's special tokens added. Qwen3-ASR's chat template is the
+(a few hundred tokens) with the model's special tokens added. Qwen2-Audio's chat template is its
+processor's own `default_chat_template` (Qwen2-Audio-7B-Instruct's). Qwen3-ASR's is the
 published one (QWEN3_ASR_TEMPLATE, verbatim from Transformers' converter, checked against the hub
 checkpoint's processor test); requests go through its processor's `apply_transcription_request`
 and must render as the `qwen-asr` package's own message list does. Random weights give near-uniform
