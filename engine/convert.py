@@ -48,7 +48,9 @@ def _check_out_dir(src_dir: str, out_dir: str) -> None:
 def _family(src_dir: str, checkpoint_name: str | None, what: str, offered: list[str]) -> ModelFamily:
     family = resolve_family(src_dir, checkpoint_name)
     if getattr(family, what) is None:
-        raise UnsupportedError(f"{family.name} checkpoints have no `oasr {what}` (offered for: {', '.join(offered)})")
+        why = family.not_converted if what == "convert" else family.not_quantized
+        raise UnsupportedError(f"{family.name} checkpoints have no `oasr {what}`" + (f": {why}" if why else "")
+                               + f" (offered for: {', '.join(offered)})")
     return family
 
 

@@ -44,6 +44,11 @@ class ModelFamily:
     quantize: Callable[[str, str | None, str, Any], None] | None = None
     """(ckpt_dir, checkpoint_name, out_dir, QuantizationConfig) -> writes quantized weights that load
     with no quantization work (`oasr quantize`); None when the family cannot."""
+    not_converted: str = ""
+    """Why the family has no `convert` (the refusal says it): e.g. its checkpoints already load as
+    one memory-mapped file."""
+    not_quantized: str = ""
+    """Why the family has no `quantize` (the refusal says it): e.g. it computes in float only."""
     describe: Callable[[EngineConfig, Any], ModelInfo] | None = None
     """(config, options) -> the `ModelInfo` the built runner's `info()` would give, read from the
     checkpoint's configuration files only (no weights read, no module built): /v1/models shows a

@@ -4,8 +4,8 @@ record Transformers' `generate` on them: the parity fixtures of the speech-LLM f
 Run by hand with the project's venv (Transformers is installed there for tools like this one;
 the engine never imports it):
 
-    .venv/bin/python tools/speechllm_fixtures.py --model qwen2_audio --out tests/fixtures/speechllm/qwen2_audio
-    .venv/bin/python tools/speechllm_fixtures.py --model qwen3_asr --out tests/fixtures/speechllm/qwen3_asr
+    OASR_SPEECH_DATA=../shared/data/speech .venv/bin/python tools/speechllm_fixtures.py --model qwen2_audio --out tests/fixtures/speechllm/qwen2_audio
+    OASR_SPEECH_DATA=../shared/data/speech .venv/bin/python tools/speechllm_fixtures.py --model qwen3_asr --out tests/fixtures/speechllm/qwen3_asr
 
 Writes the checkpoint as Transformers saves it (config.json, model.safetensors,
 generation_config.json, tokenizer.json + tokenizer_config.json with the chat template,
@@ -14,10 +14,11 @@ prompt text the chat template rendered, the processor's input ids, greedy tokens
 log-probabilities, and the beam n-best (`num_return_sequences` = beams) with scores.
 
 The tokenizer is a byte-level BPE in Qwen2's layout, trained offline on the dev transcripts
-(a few hundred tokens) with the model's special tokens added. Qwen3-ASR's hub chat template is
-not in Transformers; QWEN3_ASR_TEMPLATE is written here in its ChatML layout (context system
-turn, audio user turn, the assistant turn continued with `language <Name><asr_text>`), and
-requests go through its processor's `apply_transcription_request`. Random weights give near-uniform
+(a few hundred tokens) with the model's special tokens added. Qwen2-Audio's chat template is its
+processor's own `default_chat_template` (Qwen2-Audio-7B-Instruct's). Qwen3-ASR's is the
+published one (QWEN3_ASR_TEMPLATE, verbatim from Transformers' converter, checked against the hub
+checkpoint's processor test); requests go through its processor's `apply_transcription_request`
+and must render as the `qwen-asr` package's own message list does. Random weights give near-uniform
 logits, so the LM head is scaled up (`LM_HEAD_GAIN`): wider gaps between the best tokens keep
 parity from hanging on float rounding; the end-of-turn token's row is raised so that some
 hypotheses end before `MAX_NEW_TOKENS` and beam search finishes hypotheses of several lengths.
@@ -74,41 +75,89 @@ BEAMS = (2, 4)
 QWEN_PRETOKENIZE = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
                     r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
-CHAT_TEMPLATE = (
-    "{% set audio_count = namespace(value=0) %}"
-    "{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}"
-    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-    "{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}"
-    "{{ message['content'] }}<|im_end|>\n"
-    "{% else %}"
-    "{% for content in message['content'] %}"
-    "{% if content['type'] == 'audio' %}"
-    "{% set audio_count.value = audio_count.value + 1 %}"
-    "Audio {{ audio_count.value }}: <|audio_bos|><|AUDIO|><|audio_eos|>\n"
-    "{% elif 'text' in content %}"
-    "{{ content['text'] }}"
-    "{% endif %}"
-    "{% endfor %}"
-    "<|im_end|>\n"
-    "{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}"
-    "<|im_start|>assistant\n"
-    "{% endif %}"
-)
-"""Qwen2-Audio-7B-Instruct's chat template (its processor's default), audio parts by type."""
 
 
 QWEN3_ASR_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
-    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
-    "{% if c['type'] == 'audio' %}<|audio_start|><|audio_pad|><|audio_end|>"
-    "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "{% if not loop.last or not continue_final_message %}<|im_end|>\n{% endif %}{% endfor %}"
+    "{%- set ns = namespace(system_text='') -%}"
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'system' -%}"
+    "{%- if m.content is string -%}"
+    "{%- set ns.system_text = ns.system_text + m.content -%}"
+    "{%- else -%}"
+    "{%- for c in m.content -%}"
+    "{%- if c.type == 'text' and (c.text is defined) -%}"
+    "{%- set ns.system_text = ns.system_text + c.text -%}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- set ns2 = namespace(audio_tokens='') -%}"
+    "{%- for m in messages -%}"
+    "{%- if m.content is not string -%}"
+    "{%- for c in m.content -%}"
+    "{%- if c.type == 'audio' or ('audio' in c) or ('audio_url' in c) -%}"
+    "{%- set ns2.audio_tokens = ns2.audio_tokens + '<|audio_start|><|audio_pad|><|audio_end|>' -%}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{{- '<|im_start|>system\n' + ns.system_text + '<|im_end|>\n' -}}"
+    "{{- '<|im_start|>user\n' + ns2.audio_tokens + '<|im_end|>\n' -}}"
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'assistant' -%}"
+    "{%- set ns3 = namespace(assistant_text='') -%}"
+    "{%- if m.content is string -%}"
+    "{%- set ns3.assistant_text = m.content -%}"
+    "{%- else -%}"
+    "{%- for c in m.content -%}"
+    "{%- if c.type == 'text' and (c.text is defined) -%}"
+    "{%- set ns3.assistant_text = ns3.assistant_text + c.text -%}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{{- '<|im_start|>assistant\n' -}}"
+    "{% generation %}"
+    "{{- ns3.assistant_text + '<|im_end|>\n' -}}"
+    "{% endgeneration %}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{- '<|im_start|>assistant\n' -}}"
+    "{%- endif -%}"
 )
+"""The published Qwen3-ASR chat template, verbatim: `ASR_CHAT_TEMPLATE` of Transformers'
+src/transformers/models/qwen3_asr/convert_qwen3_asr_to_hf.py (commit 060988b644b9), which writes it
+into the Qwen/Qwen3-ASR-*-hf checkpoints: the original repo's chat_template.json (system turn always
+rendered, from the system messages' text, "" when there are none; the audio user turn) extended
+with assistant turns for `continue_final_message`. The converter is not in Transformers' wheel or
+sdist, so the constant is copied here; `check_qwen3_template` pins what it renders against the
+published checkpoint's own processor test."""
+
+HUB_EXPECTED_PROMPT = ("<|im_start|>system\n<|im_end|>\n<|im_start|>user\n"
+                       "<|audio_start|><|audio_pad|><|audio_end|><|im_end|>\n<|im_start|>assistant\n")
+"""What Qwen/Qwen3-ASR-0.6B-hf's processor renders for a user-only chat with an audio part
+(Transformers' tests/models/qwen3_asr/test_processing_qwen3_asr.py, `test_chat_template`)."""
+
+
+def check_qwen3_template(processor: Any) -> None:
+    """Stop unless the template renders as the published checkpoint's does (Transformers' hub test)
+    and as the `qwen-asr` package asks it: `Qwen3ASRModel._build_text_prompt` (qwen-asr 0.0.6,
+    qwen_asr/inference/qwen3_asr.py) sends `[{"role": "system", "content": context or ""}, {"role":
+    "user", "content": [{"type": "audio", ...}]}]` with `add_generation_prompt=True` and appends
+    `language <Name><asr_text>` for a forced language."""
+    user_only = [{"role": "user", "content": [{"type": "audio", "audio": ""}]}]
+    text = processor.apply_chat_template(user_only, tokenize=False, add_generation_prompt=True)
+    if text != HUB_EXPECTED_PROMPT:
+        raise SystemExit(f"the Qwen3-ASR template renders {text!r}, the published checkpoint {HUB_EXPECTED_PROMPT!r}")
+
+
+def qwen_asr_package_prompt(processor: Any, context: str, language: str | None) -> str:
+    """The prompt text the `qwen-asr` package builds (its `_build_text_prompt`, see above)."""
+    msgs = [{"role": "system", "content": context or ""},
+            {"role": "user", "content": [{"type": "audio", "audio": ""}]}]
+    base = processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    return base + (f"language {language}<asr_text>" if language else "")
 
 
 def build_tokenizer(kind: str = "qwen2_audio") -> Any:
@@ -142,7 +191,6 @@ def build_tokenizer(kind: str = "qwen2_audio") -> Any:
         return tok
     tok = Qwen2Tokenizer(vocab=state["vocab"], merges=merges, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     tok.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS[1:])})
-    tok.chat_template = CHAT_TEMPLATE
     return tok
 
 
@@ -209,7 +257,8 @@ def build_processor(tok: Any, kind: str = "qwen2_audio") -> Any:
 
     fe = WhisperFeatureExtractor(feature_size=128, sampling_rate=16000, hop_length=160, chunk_length=30, n_fft=400,
                                  return_attention_mask=True)
-    return Qwen2AudioProcessor(feature_extractor=fe, tokenizer=tok, chat_template=CHAT_TEMPLATE)
+    # no chat_template: the processor takes its own `default_chat_template`, Qwen2-Audio-7B-Instruct's
+    return Qwen2AudioProcessor(feature_extractor=fe, tokenizer=tok)
 
 
 def generation_ids(tok: Any) -> dict[str, Any]:
@@ -222,8 +271,11 @@ def _inputs(kind: str, processor: Any, opts: DecodingOptions, audio: Any) -> tup
     stops when engine/models/speechllm/prompt.py renders another text."""
     if kind == "qwen3_asr":
         spec3 = Qwen3ASRPrompt.from_options(opts)
-        kwargs = {"language": opts.language, "prompt": spec3.context}
+        kwargs = {"language": opts.language, "prompt": spec3.context or None}
         (text,) = processor.apply_transcription_request(audio, tokenize=False, **kwargs)
+        package = qwen_asr_package_prompt(processor, spec3.context, spec3.language)
+        if text != package:
+            raise SystemExit(f"Transformers renders {text!r}, the qwen-asr package {package!r}")
         before, after = spec3.render()
         ours = before + QWEN3_AUDIO_PAD + after
         inputs = processor.apply_transcription_request(audio, **kwargs)
@@ -285,6 +337,8 @@ def main() -> None:
     tok = build_tokenizer(args.model)
     model = build_qwen3_asr(tok) if args.model == "qwen3_asr" else build_model(tok)
     processor = build_processor(tok, args.model)
+    if args.model == "qwen3_asr":
+        check_qwen3_template(processor)
     os.makedirs(args.out, exist_ok=True)
     model.generation_config.update(do_sample=False, **generation_ids(tok))
     model.save_pretrained(args.out)

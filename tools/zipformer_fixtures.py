@@ -23,8 +23,14 @@ torch), and modified beam search only for two ragged-tensor helpers (`create_rag
 from their documented semantics, and empty stand-ins for the training-only imports (lhotse,
 kaldialign, pypinyin, kaldifeat, tensorboard): nothing the recorded outputs depend on.
 
-Features: kaldi-native-fbank (what sherpa feeds icefall models) with icefall's streaming_decode
-options: 80 bins, dither 0, snip_edges=False, samples in [-1, 1].
+Features: kaldi-native-fbank (what sherpa feeds icefall models) with the training features'
+settings (lhotse's FbankConfig, icefall's pretrained.py): 80 bins, dither 0, snip_edges=False,
+high_freq=-400 (7600 Hz), samples in [-1, 1].
+
+`tiny_offline` is trained-flag-for-flag what `train.py --causal 0` records: chunk_size
+"16,32,64,-1" and left_context_frames "64,128,256,-1" stay at their defaults (icefall ignores them
+when not causal), and it is written by icefall's own `icefall.checkpoint.save_checkpoint` with
+train.py's `params` as `epoch-1.pt` (no model_args.json: the loader reads the recorded arguments).
 """
 
 from __future__ import annotations
@@ -96,22 +102,36 @@ OFFLINE_MODEL_ARGS: dict[str, Any] = {
     "cnn_module_kernel": "31,31,15,15,15,31",
     "context_size": 1,
     "causal": False,
-    "chunk_size": "-1",
-    "left_context_frames": "-1",
+    "chunk_size": "16,32,64,-1",
+    "left_context_frames": "64,128,256,-1",
 }
 """A non-streaming model (icefall's default librispeech recipe is causal=False): symmetric
 convolutions, a middle stack wider than the last (the output takes channels from it), and a
 context-size-1 predictor (no conv)."""
 MODELS = {"tiny_streaming": (MODEL_ARGS, STREAMING_SETTINGS, "reference.json"),
           "tiny_offline": (OFFLINE_MODEL_ARGS, (), "reference_tiny_offline.json")}
+TRAINING_CHECKPOINTS = ("tiny_offline",)
+"""Models written as icefall's training writes them (save_checkpoint: state dict plus every
+training parameter) rather than as export.py's pretrained.pt + our model_args.json."""
 
 
 # ---------------------------------------------------------------------------------------------
 # Stand-ins for modules icefall imports but the recorded computations do not use.
 
 
-class _Anything:
-    """Subclassable, callable, attribute-rich placeholder for training-only names."""
+class _Meta(type):
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Anything
+
+    def __getitem__(cls, key: Any) -> Any:
+        return cls
+
+
+class _Anything(metaclass=_Meta):
+    """Subclassable, callable, iterable, attribute-rich placeholder for training-only names (its
+    class answers attribute and subscript lookups too: `Name.method`, `Tuple[...]`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
@@ -122,15 +142,18 @@ class _Anything:
     def __getattr__(self, name: str) -> Any:
         return _Anything()
 
+    def __iter__(self) -> Any:
+        return iter(())
 
-class _StubModule(types.ModuleType):
+
+class StubModule(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name in ("__file__", "__spec__", "__loader__", "__path__", "__all__", "__wrapped__"):
             raise AttributeError(name)
         return "stand-in" if name.startswith("__") else _Anything
 
 
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self, roots: tuple[str, ...]) -> None:
         self.roots = roots
 
@@ -140,7 +163,7 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def create_module(self, spec: Any) -> types.ModuleType:
-        module = _StubModule(spec.name)
+        module = StubModule(spec.name)
         module.__path__ = []  # type: ignore[attr-defined]
         module.__file__ = __file__
         return module
@@ -186,7 +209,7 @@ class _RaggedTensor:
 
 
 def install_stubs() -> None:
-    k2 = _StubModule("k2")
+    k2 = StubModule("k2")
     k2.__path__ = []  # type: ignore[attr-defined]
     k2.__file__ = __file__  # icefall's env info prints where k2 came from
     k2.swoosh_l_forward = _swoosh_l  # type: ignore[attr-defined]
@@ -194,13 +217,13 @@ def install_stubs() -> None:
     k2.swoosh_l = _swoosh_l  # type: ignore[attr-defined]
     k2.swoosh_r = _swoosh_r  # type: ignore[attr-defined]
     k2.RaggedTensor = _RaggedTensor  # type: ignore[attr-defined]
-    ragged = _StubModule("k2.ragged")
+    ragged = StubModule("k2.ragged")
     ragged.create_ragged_shape2 = lambda row_splits, cached_tot_size=-1: _RaggedShape2(row_splits)  # type: ignore[attr-defined]
     k2.ragged = ragged  # type: ignore[attr-defined]
-    version = _StubModule("k2.version")
+    version = StubModule("k2.version")
     k2.version = version  # type: ignore[attr-defined]
     sys.modules.update({"k2": k2, "k2.ragged": ragged, "k2.version": version})
-    sys.meta_path.insert(0, _StubFinder(("lhotse", "kaldialign", "pypinyin", "kaldifeat", "tensorboard")))
+    sys.meta_path.insert(0, StubFinder(("lhotse", "kaldialign", "pypinyin", "kaldifeat", "tensorboard")))
 
 
 def import_icefall(icefall: Path) -> dict[str, Any]:
@@ -212,8 +235,9 @@ def import_icefall(icefall: Path) -> dict[str, Any]:
     import streaming_beam_search
     import streaming_decode
     import train
+    from icefall import checkpoint
 
-    return {"train": train, "beam_search": beam_search, "streaming_decode": streaming_decode,
+    return {"train": train, "checkpoint": checkpoint, "beam_search": beam_search, "streaming_decode": streaming_decode,
             "streaming_beam_search": streaming_beam_search, "decode_stream": decode_stream}  # fmt: skip
 
 
@@ -238,6 +262,7 @@ def fbank(samples: np.ndarray) -> torch.Tensor:
     opts.frame_opts.snip_edges = False
     opts.frame_opts.samp_freq = 16000
     opts.mel_opts.num_bins = 80
+    opts.mel_opts.high_freq = -400  # lhotse's FbankConfig (icefall's training features), sherpa-onnx
     online = knf.OnlineFbank(opts)
     online.accept_waveform(16000, samples.tolist())
     online.input_finished()
@@ -300,6 +325,17 @@ def shape_outputs(model: torch.nn.Module, feats: list[torch.Tensor]) -> None:
     logits = model.joiner(enc.unsqueeze(1).unsqueeze(1), dec.unsqueeze(1))[:, 0, 0]  # (T, V)
     margins = logits[:, 1:].max(dim=-1).values - logits[:, 0]
     out.bias[0] = float(torch.quantile(margins, 1.0 - TARGET_TOKEN_RATE))
+
+
+def _plain_env(env: dict[str, Any], icefall_commit: str) -> dict[str, Any]:
+    """get_env_info()'s record with the stand-ins' values as text (a pickled stand-in class would
+    not load outside this script), icefall's commit as given (get_env_info asks git in the current
+    directory, this repository), and without this host's name, address and paths."""
+    plain = (str, int, float, bool, type(None))
+    dropped = ("hostname", "IP address", "icefall-git-branch", "icefall-git-date", "icefall-path", "k2-path",
+               "lhotse-path")  # fmt: skip
+    out = {k: v if isinstance(v, plain) else repr(v) for k, v in env.items() if k not in dropped}
+    return {**out, "icefall-git-sha1": icefall_commit}
 
 
 def nbest_of(hyps: Any, context_size: int) -> list[dict[str, Any]]:
@@ -390,9 +426,13 @@ def record(mods: dict[str, Any], args: argparse.Namespace, name: str, samples: d
     model, params = build_model(mods, sp.get_piece_size(), model_args_in)
     model.encoder.chunk_size, model.encoder.left_context_frames = [-1], [-1]
     shape_outputs(model, list(feats.values()))
-    torch.save({"model": model.state_dict()}, ckpt_dir / "pretrained.pt")  # as icefall's export.py writes it
     model_args = dict(model_args_in, vocab_size=sp.get_piece_size(), blank_id=0, feature_dim=80)
-    (ckpt_dir / "model_args.json").write_text(json.dumps(model_args, indent=1) + "\n")
+    if name in TRAINING_CHECKPOINTS:
+        params.update({"epoch": 1, "batch_idx_train": 0, "env_info": _plain_env(params["env_info"], args.icefall_commit)})
+        mods["checkpoint"].save_checkpoint(filename=ckpt_dir / "epoch-1.pt", model=model, params=params)
+    else:
+        torch.save({"model": model.state_dict()}, ckpt_dir / "pretrained.pt")  # as icefall's export.py writes it
+        (ckpt_dir / "model_args.json").write_text(json.dumps(model_args, indent=1) + "\n")
     ctx = params["context_size"]
     reference: dict[str, Any] = {
         "icefall_commit": args.icefall_commit, "torch": torch.__version__, "model_args": model_args,

@@ -39,7 +39,27 @@ def test_quantize_writes_int8_weights(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_quantize_refuses_a_family_without_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["quantize", str(NEMO_TDT), str(tmp_path / "x")]) == EXIT_FAILURE
     err = capsys.readouterr().err
-    assert err.startswith("oasr quantize: error: nemo checkpoints have no `oasr quantize`") and err.count("\n") == 1
+    assert err.startswith("oasr quantize: error: nemo checkpoints have no `oasr quantize`: its runner computes in "
+                          "float only") and err.count("\n") == 1
+
+
+def test_convert_refuses_a_family_without_it_saying_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    zipformer = Path(__file__).resolve().parents[1] / "fixtures" / "zipformer" / "tiny_streaming"
+    assert main(["convert", str(zipformer), str(tmp_path / "x")]) == EXIT_FAILURE
+    err = capsys.readouterr().err
+    assert err.startswith("oasr convert: error: zipformer checkpoints have no `oasr convert`: icefall's pretrained.pt")
+    assert "(offered for: " in err and "wenet" in err and err.count("\n") == 1
+
+
+def test_every_family_offers_convert_and_quantize_or_says_why_not() -> None:
+    from engine.families import family_names, load_family
+
+    for name in family_names():
+        family = load_family(name)
+        if name == "fake":  # the tests' stand-in family
+            continue
+        assert family.convert is not None or family.not_converted, name
+        assert family.quantize is not None or family.not_quantized, name
 
 
 def test_convert_refuses_an_unrecognised_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

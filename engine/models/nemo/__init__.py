@@ -46,6 +46,7 @@ def describe(config: EngineConfig, options: NemoOptions) -> ModelInfo:
 
 
 FAMILY = ModelFamily(name="nemo", detect=detect, build=build, options=NemoOptions, convert=convert,
+                     not_quantized="its runner computes in float only (no int8 layers to write ahead of time)",
                      describe=describe, hub_files=("*.nemo",))
 
 __all__ = ["FAMILY", "NemoOptions", "build", "convert", "describe", "detect"]

@@ -42,6 +42,8 @@ def describe(config: EngineConfig, options: ParaformerOptions) -> ModelInfo:
 
 
 FAMILY = ModelFamily(name="paraformer", detect=detect, build=build, options=ParaformerOptions, describe=describe,
+                     not_converted="FunASR's model.pt is one state dict beside its config, CMVN and tokens: nothing to unpack or fold",
+                     not_quantized="its runner computes in float only (no int8 layers to write ahead of time)",
                      hub_files=("config.yaml", "model.pt", "tokens.json", "tokens.txt", "bpe.model", "am.mvn"))
 
 __all__ = ["FAMILY", "ParaformerOptions", "build", "describe", "detect"]

@@ -34,6 +34,8 @@ def describe(config: EngineConfig, options: SpeechLLMOptions) -> ModelInfo:
 
 
 FAMILY = ModelFamily(name="speechllm", detect=detect, build=build, options=SpeechLLMOptions, describe=describe,
+                     not_converted="Transformers' safetensors layout is already memory-mapped as it is served",
+                     not_quantized="its runner computes in float only (no int8 layers to write ahead of time)",
                      # Transformers' one-file or sharded weights (not "*.safetensors": a Whisper repo's fp32 shards would match)
                      hub_files=("config.json", "generation_config.json", "tokenizer.json", "model.safetensors",
                                 "model-*-of-*.safetensors"))

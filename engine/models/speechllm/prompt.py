@@ -4,11 +4,15 @@ Two layouts, both ChatML (system turn, user turn, open assistant turn), rendered
 template engine: the layout is fixed, only the text varies.
 - Qwen2-Audio (instruct): a default system turn; the user turn holds the audio, then context
   lines (`prompt` as previous text, `keywords`) and an instruction naming the `language`.
-- Qwen3-ASR: the context lines are the system turn (none without context); the user turn is the
-  audio alone; a `language` is forced by opening the assistant turn with `language <Name><asr_text>`
-  (the model writes that header itself otherwise).
-tools/speechllm_fixtures.py renders the same messages with the checkpoint's Jinja template through
-Transformers' processor, and the parity tests compare the token ids.
+- Qwen3-ASR: the system turn holds the request's context and is always there (empty without
+  context): the published template renders `<|im_start|>system\n{context}<|im_end|>\n` whatever the
+  chat holds, and the `qwen-asr` package always sends a system message (`context or ""`). The
+  request's `prompt` is that context as given (the reference design's per-request prompt override,
+  `qwen-asr`'s `context`); `keywords` follow it on a line of their own. The user turn is the audio
+  alone; a `language` is forced by opening the assistant turn with `language <Name><asr_text>` (the
+  model writes that header itself otherwise).
+tools/speechllm_fixtures.py renders the same messages with the published Jinja templates through
+Transformers' processors, and the parity tests compare the token ids.
 """
 
 from __future__ import annotations
@@ -61,20 +65,22 @@ def user_instruction(options: DecodingOptions) -> str:
 
 @dataclass(frozen=True)
 class Qwen3ASRPrompt:
-    """One Qwen3-ASR request's chat: an optional context system turn, the audio, a forced language."""
+    """One Qwen3-ASR request's chat: the context system turn, the audio, a forced language."""
 
-    context: str | None
+    context: str
+    """The system turn's text ("" without context: the turn is rendered empty, never left out)."""
     language: str | None
     """The language's name (forced), or None (the model names it)."""
 
     @classmethod
     def from_options(cls, options: DecodingOptions) -> Qwen3ASRPrompt:
-        lines = context_lines(options)
-        return cls("\n".join(lines) if lines else None, LANGUAGE_NAMES.get(options.language or ""))
+        lines = [options.prompt] if options.prompt else []
+        if options.keywords:
+            lines.append(", ".join(options.keywords))
+        return cls("\n".join(lines), LANGUAGE_NAMES.get(options.language or ""))
 
     def render(self) -> tuple[str, str]:
-        system = f"{IM_START}system\n{self.context}{IM_END}\n" if self.context is not None else ""
-        before = f"{system}{IM_START}user\n{QWEN3_AUDIO_START}"
+        before = f"{IM_START}system\n{self.context}{IM_END}\n{IM_START}user\n{QWEN3_AUDIO_START}"
         header = f"language {self.language}{ASR_TEXT}" if self.language else ""
         return before, f"{QWEN3_AUDIO_END}{IM_END}\n{IM_START}assistant\n{header}"
 

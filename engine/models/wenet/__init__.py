@@ -25,13 +25,20 @@ def build(config: EngineConfig, options: WenetOptions) -> ModelRunner:
     return WenetRunner.from_config(config, options)
 
 
+def convert(ckpt_dir: str, checkpoint_name: str | None, out_dir: str) -> None:
+    from engine.models.wenet.native import convert as convert_checkpoint
+
+    convert_checkpoint(ckpt_dir, checkpoint_name, out_dir)
+
+
 def describe(config: EngineConfig, options: WenetOptions) -> ModelInfo:
     from engine.models.wenet.info import describe as describe_config
 
     return describe_config(config, options)
 
 
-FAMILY = ModelFamily(name="wenet", detect=detect, build=build, options=WenetOptions, describe=describe,
-                     hub_files=("train.yaml", "units.txt", "*.pt", "global_cmvn*"))
+FAMILY = ModelFamily(name="wenet", detect=detect, build=build, options=WenetOptions, describe=describe, convert=convert,
+                     not_quantized="its runner computes in float only (no int8 layers to write ahead of time)",
+                     hub_files=("train.yaml", "units.txt", "*.pt", "global_cmvn*", "oasr.json", "model.safetensors"))
 
-__all__ = ["FAMILY", "WenetOptions", "build", "describe", "detect"]
+__all__ = ["FAMILY", "WenetOptions", "build", "convert", "describe", "detect"]

@@ -37,6 +37,10 @@ class WenetCheckpoint:
     """The attention decoder for rescoring, when the checkpoint has a supported one."""
     reverse_weight: float
     """model_conf.reverse_weight: share of the right-to-left decoder in U2++ rescoring."""
+    sos: int
+    eos: int
+    """The decoder's start and end ids: tokenizer_conf.special_tokens' `<sos>` / `<eos>` (WeNet 3.x,
+    e.g. 2 in its aishell recipes), else the last unit (WeNet's ASRModel falls back the same way)."""
 
     @property
     def has_decoder(self) -> bool:
@@ -97,6 +101,13 @@ def state_dict_keys(path: str) -> list[str]:
 
 
 def _read_state_dict(path: str, *, mmap: bool = False) -> dict[str, torch.Tensor]:
+    if path.endswith(".safetensors"):  # OASR's layout (native.py): memory-mapped, nothing to unpickle
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(path)
+        except Exception as exc:  # safetensors' own error types for a damaged header
+            raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from exc
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as exc:  # torch raises many types for a corrupt file
@@ -140,7 +151,19 @@ def load_checkpoint(
     if decoder is not None:
         decoder.eval().to(device=device, dtype=dtype)
     reverse_weight = float((conf.get("model_conf") or {}).get("reverse_weight", 0.0))
-    return WenetCheckpoint(model, cfg, units, fbank, weights, decoder, reverse_weight)
+    sos, eos = _sos_eos(conf, len(units), weights)
+    return WenetCheckpoint(model, cfg, units, fbank, weights, decoder, reverse_weight, sos, eos)
+
+
+def _sos_eos(conf: dict[str, Any], vocab_size: int, where: str) -> tuple[int, int]:
+    special = (conf.get("tokenizer_conf") or {}).get("special_tokens") or {}
+    ids = []
+    for name in ("<sos>", "<eos>"):
+        value = special.get(name, vocab_size - 1)
+        if not isinstance(value, int) or not 0 <= value < vocab_size:
+            raise CheckpointError(f"{where}: tokenizer_conf.special_tokens {name}={value!r} is not a unit id")
+        ids.append(value)
+    return ids[0], ids[1]
 
 
 def _load_decoder(

@@ -8,6 +8,7 @@ are ignored. Anything the runtime cannot reproduce exactly fails here, naming th
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 
 SUBSAMPLING = 4
 """conv2d input layer: two stride-2 3x3 convolutions."""
+WINDOW_TYPES = ("povey", "hamming", "hanning", "rectangular")
+"""Kaldi's frame windows (torchaudio's kaldi.fbank `window_type`; 'blackman' is not computed here)."""
 RIGHT_CONTEXT = 6
 """Extra feature frames the subsampling needs beyond 4 per output frame."""
 
@@ -91,6 +94,8 @@ class Frontend:
     num_mel_bins: int
     frame_length_ms: float
     frame_shift_ms: float
+    window_type: str = "povey"
+    """fbank_conf.window_type (WeNet 3.x's compute_fbank passes it to Kaldi's fbank; povey before)."""
 
     @property
     def frame_seconds(self) -> float:
@@ -100,12 +105,33 @@ class Frontend:
         from engine.fbank import FbankOptions
 
         return FbankOptions(sample_rate=self.sample_rate, num_mel_bins=self.num_mel_bins,
-                            frame_length_ms=self.frame_length_ms, frame_shift_ms=self.frame_shift_ms)
+                            frame_length_ms=self.frame_length_ms, frame_shift_ms=self.frame_shift_ms,
+                            window_type=self.window_type)
+
+
+NATIVE_MANIFEST, NATIVE_WEIGHTS, NATIVE_FORMAT = "oasr.json", "model.safetensors", "oasr"
+"""OASR's own WeNet layout (`oasr convert`, native.py): its manifest, weights and format name."""
+
+
+def is_native(ckpt_dir: str) -> bool:
+    """A directory `oasr convert` wrote (native.py): its manifest names the wenet family."""
+    path = os.path.join(ckpt_dir, NATIVE_MANIFEST)
+    if not (os.path.isfile(path) and os.path.isfile(os.path.join(ckpt_dir, NATIVE_WEIGHTS))):
+        return False
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return bool(isinstance(manifest, dict) and manifest.get("family") == "wenet"
+                and manifest.get("format") == NATIVE_FORMAT)
 
 
 def weights_file(ckpt_dir: str, checkpoint_name: str | None = None) -> str | None:
-    """The .pt state dict of a checkpoint dir: `checkpoint_name` when given, else final.pt /
-    avg.pt, else the only .pt there."""
+    """The state dict of a checkpoint dir: OASR's layout's model.safetensors (native.py), else the
+    .pt `checkpoint_name` when given, else final.pt / avg.pt, else the only .pt there."""
+    if checkpoint_name is None and is_native(ckpt_dir):
+        return os.path.join(ckpt_dir, NATIVE_WEIGHTS)
     if checkpoint_name is not None:
         path = os.path.join(ckpt_dir, checkpoint_name)
         return path if checkpoint_name.endswith(".pt") and os.path.isfile(path) else None
@@ -133,12 +159,13 @@ def require_weights(ckpt_dir: str, checkpoint_name: str | None = None) -> str:
 
 
 def detect(ckpt_dir: str, checkpoint_name: str | None = None) -> bool:
-    """A WeNet dir: train.yaml + units.txt + a .pt state dict (`checkpoint_name`, when given)."""
+    """A WeNet dir: train.yaml + units.txt + a .pt state dict (`checkpoint_name`, when given) or
+    OASR's layout's weights."""
     if not (os.path.isfile(os.path.join(ckpt_dir, CONFIG_FILE)) and os.path.isfile(os.path.join(ckpt_dir, UNITS_FILE))):
         return False
     if checkpoint_name is not None:
         return checkpoint_name.endswith(".pt")
-    return any(n.endswith(".pt") for n in os.listdir(ckpt_dir))
+    return weights_file(ckpt_dir) is not None or any(n.endswith(".pt") for n in os.listdir(ckpt_dir))
 
 
 def load_units(path: str) -> list[str]:
@@ -183,7 +210,13 @@ def parse_config(conf: dict[str, Any], vocab_size: int, where: str) -> tuple[Con
     if int((conf.get("ctc_conf") or {}).get("ctc_blank_id", 0)) != 0:
         raise CheckpointError(f"{where}: ctc_conf.ctc_blank_id must be 0")
     dataset = conf.get("dataset_conf") or {}
+    feats_type = dataset.get("feats_type", "fbank")
+    if feats_type != "fbank":  # WeNet also trains on 'mfcc' and 'log_mel_spectrogram' (dataset.py)
+        raise CheckpointError(f"{where}: dataset_conf.feats_type {feats_type!r} is not supported (only 'fbank')")
     fb = dataset.get("fbank_conf") or {}
+    window_type = str(fb.get("window_type", "povey"))
+    if window_type not in WINDOW_TYPES:
+        raise CheckpointError(f"{where}: fbank_conf.window_type {window_type!r} is not one of {', '.join(WINDOW_TYPES)}")
     sample_rate = int((dataset.get("resample_conf") or {}).get("resample_rate", 16000))
     input_dim = int(conf.get("input_dim", fb.get("num_mel_bins", 80)))
     fbank = Frontend(
@@ -191,6 +224,7 @@ def parse_config(conf: dict[str, Any], vocab_size: int, where: str) -> tuple[Con
         num_mel_bins=int(fb.get("num_mel_bins", input_dim)),
         frame_length_ms=float(fb.get("frame_length", 25)),
         frame_shift_ms=float(fb.get("frame_shift", 10)),
+        window_type=window_type,
     )  # dither / spec_aug are training-time augmentation: ignored
     if fbank.num_mel_bins != input_dim:
         raise CheckpointError(

@@ -128,7 +128,7 @@ def build_decoder(cfg: DecoderConfig) -> nn.Module:
 @torch.inference_mode()
 def rescore(
     decoder: nn.Module, encoder_out: torch.Tensor, hyps: list[tuple[int, ...]], ctc_scores: list[float],
-    sos_eos: int, ctc_weight: float, reverse_weight: float,
+    sos: int, eos: int, ctc_weight: float, reverse_weight: float,
 ) -> list[float]:  # fmt: skip
     """Attention-rescoring scores of `hyps` for one utterance (encoder_out (T, D)): the decoder's
     log P(hyp + eos), right-to-left blended in by `reverse_weight`, plus ctc_weight x CTC score."""
@@ -139,13 +139,14 @@ def rescore(
     memory = encoder_out.unsqueeze(0).expand(n, -1, -1)
 
     def score(dec: nn.Module, seqs: list[tuple[int, ...]]) -> list[float]:
-        tokens = torch.full((n, width), sos_eos, dtype=torch.long, device=encoder_out.device)
+        tokens = torch.full((n, width), eos, dtype=torch.long, device=encoder_out.device)  # eos pads, as WeNet's
+        tokens[:, 0] = sos
         for i, s in enumerate(seqs):
             tokens[i, 1 : len(s) + 1] = torch.tensor(s, dtype=torch.long)
         logp = dec(memory, tokens, lens).cpu()  # (N, L, V)
         out = []
         for i, s in enumerate(seqs):
-            targets = [*s, sos_eos]  # predict each token, then eos
+            targets = [*s, eos]  # predict each token, then eos
             out.append(float(sum(logp[i, j, t] for j, t in enumerate(targets))))
         return out
 

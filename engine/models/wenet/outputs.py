@@ -47,7 +47,7 @@ class OutputBuilder:
         scores = rescore(  # the CTC side includes the bonus of completed keywords (WeNet's total score)
             self.ckpt.decoder, torch.cat(encoder_out), [h.tokens for h in hyps],
             [h.score + h.context_score for h in hyps],
-            sos_eos=len(self.ckpt.units) - 1, ctc_weight=self.ctc_weight,
+            sos=self.ckpt.sos, eos=self.ckpt.eos, ctc_weight=self.ctc_weight,
             reverse_weight=self.ckpt.reverse_weight,
         )  # fmt: skip
         ranked = [h for _, h in sorted(zip(scores, hyps, strict=True), key=lambda sh: -sh[0])]

@@ -39,6 +39,8 @@ def describe(config: EngineConfig, options: ZipformerOptions) -> ModelInfo:
 
 
 FAMILY = ModelFamily(name="zipformer", detect=detect, build=build, options=ZipformerOptions, describe=describe,
+                     not_converted="icefall's pretrained.pt / epoch-N.pt is one state dict the loader reads as it is: nothing to unpack or fold",
+                     not_quantized="its runner computes in float only (no int8 layers to write ahead of time)",
                      hub_files=("model_args.json", "*.pt", "*.pth", "bpe.model", "tokens.txt"))
 
 __all__ = ["FAMILY", "ZipformerOptions", "build", "describe", "detect"]

@@ -1,5 +1,10 @@
-"""icefall's features: 80-bin Kaldi fbank, dither 0, samples in [-1, 1], and snip_edges=False
-(what icefall's streaming_decode and sherpa compute): frame i is centred on sample 160 i + 80, its
+"""icefall's features: 80-bin Kaldi fbank, dither 0, samples in [-1, 1], snip_edges=False, mel
+banks from 20 Hz to 7600 Hz (`high_freq=-400`, 400 Hz below Nyquist). That is what the models were
+trained on: icefall's recipes compute their training features with lhotse, whose `FbankConfig`
+defaults to high_freq=-400; icefall's own pretrained.py / jit / onnx scripts and sherpa-onnx (the
+server icefall models are deployed with) set it too. (icefall's streaming_decode.py alone builds a
+kaldifeat `FbankOptions` without it, Kaldi's default of Nyquist, 8000 Hz, unlike its training
+features.) Frame i is centred on sample 160 i + 80, its
 25 ms window starting 120 samples before 160 i, the waveform mirrored at both ends; an utterance of
 N samples has (N + 80) // 160 frames.
 
@@ -19,7 +24,7 @@ import torch
 
 from engine.fbank import FbankOptions, log_mel_frames, mel_banks, povey_window
 
-OPTS = FbankOptions(sample_rate=16000, num_mel_bins=80)
+OPTS = FbankOptions(sample_rate=16000, num_mel_bins=80, high_freq=-400.0)
 SHIFT = OPTS.window_shift  # 160 samples = 10 ms
 WINDOW = OPTS.window_size  # 400 samples = 25 ms
 LEAD = (WINDOW - SHIFT) // 2

@@ -236,6 +236,11 @@ class ZipformerRunner:
                 s.total = s.fbank.emitted
 
     def _run_offline(self, jobs: list[_Job]) -> list[RequestOutput]:
+        # No tail padding, causal model or not: icefall's pretrained.py (its script for running a
+        # checkpoint) encodes the features as they are. decode.py pads a causal model's features
+        # with 30 frames of log(1e-10), noting it "seems to cause insertions at the end of the
+        # utterance"; at full context there is no look-ahead left to flush (the streaming path
+        # keeps icefall's tail padding, where there is).
         try:
             with torch.inference_mode():
                 with stage_timer("offline.collate"):

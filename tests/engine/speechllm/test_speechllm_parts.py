@@ -81,3 +81,17 @@ def test_checkpoints_are_detected_and_broken_ones_refused_by_name(tmp_path: Path
     (broken / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="shape"):
         load_checkpoint(str(broken), torch.device("cpu"), torch.float32)
+
+
+def test_a_qwen3_prompt_always_has_the_system_turn_and_the_request_s_prompt_is_its_context() -> None:
+    from engine.models.speechllm.prompt import QWEN3_AUDIO_PAD, Qwen3ASRPrompt
+
+    # what the published Qwen/Qwen3-ASR-0.6B-hf processor renders for a user-only chat (Transformers'
+    # test_processing_qwen3_asr.py::test_chat_template)
+    hub = ("<|im_start|>system\n<|im_end|>\n<|im_start|>user\n"
+           "<|audio_start|><|audio_pad|><|audio_end|><|im_end|>\n<|im_start|>assistant\n")
+    before, after = Qwen3ASRPrompt.from_options(DecodingOptions()).render()
+    assert before + QWEN3_AUDIO_PAD + after == hub
+    before, after = Qwen3ASRPrompt.from_options(DecodingOptions(prompt="Hotwords: OASR", language="de")).render()
+    assert before.startswith("<|im_start|>system\nHotwords: OASR<|im_end|>\n")
+    assert after.endswith("<|im_start|>assistant\nlanguage German<asr_text>")

@@ -142,3 +142,37 @@ def test_unsupported_decoder_kind_turns_rescoring_off(tmp_path: Path) -> None:
     ckpt = write_checkpoint(str(tmp_path / "c"), CheckpointSpec(with_decoder=True))
     _edit_yaml(ckpt, lambda y: y.__setitem__("decoder", "transducer"))
     assert not load_checkpoint(ckpt, CPU, torch.float32).has_decoder
+
+
+def test_fbank_window_type_is_read_and_other_feature_types_refused(tmp_path: Path) -> None:
+    """WeNet 3.x's compute_fbank takes fbank_conf.window_type (povey by default); dataset_conf.
+    feats_type may name mfcc or log_mel_spectrogram, which this runtime does not compute."""
+    ckpt = write_checkpoint(str(tmp_path / "c"))
+    path = os.path.join(ckpt, "train.yaml")
+    conf = yaml.safe_load(Path(path).read_text())
+    assert load_checkpoint(ckpt, CPU, torch.float32).fbank.window_type == "povey"
+    conf["dataset_conf"]["fbank_conf"]["window_type"] = "hamming"
+    Path(path).write_text(yaml.safe_dump(conf))
+    assert load_checkpoint(ckpt, CPU, torch.float32).fbank.window_type == "hamming"
+    conf["dataset_conf"]["feats_type"] = "mfcc"
+    Path(path).write_text(yaml.safe_dump(conf))
+    with pytest.raises(CheckpointError, match="feats_type 'mfcc'"):
+        load_checkpoint(ckpt, CPU, torch.float32)
+
+
+def test_sos_and_eos_come_from_the_tokenizer_s_special_tokens(tmp_path: Path) -> None:
+    """WeNet 3.x records `tokenizer_conf.special_tokens` (its aishell u2++ recipe: <sos> = <eos> = 2)
+    and its ASRModel takes sos/eos from there, else the last unit."""
+    ckpt = write_checkpoint(str(tmp_path / "c"), CheckpointSpec(with_decoder=True))
+    last = len(load_checkpoint(ckpt, CPU, torch.float32).units) - 1
+    assert (load_checkpoint(ckpt, CPU, torch.float32).sos, load_checkpoint(ckpt, CPU, torch.float32).eos) == (last, last)
+    path = Path(ckpt, "train.yaml")
+    conf = yaml.safe_load(path.read_text())
+    conf["tokenizer_conf"] = {"special_tokens": {"<blank>": 0, "<unk>": 1, "<sos>": 2, "<eos>": 2}}
+    path.write_text(yaml.safe_dump(conf))
+    loaded = load_checkpoint(ckpt, CPU, torch.float32)
+    assert (loaded.sos, loaded.eos) == (2, 2)
+    conf["tokenizer_conf"]["special_tokens"]["<eos>"] = last + 1
+    path.write_text(yaml.safe_dump(conf))
+    with pytest.raises(CheckpointError, match="<eos>"):
+        load_checkpoint(ckpt, CPU, torch.float32)

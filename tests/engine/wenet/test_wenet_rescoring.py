@@ -54,7 +54,7 @@ def test_nbest_is_reordered_by_decoder_and_ctc_scores(pair: tuple[str, str]) -> 
     state = plain_runner.ckpt  # same units
     beams = [tuple(t) for t in _beam_tokens(plain_runner, audio)]
     ctc_scores = _beam_scores(plain_runner, audio)
-    scores = rescore(runner.ckpt.decoder, enc[0], beams, ctc_scores, sos_eos=len(state.units) - 1,
+    scores = rescore(runner.ckpt.decoder, enc[0], beams, ctc_scores, sos=len(state.units) - 1, eos=len(state.units) - 1,
                      ctc_weight=0.5, reverse_weight=runner.ckpt.reverse_weight)  # fmt: skip
     best = beams[max(range(len(beams)), key=scores.__getitem__)]
     assert tuple(rescored.tokens) == best

@@ -88,3 +88,13 @@ def test_icefall_names_round_trip() -> None:
     training_only = {k for k in theirs if k.startswith(("simple_am_proj.", "simple_lm_proj."))}
     assert set(ours) == set(theirs) - training_only
     assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
+def test_a_non_causal_model_s_recorded_chunk_arguments_are_ignored_as_icefall_does() -> None:
+    from engine.models.zipformer.config import ZipformerConfig
+
+    args = json.loads((CHECKPOINT / "model_args.json").read_text())
+    cfg = ZipformerConfig.from_args({**args, "causal": False}, "test")
+    assert cfg.chunk_size == (-1,) and cfg.left_context_frames == (-1,) and cfg.streaming_chunks == ()
+    causal = ZipformerConfig.from_args(args, "test")
+    assert causal.streaming_chunks == (16, 32, 64)

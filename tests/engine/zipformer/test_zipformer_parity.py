@@ -158,8 +158,9 @@ def offline_reference() -> dict[str, Any]:
 
 @pytest.mark.parametrize("clip_id", CLIPS)
 def test_non_causal_model_offline_greedy_equals_icefall(clip_id: str) -> None:
-    """icefall's non-streaming recipe (causal=False): symmetric convolutions, a middle stack wider
-    than the last, a context-size-1 predictor; served offline only."""
+    """icefall's non-streaming recipe (causal=False) as its training saves it (save_checkpoint's
+    epoch-1.pt, chunk_size "16,32,64,-1" recorded and ignored): symmetric convolutions, a middle
+    stack wider than the last, a context-size-1 predictor; served offline only."""
     runner = make_runner(ckpt_dir=str(FIXTURES / "tiny_offline"))
     assert not runner.supports_streaming and runner.info().streaming_styles == ()
     ref = offline_reference()["clips"][clip_id]["offline"]
