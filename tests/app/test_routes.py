@@ -27,6 +27,7 @@ import soundfile as sf
 from app.audio import AudioDecoder
 from app.backlog import LIVE_ADMIT_SHARE, LIVE_RETRY_AFTER_S, LIVE_SETTLE_S, MIN_SAMPLE_S, Backlog
 from app.engine_service import EngineService
+from app.google.wire import google_request_id
 from app.main import create_app
 from app.model_pool import ModelPool
 from app.settings import Settings
@@ -518,7 +519,8 @@ async def test_google_recognize_shape_and_options(h: Harness) -> None:
             "languageCode": "en",
         }],
         "totalBilledTime": "2s",
-        "requestId": "abc",
+        "requestId": str(google_request_id("abc")),
+        "oasrRequestId": "abc",
     }
     (options,) = h.engine.received
     assert (options.language, options.word_timestamps, options.beam_size, options.n_best) == ("en", True, 2, 2)
