@@ -89,16 +89,18 @@ def check_session_events(events: Sequence[dict[str, Any]]) -> None:
             now = e.get("committed", "")
             assert now.startswith(before), f"committed text changed: {before!r} -> {now!r}"
             committed[item] = now
-            text = e["text"] if e["delta"] == "" and "text" in e else rebuilt.get(item, "") + e["delta"]
-            rebuilt[item] = text
-            if "tentative" in e:
-                assert text == now + e["tentative"], f"deltas rebuild {text!r}, not committed + tentative"
+            assert "text" not in e, "a delta never revises: its text only grows"
+            rebuilt[item] = text = rebuilt.get(item, "") + e["delta"]
+            assert text == now, f"deltas join to {text!r}, not the committed text {now!r}"
             assert item not in terminals, "delta after the item's terminal event"
         elif kind == COMMITTED:
             assert item not in committed_items, "item committed twice"
             committed_items.append(item)
         elif kind in TERMINAL:
             assert item in committed_items, f"{kind} for item {item} before/without its committed event"
+            if kind == TERMINAL[0]:  # OpenAI's clients join the deltas: they must make the transcript
+                assert rebuilt.get(item, "") == e["transcript"], (
+                    f"deltas join to {rebuilt.get(item, '')!r}, not the completed {e['transcript']!r}")
             terminals[item] = terminals.get(item, 0) + 1
             for key in ("audio_end_ms", "server_ms"):
                 assert isinstance(e.get(key), int) and e[key] >= 0, f"{kind} lacks the {key} extension"

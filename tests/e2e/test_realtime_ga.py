@@ -2,15 +2,15 @@
 official `openai` SDK (issue 15 must-show 1) and raw `websockets` clients:
 
 - a session with keywords, include logprobs, delay, G.711 µ-law input and server VAD on a
-  two-utterance dev recording: one `completed` per turn with usage, deltas with logprobs, the
-  keyword spelled right, and every server event valid against the GA schemas (tests/schemas);
+  two-utterance dev recording: one `completed` per turn with usage, append-only deltas with
+  logprobs that join to the `completed` transcript, the keyword spelled right, and every server
+  event valid against the GA schemas (tests/schemas);
 - ephemeral client secrets (GA and beta routes) open a session bound to their configuration,
   once; a reused or unknown secret gets 401;
 - semantic_vad and noise_reduction sessions.
 
-Pacing: audio goes out at real time, and at a hold point in each turn the client waits for the
-turn's first delta before sending the rest, so a slow (loaded) server still gets to send
-partials while the turn is open; nothing here asserts on wall-clock time.
+Pacing: audio goes out at real time; how many deltas a turn gets depends on the server's pace
+(its last one comes with the final), so nothing here asserts on their number or timing.
 """
 
 from __future__ import annotations
@@ -48,14 +48,14 @@ from tests.realtime_schema import check_schema
 API_KEY = "ga-test-key"
 KEYWORD = "Montreal Forced Aligner"  # the second turn says it; tiny.en misspells it without the keyword
 CHUNK_MS = 20
-HOLD_AFTER_MS = 1500  # into each turn's speech, the client waits for the turn's first delta
 TIMEOUT_S = 180.0
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     srv = start_server(tmp_path_factory.mktemp("realtime-ga"), env={
-        "OASR_SERVICE_MODE": "streaming", "OASR_API_KEY": API_KEY, "OASR_VAD": "silero"})
+        "OASR_SERVICE_MODE": "streaming", "OASR_API_KEY": API_KEY, "OASR_VAD": "silero",
+        "OASR_QUANTIZATION": "none"})
     yield srv
     srv.terminate()
 
@@ -71,7 +71,6 @@ async def sdk_ga_session(server: ServerProcess) -> SessionLog:
     client = openai.AsyncOpenAI(api_key=API_KEY, websocket_base_url=server.ws_url + "/v1")
     audio, speech = mulaw_recording()
     chunk = 8000 * CHUNK_MS // 1000  # µ-law: one byte per sample
-    holds = {int((on + HOLD_AFTER_MS) / CHUNK_MS) for on, _ in speech}
     log = SessionLog()
     async with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
         await conn.session.update(session={  # type: ignore[arg-type,typeddict-item]
@@ -83,33 +82,16 @@ async def sdk_ga_session(server: ServerProcess) -> SessionLog:
             }},
             "include": ["item.input_audio_transcription.logprobs"],
         })
-        arrived = asyncio.Event()
 
         async def receive() -> None:
             async for event in conn:
                 log.add(event.to_dict())
-                arrived.set()
                 if len(log.of_type("conversation.item.done")) == len(speech):  # the last event of each turn
                     return
 
-        def heard(turn: int) -> bool:
-            """The turn's speech has started and a delta of it came back."""
-            started = log.of_type("input_audio_buffer.speech_started")
-            return len(started) > turn and any(d["item_id"] == started[turn]["item_id"] for d in log.of_type(DELTA))
-
         receiver = asyncio.create_task(receive())
-        sent = 0
 
         async def append(data: bytes) -> None:
-            nonlocal sent
-            if sent in holds:
-                turn = sorted(holds).index(sent)
-                while True:  # cleared before each look, so an event arriving meanwhile is not missed
-                    arrived.clear()
-                    if heard(turn):
-                        break
-                    await asyncio.wait_for(arrived.wait(), TIMEOUT_S)
-            sent += 1
             await conn.input_audio_buffer.append(audio=base64.b64encode(data).decode())
 
         await send_paced(append, chunks_of(audio, chunk), CHUNK_MS / 1000)
@@ -142,7 +124,10 @@ def test_sdk_ga_session_one_completed_per_turn_with_usage_and_logprobs(ga_log: S
         assert event["logprobs"] and b"".join(bytes(lp["bytes"]) for lp in event["logprobs"]).decode().strip() == \
             event["transcript"].strip()
     deltas = ga_log.of_type(DELTA)
-    assert {d["item_id"] for d in deltas} == {s["item_id"] for s in started}  # each turn had partials
+    assert {d["item_id"] for d in deltas} == {s["item_id"] for s in started}  # each turn had deltas
+    for event in completed:  # the SDK's users join an item's deltas: they make its transcript
+        assert "".join(d["delta"] for d in deltas if d["item_id"] == event["item_id"]) == event["transcript"]
+    assert all(d["delta"] for d in deltas)  # only text that will not change: never an empty increment
     assert all(d["logprobs"] is not None and all(lp["logprob"] <= 0 for lp in d["logprobs"]) for d in deltas)
     assert any(d["logprobs"] for d in deltas)
     refs = [next(c.text or "" for c in manifest() if c.id == clip) for clip in PAUSE_CLIPS]
