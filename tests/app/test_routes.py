@@ -394,13 +394,21 @@ async def test_bad_audio_is_400_with_param_file(h: Harness) -> None:
 
 @pytest.mark.parametrize("settings", [Settings(grpc_port=0, served_model_name="oasr-small")])
 async def test_served_model_name(h: Harness) -> None:
-    error = openai_error(await transcribe(h, model="whisper-1"), 404)
+    error = openai_error(await transcribe(h, model="large-v9"), 404)
     assert (error["code"], error["param"], error["type"]) == ("model_not_found", "model", "not_found_error")
     assert "'oasr-small'" in error["message"]
     assert (await transcribe(h, model="oasr-small")).status_code == 200
+    assert (await transcribe(h, model="whisper-1")).status_code == 200  # OpenAI's names mean the default
     assert (await transcribe(h)).status_code == 200  # no model field at all is accepted
     models = (await h.client.get("/v1/models")).json()
     assert models["data"][0]["id"] == "oasr-small" and models["data"][0]["info"]["model"] == "fake-asr"
+
+
+async def test_a_model_no_model_answers_to_is_404_and_openai_names_mean_the_default(h: Harness) -> None:
+    error = openai_error(await transcribe(h, model="large-v9"), 404)
+    assert (error["code"], error["param"]) == ("model_not_found", "model")
+    for name in ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe", "fake-asr"):
+        assert (await transcribe(h, model=name)).status_code == 200, name
 
 
 async def test_engine_error_is_500_and_counted(h: Harness) -> None:
