@@ -48,7 +48,9 @@ def session_update(rate: int, language: str | None, vad: bool | None, prompt: st
     audio_input: dict[str, Any] = {"format": {"type": "audio/pcm", "rate": rate}, "transcription": transcription}
     if vad is not None:  # None keeps the server's default (server VAD where it has a VAD model)
         audio_input["turn_detection"] = {"type": "server_vad"} if vad else None
-    return {"type": "session.update", "session": {"type": "transcription", "audio": {"input": audio_input}}}
+    # OASR's tentative text (an opt-in extension): partials show words that may still change too
+    return {"type": "session.update", "session": {"type": "transcription", "audio": {"input": audio_input},
+                                                  "include": ["item.input_audio_transcription.tentative"]}}
 
 
 class _Turns:
@@ -69,9 +71,9 @@ class _Turns:
         kind = event.get("type")
         item = str(event.get("item_id", ""))
         end_ms = event.get("audio_end_ms")
-        if kind == DELTA:  # `text` (an OASR extension) replaces a revised partial outright
-            text = event["text"] if "text" in event else self.text.get(item, "") + str(event.get("delta", ""))
-            self.text[item] = text
+        if kind == DELTA:  # deltas only append; `committed` + `tentative` (extensions) is the whole text so far
+            self.text[item] = self.text.get(item, "") + str(event.get("delta", ""))
+            text = str(event["committed"]) + str(event["tentative"]) if "tentative" in event else self.text[item]
             return StreamEvent("partial", item, text, False, end_ms, event)
         if kind == COMPLETED:
             self.open.discard(item)

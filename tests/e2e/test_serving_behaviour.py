@@ -90,6 +90,19 @@ def test_probes_models_and_metrics_shapes(server: ServerProcess) -> None:
     body = ready.json()
     assert body["ready"] is True and body["draining"] is False
     assert body["steps"] >= 1 and 0 <= body["heartbeat_age_s"] <= 5.0
+    assert body["consecutive_step_failures"] == 0
+
+
+def test_the_readiness_fields_docs_api_md_lists_are_in_the_body(server: ServerProcess) -> None:
+    """docs/api.md's /readyz row names the body's fields; each one is read back from the server."""
+    import re
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    row = next(line for line in docs.splitlines() if line.startswith("| `GET /readyz`"))
+    documented = re.findall(r"`(\w+)`", row.split("the body says why", 1)[1].split(";")[0])
+    assert {"ready", "consecutive_step_failures", "heartbeat_age_s"} <= set(documented), documented
+    body = httpx.get(server.base_url + "/readyz").json()
+    assert [name for name in documented if name not in body] == []
 
     models = httpx.get(server.base_url + "/v1/models").json()
     assert models["object"] == "list"
