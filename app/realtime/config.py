@@ -125,6 +125,8 @@ class SessionConfig:
     """`include: ["item.input_audio_transcription.logprobs"]`."""
     tentative: bool = False
     """`include: ["item.input_audio_transcription.tentative"]` (OASR extension)."""
+    interim: bool = True
+    """The reference design's `interim_results`: False sends an item's text only with its final."""
 
     def include(self) -> list[str] | None:
         values = [v for v, on in ((LOGPROBS, self.logprobs), (TENTATIVE, self.tentative)) if on]

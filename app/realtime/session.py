@@ -460,8 +460,8 @@ class RealtimeSession:
         td = self.config.turn_detection
         if td is not None and td.type == "semantic_vad" and turn is self.live.current:
             self.live.tune_turn_end(silence_for(text, td.eagerness))
-        if not delta and not self.config.tentative:
-            return  # nothing new that will not change; tentative text only for sessions that include it
+        if not self.config.interim or (not delta and not self.config.tentative):
+            return  # nothing new that will not change (tentative text: only for sessions that include it)
         logprobs = None
         if self.config.logprobs:  # the tokens of the text this delta appended
             start = self._sent_tokens.get(turn.id, 0)

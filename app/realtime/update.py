@@ -28,6 +28,7 @@ from app.realtime.config import (
     TurnDetection,
     VadSettings,
 )
+from app.realtime.design_keys import apply_design_keys
 from app.realtime.events import ProtocolError
 from engine.types import DELAYS, MAX_KEYWORD_CHARS, MAX_KEYWORDS
 
@@ -75,7 +76,7 @@ def parse_ga_update(event: dict[str, Any], current: SessionConfig, vad: VadSetti
     if "include" in session:
         logprobs, tentative = _include(session["include"])
         config = dataclasses.replace(config, logprobs=logprobs, tentative=tentative)
-    return config
+    return apply_design_keys(session, config, format_given="format" in inp)
 
 
 def parse_beta_update(event: dict[str, Any], current: SessionConfig, vad: VadSettings) -> SessionConfig:
@@ -96,7 +97,7 @@ def parse_beta_update(event: dict[str, Any], current: SessionConfig, vad: VadSet
     if "include" in session:
         logprobs, tentative = _include(session["include"])
         config = dataclasses.replace(config, logprobs=logprobs, tentative=tentative)
-    return config
+    return apply_design_keys(session, config, format_given="input_audio_format" in session)
 
 
 def _ga_format(value: Any) -> InputFormat:

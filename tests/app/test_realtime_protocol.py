@@ -76,6 +76,35 @@ def test_ga_bad_formats_name_the_field(fmt: dict[str, Any], param: str) -> None:
     assert err.param == param
 
 
+@pytest.mark.parametrize("parse", [parse_ga_update, parse_beta_update])
+def test_the_reference_designs_flat_session_keys_are_honoured(parse: Any) -> None:
+    update = {"type": "session.update", "session": {"sample_rate": 16000, "encoding": "pcm16", "language": "en",
+                                                    "prompt": "OASR", "task": "transcribe", "interim_results": False,
+                                                    "model": "whisper-1"}}
+    config = parse(update, SessionConfig(), VAD)
+    assert config.input_format == InputFormat("pcm16", 16000)
+    assert (config.transcription.language, config.transcription.prompt, config.transcription.model) == (
+        "en", "OASR", "whisper-1")
+    assert config.interim is False
+    mulaw = parse({"type": "session.update", "session": {"encoding": "mulaw"}}, SessionConfig(), VAD)
+    assert mulaw.input_format == InputFormat("pcmu", 8000)
+
+
+@pytest.mark.parametrize(("session", "code", "param"), [
+    ({"encoding": "f32"}, "unsupported_value", "session.encoding"),
+    ({"sample_rate": 22050}, "invalid_value", "session.sample_rate"),
+    ({"encoding": "mulaw", "sample_rate": 16000}, "invalid_value", "session.sample_rate"),
+    ({"task": "translate"}, "unsupported_value", "session.task"),
+    ({"interim_results": "no"}, "invalid_value", "session.interim_results"),
+    ({"sample_rate": 16000, "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}}}}, "invalid_value",
+     "session.sample_rate"),
+])
+def test_flat_session_keys_that_cannot_be_served_are_refused_never_ignored(session: dict[str, Any], code: str,
+                                                                          param: str) -> None:
+    err = raises(code, parse_ga_update, {"type": "session.update", "session": session}, SessionConfig(), VAD)
+    assert err.param == param
+
+
 def test_ga_update_changes_only_what_it_names() -> None:
     start = SessionConfig(InputFormat("pcm16", 16000), transcription=TranscriptionConfig("m", "en"))
     config = parse_ga_update(ga({"turn_detection": None}), start, VAD)
