@@ -358,6 +358,9 @@ async def test_translation_forces_translate(h: Harness) -> None:
     r = await h.client.post("/v1/audio/translations", files=files, data={"model": "whisper-1"})
     assert r.status_code == 200, r.text
     assert h.engine.received[0].task == "translate"
+    r = await h.client.post("/v1/audio/translations", files=files, data={"model": "whisper-1", "language": "en"})
+    assert r.status_code == 200, r.text
+    assert (h.engine.received[1].task, h.engine.received[1].language) == ("translate", "en")  # the source language
 
 
 # ------------------------------------------------------------------------- OpenAI errors
