@@ -30,3 +30,13 @@ def test_a_wenet_checkpoint_of_english_units_serves_language_en(wenet_ckpt: str)
     finally:
         engine.shutdown()
 
+
+
+def test_the_reference_designs_decode_method_names_are_aliases(wenet_ckpt: str) -> None:
+    engine = ASREngine(EngineConfig(ckpt_dir=wenet_ckpt, decode_method="ctc_aed_rescoring"))
+    try:
+        assert engine.model_info.decode_method == "attention_rescoring"
+    finally:
+        engine.shutdown()
+    assert EngineConfig(decode_method="aed").decode_method == "autoregressive"
+    assert EngineConfig(decode_method="llm").decode_method == "greedy_or_beam"
