@@ -26,7 +26,8 @@ class OptionsChecker(Protocol):
     def validate_options(self, decoding: DecodingOptions | None, streaming: bool = False) -> DecodingOptions: ...
 
 
-OPENAI_MODEL_NAMES = frozenset({"whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe"})
+OPENAI_MODEL_NAMES = frozenset({"whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe",
+                                "gpt-realtime-whisper"})  # the last: pipecat's realtime STT default
 """Names OpenAI SDKs and examples send by default: they mean the first model, as no `model` does."""
 PROVIDER_MODEL_NAMES = OPENAI_MODEL_NAMES | frozenset({
     # Google's RecognitionConfig.model values

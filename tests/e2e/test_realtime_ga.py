@@ -21,7 +21,9 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import numpy as np
 import pytest
@@ -253,3 +255,50 @@ async def test_noise_reduction_session_still_transcribes_noisy_speech(server: Se
     ref, said = (re.sub(r"\ba (?=\d)", "", EnglishTextNormalizer()(t)) for t in (ref, done["transcript"]))
     assert wer([ref], [said]) <= 35.0, done["transcript"]
     assert abs(done["audio_end_ms"] - clip.size / 16) <= 30  # denoising delays audio, never drops it
+
+
+# ---------------------------------------------------------------- recorded integrations
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "clients"
+REPLAY_CLIP = "libri_61-70968-0000"
+
+
+async def replay(server: ServerProcess, fixture: str) -> tuple[dict[str, Any], SessionLog]:
+    """Replay an integration's recorded connection (its query string, its session.update, then
+    its appends and commit) with a real clip's audio in place of the recorded silence; the log
+    of what the server answered, up to the item's `completed`."""
+    recorded = json.loads((FIXTURES / fixture).read_text())
+    (connection,) = recorded["cases"]["defaults"]["connections"]
+    events = connection["events"]
+    update = next(e for e in events if e["type"] == "session.update")
+    url = f"{server.ws_url}{connection['path']}?{urlencode([tuple(pair) for pair in connection['query']])}"
+    fmt = update["session"]["audio"]["input"]["format"]
+    pcm = pcm16_at(np.concatenate([load_clip(REPLAY_CLIP), np.zeros(24000, np.float32)]), fmt["rate"])
+    log = SessionLog()
+    async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {API_KEY}"},
+                                  max_size=None) as ws:
+        await ws.send(json.dumps(update))
+        for chunk in chunks_of(pcm, fmt["rate"] * 2 // 10):  # 100 ms appends, as fast as the socket takes them
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk).decode()}))
+        if any(e["type"] == "input_audio_buffer.commit" for e in events):
+            await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+
+        async def receive() -> None:
+            async for message in ws:
+                log.add(json.loads(message))
+                if log.of_type(TERMINAL[0]) or log.of_type("error"):
+                    return
+
+        await asyncio.wait_for(receive(), TIMEOUT_S)
+    return recorded, log
+
+
+@pytest.mark.parametrize("fixture", ["livekit_plugins_openai.json", "pipecat_openai.json"])
+async def test_recorded_openai_realtime_integrations_are_served(server: ServerProcess, fixture: str) -> None:
+    recorded, log = await replay(server, fixture)
+    assert not log.of_type("error"), (recorded["library"], log.of_type("error"))
+    (completed,) = log.of_type(TERMINAL[0])
+    reference = next(c.text or "" for c in manifest() if c.id == REPLAY_CLIP)
+    assert wer([reference], [completed["transcript"]]) <= 15.0, completed["transcript"]
+    joined = "".join(d["delta"] for d in log.of_type(DELTA) if d["item_id"] == completed["item_id"])
+    assert joined == completed["transcript"]  # what the integration shows, joined, is the final
