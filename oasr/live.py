@@ -10,6 +10,7 @@ the chunks end. The stream ends once every committed utterance has its final (or
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from typing import Any
@@ -152,6 +153,11 @@ async def stream_events(client: ResumingRealtimeClient, chunks: Iterable[bytes] 
         raise StreamError(str(exc)) from exc
     finally:
         sender.cancel()
+        # awaited: a send cut off mid-frame leaves websockets' send_context generator open, which
+        # the loop's shutdown then closes while it runs ("aclose(): asynchronous generator is
+        # already running")
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await sender
         await client.close()
 
 

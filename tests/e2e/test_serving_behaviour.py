@@ -321,12 +321,13 @@ def test_served_model_name(limited: ServerProcess) -> None:
     assert [m.id for m in sdk.models.list()] == [SERVED_NAME]
     clip = next(c for c in reference_clips() if c.id == SHORT_CLIP)
     with clip.path.open("rb") as f, pytest.raises(openai.NotFoundError) as err:
-        sdk.audio.transcriptions.create(model="whisper-1", file=f)
+        sdk.audio.transcriptions.create(model="large-v9", file=f)
     assert err.value.code == "model_not_found"
-    assert "whisper-1" in err.value.message and SERVED_NAME in err.value.message
-    with clip.path.open("rb") as f:
-        out = sdk.audio.transcriptions.create(model=SERVED_NAME, file=f)
-    assert wer([clip.text or ""], [out.text]) <= 15.0
+    assert "large-v9" in err.value.message and SERVED_NAME in err.value.message
+    for name in (SERVED_NAME, "whisper-1"):  # OpenAI's own names mean the served model
+        with clip.path.open("rb") as f:
+            out = sdk.audio.transcriptions.create(model=name, file=f)
+        assert wer([clip.text or ""], [out.text]) <= 15.0
 
 
 def test_oversize_body_is_413_on_both_surfaces(limited: ServerProcess) -> None:
