@@ -440,7 +440,7 @@ class RealtimeSession:
             rest = self._deltas.final(turn.id, out.text)
             if rest:  # the item's deltas join to its transcript, as OpenAI's clients expect
                 await self.sender.send(ev.transcription_delta(
-                    turn.id, rest, committed_text=out.text, tentative_text=None,
+                    turn.id, rest, committed_text=out.text, tentative_text="" if self.config.tentative else None,
                     audio_end_ms=samples_ms(turn.start + turn.fed, self.rate), server_ms=self._server_ms(turn),
                     logprobs=self._logprobs(out, self._sent_tokens.get(turn.id, 0))))
             await self.sender.send(ev.transcription_completed(
