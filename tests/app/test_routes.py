@@ -597,6 +597,8 @@ async def test_api_keys(h: Harness) -> None:
     assert (await h.client.get("/metrics")).status_code == 401
     assert (await h.client.get("/v1/models", headers={"authorization": "Bearer other"})).status_code == 200
     assert (await h.client.get("/v1/models", headers={"x-api-key": "s3cret"})).status_code == 200
+    # what Google's clients send for ClientOptions(api_key=...)
+    assert (await h.client.get("/v1/models", headers={"x-goog-api-key": "s3cret"})).status_code == 200
     assert h.engine.received == []
     # refused before routing, still counted under the route pattern
     assert h.metric("oasr_http_requests_total", method="POST", route="/v1/audio/transcriptions", status="401") == 1
