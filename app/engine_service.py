@@ -94,6 +94,9 @@ class EngineService:
         self._stop = threading.Event()
         self._heartbeat = 0.0
         self._steps_done = 0
+        self._failures_in_a_row = 0
+        """Engine steps that raised since the last one that did not (/readyz `consecutive_step_failures`;
+        a step that raises ends the engine thread, so 1 means the engine died of it)."""
         self._step_started: float | None = None
         self._tick_started = 0.0
         self._live_s = 0.0  # engine thread: live streams' engine time not yet handed to the backlog
@@ -132,6 +135,7 @@ class EngineService:
             "ready": self.ready,
             "draining": self.draining,
             "steps": self._steps_done,
+            "consecutive_step_failures": self._failures_in_a_row,
             "heartbeat_age_s": round(time.monotonic() - self._heartbeat, 3) if self._heartbeat else None,
             "engine_died": self.death,
             "running": self.engine.num_running,
@@ -357,6 +361,7 @@ class EngineService:
                 return
             if isinstance(exc, Exception):
                 self.series.step_failures.inc()
+                self._failures_in_a_row += 1
             self._die(f"engine thread died: {type(exc).__name__}: {exc}")
             if not isinstance(exc, Exception):
                 raise
@@ -383,6 +388,7 @@ class EngineService:
         """After each step (engine thread): its metrics, then its outputs to the event loop; False
         once the loop is closed (shutdown), which ends the thread."""
         stepped = time.perf_counter()
+        self._failures_in_a_row = 0
         try:
             self._observe_step(stepped - self._tick_started)
         except Exception:  # metrics are best effort: the step's outputs must still reach their clients

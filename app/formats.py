@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from app.google.wire import google_request_ids
 from engine import RequestOutput
 
 LANGUAGE_NAMES = {
@@ -96,7 +97,8 @@ def to_google_recognize(out: RequestOutput, max_alternatives: int, words: bool, 
             alternatives.append({"transcript": alt.text, "confidence": alt.confidence})
         results.append({"alternatives": alternatives, "resultEndTime": google_duration(out.duration),
                         "languageCode": out.language or "en"})
-    return {"results": results, "totalBilledTime": google_duration(math.ceil(out.duration)), "requestId": request_id}
+    return {"results": results, "totalBilledTime": google_duration(math.ceil(out.duration)),
+            **google_request_ids(request_id)}
 
 
 def to_google_recognize_channels(
@@ -109,4 +111,5 @@ def to_google_recognize_channels(
         for result in to_google_recognize(out, max_alternatives, words, request_id)["results"]:
             results.append({**result, "channelTag": tag})
     seconds = max((out.duration for _, out in tagged), default=0.0)
-    return {"results": results, "totalBilledTime": google_duration(math.ceil(seconds)), "requestId": request_id}
+    return {"results": results, "totalBilledTime": google_duration(math.ceil(seconds)),
+            **google_request_ids(request_id)}

@@ -50,7 +50,7 @@ def presented_keys(scope: Scope) -> list[str]:
         if name == b"authorization" and value.lower().startswith((b"bearer ", b"token ")):
             # 'Token <key>' is how Deepgram's clients (GET /v1/listen) send it
             keys.append(value.split(b" ", 1)[1].decode("latin-1").strip())
-        elif name == b"x-api-key":
+        elif name in (b"x-api-key", b"x-goog-api-key"):  # x-goog-api-key: Google's clients' `api_key`
             keys.append(value.decode("latin-1").strip())
         elif name == b"sec-websocket-protocol":
             # browsers cannot set headers on WebSockets; OpenAI's clients pass the key as a subprotocol,

@@ -188,10 +188,14 @@ class ModelPool:
 
     def resolve(self, model: str | None) -> PooledModel:
         """The configured model a request's `model` names; ModelNotFound (app/errors.py) otherwise."""
-        if not self.several:
-            pick_model([self.default.name], model, served_model_name=self.served_model_name, strict=False)
+        if not self.several:  # its configured name, the checkpoint's name /v1/models lists, its family
+            names = [self.default.name]
+            if self.default.service is not None:
+                info = self.default.service.engine.model_info
+                names += [info.model, info.family]
+            pick_model(names, model, served_model_name=self.served_model_name)
             return self.default
-        name = pick_model(self.names, model, served_model_name=self.served_model_name, strict=True)
+        name = pick_model(self.names, model, served_model_name=self.served_model_name)
         return next(m for m in self.models if m.name == name)
 
     # ------------------------------------------------------------------ use

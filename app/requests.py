@@ -26,28 +26,31 @@ class OptionsChecker(Protocol):
     def validate_options(self, decoding: DecodingOptions | None, streaming: bool = False) -> DecodingOptions: ...
 
 
+OPENAI_MODEL_NAMES = frozenset({"whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe",
+                                "gpt-realtime-whisper"})  # the last: pipecat's realtime STT default
+"""Names OpenAI SDKs and examples send by default: they mean the first model, as no `model` does."""
+PROVIDER_MODEL_NAMES = OPENAI_MODEL_NAMES | frozenset({
+    # Google's RecognitionConfig.model values
+    "default", "latest_long", "latest_short", "phone_call", "video", "command_and_search",
+    # Deepgram's model names (livekit-plugins-deepgram and pipecat send nova-3 / nova-2 by default)
+    "nova-3", "nova-3-general", "nova-2", "nova-2-general", "nova", "enhanced", "base",
+})
+"""The hosted services' own model names, which their client libraries send by default: they mean
+the first model. Any other name a server does not serve is refused (404 `model_not_found`)."""
+
+
 def check_model(served_model_name: str | None, model: str | None) -> None:
     """ModelNotFound when `model` names another model than the one served (a server without a
-    served name answers to any name, as OpenAI-compatible servers do)."""
-    if served_model_name and model and model != served_model_name:
+    served name answers to any name; a provider's default name always means the served model)."""
+    if served_model_name and model and model != served_model_name and model not in PROVIDER_MODEL_NAMES:
         raise ModelNotFound(model, served_model_name)
 
 
-OPENAI_MODEL_NAMES = frozenset({"whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe"})
-"""Names OpenAI SDKs and examples send by default: on a server of several models they mean the
-first one, as no `model` does."""
-
-
-def pick_model(names: Sequence[str], model: str | None, *, served_model_name: str | None = None,
-               strict: bool = True) -> str:
-    """Which of the served models `names` (the first is the default) a request's `model` means:
-    none, an OpenAI default name or `served_model_name` is the first, a listed name itself.
-    ModelNotFound for any other name when `strict` (several models); otherwise the single model
-    answers as `check_model` decides."""
-    if not strict:
-        check_model(served_model_name, model)
-        return names[0]
-    if not model or model in OPENAI_MODEL_NAMES or model == served_model_name:
+def pick_model(names: Sequence[str], model: str | None, *, served_model_name: str | None = None) -> str:
+    """Which of the served models `names` (the first is the default; for one model, also its other
+    names such as the checkpoint's) a request's `model` means: none, a provider's default name or
+    `served_model_name` is the first, a listed name itself. ModelNotFound for any other name."""
+    if not model or model in PROVIDER_MODEL_NAMES or model == served_model_name:
         return names[0]
     if model in names:
         return model
@@ -90,5 +93,5 @@ def admit_options(engine: OptionsChecker, options: DecodingOptions, *, streaming
     return engine.validate_options(options, streaming)
 
 
-__all__ = ["OPENAI_MODEL_NAMES", "ModelNotFound", "OptionsChecker", "admit_options", "build_options", "check_model",
+__all__ = ["OPENAI_MODEL_NAMES", "PROVIDER_MODEL_NAMES", "ModelNotFound", "OptionsChecker", "admit_options", "build_options", "check_model",
            "language_code", "pick_model"]

@@ -13,7 +13,8 @@ In process (default), one thread drives the engine as the server does. With `--s
 point starts a real streaming server (`uvicorn app.main:app`) and every stream is an OpenAI
 realtime WebSocket session sending base64 24 kHz PCM; the batching columns then come from the
 server's own `oasr_engine_batch_size{mode="streaming"}` histogram on /metrics, and the partial interval is
-the gap between `delta` events (sent only when the text changed: an upper bound on the cadence).
+the gap between non-empty `delta` events (new text a stock client shows), and "deltas = completed"
+counts the items whose joined deltas are their completed transcript (OpenAI's clients concatenate them).
 
     python -m benchmarks.streaming_capacity --server --sessions 8 16 24          # server defaults
     python -m benchmarks.streaming_capacity --sessions 1 2 4 8 --clip libri_2412-153948-0000
@@ -260,6 +261,7 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
         finals: list[float] = []
         firsts: list[float] = []
         intervals: list[float] = []
+        joined_match = [0, 0]  # items whose joined deltas equal their completed transcript, items
         texts: dict[int, str] = {}
         errors: list[str] = []
         refused: list[int] = []  # sessions the server's live admission refused (503 + Retry-After)
@@ -299,6 +301,8 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
                 if stream.partials:
                     firsts.append(stream.partials[0][0] - opened)
                 intervals.extend(b - a for (a, _), (b, _) in itertools.pairwise(stream.partials))
+                joined_match[0] += sum(stream.joined.get(i, "") == t for i, t in stream.completed.items())
+                joined_match[1] += len(stream.completed)
 
         threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(n)]
         for th in threads:
@@ -317,6 +321,7 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
     row = summarize(n, max_batch_size, finals, firsts, intervals, histogram, int(steps), int(after["sum"] - before["sum"]),
                     most if steps else 0, live_wer=_live_wer(references, texts, n, skip=refused))
     row["refused"] = len(refused)
+    row["deltas_join_to_completed"] = f"{joined_match[0]} of {joined_match[1]}"
     row["passes_shed"] = int(after["passes_shed"] - before["passes_shed"])
     row["passes_skipped"] = int(after["passes_skipped"] - before["passes_skipped"])
     row |= pass_costs(int(after["passes"] - before["passes"]), after["encoded_s"] - before["encoded_s"], audios)

@@ -100,15 +100,27 @@ def check_streaming(service_mode: str, runner: ModelRunner, family: str) -> None
 
 
 def check_audio(audio: Any, model_rate: int, sample_rate: int | None = None, allow_empty: bool = False) -> Samples:
-    """`audio` as a contiguous float32 mono array at `model_rate`, or InvalidRequestError."""
+    """`audio` as a contiguous float32 mono array at `model_rate`, or InvalidRequestError. A torch
+    tensor (on any device) and float samples of another precision (float64, float16) are converted,
+    as the reference design's `add_request` takes them; integer PCM is refused (its scale is the
+    caller's to say)."""
     if sample_rate is not None and sample_rate != model_rate:
         raise InvalidRequestError(
             f"audio must be at {model_rate} Hz (got {sample_rate} Hz); resample before submitting"
         )
+    if type(audio).__module__ == "torch" and hasattr(audio, "detach"):  # a tensor, without importing torch here
+        import torch
+
+        if not audio.is_floating_point():
+            raise InvalidRequestError(f"audio must be float samples in [-1, 1], got a {audio.dtype} tensor")
+        audio = audio.detach().to(device="cpu", dtype=torch.float32).numpy()
     if not isinstance(audio, np.ndarray):
-        raise InvalidRequestError(f"audio must be a numpy float32 array, got {type(audio).__name__}")
+        raise InvalidRequestError(f"audio must be a numpy float32 array or a torch tensor, got {type(audio).__name__}")
+    if audio.dtype != np.float32 and np.issubdtype(audio.dtype, np.floating):
+        audio = audio.astype(np.float32)
     if audio.dtype != np.float32:
-        raise InvalidRequestError(f"audio must be float32 samples in [-1, 1], got dtype {audio.dtype}")
+        raise InvalidRequestError(f"audio must be float samples in [-1, 1], got dtype {audio.dtype} (divide int16 "
+                                  "PCM by 32768)")
     if audio.ndim != 1:
         raise InvalidRequestError(f"audio must be mono (1-D), got shape {audio.shape}")
     if audio.size == 0 and not allow_empty:

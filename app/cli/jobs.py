@@ -80,7 +80,8 @@ def cmd_jobs_submit(args: argparse.Namespace) -> int:
 
 def cmd_jobs_list(args: argparse.Namespace) -> int:
     with _http(args) as client:
-        response = client.get("/v1/operations", params={"pageSize": args.page_size, "filter": args.filter or ""})
+        response = client.get("/v1/operations", params={"pageSize": args.page_size, "filter": args.filter or "",
+                                                       "extensions": "true"})
     if response.status_code != 200:
         raise CliError(_google_error(response))
     for op in response.json()["operations"]:
@@ -91,7 +92,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
 
 def cmd_jobs_get(args: argparse.Namespace) -> int:
     with _http(args) as client:
-        response = client.get(f"/v1/operations/{args.name}")
+        response = client.get(f"/v1/operations/{args.name}", params={"extensions": "true"})
     if response.status_code != 200:
         raise CliError(_google_error(response))
     sys.stdout.write(json.dumps(response.json(), indent=2) + "\n")
@@ -113,7 +114,7 @@ def _wait(args: argparse.Namespace, name: str) -> int:
     with _http(args) as client, tqdm(total=100, unit="%", desc=name[:12], file=sys.stderr, leave=False,
                                      disable=not sys.stderr.isatty(), dynamic_ncols=True) as bar:
         while True:
-            response = client.get(f"/v1/operations/{name}")
+            response = client.get(f"/v1/operations/{name}", params={"extensions": "true"})
             if response.status_code != 200:
                 raise CliError(_google_error(response))
             op = response.json()

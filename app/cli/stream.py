@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import sys
 import time
@@ -55,16 +56,17 @@ async def _stream(args: argparse.Namespace, pcm: bytes) -> str:
         events = client.stream(pcm_chunks(pcm, STREAM_RATE_HZ, STREAM_CHUNK_MS), sample_rate=STREAM_RATE_HZ,
                                language=args.language, vad=False, pace_s=STREAM_CHUNK_MS / 1000 / args.speed)
         try:
-            async for event in events:
-                if event.type == "partial":
-                    line.partial(event.text)
-                elif event.type == "final":
-                    line.final(event.text)
-                    return event.text
-                elif event.type == "failed":
-                    raise CliError(f"transcription failed: {event.text}")
-                elif event.type == "resumed":
-                    logger.info("connection dropped; session resumed at %d ms of audio", event.audio_end_ms)
+            async with contextlib.aclosing(events):  # returning mid-stream closes it here, not at loop shutdown
+                async for event in events:
+                    if event.type == "partial":
+                        line.partial(event.text)
+                    elif event.type == "final":
+                        line.final(event.text)
+                        return event.text
+                    elif event.type == "failed":
+                        raise CliError(f"transcription failed: {event.text}")
+                    elif event.type == "resumed":
+                        logger.info("connection dropped; session resumed at %d ms of audio", event.audio_end_ms)
         except ServerUnreachable as exc:
             raise CliError(str(exc), EXIT_UNREACHABLE) from exc
         except websockets.InvalidURI as exc:

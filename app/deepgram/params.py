@@ -36,11 +36,13 @@ _KEYWORD_BOOST = re.compile(r"^(?P<word>.+?)(?::(?P<boost>[+-]?\d+(?:\.\d+)?))?$
 
 SERVED = frozenset({"encoding", "sample_rate", "channels", "interim_results", "endpointing", "utterance_end_ms",
                     "vad_events", "punctuate", "smart_format", "language", "keywords", "keyterm"})
-IGNORED = frozenset({"model", "version", "tag", "extra", "mip_opt_out", "profanity_filter", "filler_words",
-                     "numerals", "measurements"})
-"""Accepted and not applied here: naming (model, version; with several models served, the route
-picks the engine by `model` before the session starts: app/routes/listen.py), bookkeeping
-(tag, extra, mip_opt_out), and formatting that Whisper's own output already decides (see docs)."""
+IGNORED = frozenset({"model", "version", "tier", "tag", "extra", "mip_opt_out", "profanity_filter", "filler_words",
+                     "numerals", "measurements", "no_delay"})
+"""Accepted and not applied here: naming (model, version, tier; with several models served, the
+route picks the engine by `model` before the session starts: app/routes/listen.py), bookkeeping
+(tag, extra, mip_opt_out), formatting that Whisper's own output already decides (see docs), and
+`no_delay` (smart_format's latency hint, which livekit-plugins-deepgram always sends: results here
+never wait for a number to complete)."""
 REFUSED_WHEN_ON = {
     "diarize": "speaker diarization", "multichannel": "per-channel transcription", "detect_entities": "entity detection",
     "dictation": "spoken punctuation commands", "paragraphs": "paragraphs", "utterances": "utterance splitting",

@@ -16,6 +16,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from app.audio import AudioEncoding, UnsupportedAudioError, parse_encoding
 from app.channels import channel_tags
+from app.google.wire import google_request_id, refuse_unsupported
 from app.requests import language_code
 from engine import DecodingOptions, RequestOutput
 from engine.errors import InvalidRequestError
@@ -84,6 +85,7 @@ def decoding_options(config: pb.RecognitionConfig) -> DecodingOptions:
 
     max_alternatives > 1 turns on beam search with at least that many beams, since the
     alternatives are the beam's n-best list."""
+    refuse_unsupported(config)
     ext = config.decoding
     n_alt = alternatives_wanted(config)
     beam = max(ext.beam_size, 1)
@@ -155,7 +157,8 @@ def result_language(out: RequestOutput, config: pb.RecognitionConfig) -> str:
 
 def recognize_response(out: RequestOutput, config: pb.RecognitionConfig, request_id: str) -> pb.RecognizeResponse:
     """One result covering the clip (no result when nothing was said)."""
-    response = pb.RecognizeResponse(request_id=request_id, total_billed_time=billed(out.duration))
+    response = pb.RecognizeResponse(request_id=google_request_id(request_id), oasr_request_id=request_id,
+                                    total_billed_time=billed(out.duration))
     if out.text.strip():
         response.results.append(
             pb.SpeechRecognitionResult(

@@ -8,6 +8,7 @@ from typing import Any
 
 from app.google.convert import audio_spec, billed, channel_results, decoding_options
 from app.google.operations import operation_json
+from app.google.wire import google_request_id
 from app.jobs.model import Job
 from app.jobs.spec import JobRequest, JobSpec
 from engine import RequestOutput
@@ -49,13 +50,14 @@ class GoogleJobCodec:
 
     def result(self, job: Job, spec: JobSpec, outputs: list[RequestOutput], duration: float) -> bytes:
         config = pb.LongRunningRecognizeRequest.FromString(job.request).config
-        response = pb.LongRunningRecognizeResponse(request_id=config.request_id or job.name,
+        rid = config.request_id or job.name
+        response = pb.LongRunningRecognizeResponse(request_id=google_request_id(rid), oasr_request_id=rid,
                                                    total_billed_time=billed(duration),
                                                    results=channel_results(outputs, config, spec.separate_channels))
         return response.SerializeToString()
 
     def operation_json(self, job: Job) -> dict[str, Any]:
-        return operation_json(job)
+        return operation_json(job, extensions=True)  # a webhook's receiver is ours: it gets the delivery state
 
 
 __all__ = ["GoogleJobCodec", "job_request"]

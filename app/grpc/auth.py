@@ -12,6 +12,6 @@ def presented_keys(context: grpc.aio.ServicerContext) -> list[str]:
             continue
         if key == "authorization" and value.lower().startswith("bearer "):
             keys.append(value[7:].strip())
-        elif key == "x-api-key":
+        elif key in ("x-api-key", "x-goog-api-key"):  # x-goog-api-key: Google's clients' `api_key`
             keys.append(value.strip())
     return keys

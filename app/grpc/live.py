@@ -25,6 +25,7 @@ import grpc
 
 from app.engine_service import EngineService
 from app.google.convert import AudioSpec, alternatives, billed, duration, result_language
+from app.google.wire import google_request_id
 from app.grpc.audio import PcmChunker
 from app.grpc.convert import RpcError, invalid
 from app.live import (
@@ -168,7 +169,8 @@ class LiveCall:
                            label=f"stream {self.request_id}")
 
     def _response(self, **fields: Any) -> pb.StreamingRecognizeResponse:
-        return pb.StreamingRecognizeResponse(request_id=self.request_id,
+        return pb.StreamingRecognizeResponse(request_id=google_request_id(self.request_id),
+                                             oasr_request_id=self.request_id,
                                              total_billed_time=billed(self.samples_in / self.rate), **fields)
 
     def _event(self, kind: int, at_seconds: float) -> pb.StreamingRecognizeResponse:

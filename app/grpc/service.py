@@ -1,9 +1,11 @@
-"""The grpc.aio listener: `oasr.speech.v1.Speech`, standard health and server reflection.
+"""The grpc.aio listener: `oasr.speech.v1.Speech` (also as `google.cloud.speech.v1.Speech`),
+standard health and server reflection.
 
 Runs on the same event loop as uvicorn (started from the FastAPI lifespan), so RPC handlers
 reach the engine through the same `EngineService` as the HTTP routes.
 
-    app/grpc/service.py   the listener: bind, health following readiness, reflection, drain
+    app/grpc/service.py   the listener: bind, health following readiness, reflection, drain; Speech is
+                          served under our name and Google's (google.cloud.speech.v1.Speech)
     app/grpc/speech.py    the servicer: Recognize, StreamingRecognize (buffered on offline engines)
     app/grpc/live.py      one live StreamingRecognize: engine streaming requests, server-VAD turns
     app/grpc/audio.py     stream audio: headerless chunks -> model-rate samples, container buffer
@@ -24,6 +26,7 @@ from google.longrunning import operations_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from app.google import wire as google_wire
 from app.grpc.operations import OperationsServicer
 from app.grpc.speech import ActiveCalls, GrpcDeps, SpeechServicer
 from app.settings import Settings
@@ -52,7 +55,7 @@ class GrpcServer:
         self._watch = asyncio.ensure_future(self._follow_readiness())
 
     async def _set_all(self, status: int) -> None:
-        for name in ("", SERVICE_NAME):
+        for name in ("", SERVICE_NAME, google_wire.SPEECH_SERVICE):
             await self.health.set(name, status)
 
     async def _follow_readiness(self) -> None:
@@ -95,6 +98,31 @@ class GrpcServer:
         logger.info("gRPC listener stopped")
 
 
+class _Handlers:
+    """Stands in for the server while the generated `add_SpeechServicer_to_server` hands over its
+    method handlers, so they can be registered under more than one service name."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass
+
+    def add_registered_method_handlers(self, name: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self.handlers = handlers
+
+
+def add_speech_servicer(servicer: SpeechServicer, server: grpc.aio.Server) -> None:
+    """Serve the Speech methods as `oasr.speech.v1.Speech` and as Google's
+    `google.cloud.speech.v1.Speech`: the messages share field numbers, so Google's client is
+    answered by the same handlers."""
+    capture = _Handlers()
+    speech_pb2_grpc.add_SpeechServicer_to_server(servicer, capture)  # type: ignore[no-untyped-call]
+    for name in (SERVICE_NAME, google_wire.SPEECH_SERVICE):
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, capture.handlers),))
+        server.add_registered_method_handlers(name, capture.handlers)
+
+
 async def start_grpc_server(deps: GrpcDeps, settings: Settings) -> GrpcServer:
     """Bind `{host}:{grpc_port}` and start serving; raises when the port cannot be bound."""
     server = grpc.aio.server(
@@ -104,7 +132,7 @@ async def start_grpc_server(deps: GrpcDeps, settings: Settings) -> GrpcServer:
         ]
     )
     calls = ActiveCalls()
-    speech_pb2_grpc.add_SpeechServicer_to_server(SpeechServicer(deps, calls), server)  # type: ignore[no-untyped-call]
+    add_speech_servicer(SpeechServicer(deps, calls), server)
     if deps.jobs is not None:
         operations = OperationsServicer(deps.jobs, settings, deps.metrics)
         operations_pb2_grpc.add_OperationsServicer_to_server(operations, server)  # type: ignore[no-untyped-call]

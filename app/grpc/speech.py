@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ from app.google.convert import (
     recognize_response,
     result_language,
 )
+from app.google.wire import google_request_id, new_request_id
 from app.grpc.audio import BufferedAudio
 from app.grpc.auth import presented_keys
 from app.grpc.channels import ChannelCalls
@@ -156,7 +156,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
                           "send the bytes in RecognitionAudio.content")
         if not request.audio.content:
             raise invalid("RecognitionAudio.content is empty; send the audio bytes in it")
-        rid = config.request_id or uuid.uuid4().hex
+        rid = config.request_id or new_request_id()
         separate = config.enable_separate_recognition_per_channel
         async with inflight_permit(service):
             audio = await self.decoder.decode(request.audio.content, encoding=spec.encoding,
@@ -166,7 +166,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         logger.info("Recognize %s: %.2f s of audio, %d channel(s)", rid, audio.duration, len(outs))
         if not separate:
             return recognize_response(outs[0], config, rid)
-        return pb.RecognizeResponse(request_id=rid, total_billed_time=billed(audio.duration),
+        return pb.RecognizeResponse(request_id=google_request_id(rid), oasr_request_id=rid, total_billed_time=billed(audio.duration),
                                     results=channel_results(outs, config, separate))
 
     async def _run_offline(self, service: EngineService, channels: list[Any], options: Any,
@@ -240,7 +240,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         service = await self.models.service_for(config.model or None)  # pinned until the permit below
         spec = audio_spec(config)
         options = decoding_options(config)  # checked against the model where the call opens its requests
-        rid = config.request_id or uuid.uuid4().hex
+        rid = config.request_id or new_request_id()
         audio_in = self._audio(it)
 
         def live_call(call_spec: AudioSpec) -> LiveCall:
@@ -296,7 +296,8 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
                                           language_code=r.language_code, channel_tag=r.channel_tag)
             for r in channel_results(outs, config, True)
         ]
-        return pb.StreamingRecognizeResponse(results=results, total_billed_time=billed(audio.duration), request_id=rid)
+        return pb.StreamingRecognizeResponse(results=results, total_billed_time=billed(audio.duration),
+                                             request_id=google_request_id(rid), oasr_request_id=rid)
 
     def _live(self, service: EngineService, streaming_config: pb.StreamingRecognitionConfig, spec: AudioSpec) -> bool:
         """Streaming engines always; an offline engine too when the client wants utterances cut by
@@ -354,7 +355,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
             language_code=result_language(out, config),
         )
         return pb.StreamingRecognizeResponse(results=[result], total_billed_time=billed(out.duration),
-                                             request_id=rid)
+                                             request_id=google_request_id(rid), oasr_request_id=rid)
 
 
 __all__ = ["SpeechServicer"]

@@ -25,7 +25,10 @@ PCM_RATES_HZ = (8000, 16000, 24000, 44100, 48000)
 DEFAULT_PCM_RATE_HZ = 24000
 G711_RATE_HZ = 8000
 LOGPROBS = "item.input_audio_transcription.logprobs"
-"""The one `include` value: token log-probabilities on deltas and completed transcripts."""
+"""OpenAI's `include` value: token log-probabilities on deltas and completed transcripts."""
+TENTATIVE = "item.input_audio_transcription.tentative"
+"""OASR's `include` value: a delta event for every interim result, carrying the text that may
+still change in `tentative` (its `delta` stays append-only, often empty)."""
 
 GA_TYPES: dict[str, Encoding] = {"audio/pcm": "pcm16", "audio/pcmu": "pcmu", "audio/pcma": "pcma"}
 BETA_NAMES: dict[str, Encoding] = {"pcm16": "pcm16", "g711_ulaw": "pcmu", "g711_alaw": "pcma"}
@@ -120,6 +123,14 @@ class SessionConfig:
     noise_reduction: NoiseReduction | None = None
     logprobs: bool = False
     """`include: ["item.input_audio_transcription.logprobs"]`."""
+    tentative: bool = False
+    """`include: ["item.input_audio_transcription.tentative"]` (OASR extension)."""
+    interim: bool = True
+    """The reference design's `interim_results`: False sends an item's text only with its final."""
+
+    def include(self) -> list[str] | None:
+        values = [v for v, on in ((LOGPROBS, self.logprobs), (TENTATIVE, self.tentative)) if on]
+        return values or None
 
     @property
     def server_vad(self) -> bool:
@@ -137,7 +148,7 @@ class SessionConfig:
                 "turn_detection": self.turn_detection.render() if self.turn_detection else None,
                 "noise_reduction": self.noise_reduction.render() if self.noise_reduction else None,
             }},
-            "include": [LOGPROBS] if self.logprobs else None,
+            "include": self.include(),
         }
 
     def render_beta(self, session_id: str) -> dict[str, Any]:
@@ -148,7 +159,7 @@ class SessionConfig:
             "input_audio_transcription": self.transcription.render(),
             "turn_detection": self.turn_detection.render() if self.turn_detection else None,
             "input_audio_noise_reduction": self.noise_reduction.render() if self.noise_reduction else None,
-            "include": [LOGPROBS] if self.logprobs else None,
+            "include": self.include(),
         }
 
     def render(self, session_id: str, beta: bool) -> dict[str, Any]:

@@ -116,24 +116,24 @@ def transcription_delta(
     item_id: str,
     delta: str,
     *,
-    text: str | None,
     committed_text: str,
-    tentative_text: str,
+    tentative_text: str | None,
     audio_end_ms: int,
     server_ms: int,
     logprobs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """An increment of the item's text. When text already sent is revised, `delta` is "" and
-    `text` carries the item's whole current text. `committed` (extension) never changes except
-    by growing; `tentative` may still be revised."""
+    """An append-only increment of the item's text: the item's deltas join to its `completed`
+    transcript. `committed` (extension) is the text so far, which never changes except by growing;
+    `tentative` (extension, only for sessions that include it) is text after it that may still be
+    revised."""
     event = server_event("conversation.item.input_audio_transcription.delta", item_id=item_id, content_index=0,
                          delta=delta)
     if logprobs is not None:
         event["logprobs"] = logprobs
-    if text is not None:
-        event["text"] = text
-    event.update(committed=committed_text, tentative=tentative_text, audio_end_ms=audio_end_ms,
-                 server_ms=server_ms)
+    event["committed"] = committed_text
+    if tentative_text is not None:
+        event["tentative"] = tentative_text
+    event.update(audio_end_ms=audio_end_ms, server_ms=server_ms)
     return event
 
 

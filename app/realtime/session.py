@@ -46,6 +46,7 @@ from app.model_pool import ModelPool
 from app.realtime import events as ev
 from app.realtime.audio_input import InputPipeline, decode_base64, decode_chunk
 from app.realtime.config import SessionConfig, VadSettings
+from app.realtime.deltas import AppendOnlyDeltas, tokens_within
 from app.realtime.events import ProtocolError
 from app.realtime.options import decoding_options
 from app.realtime.semantic import base_silence_ms, silence_for
@@ -115,8 +116,9 @@ class RealtimeSession:
         self._previous_item_id: str | None = None
         self._answered: set[Turn] = set()
         """Turns whose terminal event (completed / failed) is out, or on its way."""
-        self._sent_tokens: dict[str, list[int]] = {}
-        """Per open item: the tokens whose log-probabilities went out with its deltas."""
+        self._sent_tokens: dict[str, int] = {}
+        """Per open item: how many of its leading tokens' log-probabilities went out with its deltas."""
+        self._deltas = AppendOnlyDeltas()
         self._lock = asyncio.Lock()
         self.input_lock = asyncio.Lock()
         """Held while one client message is handled, and while a resumed connection takes over, so
@@ -193,6 +195,7 @@ class RealtimeSession:
     def _turn_done(self, turn: Turn) -> None:
         self._answered.discard(turn)
         self._sent_tokens.pop(turn.id, None)
+        self._deltas.forget(turn.id)
         outcome = "error" if turn.outcome == "shutdown" else turn.outcome  # draining is the server's problem
         self.metrics.request_duration.labels(api=API, mode="streaming", outcome=outcome).observe(
             time.monotonic() - turn.opened_at)
@@ -434,6 +437,12 @@ class RealtimeSession:
             turn, out = event.turn, event.output
             await turn.closed.wait()  # `completed` comes after the item's `committed`
             self._answered.add(turn)
+            rest = self._deltas.final(turn.id, out.text)
+            if rest:  # the item's deltas join to its transcript, as OpenAI's clients expect
+                await self.sender.send(ev.transcription_delta(
+                    turn.id, rest, committed_text=out.text, tentative_text="" if self.config.tentative else None,
+                    audio_end_ms=samples_ms(turn.start + turn.fed, self.rate), server_ms=self._server_ms(turn),
+                    logprobs=self._logprobs(out, self._sent_tokens.get(turn.id, 0))))
             await self.sender.send(ev.transcription_completed(
                 turn.id, out.text, audio_seconds=turn.fed / self.rate, finish_reason=out.finish_reason,
                 language=out.language, audio_end_ms=samples_ms(turn.start + turn.fed, self.rate),
@@ -443,38 +452,36 @@ class RealtimeSession:
         # TurnOpened needs no event; TurnAborted is the session's own abort, whose client has left
 
     async def _send_partial(self, event: TurnPartial) -> None:
-        turn, out, sent = event.turn, event.output, event.previous_text
+        turn, out = event.turn, event.output
         text = out.text
-        if text.startswith(sent):
-            delta, full = text[len(sent):], None
-        else:  # tentative text already sent was revised
-            delta, full = "", text
+        delta = self._deltas.partial(turn.id, out.committed)
         if turn.partials == 1:
             self.metrics.time_to_first_partial.labels(api=API).observe(time.monotonic() - turn.opened_at)
         td = self.config.turn_detection
         if td is not None and td.type == "semantic_vad" and turn is self.live.current:
             self.live.tune_turn_end(silence_for(text, td.eagerness))
+        if not self.config.interim or (not delta and not self.config.tentative):
+            return  # nothing new that will not change (tentative text: only for sessions that include it)
         logprobs = None
-        if self.config.logprobs:  # the tokens this update added or changed
-            before = self._sent_tokens.get(turn.id, [])
-            same = next((i for i, (a, b) in enumerate(zip(before, out.tokens)) if a != b), min(len(before),
-                                                                                               len(out.tokens)))
-            logprobs = self._logprobs(out, same)
-            self._sent_tokens[turn.id] = list(out.tokens)
+        if self.config.logprobs:  # the tokens of the text this delta appended
+            start = self._sent_tokens.get(turn.id, 0)
+            end = max(start, tokens_within(out.token_bytes or [], self._deltas.sent(turn.id)))
+            logprobs = self._logprobs(out, start, end)
+            self._sent_tokens[turn.id] = end
         covered = turn.covered(out, self.rate)
         await self.sender.send(ev.transcription_delta(
-            turn.id, delta, text=full, committed_text=out.committed, tentative_text=out.tentative,
+            turn.id, delta, committed_text=out.committed, tentative_text=out.tentative if self.config.tentative else None,
             audio_end_ms=samples_ms(turn.start + covered, self.rate), server_ms=elapsed_ms(turn.fed_at(covered)),
             logprobs=logprobs))
 
-    def _logprobs(self, out: RequestOutput, start: int) -> list[dict[str, Any]] | None:
-        """Log-probabilities of the output's tokens from `start` (an empty list when the model
+    def _logprobs(self, out: RequestOutput, start: int, end: int | None = None) -> list[dict[str, Any]] | None:
+        """Log-probabilities of the output's tokens [start, end) (an empty list when the model
         reports none); None unless the session includes them."""
         if not self.config.logprobs:
             return None
         if out.token_logprobs is None or out.token_bytes is None:
             return []
-        return ev.logprob_entries(out.token_bytes[start:], out.token_logprobs[start:])
+        return ev.logprob_entries(out.token_bytes[start:end], out.token_logprobs[start:end])
 
     def _server_ms(self, turn: Turn) -> int:
         return elapsed_ms(turn.input_closed_at if turn.input_closed_at is not None else turn.opened_at)

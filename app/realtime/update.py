@@ -18,6 +18,7 @@ from app.realtime.config import (
     GA_TYPES,
     LOGPROBS,
     PCM_RATES_HZ,
+    TENTATIVE,
     Eagerness,
     InputFormat,
     NoiseKind,
@@ -27,6 +28,7 @@ from app.realtime.config import (
     TurnDetection,
     VadSettings,
 )
+from app.realtime.design_keys import apply_design_keys
 from app.realtime.events import ProtocolError
 from engine.types import DELAYS, MAX_KEYWORD_CHARS, MAX_KEYWORDS
 
@@ -72,8 +74,9 @@ def parse_ga_update(event: dict[str, Any], current: SessionConfig, vad: VadSetti
         config = dataclasses.replace(config, noise_reduction=_noise_reduction(
             inp["noise_reduction"], current.noise_reduction, f"{param}.noise_reduction"))
     if "include" in session:
-        config = dataclasses.replace(config, logprobs=_include(session["include"]))
-    return config
+        logprobs, tentative = _include(session["include"])
+        config = dataclasses.replace(config, logprobs=logprobs, tentative=tentative)
+    return apply_design_keys(session, config, format_given="format" in inp)
 
 
 def parse_beta_update(event: dict[str, Any], current: SessionConfig, vad: VadSettings) -> SessionConfig:
@@ -92,8 +95,9 @@ def parse_beta_update(event: dict[str, Any], current: SessionConfig, vad: VadSet
         config = dataclasses.replace(config, noise_reduction=_noise_reduction(
             session["input_audio_noise_reduction"], current.noise_reduction, "session.input_audio_noise_reduction"))
     if "include" in session:
-        config = dataclasses.replace(config, logprobs=_include(session["include"]))
-    return config
+        logprobs, tentative = _include(session["include"])
+        config = dataclasses.replace(config, logprobs=logprobs, tentative=tentative)
+    return apply_design_keys(session, config, format_given="input_audio_format" in session)
 
 
 def _ga_format(value: Any) -> InputFormat:
@@ -250,9 +254,11 @@ def _noise_reduction(value: Any, current: NoiseReduction | None, param: str) -> 
     return NoiseReduction(kind, float(strength))
 
 
-def _include(value: Any) -> bool:
+def _include(value: Any) -> tuple[bool, bool]:
+    """(logprobs, tentative) from `include`."""
     if value is None:
-        return False
-    if not isinstance(value, list) or any(v != LOGPROBS for v in value):
-        raise _invalid(f"include accepts only [{LOGPROBS!r}], got {value!r}", "session.include")
-    return bool(value)
+        return False, False
+    if not isinstance(value, list) or any(v not in (LOGPROBS, TENTATIVE) for v in value):
+        raise _invalid(f"include accepts {LOGPROBS!r} and {TENTATIVE!r} (OASR extension), got {value!r}",
+                       "session.include")
+    return LOGPROBS in value, TENTATIVE in value

@@ -5,7 +5,7 @@ Content-Type is JSON: what Google's client libraries send."""
 
 from __future__ import annotations
 
-import uuid
+import json
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -20,6 +20,7 @@ from app.engine_service import EngineService
 from app.errors import ApiError, to_api_error
 from app.formats import to_google_recognize, to_google_recognize_channels
 from app.google.convert import AudioSpec, alternatives_wanted, audio_spec, decoding_options
+from app.google.wire import new_request_id, strip_request_hints
 from app.model_pool import ModelPool
 from app.offline import inflight_permit
 from app.requests import ModelNotFound, admit_options, build_options
@@ -81,15 +82,17 @@ async def recognize(
         raise to_api_error(exc) from exc
     return await _recognize(request, settings, service, decoder, body, spec, options,
                             n_alt=n_alt, words=enable_word_time_offsets,
-                            separate=enable_separate_recognition_per_channel, rid=request_id or uuid.uuid4().hex)
+                            separate=enable_separate_recognition_per_channel, rid=request_id or new_request_id())
 
 
 async def _recognize_json(request: Request, settings: Settings, models: ModelPool,
                           decoder: AudioDecoder) -> JSONResponse:
     """Google's JSON body: the same RecognitionConfig the gRPC surface reads, in proto3 JSON."""
     try:
-        message = json_format.Parse(await request.body(), pb.RecognizeRequest())
-    except (json_format.ParseError, UnicodeDecodeError) as exc:
+        message = json_format.ParseDict(strip_request_hints(json.loads(await request.body())), pb.RecognizeRequest())
+    except InvalidRequestError as exc:
+        raise to_api_error(exc) from exc
+    except (json_format.ParseError, ValueError) as exc:
         raise ApiError(400, f"invalid RecognizeRequest JSON: {exc}") from exc
     config = message.config
     if message.audio.WhichOneof("audio_source") == "uri":
@@ -106,7 +109,7 @@ async def _recognize_json(request: Request, settings: Settings, models: ModelPoo
     return await _recognize(request, settings, service, decoder, message.audio.content, spec, options,
                             n_alt=alternatives_wanted(config), words=config.enable_word_time_offsets,
                             separate=config.enable_separate_recognition_per_channel,
-                            rid=config.request_id or uuid.uuid4().hex)
+                            rid=config.request_id or new_request_id())
 
 
 async def _recognize(request: Request, settings: Settings, service: EngineService, decoder: AudioDecoder,

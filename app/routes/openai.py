@@ -249,9 +249,11 @@ async def create_translation(
     response_format: Annotated[str, Form()] = "json",
     temperature: Annotated[float | None, Form()] = None,
     beam_size: Annotated[int | None, Form()] = None,
+    language: Annotated[str | None, Form(description="the spoken language (the source; the output is English); "
+                                                     "unset: detected")] = None,
 ) -> Response:
     return await _transcribe(
-        request, settings, models, decoder, task="translate", file=file, model=model, language=None,
+        request, settings, models, decoder, task="translate", file=file, model=model, language=language,
         prompt=prompt, response_format=response_format, temperature=temperature, granularities=[],
         stream=False, beam_size=beam_size,
     )

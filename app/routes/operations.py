@@ -7,8 +7,9 @@ and delete its operation.
     POST   /v1/operations/{name}:cancel
     DELETE /v1/operations/{name}
 
-Bodies and answers are the proto3 JSON mapping of `oasr.speech.v1` and `google.longrunning`
-messages, as Google's REST API speaks them; errors use Google's envelope.
+Bodies and answers are the proto3 JSON mapping of `google.cloud.speech.v1` and `google.longrunning`
+messages, as Google's REST API speaks them (Google's fields only; `?extensions=true` adds ours);
+errors use Google's envelope.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from google.protobuf import json_format
 from app.errors import ApiError
 from app.google.jobs import job_request
 from app.google.operations import operation_json
+from app.google.wire import strip_request_hints
 from app.jobs.errors import JobError
 from app.jobs.system import JobSystem
 from engine.errors import InvalidRequestError
@@ -37,6 +39,9 @@ def get_jobs(request: Request) -> JobSystem:
 
 
 JobsDep = Annotated[JobSystem, Depends(get_jobs)]
+ExtensionsQuery = Annotated[bool, Query(
+    description="also show OASR's fields (metadata state, attempts, webhook; response oasrRequestId); "
+                "off by default because Google's client parses operations strictly")]
 
 
 def _api_error(exc: JobError) -> ApiError:
@@ -44,13 +49,15 @@ def _api_error(exc: JobError) -> ApiError:
 
 
 @router.post("/v1/speech:longrunningrecognize")
-async def longrunningrecognize(request: Request, jobs: JobsDep) -> JSONResponse:
+async def longrunningrecognize(request: Request, jobs: JobsDep, extensions: ExtensionsQuery = False) -> JSONResponse:
     body = await request.body()
     try:
         payload = json.loads(body)
         if not isinstance(payload, dict):
             raise ValueError(f"a JSON object is expected, not {type(payload).__name__}")
-        message = json_format.ParseDict(payload, pb.LongRunningRecognizeRequest())
+        message = json_format.ParseDict(strip_request_hints(payload), pb.LongRunningRecognizeRequest())
+    except InvalidRequestError as exc:
+        raise ApiError(400, str(exc)) from exc
     except (ValueError, json_format.ParseError) as exc:
         raise ApiError(400, f"the body must be a LongRunningRecognizeRequest in JSON "
                             f"({{\"config\": {{...}}, \"audio\": {{\"content\": base64}} or {{\"uri\": ...}}}}): {exc}"
@@ -61,13 +68,13 @@ async def longrunningrecognize(request: Request, jobs: JobsDep) -> JSONResponse:
         raise ApiError(400, str(exc)) from exc
     except JobError as exc:
         raise _api_error(exc) from exc
-    return JSONResponse(operation_json(job))
+    return JSONResponse(operation_json(job, extensions=extensions))
 
 
 @router.get("/v1/operations/{name}")
-async def get_operation(name: str, jobs: JobsDep) -> JSONResponse:
+async def get_operation(name: str, jobs: JobsDep, extensions: ExtensionsQuery = False) -> JSONResponse:
     try:
-        return JSONResponse(operation_json(await jobs.get(name)))
+        return JSONResponse(operation_json(await jobs.get(name), extensions=extensions))
     except JobError as exc:
         raise _api_error(exc) from exc
 
@@ -75,6 +82,7 @@ async def get_operation(name: str, jobs: JobsDep) -> JSONResponse:
 @router.get("/v1/operations")
 async def list_operations(
     jobs: JobsDep,
+    extensions: ExtensionsQuery = False,
     page_size: Annotated[int, Query(alias="pageSize", ge=0, description="at most 1000; 0 means 50")] = 0,
     page_token: Annotated[str, Query(alias="pageToken")] = "",
     filter: Annotated[str, Query(description="state=QUEUED|RUNNING|SUCCEEDED|FAILED|CANCELLED or done=true|false, "
@@ -84,7 +92,7 @@ async def list_operations(
         page = await jobs.list(page_size=page_size, page_token=page_token, filter=filter)
     except JobError as exc:
         raise _api_error(exc) from exc
-    body: dict[str, Any] = {"operations": [operation_json(j) for j in page.jobs], "nextPageToken": page.next_token}
+    body: dict[str, Any] = {"operations": [operation_json(j, extensions=extensions) for j in page.jobs], "nextPageToken": page.next_token}
     return JSONResponse(body)
 
 

@@ -100,12 +100,12 @@ class LiveTranscript {
     return p;
   }
 
-  // `text` (an OASR extension) carries the item's whole text when the server revised words
-  // it had already sent; plain OpenAI servers only append.
-  delta(itemId, delta, text) {
+  // `delta`s only append (OpenAI's protocol). The session includes OASR's tentative text, so
+  // `committed` + `tentative` (extensions) is the whole current text, revisions included.
+  delta(itemId, delta, committed, tentative) {
     const p = this.paragraph(itemId);
     if (p.className !== "partial") return;
-    p.textContent = typeof text === "string" ? text : p.textContent + delta;
+    p.textContent = typeof tentative === "string" ? committed + tentative : p.textContent + delta;
   }
 
   completed(itemId, transcript) {
@@ -165,7 +165,8 @@ class MicSession {
     await this.open(this.socketUrl(), protocols);
     const input = { format: { type: "audio/pcm", rate: SAMPLE_RATE }, turn_detection: { type: "server_vad" } };
     if (model) input.transcription = { model };
-    this.socket.send(JSON.stringify({ type: "session.update", session: { type: "transcription", audio: { input } } }));
+    this.socket.send(JSON.stringify({ type: "session.update", session: {
+      type: "transcription", audio: { input }, include: ["item.input_audio_transcription.tentative"] } }));
     this.flushQueued();
     setStatus(this.status, "listening");
   }
@@ -270,7 +271,7 @@ class MicSession {
         setStatus(this.status, this.stopping ? "finishing…" : "listening (resumed)");
         break;
       case "conversation.item.input_audio_transcription.delta":
-        this.transcript.delta(event.item_id, event.delta, event.text);
+        this.transcript.delta(event.item_id, event.delta, event.committed, event.tentative);
         break;
       case "conversation.item.input_audio_transcription.completed":
         this.transcript.completed(event.item_id, event.transcript);

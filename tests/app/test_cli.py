@@ -246,6 +246,7 @@ def test_stream_prints_partials_in_place_then_the_transcript(server: ServerProce
     result = run_oasr("stream", "--url", server.base_url, "--speed", "0.5", str(c.path))
     took = time.monotonic() - started
     assert result.returncode == EXIT_OK, result.stderr
+    assert "aclose()" not in result.stderr and "ERROR" not in result.stderr, result.stderr  # ends cleanly
     assert took >= c.duration * 2 * 0.9, f"{c.duration:.1f} s of audio played at half speed in {took:.1f} s"
     frames = result.stdout.split("\r")
     assert len([f for f in frames if f.strip()]) >= 3, f"expected partials before the final: {frames}"

@@ -5,6 +5,8 @@ official `deepgram-sdk`'s own pydantic types."""
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,6 +58,27 @@ def test_what_the_sdk_sends_for_a_voice_agent() -> None:
                              endpointing_ms=300, endpointing_given=True, utterance_end_ms=1000, vad_events=True,
                              smart_format=True, language="en", keywords=("Kubernetes", "tensor cores"))
     assert p.formatted and p.needs_vad
+
+
+CLIENT_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "clients"
+
+
+@pytest.mark.parametrize("fixture", ["livekit_plugins_deepgram.json", "pipecat_deepgram.json"])
+def test_the_query_strings_integrations_send_are_accepted(fixture: str) -> None:
+    """The exact query strings livekit-plugins-deepgram and pipecat's DeepgramSTTService send
+    (recorded from the installed libraries, tests/fixtures/clients/record/), parsed as served."""
+    recorded = json.loads((CLIENT_FIXTURES / fixture).read_text())
+    for case in recorded["cases"].values():
+        for connection in case["connections"]:
+            pairs = [tuple(pair) for pair in connection["query"]]
+            p = parse_params(pairs, DEFAULT_SILENCE_MS)  # type: ignore[arg-type]
+            query = dict(pairs)
+            assert (p.encoding, p.sample_rate, p.interim_results) == ("linear16", 16000, True), recorded["library"]
+            assert p.language == "en"
+            if query.get("endpointing") == "false":
+                assert p.endpointing_ms is None
+            elif "endpointing" in query:  # livekit's 25 ms is raised to the shortest segment end served
+                assert p.endpointing_ms == MIN_ENDPOINTING_MS
 
 
 @pytest.mark.parametrize(("value", "expected"), [("false", None), ("true", DEFAULT_SILENCE_MS), ("800", 800),

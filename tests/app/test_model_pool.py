@@ -93,10 +93,12 @@ def test_entries_and_names() -> None:
     assert pick_model(names, "served", served_model_name="served") == "a"
     with pytest.raises(ModelNotFound, match="this server serves 'a', 'b'"):
         pick_model(names, "c")
-    # one model: any name is accepted unless a served name is set (as before several models)
-    assert pick_model(["a"], "anything", strict=False) == "a"
-    with pytest.raises(ModelNotFound, match="serves 'served'"):
-        pick_model(["a"], "other", served_model_name="served", strict=False)
+    # one model too: a name no model answers to is refused; the providers' default names are not
+    with pytest.raises(ModelNotFound, match="'large-v9' does not exist"):
+        pick_model(["a"], "large-v9")
+    assert [pick_model(["a"], m) for m in ("gpt-4o-mini-transcribe", "latest_long", "nova-3")] == ["a"] * 3
+    with pytest.raises(ModelNotFound):
+        pick_model(["a"], "other", served_model_name="served")
 
 
 async def test_the_first_loads_at_start_the_others_once_on_first_use(pools: Callable[..., ModelPool],

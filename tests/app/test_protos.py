@@ -181,7 +181,8 @@ def test_messages_round_trip_through_the_wire_format() -> None:
             )
         ],
         total_billed_time=_duration(1.25),
-        request_id="req-1",
+        request_id=7,
+        oasr_request_id="req-1",
     )
     parsed_response = pb.RecognizeResponse.FromString(response.SerializeToString())
     assert parsed_response == response
@@ -200,7 +201,8 @@ class _EchoSpeech(pb_grpc.SpeechServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "only inline content is supported")
         alternative = pb.SpeechRecognitionAlternative(transcript=f"{len(request.audio.content)} bytes")
         return pb.RecognizeResponse(
-            results=[pb.SpeechRecognitionResult(alternatives=[alternative])], request_id=request.config.request_id
+            results=[pb.SpeechRecognitionResult(alternatives=[alternative])],
+            oasr_request_id=request.config.request_id
         )
 
     async def StreamingRecognize(
@@ -214,14 +216,14 @@ class _EchoSpeech(pb_grpc.SpeechServicer):
             interim = pb.StreamingRecognitionResult(
                 alternatives=[pb.SpeechRecognitionAlternative(transcript=str(total))], is_final=False
             )
-            yield pb.StreamingRecognizeResponse(results=[interim], request_id=request_id)
+            yield pb.StreamingRecognizeResponse(results=[interim], oasr_request_id=request_id)
         final = pb.StreamingRecognitionResult(
             alternatives=[pb.SpeechRecognitionAlternative(transcript=str(total))], is_final=True
         )
         yield pb.StreamingRecognizeResponse(
             results=[final],
             speech_event_type=pb.StreamingRecognizeResponse.END_OF_SINGLE_UTTERANCE,
-            request_id=request_id,
+            oasr_request_id=request_id,
         )
 
 
@@ -240,7 +242,7 @@ async def test_grpc_aio_server_and_channel_smoke() -> None:
                 ),
                 timeout=10,
             )
-            assert response.request_id == "r1"
+            assert response.oasr_request_id == "r1"
             assert response.results[0].alternatives[0].transcript == "7 bytes"
 
             with pytest.raises(grpc.aio.AioRpcError) as excinfo:
@@ -261,5 +263,5 @@ async def test_grpc_aio_server_and_channel_smoke() -> None:
 
     assert [r.results[0].alternatives[0].transcript for r in responses] == ["3", "7", "12", "12"]
     assert [r.results[0].is_final for r in responses] == [False, False, False, True]
-    assert {r.request_id for r in responses} == {"s1"}
+    assert {r.oasr_request_id for r in responses} == {"s1"}
     assert responses[-1].speech_event_type == pb.StreamingRecognizeResponse.END_OF_SINGLE_UTTERANCE

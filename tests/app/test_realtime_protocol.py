@@ -76,6 +76,35 @@ def test_ga_bad_formats_name_the_field(fmt: dict[str, Any], param: str) -> None:
     assert err.param == param
 
 
+@pytest.mark.parametrize("parse", [parse_ga_update, parse_beta_update])
+def test_the_reference_designs_flat_session_keys_are_honoured(parse: Any) -> None:
+    update = {"type": "session.update", "session": {"sample_rate": 16000, "encoding": "pcm16", "language": "en",
+                                                    "prompt": "OASR", "task": "transcribe", "interim_results": False,
+                                                    "model": "whisper-1"}}
+    config = parse(update, SessionConfig(), VAD)
+    assert config.input_format == InputFormat("pcm16", 16000)
+    assert (config.transcription.language, config.transcription.prompt, config.transcription.model) == (
+        "en", "OASR", "whisper-1")
+    assert config.interim is False
+    mulaw = parse({"type": "session.update", "session": {"encoding": "mulaw"}}, SessionConfig(), VAD)
+    assert mulaw.input_format == InputFormat("pcmu", 8000)
+
+
+@pytest.mark.parametrize(("session", "code", "param"), [
+    ({"encoding": "f32"}, "unsupported_value", "session.encoding"),
+    ({"sample_rate": 22050}, "invalid_value", "session.sample_rate"),
+    ({"encoding": "mulaw", "sample_rate": 16000}, "invalid_value", "session.sample_rate"),
+    ({"task": "translate"}, "unsupported_value", "session.task"),
+    ({"interim_results": "no"}, "invalid_value", "session.interim_results"),
+    ({"sample_rate": 16000, "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}}}}, "invalid_value",
+     "session.sample_rate"),
+])
+def test_flat_session_keys_that_cannot_be_served_are_refused_never_ignored(session: dict[str, Any], code: str,
+                                                                          param: str) -> None:
+    err = raises(code, parse_ga_update, {"type": "session.update", "session": session}, SessionConfig(), VAD)
+    assert err.param == param
+
+
 def test_ga_update_changes_only_what_it_names() -> None:
     start = SessionConfig(InputFormat("pcm16", 16000), transcription=TranscriptionConfig("m", "en"))
     config = parse_ga_update(ga({"turn_detection": None}), start, VAD)
@@ -261,7 +290,7 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def test_partials_become_increments_and_revisions_and_one_completed() -> None:
+async def test_deltas_carry_only_committed_text_and_join_to_the_completed_transcript() -> None:
     service, sender = ScriptedService(), ListSender()
     session = RealtimeSession(sender, service, vad_batcher=None, vad=VAD)  # type: ignore[arg-type]
     await session.start()
@@ -281,15 +310,17 @@ async def test_partials_become_increments_and_revisions_and_one_completed() -> N
     await settle()
     kinds = [e["type"] for e in sender.events]
     delta, done = "conversation.item.input_audio_transcription.delta", "conversation.item.input_audio_transcription.completed"
-    assert kinds == ["session.created", "session.updated", delta, delta, delta, "input_audio_buffer.committed",
-                     "conversation.item.added", done, "conversation.item.done"]
-    d1, d2, d3 = sender.events[2:5]
-    assert (d1["delta"], d1.get("text")) == ("Hello war", None)
-    assert (d2["delta"], d2["text"]) == ("", "Hello word")  # tentative "war" was revised
-    assert (d3["delta"], d3.get("text")) == (" now", None)
-    assert [d["committed"] for d in (d1, d2, d3)] == ["", "Hello ", "Hello word "]
+    # The first partial commits nothing (no event); the tentative "war" never goes out, so its
+    # revision needs none; the final sends the rest before `completed`.
+    assert kinds == ["session.created", "session.updated", delta, delta, "input_audio_buffer.committed",
+                     "conversation.item.added", delta, done, "conversation.item.done"]
+    d1, d2, d3 = sender.events[2], sender.events[3], sender.events[6]
+    assert [d["delta"] for d in (d1, d2, d3)] == ["Hello ", "word ", "now."]
+    assert "".join(d["delta"] for d in (d1, d2, d3)) == sender.events[7]["transcript"]
+    assert all("text" not in d and "tentative" not in d for d in (d1, d2, d3))  # tentative: opt-in only
+    assert [d["committed"] for d in (d1, d2)] == ["Hello ", "Hello word "]
     assert d1["audio_end_ms"] == 250 and d1["server_ms"] >= 0
-    added, done, item = sender.events[-3:]
+    added, done, item = sender.events[5], sender.events[7], sender.events[8]
     assert added["item"]["content"] == [{"type": "input_audio", "transcript": None}]
     assert item["item"]["id"] == done["item_id"] == d1["item_id"]
     assert item["item"]["content"] == [{"type": "input_audio", "transcript": "Hello word now."}]
@@ -298,6 +329,25 @@ async def test_partials_become_increments_and_revisions_and_one_completed() -> N
     assert done["usage"] == {"type": "duration", "seconds": 0.5} and done["finish_reason"] == "stop"
     assert service.fed[rid][-1] == (0, True)  # the commit ended the engine request's input
     assert not session.busy and rid in service.closed
+
+
+async def test_tentative_text_is_an_opt_in_extension_beside_append_only_deltas() -> None:
+    service, sender = ScriptedService(), ListSender()
+    session = RealtimeSession(sender, service, vad_batcher=None, vad=VAD)  # type: ignore[arg-type]
+    await session.start()
+    update = ga({"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None})
+    update["session"]["include"] = ["item.input_audio_transcription.tentative"]
+    await session.handle_text(json.dumps(update))
+    assert sender.events[-1]["session"]["include"] == ["item.input_audio_transcription.tentative"]
+    await session.handle_binary(np.zeros(8000, dtype="<i2").tobytes())
+    (rid,) = service.streams
+    for committed, tentative in (("", "Hello war"), ("Hello ", "word")):
+        service.streams[rid].put(RequestOutput(rid, text=committed + tentative, committed=committed,
+                                               tentative=tentative, duration=0.25))
+        await settle()
+    d1, d2 = sender.events[-2:]
+    assert [(d["delta"], d["committed"], d["tentative"]) for d in (d1, d2)] == [
+        ("", "", "Hello war"), ("Hello ", "Hello ", "word")]  # the revision of "war" is in `tentative` only
 
 
 async def test_unsupported_language_and_engine_failure() -> None:
@@ -475,7 +525,9 @@ async def test_logprobs_go_with_deltas_and_the_completed_transcript() -> None:
     service.streams[rid].put(out([b" Hello", b" world", b"."], finished=True, finish_reason="stop"))
     await settle()
     deltas = [e for e in sender.events if e["type"].endswith("transcription.delta")]
-    assert [[lp["token"] for lp in d["logprobs"]] for d in deltas] == [[" Hello", " war"], [" word"]]
+    # Each delta's logprobs are its own text's tokens: "Hello " then, at the end, "world."
+    assert [d["delta"] for d in deltas] == ["Hello ", "world."]
+    assert [[lp["token"] for lp in d["logprobs"]] for d in deltas] == [[" Hello"], [" world", "."]]
     assert deltas[0]["logprobs"][0] == {"token": " Hello", "logprob": -0.1, "bytes": list(b" Hello")}
     done = next(e for e in sender.events if e["type"].endswith("transcription.completed"))
     assert [lp["token"] for lp in done["logprobs"]] == [" Hello", " world", "."]

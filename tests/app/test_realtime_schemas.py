@@ -20,7 +20,7 @@ def test_rendered_events_match_the_ga_schemas() -> None:
         ev.speech_started("item_1", 100, 400), ev.speech_stopped("item_1", 2000, 1900),
         ev.committed("item_1", None), ev.item_added("item_1", None, beta=False), ev.cleared(),
         ev.timeout_triggered("item_2", 0, 5000),
-        ev.transcription_delta("item_1", "Hi", text=None, committed_text="", tentative_text="Hi", audio_end_ms=500,
+        ev.transcription_delta("item_1", "Hi", committed_text="Hi", tentative_text=" there", audio_end_ms=500,
                                server_ms=3, logprobs=logprobs),
         ev.transcription_completed("item_1", "Hi", audio_seconds=1.9, finish_reason="stop", language="en",
                                    audio_end_ms=2000, server_ms=40, logprobs=logprobs),
@@ -36,7 +36,7 @@ def test_schemas_reject_what_the_reference_forbids() -> None:
                                            audio_end_ms=1, server_ms=1)
     del completed["usage"]
     assert any("usage" in e for e in schema_errors(completed))
-    delta = ev.transcription_delta("item_1", "x", text=None, committed_text="", tentative_text="x", audio_end_ms=1,
+    delta = ev.transcription_delta("item_1", "x", committed_text="x", tentative_text=None, audio_end_ms=1,
                                    server_ms=1, logprobs=[{"token": "x", "logprob": 0.5, "bytes": [120]}])
     assert schema_errors(delta)  # a log-probability above 0
     session = SessionConfig(InputFormat("pcm16", 16000)).render_ga("s")

@@ -27,6 +27,7 @@ import soundfile as sf
 from app.audio import AudioDecoder
 from app.backlog import LIVE_ADMIT_SHARE, LIVE_RETRY_AFTER_S, LIVE_SETTLE_S, MIN_SAMPLE_S, Backlog
 from app.engine_service import EngineService
+from app.google.wire import google_request_id
 from app.main import create_app
 from app.model_pool import ModelPool
 from app.settings import Settings
@@ -357,6 +358,9 @@ async def test_translation_forces_translate(h: Harness) -> None:
     r = await h.client.post("/v1/audio/translations", files=files, data={"model": "whisper-1"})
     assert r.status_code == 200, r.text
     assert h.engine.received[0].task == "translate"
+    r = await h.client.post("/v1/audio/translations", files=files, data={"model": "whisper-1", "language": "en"})
+    assert r.status_code == 200, r.text
+    assert (h.engine.received[1].task, h.engine.received[1].language) == ("translate", "en")  # the source language
 
 
 # ------------------------------------------------------------------------- OpenAI errors
@@ -393,13 +397,21 @@ async def test_bad_audio_is_400_with_param_file(h: Harness) -> None:
 
 @pytest.mark.parametrize("settings", [Settings(grpc_port=0, served_model_name="oasr-small")])
 async def test_served_model_name(h: Harness) -> None:
-    error = openai_error(await transcribe(h, model="whisper-1"), 404)
+    error = openai_error(await transcribe(h, model="large-v9"), 404)
     assert (error["code"], error["param"], error["type"]) == ("model_not_found", "model", "not_found_error")
     assert "'oasr-small'" in error["message"]
     assert (await transcribe(h, model="oasr-small")).status_code == 200
+    assert (await transcribe(h, model="whisper-1")).status_code == 200  # OpenAI's names mean the default
     assert (await transcribe(h)).status_code == 200  # no model field at all is accepted
     models = (await h.client.get("/v1/models")).json()
     assert models["data"][0]["id"] == "oasr-small" and models["data"][0]["info"]["model"] == "fake-asr"
+
+
+async def test_a_model_no_model_answers_to_is_404_and_openai_names_mean_the_default(h: Harness) -> None:
+    error = openai_error(await transcribe(h, model="large-v9"), 404)
+    assert (error["code"], error["param"]) == ("model_not_found", "model")
+    for name in ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe", "fake-asr"):
+        assert (await transcribe(h, model=name)).status_code == 200, name
 
 
 async def test_engine_error_is_500_and_counted(h: Harness) -> None:
@@ -518,7 +530,8 @@ async def test_google_recognize_shape_and_options(h: Harness) -> None:
             "languageCode": "en",
         }],
         "totalBilledTime": "2s",
-        "requestId": "abc",
+        "requestId": str(google_request_id("abc")),
+        "oasrRequestId": "abc",
     }
     (options,) = h.engine.received
     assert (options.language, options.word_timestamps, options.beam_size, options.n_best) == ("en", True, 2, 2)
@@ -584,6 +597,8 @@ async def test_api_keys(h: Harness) -> None:
     assert (await h.client.get("/metrics")).status_code == 401
     assert (await h.client.get("/v1/models", headers={"authorization": "Bearer other"})).status_code == 200
     assert (await h.client.get("/v1/models", headers={"x-api-key": "s3cret"})).status_code == 200
+    # what Google's clients send for ClientOptions(api_key=...)
+    assert (await h.client.get("/v1/models", headers={"x-goog-api-key": "s3cret"})).status_code == 200
     assert h.engine.received == []
     # refused before routing, still counted under the route pattern
     assert h.metric("oasr_http_requests_total", method="POST", route="/v1/audio/transcriptions", status="401") == 1

@@ -21,11 +21,16 @@ from tests.conftest import Clip, manifest
 from tests.docs.doc_blocks import Block, all_blocks, blocks
 from tests.e2e.conftest import ServerProcess, start_server
 
-CLIP_ID = "libri_61-70968-0000"
+CLIP_ID = "libri_61-70968-0000"  # the repository's own speech.flac is this clip
+SAMPLE = Path(__file__).resolve().parents[2] / "speech.flac"
 BLOCK_TIMEOUT_S = 180
 MIN_WORDS_HEARD = 0.85  # share of the reference's words a transcript example must print
 
 BLOCKS = all_blocks()
+
+
+def test_the_shipped_sample_is_the_dev_clip_whose_transcript_the_examples_expect() -> None:
+    assert SAMPLE.read_bytes() == _clip().path.read_bytes()
 
 
 def _clip() -> Clip:
@@ -58,7 +63,7 @@ def test_example_runs(block: Block, server: ServerProcess, tmp_path: Path) -> No
     if block.needs and shutil.which(block.needs) is None:
         pytest.skip(f"{block.needs} is not installed")
     clip = _clip()
-    (tmp_path / "speech.flac").symlink_to(clip.path)
+    (tmp_path / "speech.flac").symlink_to(SAMPLE)  # the sample the README's commands use
     code = localize(block.code, server)
     argv = ["bash", "-eo", "pipefail", "-c", code] if block.lang == "bash" else [sys.executable, "-c", code]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -50,7 +50,7 @@ def lro_body(audio: bytes | None = None, uri: str | None = None, **config: Any) 
 def wait_done(base_url: str, name: str, timeout: float = 300.0, on_poll: Any = None) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        op = httpx.get(f"{base_url}/v1/operations/{name}", timeout=30).json()
+        op = httpx.get(f"{base_url}/v1/operations/{name}?extensions=true", timeout=30).json()
         if on_poll is not None:
             on_poll(op)
         if op.get("done"):

@@ -56,7 +56,8 @@ def test_transcribe_over_rest(server: ServerProcess, clip_path: Path) -> None:
     assert starts == sorted(starts) and all(w["end"] >= w["start"] for w in timed.words)
     assert srt.text.startswith("1\n00:00:0") and plain.text.strip() in srt.text
     assert models and models[0]["info"]["family"] == "whisper"
-    assert refused.value.status == 400 and "task='translate' is not supported" in refused.value.message
+    # translations take `language` now (the source): French is refused first, for the same reason
+    assert refused.value.status == 400 and "English-only" in refused.value.message
 
 
 async def test_async_transcribe_and_recognize(server: ServerProcess, clip_path: Path) -> None:

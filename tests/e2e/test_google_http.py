@@ -19,6 +19,7 @@ import pytest
 import soundfile as sf
 import soxr
 
+from app.google.wire import google_request_id
 from tests.audio_variants import encode_variant
 from tests.conftest import load_clip, manifest, wer
 from tests.e2e.conftest import ServerProcess, start_server
@@ -97,7 +98,8 @@ def test_raw_body_transcribes(
     assert answer.status_code == 200, answer.text
     body = answer.json()
     fmt, rate, channels, _ = case
-    assert body["requestId"] == f"{fmt}-{rate}-{channels}"
+    assert body["oasrRequestId"] == f"{fmt}-{rate}-{channels}"
+    assert body["requestId"] == str(google_request_id(body["oasrRequestId"]))
     (result,) = body["results"]
     best = result["alternatives"][0]
     assert wer([reference()], [best["transcript"]]) <= MAX_WER, best["transcript"]
@@ -116,8 +118,8 @@ def test_default_response_has_no_words_and_a_generated_request_id(client: httpx.
     r = client.post(RECOGNIZE, content=encode("flac", 16000, 1), params={"encoding": "FLAC"})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert set(body) == {"results", "totalBilledTime", "requestId"}
-    assert len(body["requestId"]) >= 16
+    assert set(body) == {"results", "totalBilledTime", "requestId", "oasrRequestId"}
+    assert int(body["requestId"]) > 0 and body["oasrRequestId"] == body["requestId"]  # Google's int64, as JSON writes it
     assert body["totalBilledTime"] == "5s"  # billed in whole seconds, rounded up
     alternative = body["results"][0]["alternatives"][0]
     assert "words" not in alternative

@@ -23,6 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.google.wire import google_request_id
 from protos.oasr.speech.v1 import speech_pb2 as pb
 from protos.oasr.speech.v1 import speech_pb2_grpc
 from tests.audio_variants import encode_variant
@@ -187,7 +188,7 @@ def test_recognize_transcribes(recognized: dict[str, Any], case: str) -> None:
     duration = clip_row(clip_id)["duration"]
     assert resp.results[0].result_end_time.ToNanoseconds() / 1e9 == pytest.approx(duration, abs=0.1)
     assert resp.total_billed_time.seconds == int(np.ceil(duration - 1e-3))
-    assert resp.request_id
+    assert resp.request_id == google_request_id(resp.oasr_request_id) > 0
 
 
 def test_concurrent_calls_were_batched(recognized: dict[str, Any], server: ServerProcess) -> None:
@@ -215,7 +216,7 @@ def test_recognize_words_have_offsets_and_confidence(recognized: dict[str, Any])
 def test_recognize_max_alternatives_and_request_id(recognized: dict[str, Any]) -> None:
     resp = recognized["words_alternatives"]
     assert isinstance(resp, pb.RecognizeResponse), resp
-    assert resp.request_id == "client-chosen-id"
+    assert resp.oasr_request_id == "client-chosen-id" and resp.request_id > 0
     alts = resp.results[0].alternatives
     assert 2 <= len(alts) <= 3
     assert all(0.0 < a.confidence <= 1.0 for a in alts)
@@ -244,7 +245,7 @@ def test_streaming_linear16_chunks_buffered_to_half_close(stub: speech_pb2_grpc.
     assert len(responses) == 1
     (result,) = responses[0].results
     assert result.is_final
-    assert responses[0].request_id == "stream-1"
+    assert responses[0].oasr_request_id == "stream-1"
     assert wer(clip_row(VARIANT_CLIP)["text"], result.alternatives[0].transcript) <= MAX_WER
     assert result.result_end_time.ToNanoseconds() / 1e9 == pytest.approx(clip_row(VARIANT_CLIP)["duration"], abs=0.1)
 

@@ -133,7 +133,7 @@ def test_interim_results_then_one_final(wenet_stub: speech_pb2_grpc.SpeechStub, 
     assert ends == sorted(ends) and ends[-1] == pytest.approx(len(audio) / RATE, abs=0.05)
     assert all(0.0 <= p.stability <= 1.0 for p in partials)
     assert_committed_never_changes(partials, finals[0].alternatives[0].transcript)
-    assert {r.request_id for _, r in responses} == {"live-1"}
+    assert {r.oasr_request_id for _, r in responses} == {"live-1"}
     assert all(r.speech_event_type == Event.SPEECH_EVENT_UNSPECIFIED for _, r in responses)
     assert metric_value(wenet_server, "oasr_time_to_first_partial_seconds_count", api="grpc_streaming") == first_partial + 1
     assert metric_value(wenet_server, "oasr_stream_sessions_active", api="grpc_streaming") == 0

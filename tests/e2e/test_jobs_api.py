@@ -68,7 +68,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, uri_root: Path) -> Iterator
 
 
 def submit(server: ServerProcess, body: dict[str, Any]) -> dict[str, Any]:
-    r = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize", json=body, timeout=60)
+    r = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize?extensions=true", json=body, timeout=60)
     assert r.status_code == 200, r.text
     op = r.json()
     assert op["done"] is False and op["metadata"]["state"] in ("QUEUED", "RUNNING")
@@ -162,7 +162,7 @@ def test_cancelling_a_finished_operation_is_a_failed_precondition(server: Server
 
 @pytest.mark.parametrize("body", [b"5", b"null", b"[]", b'"text"', b"{not json"])
 def test_a_body_that_is_not_a_request_object_is_400(server: ServerProcess, body: bytes) -> None:
-    r = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize", content=body,
+    r = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize?extensions=true", content=body,
                    headers={"content-type": "application/json"}, timeout=10)
     assert r.status_code == 400 and r.json()["error"]["status"] == "INVALID_ARGUMENT", r.text
 
@@ -176,8 +176,8 @@ def test_a_body_that_is_not_a_request_object_is_400(server: ServerProcess, body:
 ])
 def test_audio_uri_outside_the_root_is_refused(server: ServerProcess, uri_root: Path, uri: str) -> None:
     uri = uri.format(root=uri_root)
-    before = httpx.get(f"{server.base_url}/v1/operations?pageSize=1000", timeout=10).json()["operations"]
-    r = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize", json=lro_body(uri=uri), timeout=10)
+    before = httpx.get(f"{server.base_url}/v1/operations?pageSize=1000&extensions=true", timeout=10).json()["operations"]
+    r = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize?extensions=true", json=lro_body(uri=uri), timeout=10)
     assert r.status_code == 400 and r.json()["error"]["status"] == "INVALID_ARGUMENT", r.text
     with grpc.insecure_channel(server.grpc_target) as channel:
         with pytest.raises(grpc.RpcError) as err:
@@ -185,7 +185,7 @@ def test_audio_uri_outside_the_root_is_refused(server: ServerProcess, uri_root: 
                 pb.LongRunningRecognizeRequest(config=pb.RecognitionConfig(encoding=pb.RecognitionConfig.AUTO),
                                                audio=pb.RecognitionAudio(uri=uri)), timeout=10)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    after = httpx.get(f"{server.base_url}/v1/operations?pageSize=1000", timeout=10).json()["operations"]
+    after = httpx.get(f"{server.base_url}/v1/operations?pageSize=1000&extensions=true", timeout=10).json()["operations"]
     assert len(after) == len(before)
 
 
@@ -202,8 +202,8 @@ def test_full_spool_refuses_the_job_with_nothing_written(server: ServerProcess) 
     audio = wav_bytes(loud)
     assert len(audio) > SPOOL_MAX_MIB * 2**20
     files = spool_files(server)
-    before = httpx.get(f"{server.base_url}/v1/operations?pageSize=1000", timeout=10).json()["operations"]
-    r = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize", json=lro_body(audio), timeout=60)
+    before = httpx.get(f"{server.base_url}/v1/operations?pageSize=1000&extensions=true", timeout=10).json()["operations"]
+    r = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize?extensions=true", json=lro_body(audio), timeout=60)
     assert r.status_code == 429 and r.json()["error"]["status"] == "RESOURCE_EXHAUSTED", r.text
     with grpc.insecure_channel(server.grpc_target, options=[("grpc.max_send_message_length", 2**26)]) as channel:
         with pytest.raises(grpc.RpcError) as err:
@@ -212,7 +212,7 @@ def test_full_spool_refuses_the_job_with_nothing_written(server: ServerProcess) 
                                                audio=pb.RecognitionAudio(content=audio)), timeout=60)
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert spool_files(server) == files  # no new file, no temporary left behind
-    after = httpx.get(f"{server.base_url}/v1/operations?pageSize=1000", timeout=10).json()["operations"]
+    after = httpx.get(f"{server.base_url}/v1/operations?pageSize=1000&extensions=true", timeout=10).json()["operations"]
     assert len(after) == len(before)
 
 
@@ -237,10 +237,10 @@ def test_webhook_is_delivered_once_per_job_with_a_valid_signature(server: Server
         ops = [wait_done(server.base_url, n) for n in names]
         _wait_for(lambda: len(receiver.deliveries) >= 2)
         final = [wait_done(server.base_url, n) for n in names]
-        _wait_for(lambda: all(httpx.get(f"{server.base_url}/v1/operations/{n}").json()["metadata"]["webhook"]["state"]
+        _wait_for(lambda: all(httpx.get(f"{server.base_url}/v1/operations/{n}?extensions=true").json()["metadata"]["webhook"]["state"]
                               == "DELIVERED" for n in names))
         # delivered at the first attempt: no retry can follow a recorded delivery
-        assert [httpx.get(f"{server.base_url}/v1/operations/{n}").json()["metadata"]["webhook"]["attempts"]
+        assert [httpx.get(f"{server.base_url}/v1/operations/{n}?extensions=true").json()["metadata"]["webhook"]["attempts"]
                 for n in names] == [1, 1]
         assert len(receiver.deliveries) == 2
         by_name = {p["name"]: d for p, d in zip(receiver.payloads(), receiver.deliveries)}
@@ -251,7 +251,7 @@ def test_webhook_is_delivered_once_per_job_with_a_valid_signature(server: Server
             assert not verify("wrong", delivery.body, delivery.headers["x-oasr-signature"])
             payload = receiver.payloads()[receiver.deliveries.index(delivery)]
             assert payload["done"] is True and transcripts(payload) == transcripts(op)
-            hook = httpx.get(f"{server.base_url}/v1/operations/{name}").json()["metadata"]["webhook"]
+            hook = httpx.get(f"{server.base_url}/v1/operations/{name}?extensions=true").json()["metadata"]["webhook"]
             assert hook["deliveryId"] == delivery.headers["x-oasr-delivery"]
             assert hook["attempts"] == 1 and "secret" not in str(hook)
         assert final
@@ -266,9 +266,9 @@ def test_failing_receiver_gets_the_job_on_the_third_attempt(server: ServerProces
         body = {**lro_body(audio), "callback": {"url": receiver.url, "secret": "k"}}
         name = submit(server, body)["name"]
         wait_done(server.base_url, name)
-        _wait_for(lambda: httpx.get(f"{server.base_url}/v1/operations/{name}").json()["metadata"]["webhook"]["state"]
+        _wait_for(lambda: httpx.get(f"{server.base_url}/v1/operations/{name}?extensions=true").json()["metadata"]["webhook"]["state"]
                   == "DELIVERED")
-        hook = httpx.get(f"{server.base_url}/v1/operations/{name}").json()["metadata"]["webhook"]
+        hook = httpx.get(f"{server.base_url}/v1/operations/{name}?extensions=true").json()["metadata"]["webhook"]
         assert hook["attempts"] == 3 and hook["lastError"] == ""  # the last attempt succeeded
         assert [d.headers["x-oasr-delivery-attempt"] for d in receiver.deliveries] == ["1", "2", "3"]
         assert len({d.headers["x-oasr-delivery"] for d in receiver.deliveries}) == 1  # one delivery, retried
@@ -280,7 +280,7 @@ def test_failing_receiver_gets_the_job_on_the_third_attempt(server: ServerProces
 @pytest.mark.parametrize("url", ["http://example.com/hook", "http://localhost:9/hook", "ftp://127.0.0.1/x"])
 def test_callback_outside_the_allow_list_is_refused_at_submission(server: ServerProcess, url: str) -> None:
     audio = next(c for c in manifest() if c.id == SHORT).path.read_bytes()
-    r = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize",
+    r = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize?extensions=true",
                    json={**lro_body(audio), "callback": {"url": url, "secret": "k"}}, timeout=10)
     assert r.status_code == 400 and r.json()["error"]["status"] == "INVALID_ARGUMENT", r.text
 
@@ -292,39 +292,39 @@ def test_cancel_a_queued_and_a_running_job(server: ServerProcess) -> None:
     long_audio = wav_bytes(np.concatenate([load_clip("jfk_inaugural")] * 4), fmt="FLAC")  # 44 s: two windows
     running = submit(server, lro_body(long_audio))["name"]
     queued = submit(server, lro_body(long_audio[: len(long_audio) // 2]))["name"]  # one runs at a time here
-    _wait_for(lambda: httpx.get(f"{server.base_url}/v1/operations/{running}").json()["metadata"]["state"]
+    _wait_for(lambda: httpx.get(f"{server.base_url}/v1/operations/{running}?extensions=true").json()["metadata"]["state"]
               == "RUNNING")
-    assert httpx.get(f"{server.base_url}/v1/operations/{queued}").json()["metadata"]["state"] == "QUEUED"
+    assert httpx.get(f"{server.base_url}/v1/operations/{queued}?extensions=true").json()["metadata"]["state"] == "QUEUED"
     attempts_ended = metric_value(server, "oasr_job_duration_seconds_count")
     for name in (queued, running):
         r = httpx.post(f"{server.base_url}/v1/operations/{name}:cancel", timeout=10)
         assert r.status_code == 200 and r.json() == {}, r.text
-        op = httpx.get(f"{server.base_url}/v1/operations/{name}").json()
+        op = httpx.get(f"{server.base_url}/v1/operations/{name}?extensions=true").json()
         assert op["done"] and op["error"]["code"] == 1 and op["metadata"]["state"] == "CANCELLED"
         assert "response" not in op
     # once the running attempt has ended (the queued job never ran), it must not have overwritten the cancellation
     _wait_for(lambda: metric_value(server, "oasr_job_duration_seconds_count") >= attempts_ended + 1)
-    assert httpx.get(f"{server.base_url}/v1/operations/{running}").json()["metadata"]["state"] == "CANCELLED"
-    listed = httpx.get(f"{server.base_url}/v1/operations", params={"filter": "state=CANCELLED"}).json()
+    assert httpx.get(f"{server.base_url}/v1/operations/{running}?extensions=true").json()["metadata"]["state"] == "CANCELLED"
+    listed = httpx.get(f"{server.base_url}/v1/operations", params={"extensions": "true", "filter": "state=CANCELLED"}).json()
     assert {running, queued} <= {o["name"] for o in listed["operations"]}
     assert all(o["metadata"]["state"] == "CANCELLED" for o in listed["operations"])
     for name in (queued, running):
-        assert httpx.delete(f"{server.base_url}/v1/operations/{name}").status_code == 200
-        assert httpx.get(f"{server.base_url}/v1/operations/{name}").status_code == 404
+        assert httpx.delete(f"{server.base_url}/v1/operations/{name}?extensions=true").status_code == 200
+        assert httpx.get(f"{server.base_url}/v1/operations/{name}?extensions=true").status_code == 404
 
 
 def test_list_pages_through_every_operation_and_metrics_count_them(server: ServerProcess) -> None:
-    everything = httpx.get(f"{server.base_url}/v1/operations", params={"pageSize": 1000}).json()["operations"]
+    everything = httpx.get(f"{server.base_url}/v1/operations", params={"extensions": "true", "pageSize": 1000}).json()["operations"]
     assert everything
     seen, token = [], ""
     while True:
-        page = httpx.get(f"{server.base_url}/v1/operations", params={"pageSize": 2, "pageToken": token}).json()
+        page = httpx.get(f"{server.base_url}/v1/operations", params={"extensions": "true", "pageSize": 2, "pageToken": token}).json()
         seen += [o["name"] for o in page["operations"]]
         token = page["nextPageToken"]
         if not token:
             break
     assert seen == [o["name"] for o in everything]
-    assert httpx.get(f"{server.base_url}/v1/operations", params={"filter": "bogus"}).status_code == 400
+    assert httpx.get(f"{server.base_url}/v1/operations", params={"extensions": "true", "filter": "bogus"}).status_code == 400
     with grpc.insecure_channel(server.grpc_target) as channel:
         listed = operations_pb2_grpc.OperationsStub(channel).ListOperations(
             operations_pb2.ListOperationsRequest(filter="done=true", page_size=1000), timeout=10)

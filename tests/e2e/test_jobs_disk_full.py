@@ -64,19 +64,19 @@ def test_a_full_spool_disk_is_a_clear_507_with_nothing_half_written(tmp_path: Pa
                                              "OASR_JOBS_POLL_INTERVAL_SECS": "0.1"})
         try:
             filler = fill(disk)
-            r = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize", json=lro_body(audio), timeout=60)
+            r = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize?extensions=true", json=lro_body(audio), timeout=60)
             assert r.status_code == 507, r.text
             error = r.json()["error"]
             assert error["status"] == "RESOURCE_EXHAUSTED" and "disk is full" in error["message"], error
 
-            listed = httpx.get(f"{server.base_url}/v1/operations", timeout=30)
+            listed = httpx.get(f"{server.base_url}/v1/operations?extensions=true", timeout=30)
             assert listed.status_code == 200 and listed.json().get("operations", []) == [], listed.text
             spool = disk / "spool"
             assert sorted(p.name for p in spool.glob("??/*")) == []  # no audio file, whole or partial
             assert list((spool / "tmp").iterdir()) == []  # and no temporary left behind
 
             filler.unlink()
-            r = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize", json=lro_body(audio), timeout=60)
+            r = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize?extensions=true", json=lro_body(audio), timeout=60)
             assert r.status_code == 200, r.text
             op = wait_done(server.base_url, r.json()["name"], timeout=120)
             assert op["metadata"]["state"] == "SUCCEEDED", op

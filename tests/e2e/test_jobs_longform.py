@@ -55,19 +55,19 @@ def test_five_minute_job_progresses_to_100_and_matches_recognize(server: ServerP
         progress: list[int] = []
         op = submitted
         while not op.done:  # alternate the two surfaces; both read the same store
-            rest = httpx.get(f"{server.base_url}/v1/operations/{submitted.name}", timeout=30).json()
+            rest = httpx.get(f"{server.base_url}/v1/operations/{submitted.name}?extensions=true", timeout=30).json()
             progress.append(rest["metadata"]["progressPercent"])
             wait = operations_pb2.WaitOperationRequest(name=submitted.name, timeout=duration_pb2.Duration(nanos=300_000_000))
             op = ops.WaitOperation(wait, timeout=30)
             meta = pb.LongRunningRecognizeMetadata()
-            op.metadata.Unpack(meta)
+            meta.ParseFromString(op.metadata.value)
             progress.append(meta.progress_percent)
         final = ops.GetOperation(operations_pb2.GetOperationRequest(name=submitted.name), timeout=30)
     assert final.HasField("response"), final.error
     response = pb.LongRunningRecognizeResponse()
-    final.response.Unpack(response)
+    response.ParseFromString(final.response.value)
     meta = pb.LongRunningRecognizeMetadata()
-    final.metadata.Unpack(meta)
+    meta.ParseFromString(final.metadata.value)
     assert meta.progress_percent == 100 and meta.state == pb.LongRunningRecognizeMetadata.SUCCEEDED
     assert progress == sorted(progress), progress  # never goes back
     assert any(0 < p < 100 for p in progress), progress  # observed per 30 s window, not only 0 and 100
@@ -75,6 +75,6 @@ def test_five_minute_job_progresses_to_100_and_matches_recognize(server: ServerP
 
     expected = recognize_text(server.base_url, recording)
     assert {r.channel_tag: r.alternatives[0].transcript for r in response.results} == expected
-    rest_done = httpx.get(f"{server.base_url}/v1/operations/{submitted.name}", timeout=30).json()
+    rest_done = httpx.get(f"{server.base_url}/v1/operations/{submitted.name}?extensions=true", timeout=30).json()
     assert rest_done["response"]["results"][0]["alternatives"][0]["transcript"] == expected[0]
     assert len(expected[0].split()) > 300  # five minutes of speech, not one window

@@ -39,7 +39,7 @@ def test_two_replicas_share_the_queue_and_take_over_a_dead_ones_lease(
         names = []
         for i, clip in enumerate(clips):  # submitted to both replicas
             srv = a if i % 2 else b
-            r = httpx.post(f"{srv.base_url}/v1/speech:longrunningrecognize",
+            r = httpx.post(f"{srv.base_url}/v1/speech:longrunningrecognize?extensions=true",
                            json=lro_body(clip.path.read_bytes()), timeout=60)
             assert r.status_code == 200, r.text
             names.append(r.json()["name"])

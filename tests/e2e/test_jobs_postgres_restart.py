@@ -70,7 +70,7 @@ def test_a_postgres_restart_under_held_leases_loses_no_job_and_completes_none_tw
         audio = wav_bytes(np.concatenate([load_clip("jfk_inaugural")] * 3), fmt="FLAC")  # 33 s: two windows
         names = []
         for replica in replicas:
-            r = httpx.post(f"{replica.base_url}/v1/speech:longrunningrecognize", json=lro_body(audio), timeout=60)
+            r = httpx.post(f"{replica.base_url}/v1/speech:longrunningrecognize?extensions=true", json=lro_body(audio), timeout=60)
             assert r.status_code == 200, r.text
             names.append(r.json()["name"])
 

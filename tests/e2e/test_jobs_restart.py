@@ -33,7 +33,7 @@ def test_sigkill_loses_no_job_and_none_completes_twice(tmp_path: Path) -> None:
         before_kill = [recognize_text(first.base_url, audio) for audio in audios]
         names = []
         for audio in audios:
-            r = httpx.post(f"{first.base_url}/v1/speech:longrunningrecognize", json=lro_body(audio), timeout=60)
+            r = httpx.post(f"{first.base_url}/v1/speech:longrunningrecognize?extensions=true", json=lro_body(audio), timeout=60)
             assert r.status_code == 200, r.text
             names.append(r.json()["name"])
         deadline = time.monotonic() + 120
@@ -78,10 +78,10 @@ def test_sigterm_gives_a_running_job_back_to_the_queue(tmp_path: Path) -> None:
     server = start_server(tmp_path, {"OASR_DATA_DIR": str(data), "OASR_JOBS_POLL_INTERVAL_SECS": "0.1"})
     try:
         audio = wav_bytes(np.concatenate([load_clip("jfk_inaugural")] * 4), fmt="FLAC")  # 44 s
-        name = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize", json=lro_body(audio),
+        name = httpx.post(f"{server.base_url}/v1/speech:longrunningrecognize?extensions=true", json=lro_body(audio),
                           timeout=60).json()["name"]
         deadline = time.monotonic() + 120
-        while httpx.get(f"{server.base_url}/v1/operations/{name}").json()["metadata"]["state"] != "RUNNING":
+        while httpx.get(f"{server.base_url}/v1/operations/{name}?extensions=true").json()["metadata"]["state"] != "RUNNING":
             assert time.monotonic() < deadline
             time.sleep(0.05)
     finally:

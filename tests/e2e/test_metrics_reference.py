@@ -110,12 +110,12 @@ def families(server: ServerProcess) -> Families:
     """Drive the mixed traffic, then scrape: family name as in PromQL -> its samples' names and labels."""
     wav, audio = clip_bytes(CLIP), pcm16(clip_samples(CLIP, RATE))
     with httpx.Client(base_url=server.base_url, timeout=TIMEOUT_S) as http:
-        upload = http.post("/v1/audio/transcriptions", files={"file": ("clip.wav", wav)}, data={"model": "any"})
+        upload = http.post("/v1/audio/transcriptions", files={"file": ("clip.wav", wav)}, data={"model": "whisper-1"})
         assert upload.status_code == 200, upload.text
         google = http.post("/v1/speech:recognize", params={"encoding": "LINEAR16", "sample_rate_hertz": RATE},
                            content=audio)
         assert google.status_code == 200, google.text
-        refused = http.post("/v1/audio/translations", files={"file": ("clip.wav", wav)}, data={"model": "any"})
+        refused = http.post("/v1/audio/translations", files={"file": ("clip.wav", wav)}, data={"model": "whisper-1"})
         assert refused.status_code == 400, refused.text  # a CTC model only transcribes
     with grpc.insecure_channel(server.grpc_target) as channel:
         stub = speech_pb2_grpc.SpeechStub(channel)

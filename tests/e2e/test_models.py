@@ -195,7 +195,7 @@ def test_grpc_long_running_recognize_routes_by_model(stub: speech_pb2_grpc.Speec
             operation = ops.GetOperation(operations_pb2.GetOperationRequest(name=operation.name), timeout=10)
     assert operation.HasField("response"), operation.error
     response = pb.LongRunningRecognizeResponse()
-    operation.response.Unpack(response)
+    response.ParseFromString(operation.response.value)
     assert response.results[0].alternatives[0].transcript == rest[NEMO]
 
 

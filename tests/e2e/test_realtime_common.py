@@ -70,7 +70,15 @@ class SessionLog:
         return [e["transcript"] for e in self.of_type(TERMINAL[0])]
 
     def first_delta_time(self) -> float | None:
-        return next((t for e, t in zip(self.events, self.times) if e["type"] == DELTA and e.get("delta")), None)
+        return next((t for e, t in zip(self.events, self.times) if e["type"] == DELTA and interim_text(e)), None)
+
+
+def interim_text(event: dict[str, Any]) -> str:
+    """The text a delta event shows: its `committed` + `tentative` with the tentative include,
+    else its (append-only) `delta`."""
+    if "tentative" in event:
+        return str(event.get("committed", "")) + str(event["tentative"])
+    return str(event.get("delta", ""))
 
 
 def check_session_events(events: Sequence[dict[str, Any]]) -> None:
@@ -89,16 +97,18 @@ def check_session_events(events: Sequence[dict[str, Any]]) -> None:
             now = e.get("committed", "")
             assert now.startswith(before), f"committed text changed: {before!r} -> {now!r}"
             committed[item] = now
-            text = e["text"] if e["delta"] == "" and "text" in e else rebuilt.get(item, "") + e["delta"]
-            rebuilt[item] = text
-            if "tentative" in e:
-                assert text == now + e["tentative"], f"deltas rebuild {text!r}, not committed + tentative"
+            assert "text" not in e, "a delta never revises: its text only grows"
+            rebuilt[item] = text = rebuilt.get(item, "") + e["delta"]
+            assert text == now, f"deltas join to {text!r}, not the committed text {now!r}"
             assert item not in terminals, "delta after the item's terminal event"
         elif kind == COMMITTED:
             assert item not in committed_items, "item committed twice"
             committed_items.append(item)
         elif kind in TERMINAL:
             assert item in committed_items, f"{kind} for item {item} before/without its committed event"
+            if kind == TERMINAL[0]:  # OpenAI's clients join the deltas: they must make the transcript
+                assert rebuilt.get(item, "") == e["transcript"], (
+                    f"deltas join to {rebuilt.get(item, '')!r}, not the completed {e['transcript']!r}")
             terminals[item] = terminals.get(item, 0) + 1
             for key in ("audio_end_ms", "server_ms"):
                 assert isinstance(e.get(key), int) and e[key] >= 0, f"{kind} lacks the {key} extension"
@@ -112,8 +122,10 @@ async def sdk_session(ws_url: str, pcm: bytes, *, rate: int = 24000, chunk_ms: i
                       start_together: asyncio.Barrier | None = None) -> SessionLog:
     """Stream `pcm` through the official SDK's realtime client at real-time pace, commit at the
     end (manual turn detection) and collect events until every committed item has ended.
-    `hold_at_s`: once that much audio is out, wait for the first delta before sending the rest
-    (a streaming server answers while the audio is still coming, however slow the machine).
+    `hold_at_s`: once that much audio is out, wait for the first interim text before sending the
+    rest (a streaming server answers while the audio is still coming, however slow the machine);
+    such a session includes OASR's tentative text, since an append-only delta waits for text that
+    will not change, which more audio may be needed to settle.
     `transcription`: more session transcription settings (language, keywords, delay, stream_context);
     none by default, since a model without language control refuses a `language`.
     `start_together`: sessions sharing it send their first audio only once all are connected and
@@ -132,6 +144,7 @@ async def sdk_session(ws_url: str, pcm: bytes, *, rate: int = 24000, chunk_ms: i
                 "transcription": {"model": "whisper-1", **(transcription or {})},
                 "turn_detection": {"type": "server_vad"} if server_vad else None,
             }},
+            **({"include": ["item.input_audio_transcription.tentative"]} if hold_at_s is not None else {}),
         })
         done = asyncio.Event()
         first_delta = asyncio.Event()
@@ -139,7 +152,7 @@ async def sdk_session(ws_url: str, pcm: bytes, *, rate: int = 24000, chunk_ms: i
         async def receive() -> None:
             async for event in conn:
                 log.add(event.to_dict())
-                if log.events[-1]["type"] == DELTA and log.events[-1].get("delta"):
+                if log.events[-1]["type"] == DELTA and interim_text(log.events[-1]):
                     first_delta.set()
                 committed = {e["item_id"] for e in log.of_type(COMMITTED)}
                 ended = {e["item_id"] for e in log.events if e["type"] in TERMINAL}

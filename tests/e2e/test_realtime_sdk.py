@@ -1,6 +1,7 @@
 """/v1/realtime against the default (offline-mode) server with the official `openai` SDK's
 realtime client: a streamed session is buffered and transcribed at the commit, so a stock
-client gets exactly one `completed` per turn and no deltas. Ends with a SIGTERM drain that
+client gets exactly one `completed` per turn, after one delta carrying the same text (an item's
+deltas always join to its transcript). Ends with a SIGTERM drain that
 closes a live session with 1001 (last test: it stops the module's server).
 """
 
@@ -53,10 +54,11 @@ def test_offline_server_answers_each_turn_with_one_completed(logs: dict[str, Ses
     for log in logs.values():
         check_session_events(log.events)
         kinds = [e["type"] for e in log.events]
-        assert kinds[:5] == ["session.created", "session.updated", COMMITTED, "conversation.item.added",
+        assert kinds[:6] == ["session.created", "session.updated", COMMITTED, "conversation.item.added", DELTA,
                              TERMINAL[0]], kinds
-        assert kinds[5:] in ([], ["conversation.item.done"]), kinds  # the client stops at the transcript
-        assert not log.of_type(DELTA)
+        assert kinds[6:] in ([], ["conversation.item.done"]), kinds  # the client stops at the transcript
+        (delta,) = log.of_type(DELTA)  # the whole transcript in one delta: deltas always join to it
+        assert delta["delta"] == log.of_type(TERMINAL[0])[0]["transcript"]
         session = log.events[1]["session"]
         assert session["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
         assert session["audio"]["input"]["turn_detection"] is None

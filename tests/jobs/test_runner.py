@@ -75,4 +75,4 @@ async def test_channels_are_opened_together_at_job_priority_with_progress(tmp_pa
     assert progress == sorted(progress) and progress[-1] < 100 and 0 < progress[0] <= 50
     assert [(r.channel_tag, r.alternatives[0].transcript) for r in response.results] == [
         (1, "channel of 4 s"), (2, "channel of 4 s")]
-    assert response.request_id == "j" and response.total_billed_time.seconds == 4
+    assert response.oasr_request_id == "j" and response.total_billed_time.seconds == 4

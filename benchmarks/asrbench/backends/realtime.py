@@ -62,6 +62,8 @@ class RealtimeStream(StreamSession):
         self._items: list[str] = []  # committed item ids, in order
         self._completed: dict[str, str] = {}
         self._deltas: dict[str, str] = {}
+        self.joined: dict[str, str] = {}  # item -> its `delta`s concatenated, as a stock OpenAI client joins them
+        self.completed: dict[str, str] = {}  # item -> its `completed` transcript
         self.speech_end_ms: dict[str, int] = {}  # item -> where the server VAD heard its speech end
         self.completed_t: dict[str, float] = {}  # item -> perf_counter() at its `completed` transcript
         self._closing = False
@@ -127,16 +129,19 @@ class RealtimeStream(StreamSession):
                         item = event.get("item_id", "")
                         if item not in self._items:
                             self._items.append(item)
+                        self.joined[item] = self.joined.get(item, "") + event.get("delta", "")
                         if event.get("text") is not None:  # the server revised text it had sent: the whole text
                             self._deltas[item] = event["text"]
                         else:
                             self._deltas[item] = self._deltas.get(item, "") + event.get("delta", "")
-                        self._partial(self._text_so_far())
+                        if event.get("delta"):  # a partial is new text a stock client shows, not an empty event
+                            self._partial(self._text_so_far())
                     elif kind == "conversation.item.input_audio_transcription.completed":
                         item = event.get("item_id", "")
                         if item not in self._items:
                             self._items.append(item)
                         self._completed[item] = event.get("transcript", "")
+                        self.completed[item] = event.get("transcript", "")
                         self.completed_t[item] = time.perf_counter()
                         if not self._closing:
                             self._partial(self._text_so_far())

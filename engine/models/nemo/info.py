@@ -73,6 +73,8 @@ class NemoSettings:
     blocks_per_stream: int
     max_streams: int
     """Rows of the per-stream state slots (cache-aware: no more than the pool's blocks hold)."""
+    language: str = ""
+    """NemoOptions.language: the one language declared ('' none)."""
 
     @property
     def kv_blocks(self) -> int:
@@ -99,7 +101,8 @@ class NemoSettings:
             max_streams = min(max_streams, planned // per_stream)
         return cls(name=os.path.splitext(os.path.basename(path))[0], method=config.decode_method or decode_methods(cfg)[0],
                    streaming_kind=kind, look_ahead=look_ahead, presets=presets, default_context=default,
-                   planned_blocks=planned, blocks_per_stream=per_stream, max_streams=max_streams)  # fmt: skip
+                   planned_blocks=planned, blocks_per_stream=per_stream, max_streams=max_streams,
+                   language=options.language)  # fmt: skip
 
 
 def look_ahead_entry(left: int, right: int, frame_ms: float) -> dict[str, Any]:
@@ -140,6 +143,7 @@ def model_info(cfg: ModelConfig, s: NemoSettings, parameters: int = 0) -> ModelI
         family="nemo",
         model=s.name,
         sample_rate=cfg.mel.sample_rate,
+        languages=(s.language,) if s.language else (),
         supports_streaming=s.streaming_kind is not None,
         streaming_styles=(s.streaming_kind,) if s.streaming_kind else (),
         decode_methods=decode_methods(cfg),

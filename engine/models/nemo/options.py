@@ -33,6 +33,9 @@ class NemoOptions:
     that name none; unset is the 'medium' delay preset of the checkpoint's trained choices."""
     max_streams: int = 256
     """Live streams (and queued offline requests) at once: rows of the per-stream state slots."""
+    language: str = ""
+    """ISO 639-1 code of the language the checkpoint transcribes, declared in /v1/models so requests
+    naming it are served (NeMo configs do not record it; '' declares none). E.g. 'en' for Parakeet."""
     tentative_partials: bool = True
     """Buffered streaming: a partial also decodes the window's right context from a copy of the
     decoder state and shows those tokens as tentative text after the committed ones."""

@@ -292,6 +292,7 @@ class SpeechLLMRunner:
             request_id=req.request_id, text=text, tokens=tokens, finished=finished, finish_reason=reason,
             duration=req.duration, language=language or req.decoding.language,
             confidence=math.exp(sum(logprobs) / len(logprobs)) if logprobs else None,
+            committed=text,  # greedy decoding never takes a token back: its text so far will not change
         )  # fmt: skip
         if req.decoding.logprobs:
             out.token_logprobs = logprobs

@@ -9,6 +9,7 @@ import os
 
 from engine.capabilities import Capabilities
 from engine.config import EngineConfig
+from engine.languages import vocabulary_language
 from engine.models.wenet.config import ConformerConfig
 from engine.models.wenet.options import WenetOptions
 from engine.runner import ModelInfo
@@ -33,12 +34,14 @@ def decode_method(config: EngineConfig, has_decoder: bool) -> str:
 
 
 def model_info(cfg: ConformerConfig, sample_rate: int, frame_seconds: float, weights_path: str, has_decoder: bool,
-               config: EngineConfig, parameters: int = 0) -> ModelInfo:  # fmt: skip
-    """The runner's `info()` less its KV pool's block count and, with `parameters` 0, `describe`'s."""
+               config: EngineConfig, parameters: int = 0, language: str | None = None) -> ModelInfo:  # fmt: skip
+    """The runner's `info()` less its KV pool's block count and, with `parameters` 0, `describe`'s.
+    `language`: the one the checkpoint transcribes (WenetOptions.language, else its units')."""
     return ModelInfo(
         family="wenet",
         model=f"conformer-ctc-{cfg.num_blocks}x{cfg.output_size}",
         sample_rate=sample_rate,
+        languages=(language,) if language else (),
         supports_streaming=True,
         streaming_styles=("chunked",),
         decode_methods=decode_methods(has_decoder),
@@ -73,4 +76,4 @@ def describe(config: EngineConfig, options: WenetOptions) -> ModelInfo:
     weights = require_weights(ckpt_dir, config.checkpoint_name)
     has_decoder = rescores_with(read.raw) and any(k.startswith(DECODER_PREFIX) for k in state_dict_keys(weights))
     return model_info(read.encoder, read.frontend.sample_rate, read.frontend.frame_seconds, weights, has_decoder,
-                      config)
+                      config, language=options.language or vocabulary_language(read.units))

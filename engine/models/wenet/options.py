@@ -25,6 +25,10 @@ class WenetOptions:
     recycling silently changes what the encoder attends to, and so the transcript, while
     'length' tells the client its stream was cut."""
 
+    language: str = ""
+    """ISO 639-1 code of the language the checkpoint transcribes, declared in /v1/models so requests
+    naming it are served; '' reads it from units.txt (English when it spells only with a-z)."""
+
     def __post_init__(self) -> None:
         if not self.ctc_weight >= 0:
             raise ValueError(f"ctc_weight must be >= 0, got {self.ctc_weight}")

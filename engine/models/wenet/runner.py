@@ -24,6 +24,7 @@ from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError
 from engine.fbank import join_tail
+from engine.languages import vocabulary_language
 from engine.metrics import stage_timer
 from engine.models.wenet.checkpoint import WenetCheckpoint, load_checkpoint
 from engine.models.wenet.config import RIGHT_CONTEXT, SUBSAMPLING, encoder_frame_seconds
@@ -127,7 +128,8 @@ class WenetRunner:
 
     def info(self) -> ModelInfo:
         info = model_info(self.ckpt.config, self.sample_rate, self.frame_seconds, self.ckpt.weights_path,
-                          self.ckpt.has_decoder, self.config, sum(p.numel() for p in self.model.parameters()))
+                          self.ckpt.has_decoder, self.config, sum(p.numel() for p in self.model.parameters()),
+                          language=self.options.language or vocabulary_language(self.ckpt.units))
         info.details["kv_blocks"] = self.pool.num_blocks  # planned from memory at load
         return info
 

@@ -134,3 +134,12 @@ def test_delay_maps_to_presets() -> None:
     assert runner.default_context == (10, 2, 2)
     info = runner.info().details["stream_settings"]
     assert info["style"] == "buffered" and info["delays"]["minimal"] == [10, 1, 1]
+
+
+def test_the_nemo_language_option_declares_the_checkpoints_language() -> None:
+    plain = make_runner("ctc_striding_bn").info()
+    assert plain.languages == ()
+    info = make_runner("ctc_striding_bn", family_options={"nemo": {"language": "en"}}).info()
+    assert info.languages == ("en",)
+    check_capabilities(info.capabilities, family=info.family, model=info.model, languages=info.languages,
+                       options=DecodingOptions(language="en"))

@@ -133,14 +133,16 @@ class StreamContext(_message.Message):
     def __init__(self, left: _Optional[int] = ..., chunk: _Optional[int] = ..., right: _Optional[int] = ...) -> None: ...
 
 class RecognizeResponse(_message.Message):
-    __slots__ = ("results", "total_billed_time", "request_id")
+    __slots__ = ("results", "total_billed_time", "request_id", "oasr_request_id")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BILLED_TIME_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    OASR_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[SpeechRecognitionResult]
     total_billed_time: _duration_pb2.Duration
-    request_id: str
-    def __init__(self, results: _Optional[_Iterable[_Union[SpeechRecognitionResult, _Mapping]]] = ..., total_billed_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    request_id: int
+    oasr_request_id: str
+    def __init__(self, results: _Optional[_Iterable[_Union[SpeechRecognitionResult, _Mapping]]] = ..., total_billed_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_id: _Optional[int] = ..., oasr_request_id: _Optional[str] = ...) -> None: ...
 
 class SpeechRecognitionResult(_message.Message):
     __slots__ = ("alternatives", "channel_tag", "result_end_time", "language_code")
@@ -205,7 +207,7 @@ class Status(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class StreamingRecognizeResponse(_message.Message):
-    __slots__ = ("error", "results", "speech_event_type", "total_billed_time", "speech_event_time", "request_id")
+    __slots__ = ("error", "results", "speech_event_type", "total_billed_time", "speech_event_time", "request_id", "oasr_request_id")
     class SpeechEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         SPEECH_EVENT_UNSPECIFIED: _ClassVar[StreamingRecognizeResponse.SpeechEventType]
@@ -222,13 +224,15 @@ class StreamingRecognizeResponse(_message.Message):
     TOTAL_BILLED_TIME_FIELD_NUMBER: _ClassVar[int]
     SPEECH_EVENT_TIME_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    OASR_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     error: Status
     results: _containers.RepeatedCompositeFieldContainer[StreamingRecognitionResult]
     speech_event_type: StreamingRecognizeResponse.SpeechEventType
     total_billed_time: _duration_pb2.Duration
     speech_event_time: _duration_pb2.Duration
-    request_id: str
-    def __init__(self, error: _Optional[_Union[Status, _Mapping]] = ..., results: _Optional[_Iterable[_Union[StreamingRecognitionResult, _Mapping]]] = ..., speech_event_type: _Optional[_Union[StreamingRecognizeResponse.SpeechEventType, str]] = ..., total_billed_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., speech_event_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    request_id: int
+    oasr_request_id: str
+    def __init__(self, error: _Optional[_Union[Status, _Mapping]] = ..., results: _Optional[_Iterable[_Union[StreamingRecognitionResult, _Mapping]]] = ..., speech_event_type: _Optional[_Union[StreamingRecognizeResponse.SpeechEventType, str]] = ..., total_billed_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., speech_event_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_id: _Optional[int] = ..., oasr_request_id: _Optional[str] = ...) -> None: ...
 
 class StreamingRecognitionResult(_message.Message):
     __slots__ = ("alternatives", "is_final", "stability", "result_end_time", "channel_tag", "language_code")
@@ -265,14 +269,16 @@ class WebhookCallback(_message.Message):
     def __init__(self, url: _Optional[str] = ..., secret: _Optional[str] = ...) -> None: ...
 
 class LongRunningRecognizeResponse(_message.Message):
-    __slots__ = ("results", "total_billed_time", "request_id")
+    __slots__ = ("results", "total_billed_time", "request_id", "oasr_request_id")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BILLED_TIME_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    OASR_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[SpeechRecognitionResult]
     total_billed_time: _duration_pb2.Duration
-    request_id: str
-    def __init__(self, results: _Optional[_Iterable[_Union[SpeechRecognitionResult, _Mapping]]] = ..., total_billed_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    request_id: int
+    oasr_request_id: str
+    def __init__(self, results: _Optional[_Iterable[_Union[SpeechRecognitionResult, _Mapping]]] = ..., total_billed_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_id: _Optional[int] = ..., oasr_request_id: _Optional[str] = ...) -> None: ...
 
 class LongRunningRecognizeMetadata(_message.Message):
     __slots__ = ("progress_percent", "start_time", "last_update_time", "uri", "state", "attempts", "webhook")
