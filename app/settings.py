@@ -101,8 +101,8 @@ class ServerSettings(BaseSettings):
     """Cache-aware streaming models: KV blocks in the pool (unset: derived from memory)."""
     cpu_cache_bytes: int = 256 * 1024 * 1024
     """Cache-aware streaming models on CPU: KV pool byte budget when max_num_blocks is unset."""
-    gpu_memory_utilization: float = 0.5
-    """Cache-aware streaming models on CUDA: fraction of free memory for the KV pool."""
+    gpu_memory_utilization: float = 0.9
+    """Paged KV pools on CUDA: share of the device an engine may occupy in total; its pool gets that, less what is resident and an activation reserve."""
     recycle_streaming_history: bool | None = None
     """Deprecated alias of OASR_WENET_RECYCLE_STREAMING_HISTORY (kept one release; setting it logs a warning)."""
     gc_freeze: bool = True
