@@ -48,7 +48,7 @@ class ServerSettings(BaseSettings):
     model_ttl_secs: float = -1.0
     """With several models: seconds a loaded model may go without requests before it is unloaded (it loads again on its next request); -1 never."""
     models_memory_budget_mb: float = 0.0
-    """With several models: most MiB of model weights (their files on disk) loaded at once; loading another first unloads the least recently used idle ones. 0: no budget."""
+    """With several models: most MiB loaded at once, each model's weights (their files on disk) plus its planned KV pool; loading another first unloads the least recently used idle ones, and one that cannot fit beside models in use is refused (503 RESOURCE_EXHAUSTED). 0: no budget."""
     model_revision: str | None = None
     """Hub revision (branch, tag or commit) of --model; a commit pins it exactly. Unset is the repo's default branch."""
     ckpt_dir: str | None = None
