@@ -61,18 +61,20 @@ RUN pkgs=""; \
 
 ENV PATH=/opt/venv/bin:$PATH
 
-# Wheels on the build machine's disk (wheels/README.md); an empty folder changes nothing.
+# Wheels on the build machine's disk (wheels/README.md), read only when TORCH_FIND_LINKS names
+# them (make image does, with the CPU wheel it staged): a GPU build must not find that one.
+ARG TORCH_FIND_LINKS
 COPY wheels /tmp/wheels
 
 # torch first and pinned, exactly as `make install` does.
-RUN pip install --find-links /tmp/wheels ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "${TORCH_SPEC}"
+RUN pip install ${TORCH_FIND_LINKS:+--find-links "$TORCH_FIND_LINKS"} ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "${TORCH_SPEC}"
 
 WORKDIR /opt/oasr
 COPY pyproject.toml README.md ./
 # The runtime dependencies in a layer of their own, before the sources: a source change then
 # rebuilds only the layers below, not a download of every dependency.
 RUN python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep=chr(10))" > /tmp/requirements.txt \
-    && pip install --find-links /tmp/wheels -r /tmp/requirements.txt
+    && pip install -r /tmp/requirements.txt
 
 # The engine._C kernels, as `make install` builds them, but --strict: an image must not ship
 # without the kernels it was built for. From engine/csrc alone (the build imports nothing else

@@ -85,11 +85,12 @@ test: lint system-deps
 image-base: $(STAMP)
 	$(PY) -m tools.image base
 
+# IMAGE_ARGS: more build arguments, e.g. --build-arg BASE_IMAGE=nvidia/cuda:... (docs/deployment.md).
 image: $(STAMP)
-	$(PY) -m tools.image build
+	$(PY) -m tools.image build $(IMAGE_ARGS)
 
 image-check: $(STAMP)
-	$(PY) -m tools.image check
+	$(PY) -m tools.image check $(IMAGE_ARGS)
 
 protos: install
 	$(PY) -m protos.generate

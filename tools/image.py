@@ -186,13 +186,16 @@ def stage_torch_wheel() -> bool:
     return any(wheels.glob("torch-*.whl"))
 
 
-def build(tool: Tool) -> None:
+def build(tool: Tool, extra: dict[str, str] | None = None) -> None:
+    """Build IMAGE; `extra` build args win (a CUDA BASE_IMAGE and TORCH_INDEX_URL make a GPU image)."""
     started = time.monotonic()
-    base = base_image(tool)
+    extra = extra or {}
+    base = extra.get("BASE_IMAGE") or base_image(tool)
     args = {"BASE_IMAGE": base}
-    if stage_torch_wheel():
-        args["TORCH_INDEX_URL"] = ""  # the wheel in wheels/; its dependencies from PyPI
-    tool.build(args, IMAGE)
+    if "TORCH_INDEX_URL" not in extra and stage_torch_wheel():
+        # the wheel in wheels/ (a +cpu build sorts above PyPI's same-numbered one); its dependencies from PyPI
+        args.update(TORCH_INDEX_URL="", TORCH_FIND_LINKS="/tmp/wheels")
+    tool.build({**args, **extra}, IMAGE)
     log(f"built {IMAGE} on {base} in {time.monotonic() - started:.0f} s, "
         f"{tool.size_bytes(IMAGE) / 10**6:.0f} MB")
 
@@ -219,10 +222,12 @@ def serve_argv(tool: Tool, http_port: int, grpc_port: int) -> list[str]:
     return ["buildah", "run", "--isolation", "chroot", *env_args, "{ctr}", "--", *server]
 
 
-def check(tool: Tool) -> None:
+def check(tool: Tool, extra: dict[str, str] | None = None) -> None:
     import httpx
 
-    build(tool)
+    if not DEV_CLIP.is_file():  # before a long build, not after it
+        raise SystemExit(f"no dev clip at {DEV_CLIP}: set OASR_SPEECH_DATA to the shared speech folder")
+    build(tool, extra)
     http_port, grpc_port = free_port(), free_port()
     ctr = None
     argv = serve_argv(tool, http_port, grpc_port)
@@ -290,15 +295,18 @@ def expect(surface: str, text: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tools.image", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=("base", "build", "check"))
+    parser.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Dockerfile build argument, passed as is (BASE_IMAGE here skips the base's choice)")
     args = parser.parse_args(argv)
+    extra = dict(a.split("=", 1) for a in args.build_arg)
     tool = Tool.find()
     log(f"container tool: {tool.name}")
     if args.command == "base":
         log(f"base image: {base_image(tool, registry=False)}")
     elif args.command == "build":
-        build(tool)
+        build(tool, extra)
     else:
-        check(tool)
+        check(tool, extra)
 
 
 if __name__ == "__main__":
