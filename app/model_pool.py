@@ -9,11 +9,16 @@ continuation ran, so it takes its inflight permit or opens its request before an
 unload the model.
 
 Unloading (only with several models, `OASR_MODELS`): a model idle for `model_ttl_secs` is
-unloaded by the sweeper, and loading a model whose weights would take the loaded ones over
+unloaded by the sweeper, and loading a model whose memory would take the loaded ones over
 `models_memory_budget_mb` first unloads the least recently used idle ones. A model is idle when
 its service has no permit taken, no request open and no pin: a model with requests in flight is
-never unloaded. A model's size is estimated from its weight files on disk (as speaches does):
-cheap, known before loading, and what a float32 load occupies to within the quantization factor.
+never unloaded. A model's memory is its weights, estimated from its weight files on disk (as
+speaches does: cheap, known before loading, and what a float32 load occupies to within the
+quantization factor), plus the paged KV pool its engine planned at load (`kv_pool_bytes` of its
+card, engine/cache/block_pool.py; known from its last load before the next). A load that does
+not fit beside models with requests in flight is refused, 503 RESOURCE_EXHAUSTED (retryable), as
+is one whose pool the device's memory cannot hold: the least recently used idle model is
+unloaded first and the load tried again.
 
 One event loop owns the pool (no thread touches it), so its bookkeeping needs no lock; the
 `asyncio.Lock` only serialises loads and unloads, which await a worker thread.
@@ -116,6 +121,8 @@ class PooledModel:
     """Monotonic time of its last request, or of the last sweep that found it busy."""
     size_bytes: int | None = None
     """Weight bytes on disk, once its checkpoint is local."""
+    pool_bytes: int = 0
+    """Its paged KV pool as its engine planned it at its last load (0: none, or not loaded yet)."""
     card: dict[str, Any] | None = None
     """Its /v1/models card from its last load (kept while unloaded), or before its first load the
     one its checkpoint's configuration describes (`described: true`); None when neither is known
@@ -128,6 +135,11 @@ class PooledModel:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def memory_bytes(self) -> int:
+        """What it holds loaded, as the budget counts it: weights plus its planned KV pool."""
+        return (self.size_bytes or 0) + self.pool_bytes
 
     @property
     def idle(self) -> bool:
@@ -293,8 +305,9 @@ class ModelPool:
             return service
 
     async def _build(self, entry: PooledModel) -> EngineService:
-        """Under the lock: make the checkpoint local, make room under the budget for its weights,
-        then build, start and check the engine."""
+        """Under the lock: make the checkpoint local, make room under the budget for what it held
+        last time, build the engine (its KV pool is planned from the device's memory now), make
+        room for what it holds now, then start and check it."""
         started = time.monotonic()
         config = entry.spec.config
         config.validate()  # before any download
@@ -302,8 +315,10 @@ class ModelPool:
         config = dataclasses.replace(config, ckpt_dir=local)
         entry.size_bytes = weight_bytes(config.resolved_ckpt_dir())
         await self._make_room(entry)
-        engine = await asyncio.to_thread(self._make_engine, config)
+        engine = await self._make_engine_with_room(entry, config)
         try:
+            entry.pool_bytes = int(engine.info().get("kv_pool_bytes") or 0)
+            await self._make_room(entry)  # its planned pool is known now: refused if it does not fit
             service = self._make_service(engine, entry)
         except BaseException:
             await asyncio.to_thread(engine.shutdown)
@@ -315,9 +330,26 @@ class ModelPool:
             await asyncio.to_thread(service.stop)
             raise EngineError(f"model {entry.name!r}: {service.death}")
         entry.card = engine.info()
-        logger.info("model %s loaded in %.1f s (%.0f MiB of weights)", entry.name, time.monotonic() - started,
-                    entry.size_bytes / MIB)
+        logger.info("model %s loaded in %.1f s (%.0f MiB of weights, %.0f MiB of KV pool)", entry.name,
+                    time.monotonic() - started, entry.size_bytes / MIB, entry.pool_bytes / MIB)
         return service
+
+    async def _make_engine_with_room(self, entry: PooledModel, config: EngineConfig) -> ASREngine:
+        """Build the engine; when the device's memory cannot hold its KV pool (EngineOverloadedError
+        from the pool's plan), unload the least recently used idle model and try again."""
+        while True:
+            try:
+                return await asyncio.to_thread(self._make_engine, config)
+            except EngineOverloadedError:
+                victim = self._least_recently_used(entry)
+                if victim is None:
+                    raise
+                await self._unload(victim, "memory_budget")
+
+    def _least_recently_used(self, entry: PooledModel) -> PooledModel | None:
+        """The idle loaded model other than `entry` used longest ago, if any."""
+        idle = [m for m in self.models if m is not entry and m.service is not None and m.idle]
+        return min(idle, key=lambda m: m.last_used, default=None)
 
     def _describe(self, entry: PooledModel) -> None:
         """Fill `entry`'s card from its checkpoint's configuration, with no download and no weights
@@ -341,23 +373,26 @@ class ModelPool:
             self.on_death(reason)
 
     async def _make_room(self, entry: PooledModel) -> None:
-        """Unload least recently used idle models until `entry` fits the budget. A budget taken by
-        models with requests in flight refuses the load (503, retryable): unloading them would
-        fail their requests. A model larger than the whole budget still loads when it is alone."""
+        """Unload least recently used idle models until `entry` (weights and KV pool) fits the
+        budget. A budget taken by models with requests in flight refuses the load (503
+        RESOURCE_EXHAUSTED, retryable): unloading them would fail their requests. A model larger
+        than the whole budget still loads when it is alone."""
         if self.budget_bytes <= 0:
             return
-        need = entry.size_bytes or 0
+        need = entry.memory_bytes
         while True:
             others = [m for m in self.models if m is not entry and m.service is not None]
-            held = sum(m.size_bytes or 0 for m in others)
+            held = sum(m.memory_bytes for m in others)
             if held + need <= self.budget_bytes or not others:
                 return
-            idle = sorted((m for m in others if m.idle), key=lambda m: m.last_used)
-            if not idle:
+            victim = self._least_recently_used(entry)
+            if victim is None:
                 raise EngineOverloadedError(
-                    f"model {entry.name!r} ({need / MIB:.0f} MiB) does not fit the models memory budget "
-                    f"({self.budget_bytes / MIB:.0f} MiB) beside models with requests in flight; retry later")
-            await self._unload(idle[0], "memory_budget")
+                    f"model {entry.name!r} ({(entry.size_bytes or 0) / MIB:.1f} MiB of weights + "
+                    f"{entry.pool_bytes / MIB:.1f} MiB of KV pool) does not fit the models memory budget "
+                    f"({self.budget_bytes / MIB:.1f} MiB) beside {held / MIB:.1f} MiB held by models with "
+                    "requests in flight; retry later")
+            await self._unload(victim, "memory_budget")
 
     async def _unload(self, entry: PooledModel, reason: str) -> None:
         """Under the lock: stop an idle model's engine (its thread ends, its memory is freed)."""
@@ -426,7 +461,8 @@ class ModelPool:
         """/v1/models entries of the configured models (several): each with its state and its
         card (`PooledModel.card`: from its last load, or described before the first)."""
         return [{"id": m.name, "loaded": m.state == "loaded", "state": m.state, "info": m.card,
-                 "size_mib": None if m.size_bytes is None else round(m.size_bytes / MIB, 1)}
+                 "size_mib": None if m.size_bytes is None else round(m.size_bytes / MIB, 1),
+                 "memory_mib": None if m.size_bytes is None else round(m.memory_bytes / MIB, 1)}
                 for m in self.models]
 
 

@@ -48,7 +48,7 @@ class ServerSettings(BaseSettings):
     model_ttl_secs: float = -1.0
     """With several models: seconds a loaded model may go without requests before it is unloaded (it loads again on its next request); -1 never."""
     models_memory_budget_mb: float = 0.0
-    """With several models: most MiB of model weights (their files on disk) loaded at once; loading another first unloads the least recently used idle ones. 0: no budget."""
+    """With several models: most MiB loaded at once, each model's weights (their files on disk) plus its planned KV pool; loading another first unloads the least recently used idle ones, and one that cannot fit beside models in use is refused (503 RESOURCE_EXHAUSTED). 0: no budget."""
     model_revision: str | None = None
     """Hub revision (branch, tag or commit) of --model; a commit pins it exactly. Unset is the repo's default branch."""
     ckpt_dir: str | None = None
@@ -101,8 +101,8 @@ class ServerSettings(BaseSettings):
     """Cache-aware streaming models: KV blocks in the pool (unset: derived from memory)."""
     cpu_cache_bytes: int = 256 * 1024 * 1024
     """Cache-aware streaming models on CPU: KV pool byte budget when max_num_blocks is unset."""
-    gpu_memory_utilization: float = 0.5
-    """Cache-aware streaming models on CUDA: fraction of free memory for the KV pool."""
+    gpu_memory_utilization: float = 0.9
+    """Paged KV pools on CUDA: share of the device an engine may occupy in total; its pool gets that, less what is resident and an activation reserve."""
     recycle_streaming_history: bool | None = None
     """Deprecated alias of OASR_WENET_RECYCLE_STREAMING_HISTORY (kept one release; setting it logs a warning)."""
     gc_freeze: bool = True

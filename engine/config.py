@@ -159,8 +159,10 @@ class EngineConfig:
     """Encoder frames per KV block; None = chunk_size, so one chunk fills one block."""
     max_num_blocks: int | None = None
     """KV blocks in the pool; None derives it from memory (see below)."""
-    gpu_memory_utilization: float = 0.5
-    """CUDA: fraction of free GPU memory the KV pool may take when max_num_blocks is None."""
+    gpu_memory_utilization: float = 0.9
+    """Share of the device the engine may occupy in total (weights, caches, activations) when a KV
+    pool is derived (max_num_blocks None): the pool gets that share of the total, less what is
+    resident and an activation reserve (reference design §6.1; engine/cache/block_pool.py)."""
     cpu_cache_bytes: int = 256 * 1024 * 1024
     """CPU: byte budget of the KV pool when max_num_blocks is None (256 MiB)."""
     max_stream_blocks: int | None = None

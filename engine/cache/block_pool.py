@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.errors import InvalidRequestError
+from engine.errors import EngineOverloadedError, InvalidRequestError
+from engine.memory import MIB, device_memory
 
 logger = logging.getLogger(__name__)
 
@@ -34,48 +35,88 @@ class KVSpec:
         return 2 * self.num_layers * self.num_heads * self.head_dim * elem  # 2 = K and V
 
 
-def plan_num_blocks(
+ACTIVATION_RESERVE_FLOOR = 256 * MIB
+"""Memory kept free for the forward passes' activations when a pool is derived (§6.1's floor)."""
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """How many blocks a pool gets, and the arithmetic that chose it (logged, and in /v1/models)."""
+
+    num_blocks: int
+    block_bytes: int
+    ceiling: int
+    """What `sequences` streams can use: sequences x blocks per sequence; a derived pool stops there."""
+    derivation: str
+
+    @property
+    def bytes(self) -> int:
+        return self.num_blocks * self.block_bytes
+
+
+def plan_pool(
     spec: KVSpec,
     block_size: int,
-    min_blocks: int,
     *,
+    min_blocks: int,
+    blocks_per_seq: int,
+    sequences: int,
     max_num_blocks: int | None,
     device: torch.device,
     gpu_memory_utilization: float,
     cpu_cache_bytes: int,
-) -> int:
-    """How many blocks the pool gets: `max_num_blocks`, else a memory budget divided by the
-    block size in bytes. The arithmetic is logged; fails naming the levers when fewer than
-    `min_blocks` (one stream's working set) fit."""
+) -> PoolPlan:
+    """The pool's blocks (reference design §6.1). `max_num_blocks` when set; else derived from the
+    device's memory read after the model is on it (engine/memory.py):
+
+        available = total x gpu_memory_utilization - resident - activation_reserve
+
+    or, on a device with nothing to measure (the CPU), the `cpu_cache_bytes` budget; divided by
+    the bytes of a block and capped at `sequences x blocks_per_seq`, what the engine can ever use.
+    Fewer than `min_blocks` (one stream's working set): InvalidRequestError naming the levers when
+    the configuration chose the size, EngineOverloadedError when the device is full (another model
+    or process holds it: retry once it is freed)."""
     block_bytes = spec.bytes_per_frame * block_size
+    ceiling = sequences * blocks_per_seq
+    shape = (f"{block_bytes} B/block ({block_size} frames x {spec.bytes_per_frame} B/frame: 2 x {spec.num_layers} "
+             f"layers x {spec.num_heads} heads x {spec.head_dim} dims x {spec.dtype})")
+    memory = None if max_num_blocks is not None else device_memory(device)
     if max_num_blocks is not None:
         num_blocks = max_num_blocks
-        logger.info(
-            "KV pool: max_num_blocks=%d x %d B/block (%d frames x %d B/frame) = %.1f MiB",
-            num_blocks, block_bytes, block_size, spec.bytes_per_frame, num_blocks * block_bytes / 2**20,
-        )  # fmt: skip
+        derivation = f"max_num_blocks={num_blocks} x {shape} = {num_blocks * block_bytes / MIB:.1f} MiB"
+    elif memory is None:
+        num_blocks = min(cpu_cache_bytes // block_bytes, ceiling)
+        derivation = (f"cpu_cache_bytes={cpu_cache_bytes} / {shape}, cap={ceiling} ({sequences} sequences x "
+                      f"{blocks_per_seq} blocks) = {num_blocks} blocks")
     else:
-        if device.type == "cuda":
-            free, _total = torch.cuda.mem_get_info(device)
-            budget = int(free * gpu_memory_utilization)
-            source = f"gpu_memory_utilization={gpu_memory_utilization} x {free / 2**20:.0f} MiB free"
-        else:
-            budget = cpu_cache_bytes
-            source = f"cpu_cache_bytes={cpu_cache_bytes}"
-        num_blocks = budget // block_bytes
-        logger.info(
-            "KV pool: %s -> %d B budget / %d B per block (%d frames x %d B/frame: 2 x %d layers x %d heads "
-            "x %d dims x %s) = %d blocks",
-            source, budget, block_bytes, block_size, spec.bytes_per_frame, spec.num_layers, spec.num_heads,
-            spec.head_dim, spec.dtype, num_blocks,
-        )  # fmt: skip
+        reserve = ACTIVATION_RESERVE_FLOOR
+        available = int(memory.total_bytes * gpu_memory_utilization) - memory.resident_bytes - reserve
+        num_blocks = min(max(available, 0) // block_bytes, ceiling)
+        derivation = (f"paged KV pool derived from {device} memory: total={memory.total_bytes / MIB:.0f} MiB x "
+                      f"gpu_memory_utilization={gpu_memory_utilization} resident={memory.resident_bytes / MIB:.0f} "
+                      f"MiB activation_reserve={reserve / MIB:.0f} MiB -> available={available / MIB:.0f} MiB / "
+                      f"{shape}, cap={ceiling} ({sequences} sequences x {blocks_per_seq} blocks) = {num_blocks} blocks")
+    logger.info("KV pool: %s", derivation)
     if num_blocks < min_blocks:
+        message = f"KV pool of {num_blocks} blocks cannot hold one stream ({min_blocks} blocks of {block_bytes} B)"
+        if memory is not None:
+            raise EngineOverloadedError(
+                f"{message}: the device's memory is taken ({derivation}); free it (unload a model), raise "
+                "gpu_memory_utilization, or lower max_batch_size, chunk_size or num_left_chunks")
         raise InvalidRequestError(
-            f"KV pool of {num_blocks} blocks cannot hold one stream ({min_blocks} blocks of {block_bytes} B); "
-            "raise max_num_blocks, cpu_cache_bytes or gpu_memory_utilization, or lower chunk_size, "
-            "num_left_chunks or block_size_frames"
-        )
-    return num_blocks
+            f"{message}; raise max_num_blocks, cpu_cache_bytes or gpu_memory_utilization, or lower chunk_size, "
+            "num_left_chunks or block_size_frames")
+    return PoolPlan(num_blocks, block_bytes, ceiling, derivation)
+
+
+POOL_DETAILS = ("kv_blocks", "kv_blocks_cap", "kv_block_bytes", "kv_pool_bytes")
+"""The keys `pool_details` adds: known at load only, so a model described before it lacks them."""
+
+
+def pool_details(plan: PoolPlan) -> dict[str, int | float]:
+    """A planned pool as /v1/models shows it (a model's `info.details`), and as the model pool
+    counts it beside the weights."""
+    return dict(zip(POOL_DETAILS, (plan.num_blocks, plan.ceiling, plan.block_bytes, plan.bytes), strict=True))
 
 
 class BlockPool:

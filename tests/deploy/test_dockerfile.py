@@ -109,10 +109,10 @@ def _without_options(args: list[str]) -> list[str]:
         if skip:
             skip = False
             continue
-        if arg in ("--index-url", "--extra-index-url", "-i"):
+        if arg in ("--index-url", "--extra-index-url", "-i", "--find-links", "-f"):
             skip = True
             continue
-        if arg.startswith(("--index-url=", "--extra-index-url=", "--no-cache-dir")) or arg.startswith("${"):
+        if arg.startswith(("--index-url=", "--extra-index-url=", "--find-links=", "--no-cache-dir")) or arg.startswith("${"):
             continue
         kept.append(arg)
     return kept

@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from engine.cache import BlockPool, BlockTable, KVSpec, plan_num_blocks
+from engine.cache import BlockPool, BlockTable, KVSpec, plan_pool
 from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError
@@ -90,8 +90,9 @@ class NemoRunner:
             shapes[CONV_CACHE] = (enc.n_layers, enc.d_model, enc.conv_context[0])
             self.blocks_per_stream = s.blocks_per_stream
             spec = KVSpec(enc.n_layers, enc.n_heads, enc.head_dim, dtype)
-            plan_num_blocks(  # refuses a pool that cannot hold one stream, and logs its size
-                spec, geo.out_frames, self.blocks_per_stream, max_num_blocks=s.planned_blocks, device=device,
+            plan_pool(  # refuses a pool that cannot hold one stream, and logs its size
+                spec, geo.out_frames, min_blocks=self.blocks_per_stream, blocks_per_seq=self.blocks_per_stream,
+                sequences=s.max_streams, max_num_blocks=s.planned_blocks, device=device,
                 gpu_memory_utilization=config.gpu_memory_utilization, cpu_cache_bytes=config.cpu_cache_bytes,
             )  # fmt: skip
             self.pool = BlockPool(spec, s.kv_blocks, geo.out_frames, device)

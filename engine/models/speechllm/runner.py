@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.cache import BlockPool, KVSpec, plan_num_blocks
+from engine.cache import BlockPool, KVSpec, plan_pool, pool_details
 from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError, UnsupportedError
@@ -80,10 +80,13 @@ class SpeechLLMRunner:
         block_size = config.block_size_frames or options.block_size
         self.typical_blocks = math.ceil(
             (PROMPT_TEXT_TOKENS + self.model.audio_tokens(N_SAMPLES) + options.max_new_tokens) / block_size)
-        num_blocks = plan_num_blocks(
-            spec, block_size, self.typical_blocks, max_num_blocks=config.max_num_blocks, device=device,
+        # one sequence per decoder row (beams x requests), each at most a 30 s request's blocks
+        self.pool_plan = plan_pool(
+            spec, block_size, min_blocks=self.typical_blocks, blocks_per_seq=self.typical_blocks,
+            sequences=config.max_decode_rows, max_num_blocks=config.max_num_blocks, device=device,
             gpu_memory_utilization=config.gpu_memory_utilization, cpu_cache_bytes=config.cpu_cache_bytes,
         )  # fmt: skip
+        num_blocks = self.pool_plan.num_blocks
         self.pool = BlockPool(spec, num_blocks, block_size, device)
         if num_blocks < 4 * self.typical_blocks:
             logger.warning(
@@ -115,7 +118,7 @@ class SpeechLLMRunner:
         sizes = Sizes(encoder_layers=enc_layers, decoder_layers=dims.layers, hidden_size=dims.hidden, vocab_size=dims.vocab)
         info = model_info(self.ckpt.name, self.ckpt.model_type, self.ckpt.weights, sizes, self.config, self.options,
                           sum(p.numel() for p in self.model.parameters()))
-        info.details["kv_blocks"] = self.pool.num_blocks  # planned from memory at load
+        info.details.update(pool_details(self.pool_plan))  # planned from memory at load
         assert info.details["kv_block_tokens"] == self.pool.block_size
         return info
 

@@ -19,7 +19,7 @@ import math
 import numpy as np
 import torch
 
-from engine.cache import BlockPool, BlockTable, KVSpec, plan_num_blocks
+from engine.cache import BlockPool, BlockTable, KVSpec, plan_pool, pool_details
 from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError
@@ -58,6 +58,9 @@ KEYWORD_BEAM = 4
 """Beam of a greedy (beam_size 1) request that names keywords: biasing needs alternatives to promote."""
 OFFLINE_PIECE_SAMPLES = 30 * 16000
 """Most offline audio featurized per step (30 s at 16 kHz); a step consumes one chunk anyway."""
+MAX_BLOCKS_PER_SEQ = 512
+"""Blocks one stream with unlimited history may count on when the pool is derived (§6.1's
+max_blocks_per_seq): 512 chunks of 16 frames is 5.5 min of history at 40 ms a frame."""
 MIN_WINDOW = RIGHT_CONTEXT + 1
 """Feature frames that yield one encoder frame (the smallest flushable window)."""
 
@@ -99,10 +102,15 @@ class WenetRunner:
                 f"max_stream_blocks={max_stream_blocks} cannot hold one chunk "
                 f"({self.blocks_per_chunk} blocks of {block_size} frames); raise it or block_size_frames"
             )
-        num_blocks = plan_num_blocks(
-            spec, block_size, min_blocks, max_num_blocks=config.max_num_blocks, device=device,
-            gpu_memory_utilization=config.gpu_memory_utilization, cpu_cache_bytes=config.cpu_cache_bytes,
+        # what one stream can ever hold: its sliding window, else its ceiling (max_stream_blocks, or
+        # §6.1's block-table width: history past it is recycled or ends the stream)
+        blocks_per_seq = min_blocks if self.num_left_chunks >= 0 else (max_stream_blocks or MAX_BLOCKS_PER_SEQ)
+        self.pool_plan = plan_pool(
+            spec, block_size, min_blocks=min_blocks, blocks_per_seq=blocks_per_seq, sequences=config.max_batch_size,
+            max_num_blocks=config.max_num_blocks, device=device, gpu_memory_utilization=config.gpu_memory_utilization,
+            cpu_cache_bytes=config.cpu_cache_bytes,
         )  # fmt: skip
+        num_blocks = self.pool_plan.num_blocks
         self.pool = BlockPool(spec, num_blocks, block_size, device)
         self.stream_ceiling = max_stream_blocks or num_blocks
         self._streams: dict[str, WenetStream] = {}
@@ -130,7 +138,7 @@ class WenetRunner:
         info = model_info(self.ckpt.config, self.sample_rate, self.frame_seconds, self.ckpt.weights_path,
                           self.ckpt.has_decoder, self.config, sum(p.numel() for p in self.model.parameters()),
                           language=self.options.language or vocabulary_language(self.ckpt.units))
-        info.details["kv_blocks"] = self.pool.num_blocks  # planned from memory at load
+        info.details.update(pool_details(self.pool_plan))  # planned from memory at load
         return info
 
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.cache.block_pool import POOL_DETAILS
 from engine.config import EngineConfig
 from engine.families import family_options
 from engine.models.speechllm import FAMILY
@@ -19,6 +20,6 @@ def test_qwen3_asr_is_described_as_loaded() -> None:
     opts = family_options(FAMILY, config.family_options)
     described = FAMILY.describe(config, opts)  # type: ignore[misc]
     loaded = FAMILY.build(config, opts).info()
-    details = {k: v for k, v in loaded.details.items() if k != "kv_blocks"}  # planned at load
+    details = {k: v for k, v in loaded.details.items() if k not in POOL_DETAILS}  # planned at load
     assert described == ModelInfo(**{**vars(loaded), "parameters": 0, "details": details})
     assert described.checkpoint_format == "transformers/qwen3_asr" and described.capabilities.max_beam_size == 3

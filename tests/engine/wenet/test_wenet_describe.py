@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from engine.cache.block_pool import POOL_DETAILS
 from engine.config import EngineConfig
 from engine.families import family_options
 from engine.models.wenet import FAMILY
@@ -27,7 +28,7 @@ def _described(ckpt_dir: str, **fields: Any) -> ModelInfo:
 
 
 def _assert_as_loaded(described: ModelInfo, loaded: ModelInfo) -> None:
-    details = {k: v for k, v in loaded.details.items() if k != "kv_blocks"}  # planned at load
+    details = {k: v for k, v in loaded.details.items() if k not in POOL_DETAILS}  # planned at load
     assert described == ModelInfo(**{**vars(loaded), "parameters": 0, "details": details})
 
 
