@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from app.backlog import LIVE_ADMIT_SHARE, LIVE_RETRY_AFTER_S, Backlog, live_engine_seconds
+from app.admission import Admission
+from app.backlog import Backlog, live_engine_seconds
 from app.engine_metrics import ENGINE_NAME, EngineSeries
 from app.metrics import Metrics
 from app.output_stream import OutputStream
@@ -77,16 +78,11 @@ class EngineService:
         self.series = EngineSeries(metrics, info.model, info.decode_method, resolve_device(engine.config),
                                    engine=engine_label)
         """This engine's dispatcher and engine-scope metrics."""
-        self.max_inflight = max_inflight
         self.max_held_seconds = max_held_seconds
         """Most audio (s) held for one live stream on an offline engine (the server's max_audio_seconds)."""
-        self.max_queue_delay_secs = max_queue_delay_secs
-        """New offline work is refused while its expected queue delay is over this (0: never)."""
-        self.backlog = Backlog()
-        """Offline work accepted and not finished, and the measured rate of finishing it."""
+        self.admission = Admission(max_inflight, max_queue_delay_secs, on_busy=self.series.requests_busy.inc)
+        """Whether this engine takes new work, and its permits (app/admission.py)."""
         self._held: dict[str, _HeldStream] = {}
-        self.inflight = 0
-        self.draining = False
         self._closed = False  # set by cancel_all: from then on no request may enter the engine
         self._streams: dict[str, OutputStream] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -99,8 +95,7 @@ class EngineService:
         self._live_s = 0.0  # engine thread: live streams' engine time not yet handed to the backlog
         self._shed_new = 0  # engine thread: live passes shed not yet handed to the backlog
         self._posted_at = 0.0  # engine thread: perf_counter() of the last hand-over to the loop
-        self.live_streams = 0
-        """Live streams the runner held after the last step (written by the engine thread)."""
+        self._live_streams = 0  # engine thread: live streams the runner held after the last step
         self._started = threading.Event()
         self.death: str | None = None
         """Why the engine thread died (None while it runs): written once by that thread."""
@@ -124,23 +119,24 @@ class EngineService:
         fresh = now - self._heartbeat <= HEARTBEAT_MAX_AGE_S
         if not fresh and self._step_started is not None:
             fresh = now - self._step_started <= STUCK_STEP_S
-        return (self._steps_done > 0 and fresh and not self.draining and not self._stop.is_set()
+        return (self._steps_done > 0 and fresh and not self.admission.draining and not self._stop.is_set()
                 and self.death is None)
 
     def readiness(self) -> dict[str, Any]:
         return {
             "ready": self.ready,
-            "draining": self.draining,
+            "draining": self.admission.draining,
             "steps": self._steps_done,
             "heartbeat_age_s": round(time.monotonic() - self._heartbeat, 3) if self._heartbeat else None,
             "engine_died": self.death,
             "running": self.engine.num_running,
             "waiting": self.engine.num_waiting,
-            "inflight": self.inflight,
+            "inflight": self.admission.inflight,
             "queue_delay_s": round(self.backlog.delay(), 3),
             "backlog_audio_s": round(self.backlog.seconds, 3),
             "live_engine_share": round(self.backlog.current_live_share(), 3),
-            "max_queue_delay_s": self.max_queue_delay_secs,
+            "live_sessions_held": self.admission.live.held,
+            "max_queue_delay_s": self.admission.max_queue_delay_secs,
         }
 
     def stop(self) -> None:
@@ -158,29 +154,15 @@ class EngineService:
 
     # ------------------------------------------------------------------ admission
 
-    def try_acquire(self, *, live: bool = False) -> bool:
-        """Take an inflight permit (event-loop only, so no lock). A `live` session that gets one is
-        counted as admitted (`Backlog.admit_live`) until its cost shows in the measured share; one
-        refused here after `shed_live` let it through is not. Offline work that gets one counts in
-        the queue delay from now (`Backlog.reserve`), before its audio is decoded."""
-        if self.draining or self.inflight >= self.max_inflight:
-            self.series.requests_busy.inc()
-            return False
-        self.inflight += 1
-        if live:
-            self.backlog.admit_live()
-        else:
-            self.backlog.reserve()  # counted in the queue delay until its audio is tracked
-        return True
-
-    def release(self) -> None:
-        self.inflight = max(0, self.inflight - 1)
+    @property
+    def backlog(self) -> Backlog:
+        return self.admission.backlog
 
     @property
     def busy(self) -> bool:
         """Something still holds this engine: a permit, an open request, or held live audio (its
         model must not be unloaded: app/model_pool.py)."""
-        return self.inflight > 0 or bool(self._streams) or bool(self._held)
+        return self.admission.inflight > 0 or bool(self._streams) or bool(self._held)
 
     def validate_options(self, decoding: DecodingOptions | None, streaming: bool = False) -> DecodingOptions:
         """The engine's admission of a request's options (app/requests.py), counted as rejected
@@ -190,42 +172,6 @@ class EngineService:
         except (InvalidRequestError, UnsupportedError):
             self.series.requests_rejected.inc()
             raise
-
-    def shed_offline(self, priority: int = 0, *, count: bool = True) -> int | None:
-        """Seconds a client should wait before offering new offline work (Retry-After), or None
-        to admit it: refused while the work ahead of it would keep it queued longer than
-        `max_queue_delay_secs`. Live streams already admitted are never shed."""
-        if self.max_queue_delay_secs <= 0:
-            return None
-        retry = self.backlog.retry_after(self.max_queue_delay_secs, priority, live_open=self.live_streams > 0)
-        if retry is not None and count:
-            self.series.requests_busy.inc()
-        return retry
-
-    def shed_live(self, *, count: bool = True) -> int | None:
-        """Seconds a client should wait before opening a new live session (Retry-After), or None
-        to admit it: refused while the live streams already admitted, with the sessions admitted
-        too recently to show in it counted at the measured per-session cost, would take
-        LIVE_ADMIT_SHARE of the engine's time with this one, or while the engine sheds live passes
-        for being behind their cadence (`Backlog.live_behind`), so that they keep their cadence (an
-        admitted session is never shed). The share is smoothed over seconds, so it is only
-        believed while streams are open: the last session's share must not refuse the next one on
-        an engine it has left. A refusal is counted as busy (`count`: a real admission, not a
-        probe); the session admitted is counted when it takes its permit (`try_acquire(live=True)`).
-        Off with the rest of load admission (`max_queue_delay_secs` 0)."""
-        if self.max_queue_delay_secs <= 0:
-            return None
-        if self.projected_live_share() < LIVE_ADMIT_SHARE and not self.backlog.live_behind():
-            return None
-        if count:
-            self.series.requests_busy.inc()
-        return LIVE_RETRY_AFTER_S
-
-    def projected_live_share(self) -> float:
-        """The share of engine time live streams would take with one more session: the measured
-        share of those open (believed only while streams are open), those admitted too recently
-        to show in it and the new one each at the measured per-session cost."""
-        return self.backlog.live_projection(streams_open=self.live_streams > 0) + (self.backlog.live_cost or 0.0)
 
     def _track(self, request_id: str, samples: int, priority: int) -> None:
         self.backlog.add(request_id, samples / self.engine.sample_rate, priority)
@@ -399,7 +345,7 @@ class EngineService:
         self.series.step.observe(seconds)
         snapshot, stats = e.metrics.drain(), e.runner.stats()
         self._live_s += live_engine_seconds(snapshot.stage_seconds)
-        self.live_streams = stats.streams
+        self._live_streams = stats.streams
         self._shed_new += self.series.export(snapshot, stats, e.num_running, e.num_waiting)
 
     def _post(self, outputs: list[RequestOutput], idle: bool = False) -> bool:
@@ -411,12 +357,13 @@ class EngineService:
         if (outputs or live_due) and self._loop is not None:
             live_s, shed, self._live_s, self._shed_new, self._posted_at = self._live_s, self._shed_new, 0.0, 0, now
             try:
-                self._loop.call_soon_threadsafe(self._dispatch, outputs, now, live_s, shed)
+                self._loop.call_soon_threadsafe(self._dispatch, outputs, now, live_s, self._live_streams, shed)
             except RuntimeError:  # loop closed during shutdown
                 return False
         return True
 
-    def _dispatch(self, outputs: list[RequestOutput], sent_at: float, live_s: float = 0.0, passes_shed: int = 0) -> None:
+    def _dispatch(self, outputs: list[RequestOutput], sent_at: float, live_s: float = 0.0, streams: int = 0,
+                  passes_shed: int = 0) -> None:
         for out in outputs:
             if out.finished and out.finish_reason in ("abort", "error"):
                 self.backlog.forget(out.request_id)  # left without being transcribed: no progress
@@ -429,8 +376,7 @@ class EngineService:
             if out.finished and out.finish_reason == "error":
                 self.series.failed(out.error_stage or "unknown")
         # the engine time live streams took (offline work did not get it), and whether they are behind
-        self.backlog.live(live_s, self.live_streams, passes_shed)
-        self.backlog.sample()  # one step's outputs, one throughput sample
+        self.admission.observe(live_s, streams, passes_shed)  # one step's outputs, one throughput sample
         self.series.queue_delay.set(self.backlog.delay())
         self.series.route.observe(time.perf_counter() - sent_at)
 
