@@ -474,7 +474,7 @@ async def test_after_the_drain_cancelled_work_no_request_enters_the_engine(h: Ha
 async def test_readiness_holds_through_one_long_step_but_not_a_stuck_one(
     h: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.engine_service as bridge
+    import app.engine_thread as bridge
 
     release = threading.Event()
 
