@@ -13,8 +13,8 @@ Offline work is judged by its expected queue delay (app/backlog.py) against
 engine is never asked how much one session costs on average (with batching one more stream costs
 far less than the average, and one stream alone on an idle engine reads as 64 % of it), it is
 watched for whether the sessions it holds keep their cadence. Sessions admitted lately are on
-probation until they have run LIVE_PROVE_S without a pass shed; at most as many are on probation
-as are proven (LIVE_START at first), so the admitted number can double every LIVE_PROVE_S while
+probation until they have run LIVE_PROVE_S without a pass shed and the engine has answered their
+streams (a pass's output); at most as many are on probation as are proven (LIVE_START at first), so the admitted number can double every LIVE_PROVE_S while
 no pass is shed, and a shed pass (the engine behind its streams' cadence) stops admission for
 LIVE_SETTLE_S and marks the level it broke at: past it, one session at a time is tried.
 
@@ -75,6 +75,10 @@ class LiveGate:
         self._ceiling_at = -math.inf
         self.held = 0
         """Most live sessions held at cadence so far (proven, none on probation): the measured capacity."""
+        self.answered = 0
+        """Live streams open whose engine has answered them (an output of a pass) as last reported:
+        no more sessions than that count as proven, however long ago they were admitted (under
+        load a step can outlast LIVE_PROVE_S, and a pass is shed, so counted, only after it)."""
 
     def shed(self, passes: int) -> None:
         """The engine shed `passes` live passes since the last report: the sessions open are more
@@ -91,9 +95,10 @@ class LiveGate:
 
     def _settle(self) -> None:
         now = self._clock()
-        for pid, admitted in list(self._probation.items()):
-            if now - admitted >= LIVE_PROVE_S:
-                del self._probation[pid]
+        for pid, admitted in sorted(self._probation.items(), key=lambda item: item[1]):  # oldest first
+            if now - admitted < LIVE_PROVE_S or self.open - len(self._probation) >= self.answered:
+                break
+            del self._probation[pid]
         if not self._probation:
             self.held = max(self.held, self.open)
         if self.ceiling is not None and now - self._ceiling_at >= CEILING_FORGET_S:
@@ -151,7 +156,10 @@ class Admission:
     (--max-queue-delay-secs; 0 turns load admission off) and the live slow start."""
 
     def __init__(self, max_inflight: int = 64, max_queue_delay_secs: float = 0.0,
-                 on_busy: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.monotonic) -> None:
+                 on_busy: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.monotonic,
+                 *, streaming: bool = True) -> None:
+        """`streaming`: the engine advances live streams (else it holds their audio for one
+        offline request at the end, and live sessions are not gated by cadence)."""
         self.max_inflight = max_inflight
         self.max_queue_delay_secs = max_queue_delay_secs
         """New offline work is refused while its expected queue delay is over this (0: never)."""
@@ -162,15 +170,18 @@ class Admission:
         self.draining = False
         self.live_streams = 0
         """Live streams the engine held after its last reported step."""
+        self._streaming = streaming
         self._on_busy = on_busy  # counts a refusal for load (oasr_requests_busy_total)
         self._ids = itertools.count()
 
     # ---------------------------------------------------------------- what the engine reports
 
-    def observe(self, live_seconds: float, streams: int, passes_shed: int) -> None:
+    def observe(self, live_seconds: float, streams: int, passes_shed: int, answered: int | None = None) -> None:
         """One dispatch of the engine's outputs: the engine time live streams took, the live
-        streams it holds, the live passes it shed since the last one."""
+        streams it holds, the live passes it shed since the last one, and how many open live
+        streams have had an output (default: every stream it holds)."""
         self.live_streams = streams
+        self.live.answered = streams if answered is None else answered
         self.backlog.live(live_seconds, streams, passes_shed, unproven=self.live.open - self.live.proven)
         self.live.shed(passes_shed)
         if not streams and not self.live.open:
@@ -190,7 +201,7 @@ class Admission:
         if self.draining:
             return Refused(SHUTTING_DOWN, None)
         if self.max_queue_delay_secs > 0:
-            if live:
+            if live and self._streaming:
                 why = self.live.refusal()
                 if why is not None:
                     return Refused(f"server is overloaded: {why}", LIVE_RETRY_AFTER_S)

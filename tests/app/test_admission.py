@@ -60,6 +60,26 @@ def test_a_burst_at_four_a_second_is_admitted_while_the_engine_keeps_cadence() -
     assert a.live.open == 64
 
 
+def test_sessions_the_engine_has_not_answered_stay_on_probation_however_long_ago_admitted() -> None:
+    """Under load one step can outlast LIVE_PROVE_S, and a pass is shed (so counted) only after
+    it: time alone proves nothing; a session counts as held once its stream had an output."""
+    clock = Clock()
+    a = admission(clock)
+    admit_all(a)
+    clock.now += 4 * LIVE_PROVE_S
+    a.observe(0.1, LIVE_START, 0, answered=0)  # the streams exist, no pass has come back yet
+    assert a.live.proven == 0 and a.refusal(live=True, count=False) is not None
+    a.observe(0.1, LIVE_START, 0, answered=3)
+    assert a.live.proven == 3 and len(admit_all(a)) == 3
+
+
+def test_an_offline_engine_does_not_gate_live_sessions_by_cadence() -> None:
+    """A live session on an offline engine is held audio until its end: no pass to be shed."""
+    clock = Clock()
+    a = Admission(max_inflight=100, max_queue_delay_secs=30.0, clock=clock, streaming=False)
+    assert len(admit_all(a, 50)) == 50
+
+
 def test_a_shed_pass_stops_admission_and_past_its_level_one_session_at_a_time_is_tried() -> None:
     clock = Clock()
     a = admission(clock)

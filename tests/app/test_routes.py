@@ -74,6 +74,8 @@ class FakeEngine:
 
     answer: Callable[[str, np.ndarray, DecodingOptions], RequestOutput | None] = canned
     sample_rate: int = RATE
+    streaming_enabled: bool = True
+    """Live sessions are gated by cadence as on a streaming engine (no test streams audio to it)."""
     config: EngineConfig = field(default_factory=lambda: EngineConfig(device="cpu"))
     model_info: ModelInfo = field(default_factory=lambda: ModelInfo("fake", "fake-asr", RATE, ("en",),
                                                                     decode_methods=("canned",), decode_method="canned"))
