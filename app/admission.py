@@ -13,8 +13,7 @@ Offline work is judged by its expected queue delay (app/backlog.py) against
 engine is never asked how much one session costs on average (with batching one more stream costs
 far less than the average, and one stream alone on an idle engine reads as 64 % of it), it is
 watched for whether the sessions it holds keep their cadence. Sessions admitted lately are on
-probation until they have run LIVE_PROVE_S without a pass shed and the engine has answered their
-streams (a pass's output); at most as many are on probation as are proven (LIVE_START at first), so the admitted number can double every LIVE_PROVE_S while
+probation until an engine step that began LIVE_PROVE_S after their admission has shed no pass; at most as many are on probation as are proven (LIVE_START at first), so the admitted number can double every LIVE_PROVE_S while
 no pass is shed, and a shed pass (the engine behind its streams' cadence) stops admission for
 LIVE_SETTLE_S and marks the level it broke at: past it, one session at a time is tried.
 
@@ -75,10 +74,10 @@ class LiveGate:
         self._ceiling_at = -math.inf
         self.held = 0
         """Most live sessions held at cadence so far (proven, none on probation): the measured capacity."""
-        self.answered = 0
-        """Live streams open whose engine has answered them (an output of a pass) as last reported:
-        no more sessions than that count as proven, however long ago they were admitted (under
-        load a step can outlast LIVE_PROVE_S, and a pass is shed, so counted, only after it)."""
+        self.checked_at = -math.inf
+        """When the last engine step reported began: a session is proven only by a step that
+        began LIVE_PROVE_S after its admission, not by time alone (under load one step outlasts
+        the probation, and the passes it held up are shed, so counted, at the next step's start)."""
 
     def shed(self, passes: int) -> None:
         """The engine shed `passes` live passes since the last report: the sessions open are more
@@ -95,10 +94,9 @@ class LiveGate:
 
     def _settle(self) -> None:
         now = self._clock()
-        for pid, admitted in sorted(self._probation.items(), key=lambda item: item[1]):  # oldest first
-            if now - admitted < LIVE_PROVE_S or self.open - len(self._probation) >= self.answered:
-                break
-            del self._probation[pid]
+        for pid, admitted in list(self._probation.items()):
+            if admitted + LIVE_PROVE_S <= self.checked_at:
+                del self._probation[pid]
         if not self._probation:
             self.held = max(self.held, self.open)
         if self.ceiling is not None and now - self._ceiling_at >= CEILING_FORGET_S:
@@ -173,15 +171,16 @@ class Admission:
         self._streaming = streaming
         self._on_busy = on_busy  # counts a refusal for load (oasr_requests_busy_total)
         self._ids = itertools.count()
+        self._clock = clock
 
     # ---------------------------------------------------------------- what the engine reports
 
-    def observe(self, live_seconds: float, streams: int, passes_shed: int, answered: int | None = None) -> None:
+    def observe(self, live_seconds: float, streams: int, passes_shed: int, step_at: float | None = None) -> None:
         """One dispatch of the engine's outputs: the engine time live streams took, the live
-        streams it holds, the live passes it shed since the last one, and how many open live
-        streams have had an output (default: every stream it holds)."""
+        streams it holds, the live passes it shed since the last one, and when the last step
+        they cover began (on this admission's clock; default: now)."""
         self.live_streams = streams
-        self.live.answered = streams if answered is None else answered
+        self.live.checked_at = max(self.live.checked_at, self._clock() if step_at is None else step_at)
         self.backlog.live(live_seconds, streams, passes_shed, unproven=self.live.open - self.live.proven)
         self.live.shed(passes_shed)
         if not streams and not self.live.open:

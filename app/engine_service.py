@@ -79,7 +79,6 @@ class EngineService:
         self._held: dict[str, _HeldStream] = {}
         self._closed = False  # set by cancel_all: from then on no request may enter the engine
         self._streams: dict[str, OutputStream] = {}
-        self._live: dict[str, bool] = {}  # live streams open at the engine -> answered (had an output)
         self.thread = EngineThread(engine, self.series, self._dispatch, self._died)
         self._death_task: asyncio.Future[None] | None = None
         self.on_death: Callable[[str], None] | None = None
@@ -178,7 +177,6 @@ class EngineService:
                 elif streaming:
                     rid = self.engine.add_streaming_request(priority=priority, decoding=decoding,
                                                             request_id=request_id)
-                    self._live[rid] = False
                 else:
                     rid = self.engine.add_request(audio, priority=priority, decoding=decoding, request_id=request_id)
                     self._track(rid, 0 if audio is None else int(audio.size), priority)
@@ -244,7 +242,6 @@ class EngineService:
         """Forget a request's stream (its handler is done with it); aborts it if still running."""
         self.abort(request_id)
         self._streams.pop(request_id, None)
-        self._live.pop(request_id, None)
 
     async def cancel_all(self, reason: str) -> None:
         """Shutdown: end every open request with an error output and abort it in the engine;
@@ -273,8 +270,6 @@ class EngineService:
                 self.backlog.forget(out.request_id)  # left without being transcribed: no progress
             else:  # offline partials report the audio decoded so far
                 self.backlog.progress(out.request_id, out.duration, out.finished)
-            if out.request_id in self._live:
-                self._live[out.request_id] = True
             stream = self._streams.get(out.request_id)
             if stream is None:
                 continue  # its handler already left (disconnect); the engine was told to abort
@@ -282,6 +277,6 @@ class EngineService:
             if out.finished and out.finish_reason == "error":
                 self.series.failed(out.error_stage or "unknown")
         # the engine time live streams took (offline work did not get it), and whether they are behind
-        self.admission.observe(report.live_seconds, report.streams, report.passes_shed, sum(self._live.values()))
+        self.admission.observe(report.live_seconds, report.streams, report.passes_shed, report.step_at)
         self.series.queue_delay.set(self.backlog.delay())
         self.series.route.observe(time.perf_counter() - report.sent_at)

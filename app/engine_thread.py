@@ -42,6 +42,8 @@ class StepReport:
     """Live streams the runner held after the last step."""
     passes_shed: int = 0
     """Live passes shed since the last report (behind their cadence)."""
+    step_at: float | None = None
+    """monotonic() when the last step it covers began (None: an idle engine's report, as of now)."""
 
 
 class EngineThread:
@@ -59,6 +61,7 @@ class EngineThread:
         self.heartbeat = 0.0
         self.steps_done = 0
         self.step_started: float | None = None
+        self._step_at: float | None = None  # monotonic() the last step began, not yet reported
         self._tick_started = 0.0
         self._live_s = 0.0  # live streams' engine time not yet handed over
         self._shed_new = 0  # live passes shed not yet handed over
@@ -159,8 +162,8 @@ class EngineThread:
         # while finals decode), and an idle engine says so, so that the measured live share falls
         live_due = (self._live_s > 0 or self._shed_new or idle) and now - self._posted_at >= LIVE_POST_PERIOD_S
         if (outputs or live_due) and self._loop is not None:
-            report = StepReport(outputs, now, self._live_s, self._streams, self._shed_new)
-            self._live_s, self._shed_new, self._posted_at = 0.0, 0, now
+            report = StepReport(outputs, now, self._live_s, self._streams, self._shed_new, self._step_at)
+            self._live_s, self._shed_new, self._posted_at, self._step_at = 0.0, 0, now, None
             try:
                 self._loop.call_soon_threadsafe(self._deliver_on_loop, report)
             except RuntimeError:  # loop closed during shutdown
@@ -181,7 +184,7 @@ class _Observer(LoopObserver):
 
     def step_started(self) -> None:
         self.thread._tick_started = time.perf_counter()
-        self.thread.step_started = time.monotonic()
+        self.thread.step_started = self.thread._step_at = time.monotonic()
 
     def step_failed(self, exc: Exception) -> None:
         raise exc

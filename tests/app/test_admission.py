@@ -60,17 +60,19 @@ def test_a_burst_at_four_a_second_is_admitted_while_the_engine_keeps_cadence() -
     assert a.live.open == 64
 
 
-def test_sessions_the_engine_has_not_answered_stay_on_probation_however_long_ago_admitted() -> None:
-    """Under load one step can outlast LIVE_PROVE_S, and a pass is shed (so counted) only after
-    it: time alone proves nothing; a session counts as held once its stream had an output."""
+def test_a_session_is_proven_by_a_step_begun_after_its_probation_not_by_time_alone() -> None:
+    """Under load one step can outlast LIVE_PROVE_S, and the passes it held up are shed (so
+    counted) only at the next step's start: until a step that began LIVE_PROVE_S after a
+    session's admission reports no shed pass, the session stays on probation."""
     clock = Clock()
     a = admission(clock)
+    admitted_at = clock.now
     admit_all(a)
     clock.now += 4 * LIVE_PROVE_S
-    a.observe(0.1, LIVE_START, 0, answered=0)  # the streams exist, no pass has come back yet
+    a.observe(0.1, LIVE_START, 0, step_at=admitted_at + 0.1)  # a long step, begun right after
     assert a.live.proven == 0 and a.refusal(live=True, count=False) is not None
-    a.observe(0.1, LIVE_START, 0, answered=3)
-    assert a.live.proven == 3 and len(admit_all(a)) == 3
+    a.observe(0.1, LIVE_START, 0, step_at=admitted_at + LIVE_PROVE_S)  # the next one shed nothing
+    assert a.live.proven == LIVE_START and len(admit_all(a)) == LIVE_START
 
 
 def test_an_offline_engine_does_not_gate_live_sessions_by_cadence() -> None:
