@@ -121,8 +121,8 @@ class LiveGate:
         if self.behind():
             return "the live sessions admitted are behind their cadence already (the engine sheds their passes)"
         if self.open + 1 > self.limit():
-            return (f"{len(self._probation)} live sessions admitted in the last {LIVE_PROVE_S:g} s have not shown "
-                    "yet that the engine keeps their cadence")
+            return (f"{len(self._probation)} live sessions admitted lately have not shown yet that the engine keeps "
+                    f"their cadence (an engine step {LIVE_PROVE_S:g} s after their admission without a pass shed)")
         return None
 
     def admitted(self, pid: int) -> None:
