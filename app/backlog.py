@@ -50,8 +50,10 @@ LIVE_COST_SAMPLES = 60
 """Live-share samples (MIN_SAMPLE_S each, so about half a minute) the marginal cost of a live
 stream is fitted over."""
 LIVE_RETRY_AFTER_S = 10
-"""Retry-After (s) of a refused live session: live sessions last minutes, so the share falls
-slowly; ten seconds is several re-measurements (LIVE_TAU_S), and a client may try another replica."""
+"""Retry-After (s) of a refused live session (and of offline work refused while live sessions are
+behind): live sessions last minutes, so room frees slowly; ten seconds is LIVE_SETTLE_S, the time a
+shed pass keeps admission shut, and several slow-start rounds (app/admission.py); a client may
+try another replica meanwhile."""
 MAX_LIVE_SHARE = 0.95
 """Most of the engine's time counted as live (fraction): offline work is always counted on to
 get the rest, so the delay stays finite (and past the limit) however much the streams take. At
