@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -42,24 +43,17 @@ MIN_SAMPLE_S = 0.5
 LIVE_TAU_S = 2.0
 """Seconds over which the live share of engine time forgets older measurements: short, so live
 load shows at once, long enough to even out a burst of finals."""
-LIVE_ADMIT_SHARE = 0.9
-"""A new live session is refused when the live streams open, with it (and those admitted lately,
-`live_projection`), would take this fraction of the engine's time or more: past it the engine has
-under a tenth of its time left, about what one more session takes at the 16-session point. The
-projection, not this bound, is what stops a burst (benchmarks/overload.py, 2-core VM: 11 of 16
-sessions admitted at 0.9 and at 0.8 alike; 29 at 0.9 on the measured share alone)."""
 LIVE_SETTLE_S = 10.0
-"""Seconds a newly admitted live session is counted at the measured per-session cost on top of the
-measured share: the share reflects a session only after LIVE_TAU_S, and a Whisper session's passes
-grow to their steady window over several seconds, so a burst of openings measured by the share alone
-is admitted far past capacity (measured: 44 sessions on top of 8 in benchmarks/overload.py)."""
-LIVE_COST_MIN_STREAMS = 4
-"""Fewest live streams a per-session cost is measured on: Whisper batches the passes of many
-streams into one encode and one decode, so with one or two open a session's average share (64 %
-for one stream alone on a 2-core VM) says little about what one more adds."""
+"""Seconds after a shed live pass during which the live sessions count as behind their cadence:
+new live sessions and new offline work are refused meanwhile (app/admission.py)."""
+LIVE_COST_SAMPLES = 60
+"""Live-share samples (MIN_SAMPLE_S each, so about half a minute) the marginal cost of a live
+stream is fitted over."""
 LIVE_RETRY_AFTER_S = 10
-"""Retry-After (s) of a refused live session: live sessions last minutes, so the share falls
-slowly; ten seconds is several re-measurements (LIVE_TAU_S), and a client may try another replica."""
+"""Retry-After (s) of a refused live session (and of offline work refused while live sessions are
+behind): live sessions last minutes, so room frees slowly; ten seconds is LIVE_SETTLE_S, the time a
+shed pass keeps admission shut, and several slow-start rounds (app/admission.py); a client may
+try another replica meanwhile."""
 MAX_LIVE_SHARE = 0.95
 """Most of the engine's time counted as live (fraction): offline work is always counted on to
 get the rest, so the delay stays finite (and past the limit) however much the streams take. At
@@ -101,6 +95,18 @@ def live_engine_seconds(stage_seconds: Mapping[str, Sequence[float]]) -> float:
     return sum(sum(times) for stage, times in stage_seconds.items() if stage.startswith("streaming."))
 
 
+def _slope(samples: Sequence[tuple[int, float]], previous: float | None) -> float | None:
+    """Least-squares slope of share over streams (at least 0), or `previous` while the samples
+    hold one stream count only (nothing says what one more adds)."""
+    n = len(samples)
+    mean_x = sum(x for x, _ in samples) / n
+    mean_y = sum(y for _, y in samples) / n
+    var = sum((x - mean_x) ** 2 for x, _ in samples)
+    if var <= 0:
+        return previous
+    return max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in samples) / var)
+
+
 class Backlog:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -115,12 +121,16 @@ class Backlog:
         self._live_in_sample = 0.0  # engine seconds live streams took since `_since`
         self._live_since = clock()  # start of the current live-share sample
         self._live = 0.0  # engine seconds live streams took since `_live_since`
+        self._cost_samples: deque[tuple[int, float]] = deque(maxlen=LIVE_COST_SAMPLES)  # (streams, share)
         self.live_cost: float | None = None
-        """Measured share of engine time one live stream takes (the share over the streams open),
-        smoothed over LIVE_TAU_S; None until a sample with streams open."""
+        """Measured marginal share of engine time one more live stream adds: the slope of the
+        live share over the number of streams open, fitted over the last LIVE_COST_SAMPLES samples
+        (None until they span two stream counts). Not the share over the streams: with batching,
+        one more stream costs far less than the average (one stream alone reads 64 %)."""
         self._live_streams = 0  # live streams open at the engine, as last reported
-        self._behind_at = -math.inf  # when the engine last shed live passes (behind their cadence)
-        self._admitted: list[float] = []  # when live sessions were admitted, the last LIVE_SETTLE_S
+        self._unproven = 0  # live sessions admitted too lately to show in the share (app/admission.py)
+        self.shed_at = -math.inf
+        """When the engine last shed live passes (behind their cadence)."""
         self._reserved: list[float] = []  # when offline work was admitted that is not tracked yet
         self.typical_seconds = 0.0
         """Audio-seconds of an offline request, smoothed: what a reservation counts for."""
@@ -171,16 +181,15 @@ class Backlog:
                 step = CORRECTION_STEP * (CORRECTION_QUANTILE if late else CORRECTION_QUANTILE - 1.0)
                 self.correction = min(MAX_CORRECTION, max(1.0, self.correction + step))
 
-    def live(self, engine_seconds: float, streams: int = 0, passes_shed: int = 0) -> None:
+    def live(self, engine_seconds: float, streams: int = 0, passes_shed: int = 0, unproven: int = 0) -> None:
         """Engine time (s) live streams took in the steps whose outputs are being reported, how
-        many live streams the engine holds now, and how many of their passes it shed for being
-        behind their cadence (call before `sample()`)."""
-        if self._live_streams and not streams:
-            self._admitted.clear()  # every session ended: the ones admitted lately too
-            self._behind_at = -math.inf
+        many live streams the engine holds now, how many of their passes it shed for being
+        behind their cadence, and how many live sessions were admitted too lately to show in the
+        share yet (call before `sample()`)."""
         if passes_shed > 0:
-            self._behind_at = self._clock()
+            self.shed_at = self._clock()
         self._live_streams = streams
+        self._unproven = unproven
         self._live += engine_seconds
         if self._since is not None:
             self._live_in_sample += engine_seconds
@@ -193,9 +202,9 @@ class Backlog:
             share = min(1.0, self._live / span)
             weight = 1.0 - math.exp(-span / LIVE_TAU_S)
             self.live_share += weight * (share - self.live_share)
-            if self._live_streams >= LIVE_COST_MIN_STREAMS and self._live > 0:
-                cost = share / self._live_streams
-                self.live_cost = cost if self.live_cost is None else self.live_cost + weight * (cost - self.live_cost)
+            if self._live_streams:
+                self._cost_samples.append((self._live_streams, share))
+                self.live_cost = _slope(self._cost_samples, self.live_cost)
             self._live_since, self._live = now, 0.0
         if self._since is not None and now - self._since >= MIN_SAMPLE_S and self._progress > 0:
             span = now - self._since
@@ -239,8 +248,8 @@ class Backlog:
         live streams leave (None before a measurement)."""
         if not self.rate:
             return None
-        # the sessions admitted lately count at their measured cost already: live work goes
-        # first, so work admitted now would wait behind them once their passes run
+        # the sessions admitted lately count at the measured marginal cost already: live work
+        # goes first, so work admitted now would wait behind them once their passes run
         share = max(self.current_live_share(), self.live_projection(streams_open=self._live_streams > 0))
         return self.rate * (1.0 - min(share, MAX_LIVE_SHARE))
 
@@ -254,20 +263,17 @@ class Backlog:
         """The engine shed live passes in the last LIVE_SETTLE_S: the streams open already take
         more than it has, whatever the measured share says (the share counts the engine thread's
         stage timers only: an encoder thread beside it, or time no stage names, escapes it, so a
-        saturated engine can read 0.75 and its cost per stream fall as streams are added)."""
-        return self._clock() - self._behind_at < LIVE_SETTLE_S
+        saturated engine can read 0.75)."""
+        return self._clock() - self.shed_at < LIVE_SETTLE_S
 
-    def admit_live(self) -> None:
-        """A live session was admitted: counted in `live_projection` until it has settled."""
-        self._admitted.append(self._clock())
+    def live_ended(self) -> None:
+        """Every live session ended: none is behind any more."""
+        self.shed_at = -math.inf
 
     def live_projection(self, *, streams_open: bool = True) -> float:
-        """The live share expected once the sessions admitted in the last LIVE_SETTLE_S run at
-        the measured per-session cost: the measured share (believed only while `streams_open`),
-        plus that cost for each of them (before any cost is measured, the share alone)."""
-        cutoff = self._clock() - LIVE_SETTLE_S
-        self._admitted = [t for t in self._admitted if t > cutoff]
-        return (self.live_share if streams_open else 0.0) + (self.live_cost or 0.0) * len(self._admitted)
+        """The live share expected once the sessions admitted lately run: the measured share
+        (believed only while `streams_open`) plus the measured marginal cost of each of them."""
+        return (self.live_share if streams_open else 0.0) + (self.live_cost or 0.0) * self._unproven
 
     def drain_time(self) -> int:
         """Whole seconds (at least 1) for the work now queued to be done at the measured rate: a
@@ -289,4 +295,4 @@ class Backlog:
         return max(1, math.ceil(delay - limit))
 
 
-__all__ = ["CORRECTION_MIN_EXPECTED_S", "CORRECTION_QUANTILE", "CORRECTION_STEP", "LIVE_ADMIT_SHARE", "LIVE_COST_MIN_STREAMS", "LIVE_RETRY_AFTER_S", "LIVE_SETTLE_S", "LIVE_TAU_S", "MAX_CORRECTION", "MAX_LIVE_SHARE", "MIN_SAMPLE_S", "RATE_TAU_S", "RESERVATION_S", "Backlog", "live_engine_seconds"]
+__all__ = ["CORRECTION_MIN_EXPECTED_S", "CORRECTION_QUANTILE", "CORRECTION_STEP", "LIVE_COST_SAMPLES", "LIVE_RETRY_AFTER_S", "LIVE_SETTLE_S", "LIVE_TAU_S", "MAX_CORRECTION", "MAX_LIVE_SHARE", "MIN_SAMPLE_S", "RATE_TAU_S", "RESERVATION_S", "Backlog", "live_engine_seconds"]

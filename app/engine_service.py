@@ -2,10 +2,9 @@
 
 Every surface (HTTP, WebSocket, gRPC) goes through `EngineService`: it registers a
 per-request `OutputStream` on the event loop, then posts the command on the engine's one
-command queue (add, feed, abort are queued and applied together between steps). A dedicated
-thread blocks on that queue while idle, calls `engine.step()` while there is work, and hands
-each step's outputs back to the loop in one `call_soon_threadsafe`, where they are routed by
-request id. The engine thread never touches an asyncio object.
+command queue (add, feed, abort are queued and applied together between steps). The engine
+thread (app/engine_thread.py) steps the engine and hands each step's outputs back to the loop,
+where they are routed by request id and reported to admission (app/admission.py).
 
 An exception escaping `engine.step()` (or anything else on the engine thread) ends the engine:
 the thread owns the runner's state (KV blocks, decoder rows, stream caches), which a step that
@@ -22,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -31,8 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from app.backlog import LIVE_ADMIT_SHARE, LIVE_RETRY_AFTER_S, Backlog, live_engine_seconds
+from app.admission import Admission
+from app.backlog import Backlog
 from app.engine_metrics import ENGINE_NAME, EngineSeries
+from app.engine_thread import EngineThread, StepReport
 from app.metrics import Metrics
 from app.output_stream import OutputStream
 from engine import ASREngine, DecodingOptions, RequestOutput
@@ -44,15 +44,9 @@ from engine.errors import (
     UnknownRequestError,
     UnsupportedError,
 )
-from engine.loop import LoopObserver, drive
 
 logger = logging.getLogger(__name__)
 
-HEARTBEAT_MAX_AGE_S = 5.0  # readiness fails when the engine thread has not beaten for this long
-STUCK_STEP_S = 120.0  # ...unless it is inside a step younger than this (one long batch is not a hang)
-IDLE_WAIT_S = 1.0  # the engine thread wakes this often while idle, to beat (well inside HEARTBEAT_MAX_AGE_S)
-LIVE_POST_PERIOD_S = 0.25  # steps without outputs hand their live time to the loop at most this often
-STOP_JOIN_S = 45.0  # how long stop() waits for the step in progress (inside the pod's 60 s grace after the drain)
 ENGINE_DIED_EXIT_CODE = 70  # sysexits' EX_SOFTWARE: the server exits with it when its engine thread died
 
 
@@ -77,36 +71,16 @@ class EngineService:
         self.series = EngineSeries(metrics, info.model, info.decode_method, resolve_device(engine.config),
                                    engine=engine_label)
         """This engine's dispatcher and engine-scope metrics."""
-        self.max_inflight = max_inflight
         self.max_held_seconds = max_held_seconds
         """Most audio (s) held for one live stream on an offline engine (the server's max_audio_seconds)."""
-        self.max_queue_delay_secs = max_queue_delay_secs
-        """New offline work is refused while its expected queue delay is over this (0: never)."""
-        self.backlog = Backlog()
-        """Offline work accepted and not finished, and the measured rate of finishing it."""
+        self.admission = Admission(max_inflight, max_queue_delay_secs, on_busy=self.series.requests_busy.inc,
+                                   streaming=engine.streaming_enabled)
+        """Whether this engine takes new work, and its permits (app/admission.py)."""
         self._held: dict[str, _HeldStream] = {}
-        self.inflight = 0
-        self.draining = False
         self._closed = False  # set by cancel_all: from then on no request may enter the engine
         self._streams: dict[str, OutputStream] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._heartbeat = 0.0
-        self._steps_done = 0
-        self._failures_in_a_row = 0
-        """Engine steps that raised since the last one that did not (/readyz `consecutive_step_failures`;
-        a step that raises ends the engine thread, so 1 means the engine died of it)."""
-        self._step_started: float | None = None
-        self._tick_started = 0.0
-        self._live_s = 0.0  # engine thread: live streams' engine time not yet handed to the backlog
-        self._shed_new = 0  # engine thread: live passes shed not yet handed to the backlog
-        self._posted_at = 0.0  # engine thread: perf_counter() of the last hand-over to the loop
-        self.live_streams = 0
-        """Live streams the runner held after the last step (written by the engine thread)."""
-        self._started = threading.Event()
-        self.death: str | None = None
-        """Why the engine thread died (None while it runs): written once by that thread."""
+        self.thread = EngineThread(engine, self.series, self._dispatch, self._died)
+        self._death_task: asyncio.Future[None] | None = None
         self.on_death: Callable[[str], None] | None = None
         """Called on the event loop once every open request was ended after the engine died
         (the server drains and exits non-zero: app/main.py)."""
@@ -114,77 +88,54 @@ class EngineService:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._run, name="oasr-engine", daemon=True)
-        self._thread.start()
+        self.thread.start(asyncio.get_running_loop())
 
     async def wait_started(self, timeout: float = 120.0) -> bool:
-        return await asyncio.to_thread(self._started.wait, timeout)
+        return await self.thread.wait_started(timeout)
+
+    @property
+    def death(self) -> str | None:
+        """Why the engine thread died (None while it runs)."""
+        return self.thread.death
 
     @property
     def ready(self) -> bool:
-        now = time.monotonic()
-        fresh = now - self._heartbeat <= HEARTBEAT_MAX_AGE_S
-        if not fresh and self._step_started is not None:
-            fresh = now - self._step_started <= STUCK_STEP_S
-        return (self._steps_done > 0 and fresh and not self.draining and not self._stop.is_set()
-                and self.death is None)
+        t = self.thread
+        return t.steps_done > 0 and t.fresh() and not self.admission.draining and not t.stopping and t.death is None
 
     def readiness(self) -> dict[str, Any]:
         return {
             "ready": self.ready,
-            "draining": self.draining,
-            "steps": self._steps_done,
-            "consecutive_step_failures": self._failures_in_a_row,
-            "heartbeat_age_s": round(time.monotonic() - self._heartbeat, 3) if self._heartbeat else None,
+            "draining": self.admission.draining,
+            "steps": self.thread.steps_done,
+            "consecutive_step_failures": self.thread.failures_in_a_row,
+            "heartbeat_age_s": round(time.monotonic() - self.thread.heartbeat, 3) if self.thread.heartbeat else None,
             "engine_died": self.death,
             "running": self.engine.num_running,
             "waiting": self.engine.num_waiting,
-            "inflight": self.inflight,
+            "inflight": self.admission.inflight,
             "queue_delay_s": round(self.backlog.delay(), 3),
             "backlog_audio_s": round(self.backlog.seconds, 3),
             "live_engine_share": round(self.backlog.current_live_share(), 3),
-            "max_queue_delay_s": self.max_queue_delay_secs,
+            "live_sessions_held": self.admission.live.held,
+            "max_queue_delay_s": self.admission.max_queue_delay_secs,
         }
 
     def stop(self) -> None:
-        self._stop.set()
-        self.engine.wake()  # the thread's blocking wait returns; it sees the stop and ends
-        if self._thread is not None:
-            # the step in progress runs to its end (its requests were cancelled: it is the last);
-            # leaving it running while the interpreter exits aborts the process mid-kernel
-            self._thread.join(timeout=STOP_JOIN_S)
-            if self._thread.is_alive():  # a hung step: the engine is still in use, do not free it
-                logger.error("engine thread still stepping after %g s; exiting without shutting the engine down",
-                             STOP_JOIN_S)
-                return
-        self.engine.shutdown()
+        if self.thread.stop():  # a hung step still uses the engine: it is not freed under it
+            self.engine.shutdown()
 
     # ------------------------------------------------------------------ admission
 
-    def try_acquire(self, *, live: bool = False) -> bool:
-        """Take an inflight permit (event-loop only, so no lock). A `live` session that gets one is
-        counted as admitted (`Backlog.admit_live`) until its cost shows in the measured share; one
-        refused here after `shed_live` let it through is not. Offline work that gets one counts in
-        the queue delay from now (`Backlog.reserve`), before its audio is decoded."""
-        if self.draining or self.inflight >= self.max_inflight:
-            self.series.requests_busy.inc()
-            return False
-        self.inflight += 1
-        if live:
-            self.backlog.admit_live()
-        else:
-            self.backlog.reserve()  # counted in the queue delay until its audio is tracked
-        return True
-
-    def release(self) -> None:
-        self.inflight = max(0, self.inflight - 1)
+    @property
+    def backlog(self) -> Backlog:
+        return self.admission.backlog
 
     @property
     def busy(self) -> bool:
         """Something still holds this engine: a permit, an open request, or held live audio (its
         model must not be unloaded: app/model_pool.py)."""
-        return self.inflight > 0 or bool(self._streams) or bool(self._held)
+        return self.admission.inflight > 0 or bool(self._streams) or bool(self._held)
 
     def validate_options(self, decoding: DecodingOptions | None, streaming: bool = False) -> DecodingOptions:
         """The engine's admission of a request's options (app/requests.py), counted as rejected
@@ -194,42 +145,6 @@ class EngineService:
         except (InvalidRequestError, UnsupportedError):
             self.series.requests_rejected.inc()
             raise
-
-    def shed_offline(self, priority: int = 0, *, count: bool = True) -> int | None:
-        """Seconds a client should wait before offering new offline work (Retry-After), or None
-        to admit it: refused while the work ahead of it would keep it queued longer than
-        `max_queue_delay_secs`. Live streams already admitted are never shed."""
-        if self.max_queue_delay_secs <= 0:
-            return None
-        retry = self.backlog.retry_after(self.max_queue_delay_secs, priority, live_open=self.live_streams > 0)
-        if retry is not None and count:
-            self.series.requests_busy.inc()
-        return retry
-
-    def shed_live(self, *, count: bool = True) -> int | None:
-        """Seconds a client should wait before opening a new live session (Retry-After), or None
-        to admit it: refused while the live streams already admitted, with the sessions admitted
-        too recently to show in it counted at the measured per-session cost, would take
-        LIVE_ADMIT_SHARE of the engine's time with this one, or while the engine sheds live passes
-        for being behind their cadence (`Backlog.live_behind`), so that they keep their cadence (an
-        admitted session is never shed). The share is smoothed over seconds, so it is only
-        believed while streams are open: the last session's share must not refuse the next one on
-        an engine it has left. A refusal is counted as busy (`count`: a real admission, not a
-        probe); the session admitted is counted when it takes its permit (`try_acquire(live=True)`).
-        Off with the rest of load admission (`max_queue_delay_secs` 0)."""
-        if self.max_queue_delay_secs <= 0:
-            return None
-        if self.projected_live_share() < LIVE_ADMIT_SHARE and not self.backlog.live_behind():
-            return None
-        if count:
-            self.series.requests_busy.inc()
-        return LIVE_RETRY_AFTER_S
-
-    def projected_live_share(self) -> float:
-        """The share of engine time live streams would take with one more session: the measured
-        share of those open (believed only while streams are open), those admitted too recently
-        to show in it and the new one each at the measured per-session cost."""
-        return self.backlog.live_projection(streams_open=self.live_streams > 0) + (self.backlog.live_cost or 0.0)
 
     def _track(self, request_id: str, samples: int, priority: int) -> None:
         self.backlog.add(request_id, samples / self.engine.sample_rate, priority)
@@ -340,90 +255,18 @@ class EngineService:
                 stream.put(RequestOutput(request_id=rid, finished=True, finish_reason="error", error=reason,
                                          error_stage="shutdown"))
 
-    # ------------------------------------------------------------------ engine thread
-
-    def _beat(self) -> None:
-        self._heartbeat = time.monotonic()
-        self.series.beat(heartbeat=True)
-
-    def _run(self) -> None:
-        try:
-            try:
-                self.engine.step()  # first step after start-up: readiness needs one
-                self._steps_done += 1
-                self._beat()
-            finally:
-                self._started.set()
-            self._loop_steps()
-        except BaseException as exc:  # the thread ends here: nothing may leave its requests hanging
-            if self._stop.is_set():  # shutting down: the engine was shut under a step
-                logger.info("engine thread ended during shutdown: %r", exc)
-                return
-            if isinstance(exc, Exception):
-                self.series.step_failures.inc()
-                self._failures_in_a_row += 1
-            self._die(f"engine thread died: {type(exc).__name__}: {exc}")
-            if not isinstance(exc, Exception):
-                raise
-
-    def _die(self, reason: str) -> None:
-        """Engine thread: mark the engine dead and have the loop end every open request."""
-        logger.critical("%s; every open request ends as UNAVAILABLE and the server exits", reason, exc_info=True)
-        self.death = reason  # readiness reads it: false from now on
-        if self._loop is not None:
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody is waiting
-                self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._after_death(reason)))
+    def _died(self, reason: str) -> None:
+        """On the loop: the engine thread died; end every open request, then say so."""
+        self._death_task = asyncio.ensure_future(self._after_death(reason))
 
     async def _after_death(self, reason: str) -> None:
         await self.cancel_all(reason)
         if self.on_death is not None:
             self.on_death(reason)
 
-    def _loop_steps(self) -> None:
-        """Drive the engine until stopped; a step that raises ends the thread (`_ThreadObserver`)."""
-        drive(self.engine, self._deliver, stop=self._stop.is_set, observer=_ThreadObserver(self),
-              idle_wait_s=IDLE_WAIT_S)
-
-    def _deliver(self, outputs: list[RequestOutput]) -> bool:
-        """After each step (engine thread): its metrics, then its outputs to the event loop; False
-        once the loop is closed (shutdown), which ends the thread."""
-        stepped = time.perf_counter()
-        self._failures_in_a_row = 0
-        try:
-            self._observe_step(stepped - self._tick_started)
-        except Exception:  # metrics are best effort: the step's outputs must still reach their clients
-            logger.exception("recording the metrics of an engine step failed")
-        posted = self._post(outputs)
-        done = time.perf_counter()
-        self.series.extract.observe(done - stepped)
-        self.series.tick.observe(done - self._tick_started)
-        self._beat()
-        return posted
-
-    def _observe_step(self, seconds: float) -> None:
-        e = self.engine
-        self.series.step.observe(seconds)
-        snapshot, stats = e.metrics.drain(), e.runner.stats()
-        self._live_s += live_engine_seconds(snapshot.stage_seconds)
-        self.live_streams = stats.streams
-        self._shed_new += self.series.export(snapshot, stats, e.num_running, e.num_waiting)
-
-    def _post(self, outputs: list[RequestOutput], idle: bool = False) -> bool:
-        """Hand a step's outputs to the event loop; False once the loop is closed (shutdown)."""
-        now = time.perf_counter()
-        # live time goes over without outputs too (a saturated Whisper engine holds partials back
-        # while finals decode), and an idle engine says so, so that the measured live share falls
-        live_due = (self._live_s > 0 or self._shed_new or idle) and now - self._posted_at >= LIVE_POST_PERIOD_S
-        if (outputs or live_due) and self._loop is not None:
-            live_s, shed, self._live_s, self._shed_new, self._posted_at = self._live_s, self._shed_new, 0.0, 0, now
-            try:
-                self._loop.call_soon_threadsafe(self._dispatch, outputs, now, live_s, shed)
-            except RuntimeError:  # loop closed during shutdown
-                return False
-        return True
-
-    def _dispatch(self, outputs: list[RequestOutput], sent_at: float, live_s: float = 0.0, passes_shed: int = 0) -> None:
-        for out in outputs:
+    def _dispatch(self, report: StepReport) -> None:
+        """On the loop: route a step's outputs to their streams; tell admission what it saw."""
+        for out in report.outputs:
             if out.finished and out.finish_reason in ("abort", "error"):
                 self.backlog.forget(out.request_id)  # left without being transcribed: no progress
             else:  # offline partials report the audio decoded so far
@@ -435,33 +278,6 @@ class EngineService:
             if out.finished and out.finish_reason == "error":
                 self.series.failed(out.error_stage or "unknown")
         # the engine time live streams took (offline work did not get it), and whether they are behind
-        self.backlog.live(live_s, self.live_streams, passes_shed)
-        self.backlog.sample()  # one step's outputs, one throughput sample
+        self.admission.observe(report.live_seconds, report.streams, report.passes_shed, report.step_at)
         self.series.queue_delay.set(self.backlog.delay())
-        self.series.route.observe(time.perf_counter() - sent_at)
-
-
-class _ThreadObserver(LoopObserver):
-    """The engine thread's view of its loop: heartbeats while idle, the step's start (readiness
-    tells a long step from a stuck one), and a failed step re-raised: its exception ends the engine
-    thread, which ends every open request and the process (EngineService._run)."""
-
-    def __init__(self, service: EngineService) -> None:
-        self.service = service
-
-    def idle(self) -> None:
-        self.service._beat()
-        self.service._post([], idle=True)  # no live work meanwhile: the backlog's live share decays
-
-    def step_started(self) -> None:
-        s = self.service
-        s._tick_started = time.perf_counter()
-        s._step_started = time.monotonic()
-
-    def step_failed(self, exc: Exception) -> None:
-        raise exc
-
-    def stepped(self, seconds: float, failed: bool) -> None:
-        s = self.service
-        s._step_started = None
-        s._steps_done += 1
+        self.series.route.observe(time.perf_counter() - report.sent_at)

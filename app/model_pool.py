@@ -239,7 +239,7 @@ class ModelPool:
 
     @property
     def inflight(self) -> int:
-        return sum(s.inflight for s in self.loaded())
+        return sum(s.admission.inflight for s in self.loaded())
 
     @property
     def draining(self) -> bool:
@@ -263,7 +263,7 @@ class ModelPool:
         """Shutdown begins: every loaded service refuses new work, and nothing loads any more."""
         self.closing = True
         for s in self.loaded():
-            s.draining = True
+            s.admission.draining = True
 
     async def cancel_all(self, reason: str) -> None:
         for s in list(self.loaded()):
@@ -297,7 +297,7 @@ class ModelPool:
                 logger.error("model %s was not loaded: %s", entry.name, entry.error)
                 raise
             entry.service, entry.state, entry.error = service, "loaded", None
-            service.draining = self.closing  # the drain began while it loaded: it takes no new work
+            service.admission.draining = self.closing  # the drain began while it loaded: it takes no new work
             entry.loads += 1
             entry.last_used = time.monotonic()
             self.metrics.model_loads.labels(model=entry.name).inc()
@@ -400,7 +400,7 @@ class ModelPool:
         if service is None:
             return
         entry.service, entry.state = None, "unloading"  # new requests now wait on the lock and reload it
-        service.draining = True
+        service.admission.draining = True
         await asyncio.to_thread(service.stop)
         entry.state = "unloaded"
         self.metrics.model_unloads.labels(model=entry.name, reason=reason).inc()

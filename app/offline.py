@@ -1,13 +1,12 @@
-"""Running one offline request for any surface: permit, engine request, timeout, cancellation
-on disconnect, metrics — so every route and RPC behaves the same."""
+"""Running one offline request for any surface: engine request, timeout, cancellation on
+disconnect, metrics — so every route and RPC behaves the same (its permit: app/admission.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 
 import numpy as np
 
@@ -20,55 +19,6 @@ from engine import DecodingOptions, RequestOutput
 class RequestTimeout(ApiError):
     def __init__(self, seconds: float):
         super().__init__(408, f"request did not finish within {seconds:g} s (--request-timeout-secs)")
-
-
-def take_permit(service: EngineService, *, live: bool = False) -> None:
-    """Take an inflight permit or raise 503; the caller must `service.release()` it. Offline work
-    is also refused while the backlog ahead of it would queue it past --max-queue-delay-secs:
-    503 RESOURCE_EXHAUSTED with a Retry-After taken from the measured backlog. `live` work (a
-    stream the engine advances as it arrives) is refused instead while the live streams already
-    admitted take most of the engine's time (EngineService.shed_live), so they keep their cadence."""
-    retry = service.shed_live() if live else service.shed_offline()
-    if retry is not None:
-        raise live_refusal(service, retry) if live else offline_refusal(service, retry)
-    if not service.try_acquire(live=live):
-        if service.draining:
-            raise ApiError(503, "server is shutting down")  # UNAVAILABLE: go to another replica
-        # over capacity is RESOURCE_EXHAUSTED (seed 001's table), still HTTP 503
-        retry = service.backlog.drain_time()
-        raise ApiError(503, f"server is at capacity (--max-inflight); retry after {retry} s",
-                       status_name="RESOURCE_EXHAUSTED", retry_after=retry)
-
-
-def offline_refusal(service: EngineService, retry: int) -> ApiError:
-    """The refusal of new offline work whose queue delay is over the limit, or that live sessions
-    leave no engine time to (503 RESOURCE_EXHAUSTED)."""
-    delay = service.backlog.delay()
-    if delay <= service.max_queue_delay_secs:  # refused for the live sessions, not for the queue
-        why = "the live sessions admitted take the engine's time (they go first)"
-    else:
-        why = f"new work would wait about {delay:.0f} s (--max-queue-delay-secs {service.max_queue_delay_secs:g})"
-    return ApiError(503, f"server is overloaded: {why}; retry after {retry} s",
-                    status_name="RESOURCE_EXHAUSTED", retry_after=retry)
-
-
-def live_refusal(service: EngineService, retry: int) -> ApiError:
-    """The refusal of a new live session while admitted ones take the engine (503 RESOURCE_EXHAUSTED)."""
-    share = service.projected_live_share()
-    why = ("the live sessions admitted are behind their cadence already (the engine sheds their passes)"
-           if service.backlog.live_behind() else
-           f"live sessions would take {share:.0%} of the engine with a new one, which would slow those admitted")
-    return ApiError(503, f"server is overloaded: {why}; retry after {retry} s",
-                    status_name="RESOURCE_EXHAUSTED", retry_after=retry)
-
-
-@contextlib.asynccontextmanager
-async def inflight_permit(service: EngineService, *, live: bool = False) -> AsyncIterator[None]:
-    take_permit(service, live=live)
-    try:
-        yield
-    finally:
-        service.release()
 
 
 async def run_offline(

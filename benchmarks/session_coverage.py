@@ -18,6 +18,7 @@ import argparse
 import difflib
 import json
 import logging
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
+DATA = Path(os.environ.get("OASR_SPEECH_DATA", Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"))
 SAMPLE_RATE = 16000  # Hz
 PAUSES_S = (0.4, 1.5, 3.0)  # silence between two utterances of a session
 LEAD_S = 0.5  # silence before the first utterance and after the last

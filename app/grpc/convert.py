@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import grpc
 
+from app.admission import Refused
 from app.audio import AudioError
 from app.errors import ApiError, ModelNotFound
 from engine.errors import EngineError, EngineOverloadedError, EngineShutdownError, InvalidRequestError
@@ -69,6 +70,9 @@ def to_rpc_error(exc: Exception, *, draining: bool) -> RpcError:
         return RpcError(grpc.StatusCode.NOT_FOUND, str(exc))
     if isinstance(exc, InvalidRequestError):
         return invalid(str(exc))
+    if isinstance(exc, Refused):  # admission: shutting down (no hint) or retry after the hint
+        code = grpc.StatusCode.UNAVAILABLE if exc.retry_after is None else grpc.StatusCode.RESOURCE_EXHAUSTED
+        return RpcError(code, exc.message, retry_after=exc.retry_after)
     if isinstance(exc, ApiError):
         if exc.status == 503:
             # a permit refused while draining, or work cancelled by the drain -> UNAVAILABLE;

@@ -42,7 +42,7 @@ from app.live import VadModelCache
 from app.metrics import Metrics
 from app.middleware import key_matches
 from app.model_pool import ModelPool
-from app.offline import RequestTimeout, inflight_permit
+from app.offline import RequestTimeout
 from app.requests import admit_options
 from app.settings import Settings
 from protos.oasr.speech.v1 import speech_pb2 as pb
@@ -158,7 +158,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
             raise invalid("RecognitionAudio.content is empty; send the audio bytes in it")
         rid = config.request_id or new_request_id()
         separate = config.enable_separate_recognition_per_channel
-        async with inflight_permit(service):
+        async with service.admission.admit():
             audio = await self.decoder.decode(request.audio.content, encoding=spec.encoding,
                                               sample_rate=spec.sample_rate, channels=spec.channels,
                                               max_seconds=self.settings.max_audio_seconds, keep_channels=separate)
@@ -248,7 +248,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
                             self._deps.vad_models)
 
         live = self._live(service, streaming_config, spec)
-        async with inflight_permit(service, live=live):
+        async with service.admission.admit(live=live):
             gauge = self.metrics.stream_sessions_active.labels(api=STREAMING_API)
             gauge.inc()
             try:

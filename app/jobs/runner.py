@@ -75,7 +75,7 @@ class OneService:
 
     @property
     def draining(self) -> bool:
-        return self.service.draining
+        return self.service.admission.draining
 
     @property
     def default_service(self) -> EngineService | None:

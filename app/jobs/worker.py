@@ -113,7 +113,7 @@ class JobWorker:
             services = self.runtime.services
             service = services.default_service
             # batch jobs yield to interactive work: none starts while new requests are being shed
-            shedding = service is not None and service.shed_offline(count=False) is not None
+            shedding = service is not None and service.admission.offline_retry() is not None
             if free > 0 and self._claiming and not services.draining and not shedding:
                 try:
                     jobs = await asyncio.to_thread(self.store.claim, self.owner, free, self.lease_s)

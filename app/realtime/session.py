@@ -25,6 +25,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket
 
+from app.admission import Permit, Refused
 from app.engine_service import EngineService
 from app.live import (
     InputClosed,
@@ -90,6 +91,7 @@ class RealtimeSession:
         session_id: str | None = None,
         config: SessionConfig | None = None,
         models: ModelPool | None = None,
+        permit: Permit | None = None,
     ) -> None:
         """`config`: the session's starting configuration (a client secret's); by default server
         VAD when the server has it. `models`: the server's models, which a session.update naming
@@ -98,6 +100,8 @@ class RealtimeSession:
         self.id = session_id or ev.new_id("sess")
         self.sender = sender
         self.service = service
+        self.permit = permit
+        """The session's admission on `service` (released when it ends; None: held by the caller)."""
         self.metrics = service.metrics
         self.rate: int = service.engine.sample_rate
         self.vad = vad
@@ -265,24 +269,24 @@ class RealtimeSession:
 
     async def _update(self, config: SessionConfig, *, beta: bool) -> None:
         async with self._lock:
-            service = await self._service_for(config)
+            service, permit = await self._service_for(config)
             try:
                 await self._update_on(service, config)
             except BaseException:
-                if service is not self.service:
-                    service.release()  # the permit taken for a switch that did not happen
+                if permit is not None:
+                    permit.release()  # the permit taken for a switch that did not happen
                 raise
-            if service is not self.service:
-                self._switch(service)
+            if permit is not None:
+                self._switch(service, permit)
         name = "transcription_session.updated" if beta else "session.updated"
         await self.sender.send(ev.server_event(name, session=self.render(beta)))
 
-    async def _service_for(self, config: SessionConfig) -> EngineService:
-        """The service of the model `config` names: this session's, or another one's with a permit
-        taken on it (the session moves there once the update is accepted)."""
+    async def _service_for(self, config: SessionConfig) -> tuple[EngineService, Permit | None]:
+        """The service of the model `config` names: this session's (no permit), or another one's
+        with a permit taken on it (the session moves there once the update is accepted)."""
         param = "session.input_audio_transcription" if self.beta else "session.audio.input.transcription"
         if self._models is None:
-            return self.service
+            return self.service, None
         try:
             service = await self._models.service_for(config.transcription.model or None)
         except ModelNotFound as exc:
@@ -290,7 +294,7 @@ class RealtimeSession:
         except EngineError as exc:
             raise refused(exc) from exc
         if service is self.service:
-            return service
+            return service, None
         if self.live.turns:
             raise ProtocolError("the model cannot change while a turn is open or being transcribed; wait for its "
                                 "transcription (or clear the input audio buffer) first",
@@ -299,17 +303,20 @@ class RealtimeSession:
             raise ProtocolError(f"model {config.transcription.model!r} takes {service.engine.sample_rate} Hz audio, "
                                 f"this session's model {self.rate} Hz; open a new session for it",
                                 code="unsupported_value", param=f"{param}.model")
-        if not service.try_acquire(live=True):
-            raise ProtocolError(f"model {config.transcription.model!r} is at capacity (--max-inflight); retry later",
-                                code="server_busy", error_type=ev.SERVER_ERROR_TYPE)
-        return service
+        try:
+            return service, service.admission.take(live=True)
+        except Refused as exc:
+            raise ProtocolError(f"model {config.transcription.model!r}: {exc.message}", code="server_busy",
+                                error_type=ev.SERVER_ERROR_TYPE) from exc
 
-    def _switch(self, service: EngineService) -> None:
-        """Move the session (no turn open) and its permit to `service`."""
-        old, self.service = self.service, service
+    def _switch(self, service: EngineService, permit: Permit) -> None:
+        """Move the session (no turn open) to `service`, on `permit`."""
+        old, self.permit = self.permit, permit
+        self.service = service
         self.live.service = service
         self.metrics = service.metrics
-        old.release()
+        if old is not None:
+            old.release()
 
     async def _update_on(self, service: EngineService, config: SessionConfig) -> None:
         """Validate and take `config` on `service` (under the session lock)."""

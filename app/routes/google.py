@@ -22,7 +22,6 @@ from app.formats import to_google_recognize, to_google_recognize_channels
 from app.google.convert import AudioSpec, alternatives_wanted, audio_spec, decoding_options
 from app.google.wire import new_request_id, strip_request_hints
 from app.model_pool import ModelPool
-from app.offline import inflight_permit
 from app.requests import ModelNotFound, admit_options, build_options
 from app.settings import Settings
 from engine import DecodingOptions
@@ -117,7 +116,7 @@ async def _recognize(request: Request, settings: Settings, service: EngineServic
                      separate: bool, rid: str) -> JSONResponse:
     """Decode, recognize every channel or the downmix under an inflight permit, answer in Google's
     shape (the body is read before: a slow upload holds no engine slot)."""
-    async with inflight_permit(service):
+    async with service.admission.admit():
         try:
             audio = await decoder.decode(body, encoding=spec.encoding, sample_rate=spec.sample_rate,
                                          channels=spec.channels, max_seconds=settings.max_audio_seconds,

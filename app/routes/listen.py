@@ -20,6 +20,7 @@ from importlib import metadata
 from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
 
+from app.admission import Refused
 from app.deepgram import messages as msg
 from app.deepgram.params import QueryError, parse_params
 from app.deepgram.session import (
@@ -34,7 +35,6 @@ from app.engine_service import EngineService
 from app.live import VadModelCache
 from app.live.sender import EventSender
 from app.model_pool import ModelPool
-from app.offline import live_refusal
 from app.requests import ModelNotFound
 from app.settings import Settings
 from engine.errors import EngineError
@@ -75,21 +75,16 @@ async def listen(websocket: WebSocket) -> None:
     except EngineError as exc:  # the model could not be loaded: refused like a full server
         await _deny(websocket, str(exc))
         return
-    shed = service.shed_live()
-    if shed is not None:  # live sessions already take the engine: admitted ones keep their cadence
-        await _deny(websocket, live_refusal(service, shed).message, shed)
-        return
-    if not service.try_acquire(live=True):
-        retry = None if service.draining else service.backlog.drain_time()
-        message = ("server is shutting down" if retry is None
-                   else f"server is at capacity (--max-inflight); retry after {retry} s")
-        await _deny(websocket, message, retry)
+    try:
+        permit = service.admission.take(live=True)
+    except Refused as exc:  # admitted live sessions keep their cadence; a full or draining server says so
+        await _deny(websocket, exc.message, exc.retry_after)
         return
     try:
         await _serve(websocket, state.settings, service, getattr(state, "drain_hooks", []), VadModelCache.of(state),
                      name)
     finally:
-        service.release()
+        permit.release()
 
 
 async def _deny(websocket: WebSocket, message: str, retry: int | None = None) -> None:

@@ -19,7 +19,7 @@ from app.disconnect import wait_for_disconnect
 from app.errors import ApiError, to_api_error
 from app.formats import to_srt, to_verbose_json, to_vtt, usage
 from app.model_pool import ModelPool
-from app.offline import RequestTimeout, inflight_permit, run_offline, take_permit
+from app.offline import RequestTimeout, run_offline
 from app.output_stream import OutputStream
 from app.realtime.events import logprob_entries
 from app.requests import admit_options, build_options
@@ -86,7 +86,7 @@ async def _transcribe(
         raise to_api_error(exc) from exc
     if stream:
         return await _stream_transcription(service, decoder, file, options, settings)
-    async with inflight_permit(service):
+    async with service.admission.admit():
         data = await file.read()
         try:
             audio = await decoder.decode(data, max_seconds=settings.max_audio_seconds)
@@ -123,7 +123,7 @@ async def _stream_transcription(
     starts, so refusals are real HTTP statuses; the event stream then owns the permit and the
     engine request until `done()` — run by the stream's `finally`, or by the response's
     background task when the client left before the stream ever started."""
-    take_permit(service)
+    permit = service.admission.take()
     request_id: str | None = None
     finished = False
 
@@ -133,7 +133,7 @@ async def _stream_transcription(
             finished = True
             if request_id is not None:
                 service.close(request_id)  # aborts the engine request if it is still running
-            service.release()
+            permit.release()
 
     try:
         data = await file.read()

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
 
+from app.admission import Permit, Refused
 from app.engine_service import EngineService
 from app.errors import ApiError, to_api_error
 from app.live.sender import EventSender
@@ -33,7 +34,6 @@ from app.live.vad import VadModelCache
 from app.metrics import Metrics
 from app.middleware import presented_keys
 from app.model_pool import ModelPool
-from app.offline import live_refusal
 from app.realtime.config import VadSettings
 from app.realtime.events import error_event
 from app.realtime.registry import SessionRegistry
@@ -106,28 +106,23 @@ async def realtime(websocket: WebSocket) -> None:
     except EngineError as exc:
         await _deny(websocket, to_api_error(exc))
         return
-    retry = service.shed_live()
-    if retry is not None:
-        await _deny(websocket, live_refusal(service, retry))
-        return
-    if not service.try_acquire(live=True):
-        if service.draining:
-            await _deny(websocket, ApiError(503, "server is shutting down"))
-        else:
-            retry = service.backlog.drain_time()
-            await _deny(websocket, ApiError(503, f"server is at capacity (--max-inflight); retry after {retry} s",
-                                            retry_after=retry))
+    try:
+        permit = service.admission.take(live=True)
+    except Refused as exc:
+        await _deny(websocket, exc)
         return
     try:
-        session = await _open(websocket, settings, service, registry, VadModelCache.of(state), secret, models)
+        session = await _open(websocket, settings, service, permit, registry, VadModelCache.of(state), secret,
+                              models)
     except BaseException:
-        service.release()
+        permit.release()
         raise
     await _run(websocket, session, registry, settings)
 
 
-async def _open(websocket: WebSocket, settings: Settings, service: EngineService, registry: SessionRegistry,
-                vad_models: VadModelCache, secret: ClientSecret | None, models: ModelPool) -> RealtimeSession:
+async def _open(websocket: WebSocket, settings: Settings, service: EngineService, permit: Permit,
+                registry: SessionRegistry, vad_models: VadModelCache, secret: ClientSecret | None,
+                models: ModelPool) -> RealtimeSession:
     """Accept the connection and start a session on it (the caller's permit becomes the session's)."""
     metrics: Metrics = service.metrics
     vad_batcher = await vad_models.batcher()
@@ -138,12 +133,13 @@ async def _open(websocket: WebSocket, settings: Settings, service: EngineService
     session = RealtimeSession(sender, service, vad_batcher=vad_batcher, vad=vad_settings(settings),
                               served_model_name=settings.served_model_name, beta=beta,
                               session_id=secret.session_id if secret else None,
-                              config=secret.config if secret else None, models=models)
+                              config=secret.config if secret else None, models=models, permit=permit)
 
     async def finish() -> None:
         session.abort_all()
         metrics.stream_sessions_active.labels(api=API).dec()
-        session.service.release()  # the session's permit, on the model it ended on
+        if session.permit is not None:
+            session.permit.release()  # the session's permit, on the model it ended on
         wall = time.monotonic() - session.started
         if session.audio_seconds > 0 and wall > 0:
             metrics.stream_realtime_factor.observe(session.audio_seconds / wall)

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from app.backlog import (
-    LIVE_COST_MIN_STREAMS,
+    LIVE_COST_SAMPLES,
     LIVE_RETRY_AFTER_S,
     LIVE_SETTLE_S,
     LIVE_TAU_S,
@@ -206,41 +206,39 @@ def test_new_offline_work_is_refused_while_live_streams_leave_the_engine_no_time
     assert backlog.retry_after(30.0) is None
 
 
-def test_a_live_session_cost_is_measured_only_over_enough_streams() -> None:
-    """One or two streams' average share overstates what one more adds (their passes batch):
-    no per-session cost until LIVE_COST_MIN_STREAMS are open, then the share over their count."""
+def feed_live(backlog: Backlog, clock: Clock, streams: int, share: float, samples: int) -> None:
+    for _ in range(samples):
+        clock.now += MIN_SAMPLE_S
+        backlog.live(share * MIN_SAMPLE_S, streams)
+        backlog.sample()
+
+
+def test_a_live_stream_costs_what_one_more_adds_not_the_average() -> None:
+    """One stream alone reads 64 % (its passes run back to back), sixteen batched 94 %: what one
+    more stream adds is the slope, 2 %, not the average share of a stream (6 % at 16). Nothing is
+    measured while the samples hold one stream count only."""
     clock = Clock()
     backlog = Backlog(clock)
-    for _ in range(10):
-        clock.now += MIN_SAMPLE_S
-        backlog.live(0.6 * MIN_SAMPLE_S, LIVE_COST_MIN_STREAMS - 1)
-        backlog.sample()
+    feed_live(backlog, clock, 1, 0.64, 10)
     assert backlog.live_cost is None and backlog.live_projection() == pytest.approx(backlog.live_share)
-    for _ in range(40):
-        clock.now += MIN_SAMPLE_S
-        backlog.live(0.6 * MIN_SAMPLE_S, 2 * LIVE_COST_MIN_STREAMS)
-        backlog.sample()
-    assert backlog.live_cost == pytest.approx(0.6 / (2 * LIVE_COST_MIN_STREAMS), rel=1e-3)
+    feed_live(backlog, clock, 16, 0.94, 10)
+    assert backlog.live_cost == pytest.approx(0.02, rel=1e-6)
+    feed_live(backlog, clock, 16, 0.94, LIVE_COST_SAMPLES)  # the 1-stream samples aged out: the last slope stays
+    assert backlog.live_cost == pytest.approx(0.02, rel=1e-6)
 
 
-def test_sessions_admitted_lately_count_until_they_settle_or_every_stream_ends() -> None:
+def test_sessions_admitted_lately_count_at_the_marginal_cost_until_they_show() -> None:
     clock = Clock()
     backlog = Backlog(clock)
-    for _ in range(40):
-        clock.now += MIN_SAMPLE_S
-        backlog.live(0.4 * MIN_SAMPLE_S, 8)
-        backlog.sample()
+    feed_live(backlog, clock, 4, 0.30, 10)
+    feed_live(backlog, clock, 8, 0.40, 30)
     share, cost = backlog.live_share, backlog.live_cost
-    assert cost == pytest.approx(0.05, rel=1e-3)
-    backlog.admit_live()
-    backlog.admit_live()
+    assert cost is not None and 0.0 < cost < share / 8  # below the average cost of a stream
+    backlog.live(0.0, 8, unproven=2)
     assert backlog.live_projection() == pytest.approx(share + 2 * cost)
     assert backlog.live_projection(streams_open=False) == pytest.approx(2 * cost)  # a burst from none
-    clock.now += LIVE_SETTLE_S + 0.1
-    assert backlog.live_projection() == pytest.approx(share)  # settled: the share speaks for them
-    backlog.admit_live()
-    backlog.live(0.0, 0)  # every stream ended, the one just admitted with them
-    assert backlog.live_projection(streams_open=False) == 0.0
+    backlog.live(0.0, 10, unproven=0)  # they show in the share now
+    assert backlog.live_projection() == pytest.approx(share)
 
 
 def test_live_is_behind_for_a_while_after_the_engine_sheds_passes() -> None:
@@ -259,7 +257,7 @@ def test_live_is_behind_for_a_while_after_the_engine_sheds_passes() -> None:
     clock.now += 0.2
     assert not backlog.live_behind()
     backlog.live(0.1, 8, passes_shed=1)
-    backlog.live(0.0, 0)  # every stream ended
+    backlog.live_ended()  # every session ended
     assert not backlog.live_behind()
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from app.admission import Refused
 from app.audio import AudioEncoding, AudioTooLongError, decode_audio
 from app.errors import ApiError
 from app.google.convert import (
@@ -149,11 +150,15 @@ def test_bad_decoding_values_are_invalid_argument(ext: pb.DecodingExtensions) ->
         (ApiError(408, "timeout"), False, Code.DEADLINE_EXCEEDED),
         (ApiError(404, "no such model"), False, Code.NOT_FOUND),
         (ApiError(500, "boom"), False, Code.INTERNAL),
+        (Refused("server is overloaded", 10), False, Code.RESOURCE_EXHAUSTED),
+        (Refused("server is shutting down", None), False, Code.UNAVAILABLE),
     ],
 )
 def test_errors_map_to_status_codes(exc: Exception, draining: bool, code: grpc.StatusCode) -> None:
     err = to_rpc_error(exc, draining=draining)
     assert err.code == code and err.message
+    if isinstance(exc, Refused) and exc.retry_after is not None:
+        assert err.trailing_metadata == (("grpc-retry-pushback-ms", "10000"),)
 
 
 def test_unknown_exceptions_are_not_swallowed() -> None:

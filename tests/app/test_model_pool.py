@@ -142,11 +142,11 @@ async def test_the_ttl_unloads_idle_models_only(pools: Callable[..., ModelPool])
     pool = pools(ttl_s=0.0)  # idle at all is idle for long enough
     await pool.start()
     service = await pool.service_for("b")
-    assert service.try_acquire()  # a live session's permit
+    permit = service.admission.take(live=True)  # a live session's permit
     await pool.sweep()
     assert states(pool) == {"a": "unloaded", "b": "loaded", "c": "unloaded"}
     assert pool.readiness()["ready"]  # the first model loads again on demand
-    service.release()
+    permit.release()
     await pool.sweep()
     assert states(pool)["b"] == "unloaded"
     await pool.service_for(None)  # the first model loads again

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import math
 import queue
 import threading
 import time
@@ -24,8 +23,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from app.admission import LIVE_PROVE_S, LIVE_START, Admission, Refused
 from app.audio import AudioDecoder
-from app.backlog import LIVE_ADMIT_SHARE, LIVE_RETRY_AFTER_S, LIVE_SETTLE_S, MIN_SAMPLE_S, Backlog
+from app.backlog import LIVE_RETRY_AFTER_S, LIVE_SETTLE_S
 from app.engine_service import EngineService
 from app.google.wire import google_request_id
 from app.main import create_app
@@ -75,6 +75,8 @@ class FakeEngine:
 
     answer: Callable[[str, np.ndarray, DecodingOptions], RequestOutput | None] = canned
     sample_rate: int = RATE
+    streaming_enabled: bool = True
+    """Live sessions are gated by cadence as on a streaming engine (no test streams audio to it)."""
     config: EngineConfig = field(default_factory=lambda: EngineConfig(device="cpu"))
     model_info: ModelInfo = field(default_factory=lambda: ModelInfo("fake", "fake-asr", RATE, ("en",),
                                                                     decode_methods=("canned",), decode_method="canned"))
@@ -310,7 +312,7 @@ async def test_sse_stream(h: Harness) -> None:
     ]
     assert h.metric("oasr_audio_seconds_total", api="openai", mode="offline") == pytest.approx(3.2)
     assert h.metric("oasr_request_duration_seconds_count", api="openai", mode="offline", outcome="ok") == 1
-    assert h.service.inflight == 0
+    assert h.service.admission.inflight == 0
 
 
 async def test_sse_engine_error_is_an_error_event(h: Harness) -> None:
@@ -336,9 +338,9 @@ async def test_sse_admission_errors_are_http_statuses_and_return_the_permit(h: H
     assert "English-only" in error["message"]
     error = openai_error(await transcribe(h, stream="true", body=b""), 400)
     assert error["param"] == "file"
-    assert h.service.inflight == 0
+    assert h.service.admission.inflight == 0
     assert (await transcribe(h, stream="true")).status_code == 200
-    assert h.service.inflight == 0
+    assert h.service.admission.inflight == 0
 
 
 @pytest.mark.parametrize("settings", [Settings(grpc_port=0, request_timeout_secs=0.2)])
@@ -350,7 +352,7 @@ async def test_sse_request_timeout_ends_the_stream_and_aborts(h: Harness) -> Non
     assert frames[-1] == "[DONE]"
     await until(lambda: "fake-1" in h.engine.aborted)
     assert h.metric("oasr_request_duration_seconds_count", api="openai", mode="offline", outcome="error") == 1
-    assert h.service.inflight == 0
+    assert h.service.admission.inflight == 0
 
 
 async def test_translation_forces_translate(h: Harness) -> None:
@@ -429,7 +431,7 @@ async def test_request_timeout_is_408_and_aborts(h: Harness) -> None:
     assert "--request-timeout-secs" in error["message"]
     await until(lambda: "fake-1" in h.engine.aborted)  # the abort reaches the engine thread
     assert h.metric("oasr_request_duration_seconds_count", api="openai", mode="offline", outcome="error") == 1
-    assert h.service.inflight == 0
+    assert h.service.admission.inflight == 0
 
 
 class EngineWithBrokenStats(FakeEngine):
@@ -449,7 +451,7 @@ async def test_a_failing_metrics_observation_does_not_stop_the_engine_thread(h: 
 async def test_at_capacity_is_503_and_probes_still_answer(h: Harness) -> None:
     h.engine.answer = lambda rid, audio, options: None
     held = asyncio.ensure_future(transcribe(h))
-    while h.service.inflight == 0:
+    while h.service.admission.inflight == 0:
         await asyncio.sleep(0.01)
     error = openai_error(await transcribe(h), 503)
     assert "capacity" in error["message"] and "--max-inflight" in error["message"]
@@ -464,7 +466,7 @@ async def test_at_capacity_is_503_and_probes_still_answer(h: Harness) -> None:
 
 
 async def test_draining_refuses_with_503_and_readiness_fails(h: Harness) -> None:
-    h.service.draining = True
+    h.service.admission.draining = True
     error = openai_error(await transcribe(h), 503)
     assert "shutting down" in error["message"]
     message = google_error(await h.client.post("/v1/speech:recognize", params={"encoding": "WAV"}, content=wav()),
@@ -477,7 +479,7 @@ async def test_draining_refuses_with_503_and_readiness_fails(h: Harness) -> None
 async def test_after_the_drain_cancelled_work_no_request_enters_the_engine(h: Harness) -> None:
     """A handler that held its permit through the grace (still decoding) is refused at the engine."""
     await h.service.cancel_all("server is shutting down")
-    assert not h.service.draining  # only the cancel ran: the permit is still granted
+    assert not h.service.admission.draining  # only the cancel ran: the permit is still granted
     error = openai_error(await transcribe(h), 503)
     assert "shutting down" in error["message"]
     assert h.engine.received == []
@@ -486,7 +488,7 @@ async def test_after_the_drain_cancelled_work_no_request_enters_the_engine(h: Ha
 async def test_readiness_holds_through_one_long_step_but_not_a_stuck_one(
     h: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.engine_service as bridge
+    import app.engine_thread as bridge
 
     release = threading.Event()
 
@@ -652,7 +654,7 @@ async def test_cors_allows_the_configured_origin_before_the_key_check(h: Harness
 
 
 async def test_offline_work_over_the_queue_delay_is_refused_with_retry_after(h: Harness) -> None:
-    h.service.max_queue_delay_secs = 30.0
+    h.service.admission.max_queue_delay_secs = 30.0
     h.service.backlog.add("ahead", 100.0)  # 100 audio-seconds queued, transcribed at 2x real time
     h.service.backlog.rate = 2.0
     r = await transcribe(h)
@@ -686,87 +688,63 @@ async def upgrade(app: Any, path: str) -> list[dict[str, Any]]:
     return sent
 
 
-async def test_a_burst_of_live_sessions_is_admitted_only_up_to_the_measured_capacity(h: Harness) -> None:
-    """Sessions opened together are refused once the ones just admitted, counted at the measured
-    cost of a live stream, would take LIVE_ADMIT_SHARE of the engine: the share alone shows them
-    only seconds later (their passes have not started), so it would admit the whole burst."""
+def clocked(h: Harness, clock: list[float]) -> Admission:
+    """The harness's engine admitted on a clock the test moves (load admission on)."""
+    h.service.admission = Admission(h.service.admission.max_inflight, 30.0,
+                                    on_busy=h.service.series.requests_busy.inc, clock=lambda: clock[0])
+    return h.service.admission
+
+
+async def test_a_burst_of_live_sessions_is_admitted_in_a_slow_start(h: Harness) -> None:
+    """Sessions opened together: LIVE_START are admitted on trust, the next once those have run
+    LIVE_PROVE_S without the engine shedding a pass (then twice as many), each refusal a 503 with
+    Retry-After and the reason on both WebSocket surfaces."""
     clock = [100.0]
-    h.service.max_queue_delay_secs = 30.0
-    h.service.backlog = backlog = Backlog(lambda: clock[0])
-    h.service.live_streams = 4
-    for _ in range(40):  # 20 s in which 4 live streams took 22 % of the engine: 5.5 % each
-        clock[0] += MIN_SAMPLE_S
-        backlog.live(0.22 * MIN_SAMPLE_S, 4)
-        backlog.sample()
-    assert backlog.live_cost == pytest.approx(0.055, rel=1e-3)
-    h.service.max_inflight = 100
-    admitted = 0
-    while h.service.shed_live() is None and h.service.try_acquire(live=True) and admitted < 100:
-        admitted += 1
-    # admitted while 0.22 + 0.055 * (k + 1) < LIVE_ADMIT_SHARE: 12 more at 0.9, 16 streams at 88 %
-    assert admitted == math.ceil((LIVE_ADMIT_SHARE - 0.22) / 0.055) - 1
-    assert h.service.shed_live() == LIVE_RETRY_AFTER_S
-    for _ in range(admitted):
-        h.service.release()
-    clock[0] += LIVE_SETTLE_S + 1  # settled: the measured share (still 22 % here) speaks for them
-    assert h.service.shed_live() is None
+    admission = clocked(h, clock)
+    admission.max_inflight = 100
+    permits = [admission.take(live=True) for _ in range(LIVE_START)]
+    for path in ("/v1/realtime", "/v1/listen"):
+        start, *rest = await upgrade(h.app, path)
+        assert start["status"] == 503 and (b"retry-after", str(LIVE_RETRY_AFTER_S).encode()) in start["headers"]
+        assert b"have not shown yet" in b"".join(m.get("body", b"") for m in rest)
+    clock[0] += LIVE_PROVE_S
+    admission.observe(0.1, LIVE_START, 0)  # no pass shed: the first ones are proven
+    permits += [admission.take(live=True) for _ in range(LIVE_START)]
+    assert admission.refusal(live=True, count=False) is not None
+    assert h.metric("oasr_requests_busy_total") == 2
+    for p in permits:
+        p.release()
+    assert admission.live.open == 0 and admission.inflight == 0
 
 
 async def test_a_live_session_refused_a_permit_is_not_counted_as_admitted(h: Harness) -> None:
-    """The live gate counts a session as admitted when it takes its permit: one that passed the
-    gate but found --max-inflight reached never opens, so it must not hold back the next ones."""
+    """A session refused by --max-inflight never opens, so it must not hold back the next ones."""
     clock = [100.0]
-    h.service.max_queue_delay_secs = 30.0
-    h.service.backlog = backlog = Backlog(lambda: clock[0])
-    backlog.live_cost = 0.1
-    before = h.service.projected_live_share()
-    h.service.max_inflight = h.service.inflight  # full
-    assert h.service.shed_live() is None and not h.service.try_acquire(live=True)
-    assert h.service.projected_live_share() == before
-    h.service.max_inflight += 1
-    assert h.service.try_acquire(live=True)
-    assert h.service.projected_live_share() == pytest.approx(before + 0.1)
-    h.service.release()
+    admission = clocked(h, clock)
+    admission.max_inflight = admission.inflight  # full
+    with pytest.raises(Refused, match="--max-inflight"):
+        admission.take(live=True)
+    assert admission.live.open == 0 and admission.live.limit() == LIVE_START
+    admission.max_inflight += 1
+    admission.take(live=True).release()
 
 
 async def test_new_live_sessions_are_refused_while_the_engine_sheds_live_passes(h: Harness) -> None:
-    """However low the measured share reads, a new session is refused while the engine sheds the
-    admitted streams' passes for being behind their cadence, with the reason in the refusal."""
+    """However few sessions are open, a new one is refused while the engine sheds the admitted
+    streams' passes for being behind their cadence, with the reason in the refusal; offline work
+    too (it would only slow them further)."""
     clock = [100.0]
-    h.service.max_queue_delay_secs = 30.0
-    h.service.backlog = backlog = Backlog(lambda: clock[0])
-    h.service.live_streams = 8
-    backlog.live(0.1, 8, passes_shed=2)
-    assert h.service.projected_live_share() < LIVE_ADMIT_SHARE
-    start, *rest = await upgrade(h.app, "/v1/realtime")
-    assert start["status"] == 503 and (b"retry-after", str(LIVE_RETRY_AFTER_S).encode()) in start["headers"]
-    body = b"".join(m.get("body", b"") for m in rest)
-    assert b"behind their cadence" in body, body
-    clock[0] += LIVE_SETTLE_S
-    assert h.service.shed_live() is None
-
-
-async def test_new_live_sessions_are_refused_while_live_streams_take_the_engine(h: Harness) -> None:
-    """Admitted live sessions keep their cadence: while live streams take LIVE_ADMIT_SHARE of the
-    engine's time, a new realtime or /v1/listen session is refused on the upgrade with 503 and a
-    Retry-After; offline work is still judged by its own queue delay."""
-    clock = [100.0]
-    h.service.max_queue_delay_secs = 30.0
-    h.service.backlog = Backlog(lambda: clock[0])
-    for _ in range(20):  # 10 s in which live streams took 95 % of every step
-        clock[0] += MIN_SAMPLE_S
-        h.service.backlog.live(0.95 * MIN_SAMPLE_S)
-        h.service.backlog.sample()
-    assert h.service.backlog.current_live_share() >= LIVE_ADMIT_SHARE
-    assert h.service.shed_live() is None  # no stream open: a share left by sessions that ended
-    h.service.live_streams = 16  # as the engine thread reads them from the runner after a step
+    admission = clocked(h, clock)
+    held = admission.take(live=True)  # a session open (the fake engine reports no stream)
+    admission.observe(0.1, 8, passes_shed=2)
     for path in ("/v1/realtime", "/v1/listen"):
-        start = (await upgrade(h.app, path))[0]
-        assert start["type"] == "websocket.http.response.start" and start["status"] == 503, start
-        assert (b"retry-after", str(LIVE_RETRY_AFTER_S).encode()) in start["headers"]
-    assert h.service.inflight == 0 and h.metric("oasr_requests_busy_total") == 2
-    assert (await transcribe(h)).status_code == 200  # no offline backlog: the upload is served
-    for _ in range(10):  # the engine idles and says so once a second: the share decays
-        clock[0] += 1.0
-        h.service.backlog.sample()
-    assert h.service.shed_live() is None
+        start, *rest = await upgrade(h.app, path)
+        assert start["status"] == 503 and (b"retry-after", str(LIVE_RETRY_AFTER_S).encode()) in start["headers"]
+        assert b"behind their cadence" in b"".join(m.get("body", b"") for m in rest)
+    assert h.service.admission.inflight == 1 and h.metric("oasr_requests_busy_total") == 2
+    r = await transcribe(h)
+    assert openai_error(r, 503) and r.headers["retry-after"] == str(LIVE_RETRY_AFTER_S)
+    clock[0] += LIVE_SETTLE_S
+    assert admission.refusal(live=True, count=False) is None
+    assert (await transcribe(h)).status_code == 200
+    held.release()

@@ -1,0 +1,260 @@
+"""Admission: whether one engine takes new work now, one permit per admitted request or session,
+and one refusal type every surface renders.
+
+    async with service.admission.admit(live=True) as permit:   # or raises Refused
+        ...
+
+`Refused` is an `ApiError` (503, Retry-After): HTTP routes answer it as any error, gRPC turns it
+into RESOURCE_EXHAUSTED / UNAVAILABLE with `grpc-retry-pushback-ms`, the WebSocket routes deny the
+upgrade with it (Deepgram's `/v1/listen` in its own envelope); a surface never re-types a reason.
+
+Offline work is judged by its expected queue delay (app/backlog.py) against
+`max_queue_delay_secs`. Live sessions are judged by cadence, in a slow start (`LiveGate`): the
+engine is never asked how much one session costs on average (with batching one more stream costs
+far less than the average, and one stream alone on an idle engine reads as 64 % of it), it is
+watched for whether the sessions it holds keep their cadence. Sessions admitted lately are on
+probation until an engine step that began LIVE_PROVE_S after their admission has shed no pass; at most as many are on probation as are proven (LIVE_START at first), so the admitted number can double every LIVE_PROVE_S while
+no pass is shed, and a shed pass (the engine behind its streams' cadence) stops admission for
+LIVE_SETTLE_S and marks the level it broke at: past it, one session at a time is tried.
+
+Event-loop only (the bridge feeds it from its dispatch), so no lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from app.backlog import LIVE_RETRY_AFTER_S, Backlog
+from app.errors import ApiError
+
+LIVE_START = 8
+"""Live sessions admitted on trust before any has proven itself (the first round of a slow
+start): a burst opened 0.25 s apart brings about six within one LIVE_PROVE_S."""
+LIVE_PROVE_S = 1.5
+"""Seconds an admitted live session runs without the engine shedding a pass before it counts as
+held at cadence: its first pass is due after one pass period of audio (0.5 s at Whisper's
+defaults), and a pass waiting longer than one more period is shed (engine/models/whisper/
+stream_passes.py), so a session the engine cannot hold shows within this."""
+CEILING_FORGET_S = 120.0
+"""Seconds without a shed pass after which the level the engine last fell behind at is forgotten
+(the machine's other load changes; a ceiling measured under it must not cap the next hour)."""
+
+
+class Refused(ApiError):
+    """New work refused now: HTTP 503 with Retry-After (`retry_after` None: shutting down, go to
+    another replica), gRPC RESOURCE_EXHAUSTED / UNAVAILABLE with pushback, a WebSocket denial."""
+
+    def __init__(self, reason: str, retry_after: int | None, *, status: int = 503):
+        message = reason if retry_after is None else f"{reason}; retry after {retry_after} s"
+        super().__init__(status, message, retry_after=retry_after,
+                         status_name=None if retry_after is None else "RESOURCE_EXHAUSTED")
+        self.reason = reason
+
+
+SHUTTING_DOWN = "server is shutting down"
+
+
+class LiveGate:
+    """The slow start of live sessions (module doc). Fed the engine's shed passes; asked before
+    each new live session. Deterministic: time comes from `clock`."""
+
+    def __init__(self, backlog: Backlog, clock: Callable[[], float] = time.monotonic) -> None:
+        self._backlog = backlog  # it keeps when a live pass was last shed
+        self._clock = clock
+        self.open = 0
+        """Live sessions holding a permit."""
+        self._probation: dict[int, float] = {}  # permit id -> when admitted, until proven
+        self.ceiling: int | None = None
+        """Live sessions open when the engine last fell behind, less one (None: never, or forgotten)."""
+        self._ceiling_at = -math.inf
+        self.held = 0
+        """Most live sessions held at cadence so far (proven, none on probation): the measured capacity."""
+        self.checked_at = -math.inf
+        """When the last engine step reported began: a session is proven only by a step that
+        began LIVE_PROVE_S after its admission, not by time alone (under load one step outlasts
+        the probation, and the passes it held up are shed, so counted, at the next step's start)."""
+
+    def shed(self, passes: int) -> None:
+        """The engine shed `passes` live passes since the last report: the sessions open are more
+        than it holds at cadence. Those on probation are judged: the level is marked."""
+        if passes <= 0:
+            return
+        self._ceiling_at = self._clock()
+        self.ceiling = max(1, self.open - 1)
+        self._probation.clear()  # admitted, never shed; they count as open from now on
+
+    def behind(self) -> bool:
+        """A live pass was shed in the last LIVE_SETTLE_S."""
+        return self._backlog.live_behind()
+
+    def _settle(self) -> None:
+        now = self._clock()
+        for pid, admitted in list(self._probation.items()):
+            if admitted + LIVE_PROVE_S <= self.checked_at:
+                del self._probation[pid]
+        if not self._probation:
+            self.held = max(self.held, self.open)
+        if self.ceiling is not None and now - self._ceiling_at >= CEILING_FORGET_S:
+            self.ceiling = None
+
+    @property
+    def proven(self) -> int:
+        self._settle()
+        return self.open - len(self._probation)
+
+    def limit(self) -> int:
+        """Live sessions that may be open now: the proven ones doubled (at least LIVE_START), and
+        past the level the engine last fell behind at, one unproven session at a time."""
+        proven = self.proven
+        limit = proven + max(LIVE_START, proven)
+        if self.ceiling is not None:
+            limit = min(limit, max(self.ceiling, proven + 1))
+        return limit
+
+    def refusal(self) -> str | None:
+        """Why a new live session is refused now (None: admit it)."""
+        if self.behind():
+            return "the live sessions admitted are behind their cadence already (the engine sheds their passes)"
+        if self.open + 1 > self.limit():
+            return (f"{len(self._probation)} live sessions admitted lately have not shown yet that the engine keeps "
+                    f"their cadence (an engine step {LIVE_PROVE_S:g} s after their admission without a pass shed)")
+        return None
+
+    def admitted(self, pid: int) -> None:
+        self.open += 1
+        self._probation[pid] = self._clock()
+
+    def released(self, pid: int) -> None:
+        self.open = max(0, self.open - 1)
+        self._probation.pop(pid, None)
+
+
+@dataclass
+class Permit:
+    """One admitted request or live session; `release()` (idempotent) gives it back."""
+
+    admission: Admission
+    id: int
+    live: bool
+    released: bool = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.admission._release(self)
+
+
+class Admission:
+    """One engine's admission: permits (--max-inflight), the offline backlog's delay bound
+    (--max-queue-delay-secs; 0 turns load admission off) and the live slow start."""
+
+    def __init__(self, max_inflight: int = 64, max_queue_delay_secs: float = 0.0,
+                 on_busy: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.monotonic,
+                 *, streaming: bool = True) -> None:
+        """`streaming`: the engine advances live streams (else it holds their audio for one
+        offline request at the end, and live sessions are not gated by cadence)."""
+        self.max_inflight = max_inflight
+        self.max_queue_delay_secs = max_queue_delay_secs
+        """New offline work is refused while its expected queue delay is over this (0: never)."""
+        self.backlog = Backlog(clock)
+        """Offline work accepted and not finished, and the measured rate of finishing it."""
+        self.live = LiveGate(self.backlog, clock)
+        self.inflight = 0
+        self.draining = False
+        self.live_streams = 0
+        """Live streams the engine held after its last reported step."""
+        self._streaming = streaming
+        self._on_busy = on_busy  # counts a refusal for load (oasr_requests_busy_total)
+        self._ids = itertools.count()
+        self._clock = clock
+
+    # ---------------------------------------------------------------- what the engine reports
+
+    def observe(self, live_seconds: float, streams: int, passes_shed: int, step_at: float | None = None) -> None:
+        """One dispatch of the engine's outputs: the engine time live streams took, the live
+        streams it holds, the live passes it shed since the last one, and when the last step
+        they cover began (on this admission's clock; default: now)."""
+        self.live_streams = streams
+        self.live.checked_at = max(self.live.checked_at, self._clock() if step_at is None else step_at)
+        self.backlog.live(live_seconds, streams, passes_shed, unproven=self.live.open - self.live.proven)
+        self.live.shed(passes_shed)
+        if not streams and not self.live.open:
+            self.backlog.live_ended()
+        self.backlog.sample()
+
+    # ---------------------------------------------------------------- decisions
+
+    def refusal(self, *, live: bool = False, priority: int = 0, count: bool = True) -> Refused | None:
+        """Why new work would be refused now, or None; `count` a real refusal as busy (not a probe)."""
+        refused = self._refusal(live, priority)
+        if refused is not None and count:
+            self._on_busy()
+        return refused
+
+    def _refusal(self, live: bool, priority: int) -> Refused | None:
+        if self.draining:
+            return Refused(SHUTTING_DOWN, None)
+        if self.max_queue_delay_secs > 0:
+            if live and self._streaming:
+                why = self.live.refusal()
+                if why is not None:
+                    return Refused(f"server is overloaded: {why}", LIVE_RETRY_AFTER_S)
+            else:
+                retry = self.backlog.retry_after(self.max_queue_delay_secs, priority, live_open=self.live_streams > 0)
+                if retry is not None:
+                    return Refused(f"server is overloaded: {self._offline_why()}", retry)
+        if self.inflight >= self.max_inflight:
+            return Refused("server is at capacity (--max-inflight)", self.backlog.drain_time())
+        return None
+
+    def _offline_why(self) -> str:
+        delay = self.backlog.delay()
+        if delay <= self.max_queue_delay_secs:  # refused for the live sessions, not for the queue
+            return "the live sessions admitted take the engine's time (they go first)"
+        return f"new work would wait about {delay:.0f} s (--max-queue-delay-secs {self.max_queue_delay_secs:g})"
+
+    def offline_retry(self, priority: int = 0) -> int | None:
+        """Seconds before new offline work at `priority` would be admitted on load (a probe, not
+        counted; None: now). Batch jobs start only while interactive work is not being shed."""
+        if self.max_queue_delay_secs <= 0:
+            return None
+        return self.backlog.retry_after(self.max_queue_delay_secs, priority, live_open=self.live_streams > 0)
+
+    # ---------------------------------------------------------------- permits
+
+    def take(self, *, live: bool = False) -> Permit:
+        """A permit, or `Refused`. A live permit puts its session on probation (`LiveGate`); an
+        offline one counts in the queue delay from now (`Backlog.reserve`), before its audio is
+        decoded."""
+        refused = self.refusal(live=live)
+        if refused is not None:
+            raise refused
+        permit = Permit(self, next(self._ids), live)
+        self.inflight += 1
+        if live:
+            self.live.admitted(permit.id)
+        else:
+            self.backlog.reserve()
+        return permit
+
+    @contextlib.asynccontextmanager
+    async def admit(self, *, live: bool = False) -> AsyncIterator[Permit]:
+        permit = self.take(live=live)
+        try:
+            yield permit
+        finally:
+            permit.release()
+
+    def _release(self, permit: Permit) -> None:
+        self.inflight = max(0, self.inflight - 1)
+        if permit.live:
+            self.live.released(permit.id)
+
+
+__all__ = ["CEILING_FORGET_S", "LIVE_PROVE_S", "LIVE_START", "SHUTTING_DOWN", "Admission", "LiveGate", "Permit",
+           "Refused"]

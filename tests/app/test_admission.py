@@ -1,0 +1,160 @@
+"""Admission (app/admission.py): the live slow start on synthetic engine reports and a clock the
+test moves, permits, and the one refusal type."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.admission import CEILING_FORGET_S, LIVE_PROVE_S, LIVE_START, Admission, Permit, Refused
+from app.backlog import LIVE_RETRY_AFTER_S, LIVE_SETTLE_S
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def admission(clock: Clock, **kw: float) -> Admission:
+    return Admission(max_inflight=int(kw.get("max_inflight", 1000)), max_queue_delay_secs=30.0, clock=clock)
+
+
+def admit_all(a: Admission, limit: int = 1000) -> list[Permit]:
+    """Live permits until the first refusal."""
+    permits: list[Permit] = []
+    while len(permits) < limit and a.refusal(live=True, count=False) is None:
+        permits.append(a.take(live=True))
+    return permits
+
+
+def prove(a: Admission, clock: Clock) -> None:
+    """LIVE_PROVE_S of engine reports without a shed pass."""
+    clock.now += LIVE_PROVE_S
+    a.observe(0.1, a.live.open, 0)
+
+
+def test_live_sessions_are_admitted_in_a_slow_start_that_doubles_while_no_pass_is_shed() -> None:
+    clock = Clock()
+    a = admission(clock)
+    open_ = [len(admit_all(a))]
+    for _ in range(4):
+        prove(a, clock)
+        admit_all(a)
+        open_.append(a.live.open)
+    assert open_ == [LIVE_START * 2 ** k for k in range(5)]
+    assert a.live.held == LIVE_START * 8  # the most held at cadence so far (the last round is on probation)
+
+
+def test_a_burst_at_four_a_second_is_admitted_while_the_engine_keeps_cadence() -> None:
+    """Sessions opened 0.25 s apart (the capacity benchmark's stagger) are never refused by the
+    slow start: those admitted LIVE_PROVE_S ago are proven by the time the next ones arrive."""
+    clock = Clock()
+    a = admission(clock)
+    for _ in range(64):
+        assert a.refusal(live=True, count=False) is None
+        a.take(live=True)
+        clock.now += 0.25
+        a.observe(0.1, a.live.open, 0)
+    assert a.live.open == 64
+
+
+def test_a_session_is_proven_by_a_step_begun_after_its_probation_not_by_time_alone() -> None:
+    """Under load one step can outlast LIVE_PROVE_S, and the passes it held up are shed (so
+    counted) only at the next step's start: until a step that began LIVE_PROVE_S after a
+    session's admission reports no shed pass, the session stays on probation."""
+    clock = Clock()
+    a = admission(clock)
+    admitted_at = clock.now
+    admit_all(a)
+    clock.now += 4 * LIVE_PROVE_S
+    a.observe(0.1, LIVE_START, 0, step_at=admitted_at + 0.1)  # a long step, begun right after
+    assert a.live.proven == 0 and a.refusal(live=True, count=False) is not None
+    a.observe(0.1, LIVE_START, 0, step_at=admitted_at + LIVE_PROVE_S)  # the next one shed nothing
+    assert a.live.proven == LIVE_START and len(admit_all(a)) == LIVE_START
+
+
+def test_an_offline_engine_does_not_gate_live_sessions_by_cadence() -> None:
+    """A live session on an offline engine is held audio until its end: no pass to be shed."""
+    clock = Clock()
+    a = Admission(max_inflight=100, max_queue_delay_secs=30.0, clock=clock, streaming=False)
+    assert len(admit_all(a, 50)) == 50
+
+
+def test_a_shed_pass_stops_admission_and_past_its_level_one_session_at_a_time_is_tried() -> None:
+    clock = Clock()
+    a = admission(clock)
+    admit_all(a)
+    prove(a, clock)
+    admit_all(a)  # 16 open, 8 on probation
+    a.observe(0.1, 16, passes_shed=1)
+    refused = a.refusal(live=True, count=False)
+    assert refused is not None and refused.retry_after == LIVE_RETRY_AFTER_S
+    assert "behind their cadence" in refused.message
+    assert a.live.ceiling == 15
+    clock.now += LIVE_SETTLE_S  # the sessions still run, no pass shed since
+    a.observe(0.1, 16, 0)
+    assert len(admit_all(a)) == 1  # one at a time past the level it fell behind at
+    prove(a, clock)
+    assert len(admit_all(a)) == 1
+    clock.now += CEILING_FORGET_S
+    a.observe(0.1, a.live.open, 0)
+    assert a.live.ceiling is None
+    proven = a.live.open
+    assert len(admit_all(a)) == proven  # the slow start again: as many again as are proven
+
+
+def test_a_session_released_on_probation_frees_its_place() -> None:
+    clock = Clock()
+    a = admission(clock)
+    permits = admit_all(a)
+    assert len(permits) == LIVE_START
+    permits[0].release()
+    permits[0].release()  # idempotent
+    assert a.live.open == LIVE_START - 1 and a.inflight == LIVE_START - 1
+    assert len(admit_all(a)) == 1
+
+
+def test_behind_ends_when_every_live_session_has_ended() -> None:
+    clock = Clock()
+    a = admission(clock)
+    permits = admit_all(a, 2)
+    a.observe(0.1, 2, passes_shed=1)
+    assert a.live.behind() and a.offline_retry() == LIVE_RETRY_AFTER_S  # offline work waits for them too
+    a.observe(0.0, 0, 0)  # the engine's streams ended, a session still holds its permit
+    assert a.live.behind()
+    for p in permits:
+        p.release()
+    a.observe(0.0, 0, 0)
+    assert not a.live.behind() and a.offline_retry() is None
+
+
+async def test_admit_yields_a_permit_or_raises_one_refusal() -> None:
+    clock = Clock()
+    busy: list[int] = []
+    a = Admission(max_inflight=1, max_queue_delay_secs=30.0, on_busy=lambda: busy.append(1), clock=clock)
+    async with a.admit() as permit:
+        assert a.inflight == 1 and not permit.live
+        with pytest.raises(Refused) as info:
+            async with a.admit():
+                pass
+        assert info.value.status == 503 and info.value.retry_after == 1 and "--max-inflight" in info.value.message
+    assert a.inflight == 0 and busy == [1]
+    a.draining = True
+    with pytest.raises(Refused) as info:
+        a.take(live=True)
+    assert info.value.retry_after is None and info.value.message == "server is shutting down"
+    assert info.value.google_body()["error"]["status"] == "UNAVAILABLE"
+
+
+def test_offline_work_over_the_queue_delay_is_refused_with_the_estimate() -> None:
+    clock = Clock()
+    a = admission(clock)
+    a.backlog.rate = 2.0
+    a.backlog.add("ahead", 100.0)  # 50 s of work ahead
+    refused = a.refusal()
+    assert refused is not None and refused.retry_after == 20 and "--max-queue-delay-secs" in refused.message
+    assert refused.google_body()["error"]["status"] == "RESOURCE_EXHAUSTED"
+    a.max_queue_delay_secs = 0  # load admission off
+    assert a.refusal() is None
