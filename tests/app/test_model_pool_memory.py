@@ -102,7 +102,8 @@ async def test_the_planned_pool_is_listed_and_counted_beside_the_weights(served)
 async def test_a_second_pool_that_does_not_fit_is_refused_as_resource_exhausted(served) -> None:
     client, pool, pool_bytes = served
     a = pool.models[0].service
-    assert a is not None and a.try_acquire()  # a request of a's in flight: a cannot be unloaded
+    assert a is not None
+    permit = a.admission.take()  # a request of a's in flight: a cannot be unloaded
     response = await client.post("/v1/audio/transcriptions", data={"model": "b"},
                                  files={"file": ("a.wav", wav(), "audio/wav")})
     assert response.status_code == 503, response.text
@@ -118,7 +119,7 @@ async def test_a_second_pool_that_does_not_fit_is_refused_as_resource_exhausted(
                                                         "message": exc.args[0]}
     assert to_rpc_error(exc, draining=False).code == grpc.StatusCode.RESOURCE_EXHAUSTED
 
-    a.release()  # a's request ends: a is idle, the least recently used, and makes room
+    permit.release()  # a's request ends: a is idle, the least recently used, and makes room
     response = await client.post("/v1/audio/transcriptions", data={"model": "b"},
                                  files={"file": ("a.wav", wav(), "audio/wav")})
     assert response.status_code == 200, response.text
