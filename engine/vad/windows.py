@@ -94,6 +94,13 @@ class SpeechWindow:
         start, stop = self.pieces[i]
         return min(start + sample - offsets[i], stop) / SAMPLE_RATE
 
+    def span_to_recording(self, start: float, end: float) -> tuple[float, float]:
+        """A word's (start, end) in the window as times in the recording: a word does not
+        continue over the silence left out at a seam, so it ends in the piece it starts in."""
+        first = self.to_recording(start)
+        piece_end = next(e for s, e in self.pieces if first * SAMPLE_RATE < e or e == self.pieces[-1][1])
+        return first, max(first, min(self.to_recording(end, end=True), piece_end / SAMPLE_RATE))
+
     def _offsets(self) -> list[float]:
         """Where each piece starts in the window's audio (samples)."""
         out, total = [], 0
@@ -120,10 +127,14 @@ def speech_windows(audio: np.ndarray, speech: SpeechMap, window_s: float = 30.0,
             continue
         size = piece[1] - piece[0]
         gap = piece[0] - windows[-1][-1][1] if windows else 0
-        if windows and gap < keep and used + gap + size <= limit:
-            last = windows[-1][-1]
-            windows[-1][-1] = (last[0], piece[1])
-            used += gap + size
+        if windows and gap < keep:  # the silence stays: in this window if it fits, else a new one
+            if used + gap + size <= limit:
+                last = windows[-1][-1]
+                windows[-1][-1] = (last[0], piece[1])
+                used += gap + size
+            else:
+                windows.append([piece])
+                used = size
         elif windows and used + size <= limit:
             last = windows[-1][-1]
             if last[1] == piece[0]:  # runs whose padding meets: one piece, no seam

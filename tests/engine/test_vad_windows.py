@@ -3,6 +3,8 @@ probabilities: where cuts fall, what silence is left out, how window times map b
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -27,7 +29,7 @@ def test_windows_hold_at_most_one_window_and_cut_only_in_silence() -> None:
     assert len(windows) >= 4
     for w in windows:
         assert w.samples <= 30 * SAMPLE_RATE
-    seams = [(a.end, b.start) for a, b in zip(windows, windows[1:])]
+    seams = [(a.end, b.start) for a, b in itertools.pairwise(windows)]
     for end, start in seams:
         assert end <= start
         # every cut lies in a pause: no utterance straddles it
@@ -85,3 +87,9 @@ def test_heard_needs_faint_speech() -> None:
     assert speech.heard(1.5, 2.5) and not speech.heard(4.0, 9.0)
     speech.probs[int(6 * FRAMES_PER_S)] = 0.15  # a whisper Silero barely scores
     assert speech.heard(4.0, 9.0)
+
+
+def test_a_word_does_not_continue_over_a_left_out_silence() -> None:
+    window = SpeechWindow(((16_000, 48_000), (160_000, 192_000)))  # 1-3 s and 10-12 s
+    assert window.span_to_recording(1.5, 2.5) == pytest.approx((2.5, 3.0))  # ends at its piece's end
+    assert window.span_to_recording(2.2, 2.6) == pytest.approx((10.2, 10.6))

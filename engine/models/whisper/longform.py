@@ -140,8 +140,9 @@ def _mapped_words(words: list[Word], window: SpeechWindow, seg_start: float, seg
     out = []
     floor = seg_start
     for w in words:
-        start = min(max(round(window.to_recording(w.start), 3), floor), seg_end)
-        end = min(max(round(window.to_recording(w.end, end=True), 3), start), seg_end)
+        mapped_start, mapped_end = window.span_to_recording(w.start, w.end)
+        start = min(max(round(mapped_start, 3), floor), seg_end)
+        end = min(max(round(mapped_end, 3), start), seg_end)
         out.append(replace(w, start=start, end=end))
         floor = end
     return out
