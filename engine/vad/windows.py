@@ -7,7 +7,7 @@ Speech runs (`speech_segments`: padded, runs longer than a window split at their
 speech-like point, the quietest 32 ms of the run's second half) are packed, in order, into windows
 of at most `window_s` seconds, as faster-whisper's batched pipeline and WhisperX pack VAD chunks.
 Cuts fall only in silences (or at such a quietest point). A silence shorter than KEEP_SILENCE_S
-between two runs of a window stays in it; a longer one, and the audio before the first run and
+between two runs stays in a window (in the next one, as much as fits, at a cut); a longer one, and the audio before the first run and
 after the last, is left out (only the runs' padding stays), so a recognizer is never shown long
 stretches the VAD hears no speech in and cannot invent text there. Short silences stay because
 Silero misses whispered and falsetto speech that Whisper transcribes (measured on the long-form
@@ -95,8 +95,8 @@ class SpeechWindow:
         return min(start + sample - offsets[i], stop) / SAMPLE_RATE
 
     def span_to_recording(self, start: float, end: float) -> tuple[float, float]:
-        """A word's (start, end) in the window as times in the recording: a word does not
-        continue over the silence left out at a seam, so it ends in the piece it starts in."""
+        """A word's or segment's (start, end) in the window as times in the recording: it does
+        not continue over the silence left out at a seam, so it ends in the piece it starts in."""
         first = self.to_recording(start)
         piece_end = next(e for s, e in self.pieces if first * SAMPLE_RATE < e or e == self.pieces[-1][1])
         return first, max(first, min(self.to_recording(end, end=True), piece_end / SAMPLE_RATE))
@@ -132,9 +132,10 @@ def speech_windows(audio: np.ndarray, speech: SpeechMap, window_s: float = 30.0,
                 last = windows[-1][-1]
                 windows[-1][-1] = (last[0], piece[1])
                 used += gap + size
-            else:
+            else:  # the next window starts with as much of the silence as fits: nothing in it is lost
+                piece = (max(windows[-1][-1][1], piece[1] - limit), piece[1])
                 windows.append([piece])
-                used = size
+                used = piece[1] - piece[0]
         elif windows and used + size <= limit:
             last = windows[-1][-1]
             if last[1] == piece[0]:  # runs whose padding meets: one piece, no seam

@@ -98,8 +98,11 @@ class SegmentedTranscription:
         last_end = 0.0
         for window, part in zip(self.windows[:count], self.parts_of[:count]):
             for seg, lps in zip(part.segments, part.segment_logprobs):
-                start = max(last_end, round(window.to_recording(seg.start), 3))
-                end = max(start, round(window.to_recording(seg.end, end=True), 3))
+                # a segment, like a word, ends in the piece it starts in: Whisper saw only the
+                # padding of a silence left out at a seam, and its end timestamp often lands past it
+                mapped_start, mapped_end = window.span_to_recording(seg.start, seg.end)
+                start = max(last_end, round(mapped_start, 3))
+                end = max(start, round(mapped_end, 3))
                 if not self.speech.heard(start, end):  # text over silence is invented (a kept silence)
                     continue
                 words = None if seg.words is None else _mapped_words(seg.words, window, start, end)

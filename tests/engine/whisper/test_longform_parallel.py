@@ -179,3 +179,21 @@ def test_sequential_long_form_stays_available(clips: list[Clip]) -> None:
         assert SegmentedTranscription.__name__ not in kinds and rid
     finally:
         eng.shutdown()
+
+
+def test_aborting_a_long_request_drops_all_its_windows(engine: Any, recording: Recording) -> None:
+    rid = engine.add_request(recording.audio)
+    runner = engine.runner
+    for _ in range(1000):
+        engine.step()
+        if sum(g.job.request_id == rid for g in runner.batch.groups if not g.done) >= 2:
+            break
+    else:
+        pytest.fail("the long request's windows never decoded together")
+    engine.abort_request(rid)
+    outs = engine.step()
+    assert [o.finish_reason for o in outs if o.request_id == rid] == ["abort"]
+    queued = [*runner.planner.encode_queue, *runner.planner.prefill_queue, *runner.planner.encoding]
+    assert not any(j.request_id == rid for j in queued)
+    assert not any(g.job.request_id == rid and not g.done for g in runner.batch.groups)
+    assert rid not in runner.active
