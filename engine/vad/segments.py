@@ -12,7 +12,13 @@ import logging
 import numpy as np
 
 from engine.errors import InvalidRequestError
-from engine.vad.base import SAMPLE_RATE, WINDOW_SAMPLES, VoiceActivityModel, as_mono_float32, speech_probs
+from engine.vad.base import (
+    SAMPLE_RATE,
+    WINDOW_SAMPLES,
+    VoiceActivityModel,
+    as_mono_float32,
+    speech_probs_in_lanes,
+)
 from engine.vad.turns import SAMPLES_PER_MS, SpeechGate, TurnSettings
 
 logger = logging.getLogger(__name__)
@@ -33,6 +39,7 @@ def speech_segments(
     padding_ms: int = 300,
     merge_gap_ms: int = 0,
     max_segment_s: float = DEFAULT_MAX_SEGMENT_S,
+    probs: np.ndarray | None = None,
 ) -> list[tuple[float, float]]:
     """Speech segments of a recording as (start_s, end_s), in order and non-overlapping.
 
@@ -42,6 +49,7 @@ def speech_segments(
     padding_ms: audio kept on each side of a run (halved where two runs are closer).
     merge_gap_ms: padded segments closer than this are joined (if the result fits max_segment_s).
     max_segment_s: longer runs are split at their least speech-like window.
+    probs: the recording's speech probabilities (`speech_probs`), when already scored.
     """
     if max_segment_s < MIN_MAX_SEGMENT_S:
         raise InvalidRequestError(f"max_segment_s must be >= {MIN_MAX_SEGMENT_S}, got {max_segment_s}")
@@ -58,11 +66,12 @@ def speech_segments(
     audio = _to_model_rate(as_mono_float32(audio), sample_rate)
     if audio.size == 0:
         return []
-    if model is None:
-        from engine.vad.silero import SileroVAD
+    if probs is None:
+        if model is None:
+            from engine.vad.silero import SileroVAD
 
-        model = SileroVAD.load()
-    probs = speech_probs(model, audio)
+            model = SileroVAD.load()
+        probs = speech_probs_in_lanes(model, audio)
     runs = _speech_runs(probs, settings, audio.size)
     max_samples = int(max_segment_s * SAMPLE_RATE)
     runs = [piece for run in runs for piece in _split(run, probs, max_samples - 2 * padding_ms * SAMPLES_PER_MS)]

@@ -14,6 +14,7 @@ from typing import Literal
 from engine.errors import InvalidRequestError
 
 EncoderContext = Literal["fit", "full"]
+LongForm = Literal["parallel", "sequential"]
 MIN_STREAM_STEP_MS = 20
 """Finest live pass cadence accepted, in ms: every pass re-decodes the stream's whole window, so the
 work per stream grows as the cadence shrinks."""
@@ -30,6 +31,14 @@ class WhisperOptions:
     'fit' encodes ~4x fewer frames with the same corpus WER (12.44 %, docs/benchmarking.md) but
     is an approximation: 3 % drift WER from the reference. Requests with word timestamps keep
     'full': word timing reads the cross-attention learnt on 30 s encodings."""
+
+    offline_long_form: LongForm = "parallel"
+    """Offline requests longer than one 30 s window: 'parallel' cuts their speech at Silero VAD
+    silences into windows of at most 30 s (the silence between them left out) and decodes the
+    windows side by side as rows of the batch, each without the previous window's text
+    (engine/models/whisper/longform.py; docs/benchmarking.md, long-form); 'sequential' decodes
+    30 s windows one after another, each conditioned on the text before it (openai/whisper's
+    `transcribe`). Without the VAD (the silero-vad package missing) requests are sequential."""
 
     skip_silent_passes: bool = True
     """Live streams: skip a pass while the Silero VAD hears no speech after what the last pass
@@ -64,6 +73,8 @@ class WhisperOptions:
         for name in ("offline_encoder_context", "stream_encoder_context"):
             if getattr(self, name) not in ("fit", "full"):
                 raise InvalidRequestError(f"{name} must be 'fit' or 'full', got {getattr(self, name)!r}")
+        if self.offline_long_form not in ("parallel", "sequential"):
+            raise InvalidRequestError(f"offline_long_form must be 'parallel' or 'sequential', got {self.offline_long_form!r}")
         if self.stream_step_ms < MIN_STREAM_STEP_MS:
             raise InvalidRequestError(f"stream_step_ms must be >= {MIN_STREAM_STEP_MS}, got {self.stream_step_ms}")
         if not self.stream_window_s > 0:

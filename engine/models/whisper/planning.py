@@ -15,7 +15,7 @@ from collections.abc import Container
 
 from engine.models.whisper.batch import DecodeBatch
 from engine.models.whisper.decoding import DecodeGroup
-from engine.models.whisper.window import WindowJob, WindowOwner, WindowResult
+from engine.models.whisper.window import WindowJob, WindowResult
 
 ENCODE_EVERY_STEPS = 32  # decoder steps after which waiting windows are encoded even mid-decode
 LIVE_ENCODE_FRAMES = 2000
@@ -87,11 +87,12 @@ class WindowPlanner:
         self.prefill_queue = deque(j for j in self.prefill_queue if j is not job)
         self.deferred = [(j, r) for j, r in self.deferred if j is not job]
 
-    def drop_owner(self, owner: WindowOwner) -> None:
-        self.encoding = [j for j in self.encoding if j.owner is not owner]
-        self.encode_queue = deque(j for j in self.encode_queue if j.owner is not owner)
-        self.prefill_queue = deque(j for j in self.prefill_queue if j.owner is not owner)
-        self.deferred = [(j, r) for j, r in self.deferred if j.owner is not owner]
+    def drop_request(self, request_id: str) -> None:
+        """Drop every job of a request (a long request's windows have owners of their own)."""
+        self.encoding = [j for j in self.encoding if j.request_id != request_id]
+        self.encode_queue = deque(j for j in self.encode_queue if j.request_id != request_id)
+        self.prefill_queue = deque(j for j in self.prefill_queue if j.request_id != request_id)
+        self.deferred = [(j, r) for j, r in self.deferred if j.request_id != request_id]
 
     def clear(self) -> None:
         self.encoding.clear()

@@ -26,8 +26,9 @@ from engine.models.whisper.coverage import SpeechCoverage
 from engine.models.whisper.decoding import DecodeGroup
 from engine.models.whisper.describe import whisper_info
 from engine.models.whisper.encoder_thread import EncoderThread
-from engine.models.whisper.features import SAMPLE_RATE, LogMelExtractor
+from engine.models.whisper.features import N_SAMPLES, SAMPLE_RATE, LogMelExtractor
 from engine.models.whisper.int8 import int8_gemm_kind
+from engine.models.whisper.longform import SegmentedTranscription, window_request
 from engine.models.whisper.model import Whisper, WhisperDims
 from engine.models.whisper.offline import OfflineTranscription, uses_audio_padding
 from engine.models.whisper.options import WhisperOptions
@@ -42,9 +43,11 @@ from engine.runner import ModelInfo, RunnerStats
 from engine.streaming.silence_gate import SilenceGate
 from engine.types import DecodingOptions, RequestOutput
 from engine.vad import VoiceActivityModel, load_vad_model
+from engine.vad.windows import SpeechMap, SpeechWindow, speech_map, speech_windows
 
 logger = logging.getLogger(__name__)
 
+FAILED = "failed"  # a request whose speech windows could not be found (its error is reported)
 DECODE_THREADS = 1  # torch intra-op threads for decoder steps on CPU (see WhisperRunner._decode_threads)
 
 
@@ -60,7 +63,7 @@ class WhisperRunner:
         self.batch = self._new_batch()
         self.planner = WindowPlanner(max(config.max_decode_rows, config.max_batch_size), config.max_batch_size,
                                      self.parts.dims.n_audio_ctx)
-        self.active: dict[str, WindowOwner] = {}
+        self.active: dict[str, WindowOwner | SegmentedTranscription] = {}
         self.collating: list[Request] = []  # offline requests admitted since the last execute()
         self.streams: dict[str, StreamingTranscription] = {}
         self.step_samples = int(self.options.stream_step_ms * SAMPLE_RATE / 1000)
@@ -69,7 +72,9 @@ class WhisperRunner:
         # The silence gate only gates live passes, which an offline-mode engine never runs; speech
         # coverage needs the VAD offline too (off, an offline engine skips loading it, ~0.3 s).
         gate_wanted = self.options.skip_silent_passes and config.service_mode == "streaming"
-        self.vad = _load_vad() if gate_wanted or self.options.speech_coverage else None
+        # long offline requests are cut at its silences (longform.py)
+        vad_wanted = gate_wanted or self.options.speech_coverage or self.options.offline_long_form == "parallel"
+        self.vad = _load_vad() if vad_wanted else None
         gate = SilenceGate(self.vad) if gate_wanted and self.vad is not None else None
         self.stream_passes = StreamPassPicker(self.step_samples, gate)
         # a second core encodes beside the decoder (encoder_thread.py); with one, the engine
@@ -176,26 +181,60 @@ class WhisperRunner:
         return mels
 
     def _collate(self, outputs: list[RequestOutput]) -> None:
-        """Log-mel features of the admitted offline requests in one call; each becomes an
-        offline transcription whose first window waits to be encoded."""
+        """Log-mel features of the admitted offline requests (a long one's: of each of its speech
+        windows) in one call; each becomes an offline transcription whose first window (a long
+        one: all of its windows) waits to be encoded."""
         requests, self.collating = self.collating, []
+        windows = {r.request_id: self._speech_windows(r, outputs) for r in requests}
+        requests = [r for r in requests if windows[r.request_id] != FAILED]
+        # what is featurized: the request itself, or each of its windows
+        pieces = [[r] if not isinstance(plan := windows[r.request_id], tuple) else [window_request(r, w) for w in plan[1]]
+                  for r in requests]
+        flat = [p for ps in pieces for p in ps]
         # word timing reads cross-attention over the real audio, learnt on 30 s encodings: a
         # request with word timestamps keeps them (measured: a 'fit' window moved a word 0.5 s
         # into a pause of the long-form test recording)
-        fits = [self.options.offline_encoder_context == "fit" and not r.decoding.word_timestamps for r in requests]
-        mels = self._offline_features(requests, fits, outputs)
-        for request, fit, mel in zip(requests, fits, mels):
-            if mel is None:
+        fits = [self.options.offline_encoder_context == "fit" and not r.decoding.word_timestamps for r in flat]
+        mels = iter(self._offline_features(flat, fits, outputs))
+        for request, ps in zip(requests, pieces):
+            own = [next(mels) for _ in ps]
+            if any(m is None for m in own):
                 continue
-            state = OfflineTranscription(request, mel.to(self.parts.dtype), self.parts, fit_context=fit,
-                                         coverage=self._coverage())
-            self.active[request.request_id] = state
-            job = state.next_job()
-            if job is None:
-                outputs.append(state.finish())
-                del self.active[request.request_id]
+            own_mels = [m.to(self.parts.dtype) for m in own if m is not None]
+            fit = self.options.offline_encoder_context == "fit" and not request.decoding.word_timestamps
+            plan = windows[request.request_id]
+            state: OfflineTranscription | SegmentedTranscription
+            if isinstance(plan, tuple):
+                state = SegmentedTranscription(request, plan[0], plan[1], own_mels, self.parts, fit,
+                                               [self._coverage() for _ in own_mels])
+                jobs = state.first_jobs()
             else:
+                state = OfflineTranscription(request, own_mels[0], self.parts, fit_context=fit,
+                                             coverage=self._coverage())
+                job = state.next_job()
+                jobs = [] if job is None else [job]
+            if not jobs:
+                outputs.append(state.finish())
+                continue
+            self.active[request.request_id] = state
+            for job in jobs:
                 self.planner.submit(job)
+
+    def _speech_windows(self, request: Request,
+                        outputs: list[RequestOutput]) -> tuple[SpeechMap, list[SpeechWindow]] | str | None:
+        """A long request's speech and its windows (decoded side by side, longform.py); None: decoded
+        window after window (short, asked so, or no VAD); FAILED: the VAD failed (its error
+        output is added)."""
+        assert request.audio is not None
+        if (self.options.offline_long_form != "parallel" or self.vad is None
+                or request.audio.shape[0] <= N_SAMPLES):
+            return None
+        try:  # timed as part of offline.collate
+            speech = speech_map(request.audio, self.vad)
+            return speech, speech_windows(request.audio, speech, N_SAMPLES / SAMPLE_RATE)
+        except Exception as exc:
+            outputs.append(error_output(request, "features", exc))
+            return FAILED
 
     def _coverage(self) -> SpeechCoverage:
         """A request's coverage bookkeeping (coverage.py); without the VAD or the option, it is off."""
@@ -207,9 +246,9 @@ class WhisperRunner:
         state = self.active.pop(request.request_id, None)
         if state is None:
             return
-        self.planner.drop_owner(state)
+        self.planner.drop_request(request.request_id)
         for g in list(self.batch.groups):
-            if g.job.owner is state:
+            if g.job.request_id == request.request_id:
                 self.batch.remove_job(g.job)
 
     def has_work(self) -> bool:
@@ -277,8 +316,8 @@ class WhisperRunner:
         return outputs
 
     def _hand_over(self, job: WindowJob, result: WindowResult, outputs: list[RequestOutput]) -> None:
-        state = job.owner
-        if job.request_id not in self.active:
+        state = self.active.get(job.request_id)  # the job's owner, or the long request it is a window of
+        if state is None:
             return
         try:
             update = state.on_window_done(job, result)

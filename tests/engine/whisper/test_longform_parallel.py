@@ -1,0 +1,199 @@
+"""Long offline requests decoded as parallel windows (engine/models/whisper/longform.py): dev
+clips joined by pauses, with a long inner and a long trailing silence, transcribed in one request.
+Pinned to int8_w8a8; driven by engine steps, never by timing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import SAMPLE_RATE, Clip, wer
+
+GAP_S = 1.0
+INNER_SILENCE_S = 20.0  # longer than KEEP_SILENCE_S: left out of every window
+TRAILING_SILENCE_S = 25.0
+MIN_SPEECH_S = 70.0  # at least three windows of speech
+EDGE_S = 0.5  # a word or segment may reach this far into a silence (padding, timestamp steps)
+
+
+@dataclass
+class Recording:
+    audio: np.ndarray
+    clips: list[tuple[float, Clip]]  # start (s) of each clip
+    silences: list[tuple[float, float]]  # the long inner and the trailing silence
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Any]:
+    from engine import ASREngine, EngineConfig
+
+    eng = ASREngine(EngineConfig(quantization="int8_w8a8"))
+    yield eng
+    eng.shutdown()
+
+
+@pytest.fixture(scope="module")
+def recording(clips: list[Clip]) -> Recording:
+    parts: list[np.ndarray] = []
+    placed: list[tuple[float, Clip]] = []
+    silences: list[tuple[float, float]] = []
+    t = 0.0
+    for clip in sorted(clips, key=lambda c: c.id):  # a fixed order, not the manifest's
+        if t >= MIN_SPEECH_S:
+            break
+        gap = INNER_SILENCE_S if placed and not silences and t >= MIN_SPEECH_S / 2 else (GAP_S if placed else 0.0)
+        if gap == INNER_SILENCE_S:
+            silences.append((t, t + gap))
+        parts.append(np.zeros(int(gap * SAMPLE_RATE), np.float32))
+        t += gap
+        placed.append((t, clip))
+        parts.append(clip.audio)
+        t += clip.audio.size / SAMPLE_RATE
+    silences.append((t, t + TRAILING_SILENCE_S))
+    parts.append(np.zeros(int(TRAILING_SILENCE_S * SAMPLE_RATE), np.float32))
+    return Recording(np.concatenate(parts), placed, silences)
+
+
+@pytest.fixture(scope="module")
+def alone(engine: Any, recording: Recording) -> list[Any]:
+    """Each clip of the recording transcribed on its own (one window each)."""
+    return engine.transcribe_outputs([c.audio for _, c in recording.clips])
+
+
+@pytest.fixture(scope="module")
+def stepped(engine: Any, recording: Recording, clips: list[Clip]) -> dict[str, Any]:
+    """The recording (with word timestamps) and a short clip submitted together, the engine
+    stepped by hand: every output of each request, and which requests' windows shared each
+    decoder batch."""
+    from engine import DecodingOptions
+
+    long_id = engine.add_request(recording.audio, decoding=DecodingOptions(word_timestamps=True))
+    short_id = engine.add_request(clips[0].audio)
+    outputs: dict[str, list[Any]] = {long_id: [], short_id: []}
+    batches: list[list[str]] = []
+    for _ in range(20_000):
+        for out in engine.step():
+            outputs[out.request_id].append(out)
+        batches.append([g.job.request_id for g in engine.runner.batch.groups if not g.done])
+        if all(o and o[-1].finished for o in outputs.values()):
+            break
+    return {"long": outputs[long_id], "short": outputs[short_id], "batches": batches, "ids": (long_id, short_id)}
+
+
+def test_long_request_windows_share_the_batch_with_another_request(stepped: dict[str, Any]) -> None:
+    long_id, short_id = stepped["ids"]
+    assert stepped["long"][-1].finish_reason == "stop" and stepped["short"][-1].finish_reason == "stop"
+    together = [b for b in stepped["batches"] if b.count(long_id) >= 2 and short_id in b]
+    assert together, "the long request's windows never decoded side by side with the other request"
+
+
+def test_partials_come_in_order_and_grow_to_the_final(stepped: dict[str, Any], recording: Recording) -> None:
+    outs = stepped["long"]
+    final = outs[-1]
+    partials = [o for o in outs if not o.finished]
+    # windows done in the same step are reported together: at least one partial comes first
+    assert partials and 0 < len(partials[0].text) < len(final.text), "no window's text before the end"
+    seen = ""
+    durations = []
+    for p in partials:
+        assert p.text.startswith(seen) and final.text.startswith(p.text), (seen, p.text)
+        seen = p.text
+        durations.append(p.duration)
+    assert durations == sorted(durations) and durations[-1] < final.duration
+    assert final.duration == pytest.approx(recording.audio.size / SAMPLE_RATE, abs=0.01)
+
+
+def test_timestamps_are_monotonic_and_read_as_one_recording(stepped: dict[str, Any], recording: Recording) -> None:
+    out = stepped["long"][-1]
+    duration = recording.audio.size / SAMPLE_RATE
+    assert [s.id for s in out.segments] == list(range(len(out.segments)))
+    assert out.text == "".join(s.text for s in out.segments).strip()
+    previous = 0.0
+    for seg in out.segments:
+        assert previous - 1e-6 <= seg.start <= seg.end <= duration, seg
+        previous = seg.end
+    assert out.words and [w for s in out.segments for w in s.words or []] == out.words
+    previous = 0.0
+    for w in out.words:
+        assert previous - 1e-6 <= w.start <= w.end <= duration, w
+        previous = w.end
+    # the last clip, decoded in the last window, is timed where it is in the recording
+    start, last = recording.clips[-1]
+    last_words = [w for w in out.words if w.start >= start - EDGE_S]
+    assert last_words and last_words[-1].end <= start + last.audio.size / SAMPLE_RATE + EDGE_S
+
+
+def test_nothing_is_written_over_silence(stepped: dict[str, Any], recording: Recording) -> None:
+    out = stepped["long"][-1]
+    for a, b in recording.silences:
+        for seg in out.segments:
+            assert seg.end <= a + EDGE_S or seg.start >= b - EDGE_S, f"segment over the silence {a:.1f}-{b:.1f}: {seg}"
+        for w in out.words:
+            assert w.end <= a + EDGE_S or w.start >= b - EDGE_S, f"word over the silence {a:.1f}-{b:.1f}: {w}"
+
+
+def test_no_word_lost_or_doubled_at_a_cut(stepped: dict[str, Any], alone: list[Any], recording: Recording) -> None:
+    """Against the clips transcribed one by one: the long request may word a clip differently (no
+    previous text, other batch mates), but loses or repeats no words (a cut through a word, a
+    window's text written twice)."""
+    import jiwer
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    norm = EnglishTextNormalizer()
+    one_by_one = norm(" ".join(o.text for o in alone))
+    long_text = norm(stepped["long"][-1].text)
+    diff = jiwer.process_words(one_by_one, long_text)
+    words = len(one_by_one.split())
+    assert diff.deletions + diff.insertions <= max(2, words // 50), jiwer.visualize_alignment(diff)
+    references = " ".join(c.text or "" for _, c in recording.clips)
+    assert wer([references], [stepped["long"][-1].text]) <= wer([references], [one_by_one]) + 2.0
+
+
+def test_silence_only_long_request_has_no_text(engine: Any) -> None:
+    out = engine.transcribe_outputs(np.zeros(45 * SAMPLE_RATE, np.float32))[0]
+    assert out.finish_reason == "stop" and out.text == "" and out.segments == []
+    assert out.duration == pytest.approx(45.0)
+
+
+def test_sequential_long_form_stays_available(clips: list[Clip]) -> None:
+    """offline_long_form='sequential' decodes 30 s windows one after another (no VAD cut)."""
+    from engine import ASREngine, EngineConfig
+    from engine.models.whisper.longform import SegmentedTranscription
+    from engine.models.whisper.options import WhisperOptions
+
+    eng = ASREngine(EngineConfig(quantization="int8_w8a8",
+                                 family_options={"whisper": WhisperOptions(offline_long_form="sequential")}))
+    try:
+        audio = np.concatenate([c.audio for c in clips[:12]])
+        assert audio.size > 30 * SAMPLE_RATE
+        rid = eng.add_request(audio)
+        kinds = set()
+        done = False
+        while not done:
+            done = any(o.finished for o in eng.step())
+            kinds |= {type(s).__name__ for s in eng.runner.active.values()}
+        assert SegmentedTranscription.__name__ not in kinds and rid
+    finally:
+        eng.shutdown()
+
+
+def test_aborting_a_long_request_drops_all_its_windows(engine: Any, recording: Recording) -> None:
+    rid = engine.add_request(recording.audio)
+    runner = engine.runner
+    for _ in range(1000):
+        engine.step()
+        if sum(g.job.request_id == rid for g in runner.batch.groups if not g.done) >= 2:
+            break
+    else:
+        pytest.fail("the long request's windows never decoded together")
+    engine.abort_request(rid)
+    outs = engine.step()
+    assert [o.finish_reason for o in outs if o.request_id == rid] == ["abort"]
+    queued = [*runner.planner.encode_queue, *runner.planner.prefill_queue, *runner.planner.encoding]
+    assert not any(j.request_id == rid for j in queued)
+    assert not any(g.job.request_id == rid and not g.done for g in runner.batch.groups)
+    assert rid not in runner.active
