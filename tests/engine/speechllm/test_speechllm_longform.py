@@ -96,3 +96,22 @@ def test_abort_mid_way_returns_every_block(engine: ASREngine) -> None:
     (out,) = [o for o in engine.run() if o.request_id == rid and o.finished]
     assert out.finish_reason == "abort"
     assert _runner(engine).stats().kv_blocks_used == 0 and not engine.has_unfinished()
+
+
+def test_segments_in_flight_are_bounded_by_long_form_rows() -> None:
+    """The memory bound: at most `long_form_rows` segments of a request hold KV blocks at once
+    (each at most one window's prompt and max_new_tokens), however many segments the file has."""
+    eng = ASREngine(EngineConfig(ckpt_dir=str(FIXTURE), service_mode="offline",
+                                 family_options={"speechllm": {"max_new_tokens": MAX_NEW, "long_form_rows": 2}}))
+    try:
+        runner = _runner(eng)
+        rid = eng.add_request(two_halves())
+        in_flight, blocks = [], []
+        while eng.has_unfinished():
+            eng.step()
+            in_flight.append(sum(1 for key in runner._running if key.startswith(f"{rid}#")))
+            blocks.append(runner.stats().kv_blocks_used)
+        assert max(in_flight) == 2
+        assert max(blocks) <= 2 * runner.typical_blocks
+    finally:
+        eng.shutdown()
