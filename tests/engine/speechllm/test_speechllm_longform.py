@@ -6,19 +6,17 @@ n_best > 1 over one window is refused with a reason (UnsupportedError: a 400 on 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from engine import ASREngine, DecodingOptions, EngineConfig
+from engine import ASREngine, DecodingOptions
 from engine.errors import UnsupportedError
 from engine.models.speechllm.longform import join_texts, plan_segments
-from engine.models.speechllm.runner import SpeechLLMRunner
 from engine.vad import load_vad_model
 from tests.conftest import load_clip
+from tests.engine.speechllm.engines import fixture_engine, runner_of
 
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "speechllm" / "qwen2_audio"
 MAX_NEW = 12
 RATE = 16000
 FIRST, SECOND = "libri_61-70968-0000", "mfa_thoughts"
@@ -26,8 +24,7 @@ FIRST, SECOND = "libri_61-70968-0000", "mfa_thoughts"
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[ASREngine]:
-    eng = ASREngine(EngineConfig(ckpt_dir=str(FIXTURE), service_mode="offline",
-                                 family_options={"speechllm": {"max_new_tokens": MAX_NEW}}))
+    eng = fixture_engine(MAX_NEW)
     yield eng
     eng.shutdown()
 
@@ -39,9 +36,7 @@ def two_halves() -> np.ndarray:
     return np.concatenate([a, pause] * 4 + [b, pause] * 4)
 
 
-def _runner(engine: ASREngine) -> SpeechLLMRunner:
-    assert isinstance(engine.runner, SpeechLLMRunner)
-    return engine.runner
+_runner = runner_of
 
 
 def test_over_one_window_is_served_with_text_from_both_halves(engine: ASREngine) -> None:
@@ -101,8 +96,7 @@ def test_abort_mid_way_returns_every_block(engine: ASREngine) -> None:
 def test_segments_in_flight_are_bounded_by_long_form_rows() -> None:
     """The memory bound: at most `long_form_rows` segments of a request hold KV blocks at once
     (each at most one window's prompt and max_new_tokens), however many segments the file has."""
-    eng = ASREngine(EngineConfig(ckpt_dir=str(FIXTURE), service_mode="offline",
-                                 family_options={"speechllm": {"max_new_tokens": MAX_NEW, "long_form_rows": 2}}))
+    eng = fixture_engine(MAX_NEW, long_form_rows=2)
     try:
         runner = _runner(eng)
         rid = eng.add_request(two_halves())
