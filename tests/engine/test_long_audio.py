@@ -41,6 +41,7 @@ def request_peak_mib(family: str, minutes: float, options: dict[str, object] | N
     ("wenet", 2.0, None),
     ("zipformer", 2.0, None),
     ("paraformer", 4.0, {"paraformer": {"max_forward_seconds": 120.0}}),  # the budget reached at 1x already
+    ("speechllm", 2.0, {"speechllm": {"long_form_rows": 4}}),
 ])  # fmt: skip
 def test_memory_stays_flat_as_the_file_doubles(family: str, minutes: float, options: dict[str, object] | None) -> None:
     one = request_peak_mib(family, minutes, options)
