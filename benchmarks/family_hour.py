@@ -36,6 +36,7 @@ RATE = 16000
 
 FAMILIES: dict[str, dict[str, object]] = {
     "wenet": {"ckpt": "generated", "chunk_size": 8},
+    "wenet_left16": {"ckpt": "generated", "chunk_size": 8, "num_left_chunks": 16},  # bounded left context
     "nemo_hybrid": {"ckpt": "nemo/hybrid_cache_aware"},
     "nemo_ctc": {"ckpt": "nemo/ctc_striding_bn"},
     "nemo_tdt": {"ckpt": "nemo/tdt"},
