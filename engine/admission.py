@@ -16,7 +16,7 @@ from engine.capabilities import check_capabilities
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError, UnsupportedError
 from engine.families import ModelFamily, check_quantization, family_options, load_family, resolve_family
-from engine.runner import ModelInfo, ModelRunner
+from engine.runner import DurationCheck, ModelInfo, ModelRunner
 from engine.types import DecodingOptions, Samples
 
 
@@ -87,6 +87,12 @@ def check_options(runner: ModelRunner, info: ModelInfo, decoding: DecodingOption
     return options
 
 
+def check_duration(runner: ModelRunner, seconds: float, options: DecodingOptions) -> None:
+    """The family's refusal of options a request of this length cannot be served with, if it has one."""
+    if isinstance(runner, DurationCheck):
+        runner.check_duration(seconds, options)
+
+
 def check_streaming(service_mode: str, runner: ModelRunner, family: str) -> None:
     """Refuse a live stream on an engine that serves offline requests only, or on a runner
     without a streaming runtime."""
@@ -147,5 +153,5 @@ def model_card(info: ModelInfo, *, service_mode: str, streaming_enabled: bool,
     return card
 
 
-__all__ = ["check_audio", "check_decode_method", "check_options", "check_streaming", "describe_model",
+__all__ = ["check_audio", "check_decode_method", "check_duration", "check_options", "check_streaming", "describe_model",
            "described_card", "load_runner", "model_card"]

@@ -23,6 +23,7 @@ from engine import reference_api
 from engine.admission import (
     check_audio,
     check_decode_method,
+    check_duration,
     check_options,
     check_streaming,
     load_runner,
@@ -136,6 +137,7 @@ class ASREngine:
             return rid
         samples = self.validate_audio(audio, sample_rate)
         options = self.validate_options(decoding, streaming=False)
+        check_duration(self.runner, samples.size / self.sample_rate, options)
         rid = self._ids.claim(request_id)
         self._inbox.put(AddRequest(rid, samples, streaming=False, priority=priority, decoding=options))
         return rid

@@ -8,7 +8,7 @@ forwards in `execute()`, and reports outputs. The core never names a family.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from engine.capabilities import Capabilities
 from engine.request import Request
@@ -113,3 +113,13 @@ class ModelRunner(Protocol):
         ...
 
     def shutdown(self) -> None: ...
+
+
+@runtime_checkable
+class DurationCheck(Protocol):
+    """A runner whose offline requests' options depend on their length (e.g. what a recording
+    over the model's window can be served with); the engine asks it when a request is added."""
+
+    def check_duration(self, seconds: float, options: DecodingOptions) -> None:
+        """Raise InvalidRequestError / UnsupportedError for options `seconds` of audio cannot be served with."""
+        ...

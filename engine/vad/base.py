@@ -65,13 +65,17 @@ def speech_probs(model: VoiceActivityModel, audio: np.ndarray) -> np.ndarray:
     """
     audio = as_mono_float32(audio)
     n_windows = -(-audio.size // WINDOW_SAMPLES)
-    padded = np.zeros(n_windows * WINDOW_SAMPLES, dtype=np.float32)
-    padded[: audio.size] = audio
-    windows = padded.reshape(n_windows, WINDOW_SAMPLES)  # (T, W)
+    full = audio.size // WINDOW_SAMPLES
+    windows = audio[: full * WINDOW_SAMPLES].reshape(full, WINDOW_SAMPLES)  # (T, W), a view: an hour is not copied
     probs = np.empty(n_windows, dtype=np.float32)
     state = model.initial_state()
     for i in range(n_windows):
-        prob, (state,) = model.predict(windows[i : i + 1], [state])
+        if i < full:
+            window = windows[i : i + 1]
+        else:  # the zero-padded tail
+            window = np.zeros((1, WINDOW_SAMPLES), dtype=np.float32)
+            window[0, : audio.size - full * WINDOW_SAMPLES] = audio[full * WINDOW_SAMPLES :]
+        prob, (state,) = model.predict(window, [state])
         probs[i] = prob[0]
     return probs
 

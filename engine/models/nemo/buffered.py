@@ -130,10 +130,15 @@ class BufferedStream:
     window: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
     """NeMo's buffer: the samples the model still reads."""
     received: int = 0
+    attention: list[int] | None = None
+    """The encoder's attention context over each window: None = the window-relative `preset`
+    (buffered streaming of a `chunked_limited_with_rc` model); a long offline request's windows
+    take the model's offline context instead (NeMo's buffered inference of an offline model)."""
 
     def add_audio(self, samples: torch.Tensor) -> None:
         if samples.numel():
-            self.audio = torch.cat((self.audio, samples.float()))
+            # a long offline request's whole audio arrives at once: keep it (a view), do not copy it
+            self.audio = torch.cat((self.audio, samples.float())) if self.audio.numel() else samples.float()
             self.received += int(samples.numel())
 
     def take_step(self, finished: bool) -> BufferedStep | None:
@@ -167,7 +172,8 @@ class BufferedEncoder:
             audio[i, : st.window_samples] = stream.window[: st.window_samples].to(device)
         mel, mel_len = self.ckpt.frontend(audio, lengths)
         dtype = next(self.ckpt.model.parameters()).dtype
-        enc, enc_len = self.ckpt.model.encoder(mel.to(dtype), mel_len, [list(s.preset) for s in streams])
+        contexts = [s.attention if s.attention is not None else list(s.preset) for s in streams]
+        enc, enc_len = self.ckpt.model.encoder(mel.to(dtype), mel_len, contexts)
         out = []
         for i, (stream, st) in enumerate(zip(streams, steps, strict=True)):
             n = (

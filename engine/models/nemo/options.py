@@ -44,6 +44,21 @@ class NemoOptions:
     keyword_boost: float = 3.0
     """Bonus (log-probability) per matched token of a request's keywords (contextual biasing): in
     the CTC prefix beam search, or in the RNN-T beam search (icefall's ContextGraph scoring)."""
+    long_audio_seconds: float = 60.0
+    """Offline requests up to this long attend over the whole file at once (memory grows with the
+    square of the length); longer ones are encoded in windows (`long_window_seconds`), NeMo's
+    buffered inference, so a request's memory stays that of one window however long it is."""
+    long_window_seconds: tuple[float, float, float] = (10.0, 30.0, 10.0)
+    """(left, chunk, right) seconds of a long offline request's windows: each step encodes
+    left + chunk + right and decodes the chunk's frames, the decoder state carried across steps.
+    50 s windows cost 1.67x the encoder work of one pass and see at least 10 s each side."""
+
+    def __post_init__(self) -> None:
+        if not self.long_audio_seconds > 0:
+            raise ValueError(f"long_audio_seconds must be > 0, got {self.long_audio_seconds}")
+        left, chunk, right = self.long_window_seconds
+        if not (left >= 0 and chunk > 0 and right >= 0):
+            raise ValueError(f"long_window_seconds must be (left >= 0, chunk > 0, right >= 0), got {self.long_window_seconds}")
 
 
 def select_look_ahead(cfg: EncoderConfig, chunk_size: int, num_left_chunks: int) -> tuple[int, int]:

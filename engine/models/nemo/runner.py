@@ -4,7 +4,8 @@ advanced in one batched forward per engine step.
 Per `execute()`:
 1. ingest: audio queued since the last step becomes mel frames (cache-aware streams) or window
    samples (buffered streams);
-2. offline: up to `max_batch_size` whole utterances through the model at once;
+2. offline: up to `max_batch_size` whole utterances through the model at once (those up to
+   `long_audio_seconds`; a longer one runs as buffered windows, step 3, and reports once);
 3. streams: every stream with a runnable step (least recently advanced first, up to
    `max_batch_size`) advances by one chunk (cache-aware) or one window (buffered) in one forward,
    then one batched decode; partial outputs, or the final one when its input is exhausted.
@@ -144,6 +145,9 @@ class NemoRunner:
         failed = []
         for req in requests:
             mode: Mode = self.streaming_kind if (req.streaming and self.streaming_kind) else "offline"
+            long_offline = not req.streaming and req.duration > self.options.long_audio_seconds
+            if long_offline:
+                mode = "buffered"
             ctc = beam = None
             keywords = [k for k in (self.ckpt.tokenizer.encode(w) for w in req.decoding.keywords) if k]
             if self.method == "ctc":
@@ -162,6 +166,8 @@ class NemoRunner:
                     assert self.geometry is not None
                     job.ca = CacheAwareStream(MelStream(self.ckpt.frontend), BlockTable(self.geometry.out_frames),
                                               slot, torch.zeros(self.ckpt.config.mel.n_mels, 0))  # fmt: skip
+                elif long_offline:
+                    job.buf = self._long_offline_stream(req)
                 else:
                     job.buf = self._buffered_stream(req.decoding)
             req.runner_state = job
@@ -174,6 +180,24 @@ class NemoRunner:
         )
         frame = round(self.frame_seconds * self.sample_rate)
         return BufferedStream(BufferedSchedule(ctx[0] * frame, ctx[1] * frame, ctx[2] * frame, frame), ctx)
+
+    def _long_offline_stream(self, req: Request) -> BufferedStream:
+        """A long offline request as NeMo's buffered inference: windows of `long_window_seconds`
+        over its audio, each under the model's offline attention context (what the whole-file
+        forward uses), the decoder state carried from window to window."""
+        frame = round(self.frame_seconds * self.sample_rate)
+        left, chunk, right = (max(0, round(s / self.frame_seconds)) for s in self.options.long_window_seconds)
+        chunk = max(chunk, 1)
+        stream = BufferedStream(BufferedSchedule(left * frame, chunk * frame, right * frame, frame), (left, chunk, right),
+                                attention=list(self.offline_context))  # fmt: skip
+        stream.add_audio(torch.from_numpy(np.asarray(req.audio, dtype=np.float32).reshape(-1)))
+        return stream
+
+    @property
+    def offline_context(self) -> tuple[int, ...]:
+        """The attention context of an offline forward: the trained look-ahead in use, else the
+        encoder's first (its default)."""
+        return self.look_ahead if self.look_ahead is not None else self.ckpt.config.encoder.att_context_sizes[0]
 
     def has_work(self) -> bool:
         return any(self._needs_ingest(j) or self._ready(j) or self._exhausted(j) for j in self._jobs.values())
@@ -203,7 +227,7 @@ class NemoRunner:
 
     def stats(self) -> RunnerStats:
         return RunnerStats(
-            streams=sum(1 for j in self._jobs.values() if j.mode != "offline"),
+            streams=sum(1 for j in self._jobs.values() if j.request.streaming),
             kv_blocks_used=self.pool.num_blocks - self.pool.num_free if self.pool else 0,
             kv_blocks_capacity=self.pool.num_blocks if self.pool else 0,
             decode_slots_used=self.slots.num_slots - self.slots.num_free,
@@ -226,9 +250,16 @@ class NemoRunner:
         outputs += [self._finish(j, "stop") for j in done]
         batch = ready[: self.config.max_batch_size]
         self.streams_stepped = len(batch)
-        if batch:
-            outputs += self._run_streams(batch)
+        for kind in (True, False):  # cache-aware chunks and buffered windows are separate forwards
+            group = [j for j in batch if (j.ca is not None) == kind]
+            if group:
+                outputs += self._run_streams(group)
         return outputs
+
+    @staticmethod
+    def _input_ended(req: Request) -> bool:
+        """All of the request's audio is with its stream (a long offline request: from the start)."""
+        return (req.input_finished or not req.streaming) and not req.pending_samples
 
     def _ready(self, job: _Job) -> bool:
         if job.mode == "offline":
@@ -237,11 +268,10 @@ class NemoRunner:
             assert self.geometry is not None
             return job.ca.next_chunk(self.geometry) is not None
         assert job.buf is not None
-        finished = job.request.input_finished and not job.request.pending_samples
-        return job.buf.schedule.runnable(job.buf.received, finished)
+        return job.buf.schedule.runnable(job.buf.received, self._input_ended(job.request))
 
     def _exhausted(self, job: _Job) -> bool:
-        if job.mode == "offline" or job.request.pending_samples or not job.request.input_finished:
+        if job.mode == "offline" or not self._input_ended(job.request):
             return False
         if job.ca is not None:
             assert self.geometry is not None
@@ -300,8 +330,7 @@ class NemoRunner:
                     enc, lengths = self.ca_encoder.step(streams, inputs)  # type: ignore[arg-type]
             else:
                 bufs = [j.buf for j in batch if j.buf is not None]
-                steps = [b.take_step(j.request.input_finished and not j.request.pending_samples)
-                         for b, j in zip(bufs, batch, strict=True)]  # fmt: skip
+                steps = [b.take_step(self._input_ended(j.request)) for b, j in zip(bufs, batch, strict=True)]
                 with stage_timer("streaming.encode"):
                     windows = self.buffered_encoder.step(bufs, steps)  # type: ignore[arg-type]
                 enc, lengths = _pad([w.chunk for w in windows])
@@ -317,7 +346,7 @@ class NemoRunner:
             job.last_advanced = self._step
             if self._exhausted(job):
                 outputs.append(self._finish(job, "stop"))
-            else:
+            elif job.request.streaming:  # a long offline request reports once, finished
                 outputs.append(self.outputs.partial(job.request, job.decode.hyp, job.decode.ctc, job.tentative,
                                                     job.decode.beam))  # fmt: skip
         return outputs
@@ -329,7 +358,8 @@ class NemoRunner:
             job.tentative = None
         if not self.options.tentative_partials or self.method == "ctc":
             return
-        rows = [i for i, r in enumerate(rights) if r.shape[0] and batch[i].decode.beam is None]
+        rows = [i for i, r in enumerate(rights)
+                if r.shape[0] and batch[i].decode.beam is None and batch[i].request.streaming]  # fmt: skip
         if not rows:
             return
         enc, lengths = _pad([rights[i] for i in rows])

@@ -19,6 +19,12 @@ class ParaformerOptions:
     VM, 8 dev clips (3.6-11.7 s) in one padded forward ran at 4.8x real time per CPU-second
     against 6.1x for one clip alone (1.77x padding), paraformer-large shape, one thread."""
 
+    max_forward_seconds: float = 480.0
+    """Most audio (s) one encoder forward holds, padding included (rows x the longest row): an
+    hour-long file's sixty 60 s pieces run in forwards of eight, so its memory is that of eight
+    pieces however long it is (about 66 MiB a minute of rows on the tiny test model). Short
+    requests never reach it: max_batch_size rows of 7 s are 450 s."""
+
     languages: tuple[str, ...] = ()
     """ISO 639-1 codes the checkpoint transcribes (e.g. 'zh,en' for paraformer-zh): FunASR's
     config.yaml does not say, so the deployment declares them (ModelInfo.languages); a request may
@@ -45,6 +51,9 @@ class ParaformerOptions:
     def __post_init__(self) -> None:
         if not self.max_segment_seconds >= 1.0:
             raise ValueError(f"max_segment_seconds must be >= 1, got {self.max_segment_seconds}")
+        if not self.max_forward_seconds >= self.max_segment_seconds:
+            raise ValueError(f"max_forward_seconds ({self.max_forward_seconds}) must hold one piece of "
+                             f"max_segment_seconds ({self.max_segment_seconds})")
         if not self.max_pad_ratio >= 1.0:
             raise ValueError(f"max_pad_ratio must be >= 1, got {self.max_pad_ratio}")
         if any(not (len(code) == 2 and code.isalpha() and code.islower()) for code in self.languages):

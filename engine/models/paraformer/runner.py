@@ -123,13 +123,30 @@ class ParaformerRunner:
         return [Piece(req, i * self.segment_samples, audio[i * self.segment_samples : (i + 1) * self.segment_samples])
                 for i in range(n)]  # fmt: skip
 
+    def _fbank_groups(self, pieces: list[Piece]) -> list[list[Piece]]:
+        """Consecutive pieces, at most max_forward_seconds of audio a group (one piece at least):
+        the fbank's intermediates of an hour at once would be gigabytes."""
+        budget = self.options.max_forward_seconds * self.sample_rate
+        groups: list[list[Piece]] = []
+        size = 0
+        for piece in pieces:
+            if not groups or size + len(piece.audio) > budget:
+                groups.append([])
+                size = 0
+            groups[-1].append(piece)
+            size += len(piece.audio)
+        return groups
+
     def _recognize(self, pieces: list[Piece]) -> list[Recognized]:
-        with stage_timer("offline.collate"):
-            feats = self.frontend([torch.from_numpy(np.array(p.audio, dtype=np.float32)) for p in pieces])
+        with stage_timer("offline.collate"):  # batched fbank calls of at most max_forward_seconds of audio each
+            feats = [f for group in self._fbank_groups(pieces)
+                     for f in self.frontend([torch.from_numpy(np.array(p.audio, dtype=np.float32)) for p in group])]  # fmt: skip
         # a piece too short for one fbank frame yields no tokens without a forward
         results: list[Recognized] = [Recognized([], [], torch.zeros(0), torch.zeros(0)) for _ in pieces]
         order = sorted((i for i in range(len(pieces)) if len(feats[i])), key=lambda i: -len(feats[i]))
-        for chunk in forwards([len(feats[i]) for i in order], self.config.max_batch_size, self.options.max_pad_ratio):
+        max_frames = int(self.options.max_forward_seconds / self.frontend.frame_seconds)
+        for chunk in forwards([len(feats[i]) for i in order], self.config.max_batch_size, self.options.max_pad_ratio,
+                              max_frames):  # fmt: skip
             chunk = [order[k] for k in chunk]
             lengths = torch.tensor([len(feats[i]) for i in chunk])
             batch = torch.zeros(len(chunk), int(lengths.max()), self.frontend.dim, device=self.device)
@@ -145,16 +162,17 @@ class ParaformerRunner:
         return results
 
 
-def forwards(lengths: list[int], max_rows: int, max_pad_ratio: float) -> list[list[int]]:
+def forwards(lengths: list[int], max_rows: int, max_pad_ratio: float, max_frames: int | None = None) -> list[list[int]]:
     """Split rows (lengths sorted longest first) into runs of consecutive indices: at most
     `max_rows` each, padded frames (rows x the run's first length) within `max_pad_ratio` x the
-    real ones."""
+    real ones and within `max_frames` (a run's memory; a longer row runs alone)."""
     runs: list[list[int]] = []
     for k, n in enumerate(lengths):
         run = runs[-1] if runs else None
         if run is not None and len(run) < max_rows:
             real = sum(lengths[j] for j in run) + n
-            if (len(run) + 1) * lengths[run[0]] <= max_pad_ratio * real:
+            padded = (len(run) + 1) * lengths[run[0]]
+            if padded <= max_pad_ratio * real and (max_frames is None or padded <= max_frames):
                 run.append(k)
                 continue
         runs.append([k])

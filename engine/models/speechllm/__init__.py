@@ -2,7 +2,8 @@
 
 Checkpoint directories as Transformers saves them (config.json with a speech-LLM `model_type`,
 *.safetensors, tokenizer.json, generation_config.json). Offline only: a request's whole audio
-is encoded, then its transcript is generated token by token, every running request's decode
+is encoded (audio over one 30 s window: cut at silences, each segment decoded as its own rows,
+the texts stitched in order), then its transcript is generated token by token, every running request's decode
 step batched with the others', their K/V in the engine's paged block pool. Options:
 `SpeechLLMOptions`. Importing this package loads no torch code.
 """

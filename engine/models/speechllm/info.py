@@ -22,7 +22,8 @@ MODEL_TYPES = ("qwen2_audio", "qwen3_asr")
 """config.json `model_type`s this family loads."""
 SAMPLE_RATE = 16000  # Hz, the Whisper front end's
 MAX_AUDIO_SECONDS = 30
-"""Longest audio one request's encoder takes (the Whisper front end's window, N_SAMPLES / SAMPLE_RATE)."""
+"""Longest audio one encoder pass takes (the Whisper front end's window, N_SAMPLES / SAMPLE_RATE); a
+longer request is cut at silences into segments of at most this (longform.py)."""
 DECODE_METHODS = ("greedy_or_beam",)
 """One decoder: greedy for beam_size 1, Transformers' beam search otherwise."""
 

@@ -19,6 +19,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from engine.cache import BlockPool, KVSpec, plan_pool, pool_details
@@ -28,6 +29,13 @@ from engine.errors import InvalidRequestError, UnsupportedError
 from engine.metrics import stage_timer
 from engine.models.speechllm.checkpoint import SpeechLLMCheckpoint, load_checkpoint
 from engine.models.speechllm.info import DECODE_METHODS, SAMPLE_RATE, Sizes, model_info
+from engine.models.speechllm.longform import (
+    LongRequest,
+    SegmentText,
+    check_long_options,
+    plan_segments,
+    stitched_output,
+)
 from engine.models.speechllm.options import SpeechLLMOptions
 from engine.models.speechllm.prompt import ASR_TEXT, LANGUAGE_NAMES, PromptSpec, Qwen3ASRPrompt
 from engine.models.speechllm.rows import SharedBlocks
@@ -36,6 +44,7 @@ from engine.models.whisper.features import N_SAMPLES
 from engine.request import Request, error_output
 from engine.runner import ModelInfo, RunnerStats
 from engine.types import Alternative, DecodingOptions, FinishReason, RequestOutput
+from engine.vad import VoiceActivityModel, load_vad_model
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +55,16 @@ when sizing a typical request's blocks for `free_slots`."""
 
 @dataclass(eq=False)
 class _Running:
+    """One decoding unit: a request of one window, or one segment of a longer request."""
+
     request: Request
     search: GreedySearch | BeamSearch
+    audio: np.ndarray
+    """The samples this unit's encoder hears (at most one window)."""
+    key: str
+    """Its key in the runner's table: the request id, or `<id>#<segment>` for a segment."""
+    long: LongRequest | None = None
+    segment: int = 0
     tables: list[list[int]] = field(default_factory=list)
     """Block table of each row (beam)."""
     pending: list[int] = field(default_factory=list)
@@ -96,6 +113,10 @@ class SpeechLLMRunner:
         self.blocks = SharedBlocks(self.pool)
         self.eos = frozenset(ckpt.eos_tokens)
         self._running: dict[str, _Running] = {}
+        """Decoding units by key (requests of one window, segments of longer ones)."""
+        self._long: dict[str, tuple[Request, LongRequest]] = {}
+        """Requests over one window by id: their segments start as the batch has room."""
+        self._vad: VoiceActivityModel | None = None
         self.streams_stepped = 0
         self.kv_exhausted_total = 0
         self.decode_rows_last = 0
@@ -137,33 +158,69 @@ class SpeechLLMRunner:
         if options.beam_size == 1 and options.n_best > 1:
             raise UnsupportedError("n_best > 1 needs beam search (beam_size >= n_best)")
 
+    def check_duration(self, seconds: float, options: DecodingOptions) -> None:
+        """What a request of this length cannot be served with (a window is 30 s; longer audio
+        is decoded in segments)."""
+        check_long_options(seconds, options)
+
     def free_slots(self) -> int:
         rows = sum(len(s.tables) for s in self._running.values())
         return max(0, min(self.config.max_decode_rows - rows, self.pool.num_free // self.typical_blocks))
 
     def admit(self, requests: list[Request]) -> list[RequestOutput]:
-        failed = []
+        outputs = []
         for req in requests:
             audio = req.audio
-            if audio is None or audio.shape[0] > N_SAMPLES:
-                failed.append(error_output(req, "admission", f"audio longer than {N_SAMPLES // SAMPLE_RATE} s: this "
-                                     "speech-LLM hears one 30 s window (split the audio first)"))
+            if audio is None:
+                outputs.append(error_output(req, "admission", "a speech-LLM request needs its whole audio"))
                 continue
-            opts = req.decoding
-            max_new = min(opts.max_new_tokens or self.options.max_new_tokens, self.options.max_new_tokens)
-            search: GreedySearch | BeamSearch
-            if opts.beam_size > 1:
-                search = BeamSearch(opts.beam_size, self.eos, max_new, self.options.length_penalty)
-            else:
-                search = GreedySearch(self.eos, max_new)
-            self._running[req.request_id] = _Running(req, search)
-        return failed
+            if audio.shape[0] <= N_SAMPLES:
+                self._running[req.request_id] = _Running(req, self._search(req.decoding), audio, req.request_id)
+                continue
+            try:
+                check_long_options(req.duration, req.decoding)
+                with stage_timer("offline.vad"):
+                    long = LongRequest(plan_segments(np.asarray(audio, dtype=np.float32), self._vad_model()))
+            except Exception as exc:
+                outputs.append(error_output(req, "admission", exc))
+                continue
+            if long.done:  # the VAD heard no speech: nothing to transcribe
+                outputs.append(stitched_output(req.request_id, long, True, req.duration, req.decoding, []))
+                continue
+            self._long[req.request_id] = (req, long)
+        return outputs
+
+    def _search(self, opts: DecodingOptions) -> GreedySearch | BeamSearch:
+        max_new = min(opts.max_new_tokens or self.options.max_new_tokens, self.options.max_new_tokens)
+        if opts.beam_size > 1:
+            return BeamSearch(opts.beam_size, self.eos, max_new, self.options.length_penalty)
+        return GreedySearch(self.eos, max_new)
+
+    def _vad_model(self) -> VoiceActivityModel:
+        if self._vad is None:
+            self._vad = load_vad_model(self.options.long_form_vad)
+        return self._vad
+
+    def _start_segments(self) -> None:
+        """Start the next segments of long requests (oldest first) while each has fewer than
+        `long_form_rows` decoding and the pool has room for one more typical request."""
+        for req, long in self._long.values():
+            while long.pending and self.pool.num_free >= self.typical_blocks:
+                in_flight = sum(1 for s in self._running.values() if s.long is long)
+                if in_flight >= self.options.long_form_rows:
+                    break
+                i = long.started
+                start, end = long.spans[i]
+                key = f"{req.request_id}#{i}"
+                self._running[key] = _Running(req, self._search(req.decoding), req.audio[start:end], key, long, i)  # type: ignore[index]
+                long.started += 1
 
     def has_work(self) -> bool:
-        return bool(self._running)
+        return bool(self._running) or any(long.pending for _, long in self._long.values())
 
     def execute(self) -> list[RequestOutput]:
         outputs: list[RequestOutput] = []
+        self._start_segments()
         new = [s for s in self._running.values() if not s.prefilled]
         old = [s for s in self._running.values() if s.prefilled]
         with torch.inference_mode():
@@ -177,15 +234,20 @@ class SpeechLLMRunner:
         return outputs
 
     def release(self, request: Request) -> None:
-        state = self._running.pop(request.request_id, None)
-        if state is not None:
-            for table in state.tables:
-                self.blocks.release(table)
-            state.tables = []
+        self._long.pop(request.request_id, None)
+        keys = [k for k, s in self._running.items() if s.request is request or k == request.request_id]
+        for key in keys:
+            self._release_unit(self._running.pop(key))
+
+    def _release_unit(self, state: _Running) -> None:
+        for table in state.tables:
+            self.blocks.release(table)
+        state.tables = []
 
     def shutdown(self) -> None:
         for state in list(self._running.values()):
             self.release(state.request)
+        self._long.clear()
 
     # ---- steps ----
 
@@ -200,12 +262,11 @@ class SpeechLLMRunner:
         """Encode the request's audio and run its prompt; it waits (stays unprefilled) while the
         pool lacks the prompt's blocks, which decoding requests return as they finish."""
         req = state.request
-        audio = req.audio
-        assert audio is not None
+        audio = state.audio
         n_audio = self.model.audio_tokens(audio.shape[0])
         ids, first_audio = self._prompt_ids(req.decoding, n_audio)
         if self.blocks.blocks_for(len(ids) + 1) > self.pool.num_blocks:
-            self._running.pop(req.request_id)
+            self.release(req)
             return [error_output(req, "admission", f"the prompt ({len(ids)} tokens) does not fit the KV pool "
                            f"({self.pool.num_blocks} blocks of {self.pool.block_size} tokens)")]
         table = self.blocks.allocate(len(ids))
@@ -230,7 +291,7 @@ class SpeechLLMRunner:
             needed = sum(self.blocks.blocks_to_write(t, state.length) for t in state.tables)
             if needed > self.pool.num_free:
                 self.kv_exhausted_total += 1
-                outputs.append(self._finish(state, "length"))
+                outputs += self._finish(state, "length")
                 continue
             ready.append(state)
         if not ready:
@@ -264,24 +325,46 @@ class SpeechLLMRunner:
         step = state.search.step(logprobs.cpu())
         if state.search.done or state.length + 1 > self.ckpt.max_positions:
             reason: FinishReason = "stop" if state.search.done else "length"
-            return [self._finish(state, reason)]
+            return self._finish(state, reason)
         old = state.tables
         state.tables = [self.blocks.fork(old[s]) for s in step.sources]
         for table in old:
             self.blocks.release(table)
         state.pending = step.tokens
-        if isinstance(state.search, GreedySearch):
+        if isinstance(state.search, GreedySearch) and state.long is None:  # a segment reports with its request
             return [self._output(state, [state.search.partial()], finished=False)]
         return []
 
-    def _finish(self, state: _Running, reason: FinishReason) -> RequestOutput:
+    def _finish(self, state: _Running, reason: FinishReason) -> list[RequestOutput]:
         search = state.search
         hyps = search.best(max(1, state.request.decoding.n_best)) if search.done else [search.partial()]
         if hyps and hyps[0].tokens and hyps[0].tokens[-1] not in self.eos and reason == "stop":
             reason = "length"  # stopped at max_new_tokens, not at an end token
+        if state.long is not None:
+            return self._finish_segment(state, hyps[0], reason)
         out = self._output(state, hyps, finished=True, reason=reason)
         self.release(state.request)
-        return out
+        return [out]
+
+    def _finish_segment(self, state: _Running, hyp: Hypothesis, reason: FinishReason) -> list[RequestOutput]:
+        """Keep a segment's text; report the request's text when its leading segments grew
+        (finished once every segment is done)."""
+        req, long = state.request, state.long
+        assert long is not None
+        self._release_unit(self._running.pop(state.key))
+        tokens, logprobs, language = self._transcript(hyp, req.decoding)
+        long.results[state.segment] = SegmentText(self.tokenizer.decode(tokens), tokens, logprobs, language, reason)
+        leading = len(long.leading())
+        if leading == long.reported:
+            return []
+        long.reported = leading
+        token_bytes = None
+        if req.decoding.logprobs:
+            token_bytes = [self.tokenizer.token_bytes(t) for r in long.leading() for t in r.tokens]
+        out = stitched_output(req.request_id, long, long.done, req.duration, req.decoding, token_bytes)
+        if long.done:
+            self.release(req)
+        return [out]
 
     def _output(self, state: _Running, hyps: list[Hypothesis], finished: bool,
                 reason: FinishReason | None = None) -> RequestOutput:  # fmt: skip

@@ -37,7 +37,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
-from engine.errors import InvalidRequestError
+from engine.errors import InvalidRequestError, UnsupportedError
 from engine.metrics import stage_timer
 from engine.models.zipformer.beam import ZipformerNet, new_beam
 from engine.models.zipformer.checkpoint import ZipformerCheckpoint, load_checkpoint
@@ -59,6 +59,10 @@ logger = logging.getLogger(__name__)
 Mode = Literal["offline", "stream"]
 
 
+OFFLINE_FEED_SAMPLES = 30 * 16000
+"""A long offline request's audio goes to the fbank 30 s at a time, when its stream has less
+than a chunk's window of features left: its memory is that of 30 s, however long the file."""
+
 @dataclass(eq=False)
 class _Stream:
     """A live stream's unconsumed features; its encoder state is a row of CacheSlots."""
@@ -71,6 +75,8 @@ class _Stream:
     """First feature frame of the next chunk."""
     total: int | None = None
     """Feature frames of the whole utterance, once its input has ended."""
+    fed: int = 0
+    """A long offline request: samples of its audio handed to the fbank so far."""
 
 
 @dataclass(eq=False)
@@ -126,6 +132,17 @@ class ZipformerRunner:
         """Nothing family-specific to check: the chunk is engine-wide (chosen at load) and the
         options this model lacks are refused at admission from `info().capabilities`."""
 
+    def check_duration(self, seconds: float, options: DecodingOptions) -> None:
+        """A non-streaming model attends over the whole utterance: past full_context_seconds it is
+        refused when added (a 400 that says why), not failed at admission (a 500)."""
+        if self.geometry is None and seconds > self.options.full_context_seconds:
+            raise UnsupportedError(self._too_long(seconds))
+
+    def _too_long(self, seconds: float) -> str:
+        return (f"{seconds:.1f} s of audio is longer than full_context_seconds={self.options.full_context_seconds:g}: "
+                "this non-streaming Zipformer attends over the whole utterance (memory grows with its square); "
+                "split the audio or raise zipformer_full_context_seconds")
+
     def free_slots(self) -> int:
         return self.slots.num_free - sum(1 for j in self._jobs.values() if j.mode == "offline")
 
@@ -141,10 +158,7 @@ class ZipformerRunner:
             job = _Job(req, "offline", hyp, beam)
             long_offline = not req.streaming and req.duration > self.options.full_context_seconds
             if long_offline and self.geometry is None:
-                failed.append(error_output(req, "admission", (
-                    f"{req.duration:.1f} s of audio is longer than full_context_seconds="
-                    f"{self.options.full_context_seconds:g}: this non-streaming Zipformer attends over the whole "
-                    "utterance (memory grows with its square); split the audio or raise zipformer_full_context_seconds")))
+                failed.append(error_output(req, "admission", self._too_long(req.duration)))
                 continue
             if (req.streaming or long_offline) and self.geometry is not None:
                 slot = self.slots.allocate()
@@ -196,8 +210,11 @@ class ZipformerRunner:
 
     def _needs_ingest(self, job: _Job) -> bool:
         s, req = job.stream, job.request
-        ended = req.input_finished or not req.streaming  # a long offline request: all its audio is there
-        return s is not None and (bool(req.pending_samples) or (ended and not s.fbank.finished))
+        if s is None:
+            return False
+        if not req.streaming:  # a long offline request: its audio is fed as the chunks consume it
+            return not s.fbank.finished and s.feats.shape[0] < self.geometry.window  # type: ignore[union-attr]
+        return bool(req.pending_samples) or (req.input_finished and not s.fbank.finished)
 
     def _ready(self, job: _Job) -> bool:
         s = job.stream
@@ -211,13 +228,18 @@ class ZipformerRunner:
         jobs = [j for j in self._jobs.values() if self._needs_ingest(j)]
         windows = []
         for job in jobs:
-            assert job.stream is not None
-            req, fb = job.request, job.stream.fbank
+            stream = job.stream
+            assert stream is not None
+            req, fb = job.request, stream.fbank
             if req.streaming:
                 w = fb.feed(req.take_pending_audio())
-            else:
-                w = fb.feed(np.asarray(req.audio, dtype=np.float32).reshape(-1))
-            if req.input_finished or not req.streaming:
+                ended = req.input_finished
+            else:  # a piece at a time: an hour's fbank at once would hold gigabytes of intermediates
+                audio = np.asarray(req.audio, dtype=np.float32).reshape(-1)
+                w = fb.feed(audio[stream.fed : stream.fed + OFFLINE_FEED_SAMPLES])
+                stream.fed = min(stream.fed + OFFLINE_FEED_SAMPLES, audio.shape[0])
+                ended = stream.fed >= audio.shape[0]
+            if ended:
                 w = np.concatenate([w, fb.finish()])
             windows.append(w)
         if not jobs:

@@ -43,6 +43,10 @@ def test_forwards_bound_padding_and_rows() -> None:
     assert forwards([100, 90, 80], max_rows=2, max_pad_ratio=10.0) == [[0, 1], [2]]
     assert forwards([100, 10], max_rows=8, max_pad_ratio=1.0) == [[0], [1]]
     assert forwards([], max_rows=8, max_pad_ratio=1.25) == []
+    # a frame budget bounds a forward's memory: an hour's 60 s pieces run eight at a time
+    assert forwards([1000] * 20, max_rows=64, max_pad_ratio=1.25, max_frames=8000) == [
+        list(range(0, 8)), list(range(8, 16)), list(range(16, 20))]
+    assert forwards([9000, 10], max_rows=8, max_pad_ratio=1e9, max_frames=8000) == [[0], [1]]
 
 
 def test_audio_shorter_than_a_frame_gives_an_empty_transcript(runner: ParaformerRunner) -> None:

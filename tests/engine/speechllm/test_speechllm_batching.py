@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -14,23 +13,20 @@ from engine import ASREngine, DecodingOptions, EngineConfig
 from engine.models.speechllm.runner import SpeechLLMRunner
 from engine.types import RequestOutput
 from tests.conftest import load_clip
+from tests.engine.speechllm.engines import FIXTURE, fixture_engine, runner_of
 
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "speechllm" / "qwen2_audio"
 CLIPS = ("mfa_her", "mfa_thoughts", "mfa_um", "libri_61-70968-0000")
 MAX_NEW = 16
 
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[ASREngine]:
-    eng = ASREngine(EngineConfig(ckpt_dir=str(FIXTURE), service_mode="offline",
-                                 family_options={"speechllm": {"max_new_tokens": MAX_NEW}}))
+    eng = fixture_engine(MAX_NEW)
     yield eng
     eng.shutdown()
 
 
-def _runner(engine: ASREngine) -> SpeechLLMRunner:
-    assert isinstance(engine.runner, SpeechLLMRunner)
-    return engine.runner
+_runner = runner_of
 
 
 def _assert_idle(engine: ASREngine) -> None:

@@ -119,6 +119,27 @@ def test_google_rest_recognize(client: httpx.Client, expected: RequestOutput) ->
     assert result["alternatives"][0]["transcript"] == expected.text
 
 
+def test_over_one_window_is_served_and_n_best_over_it_is_a_400(client: httpx.Client) -> None:
+    """42 s (issue 43): cut at silences and answered 200 with both clips' text (the engine here
+    makes the same of the same samples); alternatives over one window: 400 with the reason."""
+    pause = np.zeros(RATE, dtype=np.float32)
+    audio = np.concatenate([load_clip("libri_61-70968-0000"), pause] * 4 + [load_clip(CLIP), pause] * 4)
+    eng = ASREngine(EngineConfig(ckpt_dir=str(FIXTURE), service_mode="offline",
+                                 family_options={"speechllm": {"max_new_tokens": MAX_NEW}}))
+    try:
+        (want,) = eng.transcribe_outputs(pcm16_to_float(pcm16(audio)))
+    finally:
+        eng.shutdown()
+    r = client.post("/v1/audio/transcriptions", files={"file": ("a.wav", wav(audio))}, data={"model": "whisper-1"})
+    assert r.status_code == 200, r.text
+    assert r.json()["text"] == want.text and len(want.segments) > 1
+    r = client.post("/v1/speech:recognize", content=pcm16(audio),
+                    params={"encoding": "LINEAR16", "sample_rate": RATE, "max_alternatives": 2})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["status"] == "INVALID_ARGUMENT" and "n_best > 1 is served for audio up to 30 s" in error["message"]
+
+
 def test_grpc_recognize_with_alternatives(server: ServerProcess, expected: RequestOutput) -> None:
     config = pb.RecognitionConfig(encoding=pb.RecognitionConfig.AudioEncoding.LINEAR16, sample_rate_hertz=RATE,
                                   max_alternatives=3)
