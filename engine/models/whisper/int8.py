@@ -40,7 +40,7 @@ against 1.80 ms for `torch._int_mm` (float32 8.0, bfloat16 0.84); at 16 rows 0.0
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -211,6 +211,24 @@ class Int8Linear(nn.Module):
         kernel = ("float32 (exact integer sums)" if self.weight_as_float is not None
                   else "amx" if self.weight_packed is not None else int8_gemm_kind())
         return f"in_features={self.in_features}, out_features={self.out_features}, kernel={kernel}"
+
+
+def fuse_int8_layers(layers: Sequence[Int8Linear]) -> Int8Linear:
+    """One int8 layer whose outputs are `layers`' side by side (their weights stacked along N), for
+    layers that read the same input (an attention's query, key and value): one activation
+    quantization and one GEMM instead of one per layer. Bitwise the layers' own outputs: a row's
+    q and scale are the same for each, an output column's integer sum and dequantization depend on
+    its own weight channel only, and a layer without bias gets +0.0, which changes no output (a
+    dequantized value is never -0.0: its scales are positive and at least 1e-12 / 127 each)."""
+    if not layers or any(layer.in_features != layers[0].in_features for layer in layers):
+        raise ValueError("fused int8 layers must share their input size")
+    biases = [layer.bias if layer.bias is not None else layer.weight_scale.new_zeros(layer.out_features)
+              for layer in layers]
+    has_bias = any(layer.bias is not None for layer in layers)
+    return Int8Linear.from_quantized(torch.cat([layer.weight_int8 for layer in layers]),
+                                     torch.cat([layer.weight_scale for layer in layers]),
+                                     torch.cat(biases) if has_bias else None,
+                                     max(layer.weight_int8_max for layer in layers))
 
 
 def linear_layer_paths(module: nn.Module) -> list[str]:

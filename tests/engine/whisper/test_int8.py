@@ -19,6 +19,7 @@ from engine.models.whisper.int8 import (
     ACTIVATION_MAX,
     Int8Linear,
     amx_int8_available,
+    fuse_int8_layers,
     int8_gemm_kind,
     int8_kernel,
     weight_max,
@@ -157,6 +158,31 @@ def test_amx_layers_are_bitwise_the_int8_gemm(k: int, n: int) -> None:
             layer.weight_packed = packed
     dense = Int8Linear(torch.rand(n, k) + 0.5, None)  # every weight near the range: 255·Σ|w| > 2**24 at K = 1536
     assert (dense.weight_packed is None) is (k == 1536)
+
+
+def test_fused_projections_are_bitwise_the_separate_layers() -> None:
+    """Query, key (no bias) and value as one int8 layer: one quantization and one GEMM, the same bits
+    (on whichever kernel this CPU runs), also inside an attention block of the real model."""
+    from engine import EngineConfig
+    from engine.models.whisper.parts import WhisperParts
+
+    torch.manual_seed(5)
+    linears = [torch.nn.Linear(384, 384, bias=bias) for bias in (True, False, True)]
+    layers = [Int8Linear.from_linear(linear) for linear in linears]
+    fused = fuse_int8_layers(layers)
+    x = torch.randn(3, 50, 384) * torch.rand(3, 50, 1) * 6
+    with torch.inference_mode():
+        assert torch.equal(fused(x), torch.cat([layer(x) for layer in layers], dim=-1))
+    parts = WhisperParts.load(EngineConfig(quantization="int8_w8a8"))
+    attn = parts.model.decoder.blocks[0].attn
+    assert "fused_qkv" in attn.__dict__ and not any("fused" in key for key in parts.model.state_dict())
+    h = torch.randn(4, 3, 384)
+    with torch.inference_mode():
+        q, k, v = attn.project_qkv(h)
+        assert torch.equal(q, attn.split_heads(attn.query(h)))
+        assert torch.equal(k, attn.split_heads(attn.key(h))) and torch.equal(v, attn.split_heads(attn.value(h)))
+        k2, v2 = attn.project_kv(h)
+        assert torch.equal(k2, k) and torch.equal(v2, v)
 
 
 @needs_amx
