@@ -15,7 +15,8 @@ one warm-up each, in one process and interleaved `--repeat` times:
   precision (the quantization object `{"scheme": "auto", "ignore": "decoder.*"}`: int8 encoder
   where the default is int8) and faster-whisper int8 (`--only-beam`: only these three);
 - on a CPU with AMX (int8 layers on oneDNN's AMX matmul), the int8 defaults once more with the
-  layers on `torch._int_mm` (VNNI), greedy and at beam 5: the engine before its AMX path.
+  layers as before issue 44 (`torch._int_mm`, VNNI; query, key and value as three layers), greedy
+  and at beam 5.
 
 It prints the CPU (ISA, the int8 kernel the engine chose), then per system: wall seconds and
 RTFx (audio seconds / wall seconds, median of the repeats), CPU seconds (process time of all
@@ -150,19 +151,22 @@ def cpu_report() -> str:
 
 
 def engine_system(name: str, baseline: str, beam: int = 1, amx: bool = True, **config: object) -> System:
-    """`amx=False`: the int8 layers on `torch._int_mm` even where the CPU has AMX (the engine
-    before its AMX path; the layers choose their kernel when they are built)."""
+    """`amx=False`: the int8 layers as before issue 44 even where the CPU has AMX: on
+    `torch._int_mm`, query, key and value as three layers (the layers and attentions choose when
+    they are built)."""
     from engine import ASREngine, EngineConfig
     from engine.models.whisper import int8
+    from engine.models.whisper.model import MultiHeadAttention
     from engine.types import DecodingOptions
 
-    available = int8.amx_int8_available
+    available, fuse = int8.amx_int8_available, MultiHeadAttention.fuse_int8_projections
     if not amx:
         int8.amx_int8_available = lambda: False  # type: ignore[assignment]
+        MultiHeadAttention.fuse_int8_projections = lambda self: None  # type: ignore[method-assign]
     try:
         engine = ASREngine(EngineConfig(**config))  # type: ignore[arg-type]
     finally:
-        int8.amx_int8_available = available
+        int8.amx_int8_available, MultiHeadAttention.fuse_int8_projections = available, fuse  # type: ignore[method-assign]
     options = DecodingOptions(beam_size=beam)
     return System(name, baseline,
                   lambda cs: [o.text for o in engine.transcribe_outputs([c.audio for c in cs], decoding=options)],
@@ -251,7 +255,7 @@ def greedy_systems(skip_float32: bool, with_int8: bool) -> list[System]:
     if not default_int8 and with_int8:
         systems.append(engine_system("oasr engine int8_w8a8", fw_int8, quantization="int8_w8a8"))
     if default_int8 and amx_in_use():
-        systems.append(engine_system("oasr engine int8, torch._int_mm (no AMX)", fw_int8, amx=False))
+        systems.append(engine_system("oasr engine int8 before issue 44 (no AMX)", fw_int8, amx=False))
     if default_int8 and not skip_float32:
         systems.append(engine_system("oasr engine float32", fw_int8, quantization="none"))
     if not skip_float32:
@@ -287,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                     engine_system("oasr engine, beam 5, ignore=decoder.*", fw_beam, beam=5,
                                   quantization={"scheme": "auto", "ignore": "decoder.*"})]
         if default_is_int8() and amx_in_use():
-            systems.append(engine_system("oasr engine, beam 5, torch._int_mm (no AMX)", fw_beam, beam=5, amx=False))
+            systems.append(engine_system("oasr engine, beam 5, before issue 44", fw_beam, beam=5, amx=False))
         systems.append(faster_whisper_system("int8", beam=5))
     try:
         results = measure(systems, clips, args.repeat)
