@@ -44,6 +44,14 @@ def _error_bound(x: torch.Tensor, layer: Int8Linear, weight: torch.Tensor) -> to
     return bound + 1e-4 * reference + 1e-6
 
 
+def _run_python(code: str, **env: str) -> str:
+    """`code`'s stdout in a fresh interpreter with `env` set (oneDNN reads its settings at load)."""
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO), **env},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 @pytest.mark.parametrize("qmax", [None, 63], ids=["probed", "7-bit"])
 def test_int8_linear_error_is_within_its_quantization_bound(qmax: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
     if qmax is not None:
@@ -124,12 +132,10 @@ def test_without_vnni_the_weights_narrow_and_sums_stay_exact() -> None:
         "exact = torch.equal(torch._int_mm(q, layer.weight_int8.t()).double(), ref)\n"
         "print(int8_gemm_kind(), weight_max(), exact)\n"
     )
-    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    kind, qmax, exact = out.stdout.split()
-    assert (kind, qmax) in (("no-vnni", "63"), ("vnni", "127")), out.stdout
-    assert exact == "True", out.stdout
+    stdout = _run_python(code, ONEDNN_MAX_CPU_ISA="AVX2")
+    kind, qmax, exact = stdout.split()
+    assert (kind, qmax) in (("no-vnni", "63"), ("vnni", "127")), stdout
+    assert exact == "True", stdout
 
 
 needs_amx = pytest.mark.skipif(not amx_int8_available(), reason="no amx_int8 (or no exact oneDNN int8 matmul) here")
@@ -197,11 +203,9 @@ def test_the_amx_tiles_run_under_onednn_verbose() -> None:
         "with torch.inference_mode():\n"
         "    layer(torch.randn(64, 384))\n"
     )
-    env = {**os.environ, "ONEDNN_VERBOSE": "1", "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    matmuls = [line for line in out.stdout.splitlines() if ",exec," in line and ",matmul," in line and "64x384" in line]
-    assert matmuls, out.stdout[-2000:]
+    stdout = _run_python(code, ONEDNN_VERBOSE="1")
+    matmuls = [line for line in stdout.splitlines() if ",exec," in line and ",matmul," in line and "64x384" in line]
+    assert matmuls, stdout[-2000:]
     assert all("amx" in line.split(",")[6] and "src:u8" in line for line in matmuls), matmuls
 
 
