@@ -16,7 +16,7 @@ one warm-up each, in one process and interleaved `--repeat` times:
   where the default is int8) and faster-whisper int8 (`--only-beam`: only these three);
 - on a CPU with AMX (int8 layers on oneDNN's AMX matmul), the int8 defaults once more with the
   layers as before issue 44 (`torch._int_mm`, VNNI; query, key and value as three layers), greedy
-  and at beam 5.
+  and at beam 5 (whose in-place row moves are this engine's either way).
 
 It prints the CPU (ISA, the int8 kernel the engine chose), then per system: wall seconds and
 RTFx (audio seconds / wall seconds, median of the repeats), CPU seconds (process time of all
@@ -153,7 +153,7 @@ def cpu_report() -> str:
 def engine_system(name: str, baseline: str, beam: int = 1, amx: bool = True, **config: object) -> System:
     """`amx=False`: the int8 layers as before issue 44 even where the CPU has AMX: on
     `torch._int_mm`, query, key and value as three layers (the layers and attentions choose when
-    they are built)."""
+    they are built; the beam steps' in-place row moves are not undone)."""
     from engine import ASREngine, EngineConfig
     from engine.models.whisper import int8
     from engine.models.whisper.model import MultiHeadAttention
@@ -255,7 +255,7 @@ def greedy_systems(skip_float32: bool, with_int8: bool) -> list[System]:
     if not default_int8 and with_int8:
         systems.append(engine_system("oasr engine int8_w8a8", fw_int8, quantization="int8_w8a8"))
     if default_int8 and amx_in_use():
-        systems.append(engine_system("oasr engine int8 before issue 44 (no AMX)", fw_int8, amx=False))
+        systems.append(engine_system("oasr engine int8, _int_mm, q/k/v unfused", fw_int8, amx=False))
     if default_int8 and not skip_float32:
         systems.append(engine_system("oasr engine float32", fw_int8, quantization="none"))
     if not skip_float32:
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                     engine_system("oasr engine, beam 5, ignore=decoder.*", fw_beam, beam=5,
                                   quantization={"scheme": "auto", "ignore": "decoder.*"})]
         if default_is_int8() and amx_in_use():
-            systems.append(engine_system("oasr engine, beam 5, before issue 44", fw_beam, beam=5, amx=False))
+            systems.append(engine_system("oasr engine, beam 5, _int_mm, q/k/v unfused", fw_beam, beam=5, amx=False))
         systems.append(faster_whisper_system("int8", beam=5))
     try:
         results = measure(systems, clips, args.repeat)
