@@ -87,14 +87,16 @@ class MultiHeadAttention(nn.Module):
             return self.split_heads(q), self.split_heads(k), self.split_heads(v)
         return (self.split_heads(self.query(x)), *self.project_kv(x))
 
-    def fuse_int8_projections(self) -> None:
-        """Where query, key and value are all int8, compute them (and key with value) as one int8
-        layer each: bitwise the same outputs (int8.fuse_int8_layers), a third of the activation
-        quantizations and GEMM calls. Kept outside the module tree (plain attributes): derived from
-        the layers' own buffers, never saved in a state dict, and not more layers to quantize."""
-        if all(isinstance(layer, Int8Linear) for layer in (self.query, self.key, self.value)):
-            self.__dict__["fused_qkv"] = fuse_int8_layers([self.query, self.key, self.value])
+    def fuse_int8_projections(self, with_query: bool = True) -> None:
+        """Where key and value (and query, `with_query`: self-attention, whose queries read the
+        same states) are int8, compute them as one int8 layer: bitwise the same outputs
+        (int8.fuse_int8_layers), a third of the activation quantizations and GEMM calls. Kept
+        outside the module tree (plain attributes): derived from the layers' own buffers, never
+        saved in a state dict, and not more layers to quantize."""
+        if isinstance(self.key, Int8Linear) and isinstance(self.value, Int8Linear):
             self.__dict__["fused_kv"] = fuse_int8_layers([self.key, self.value])
+            if with_query and isinstance(self.query, Int8Linear):
+                self.__dict__["fused_qkv"] = fuse_int8_layers([self.query, self.key, self.value])
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)

@@ -182,6 +182,8 @@ def test_fused_projections_are_bitwise_the_separate_layers() -> None:
     parts = WhisperParts.load(EngineConfig(quantization="int8_w8a8"))
     attn = parts.model.decoder.blocks[0].attn
     assert "fused_qkv" in attn.__dict__ and not any("fused" in key for key in parts.model.state_dict())
+    cross = parts.model.decoder.blocks[0].cross_attn.__dict__
+    assert "fused_kv" in cross and "fused_qkv" not in cross  # cross-attention's queries read other states
     h = torch.randn(4, 3, 384)
     with torch.inference_mode():
         q, k, v = attn.project_qkv(h)
