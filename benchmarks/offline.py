@@ -162,7 +162,7 @@ def engine_system(name: str, baseline: str, beam: int = 1, amx: bool = True, **c
     available, fuse = int8.amx_int8_available, MultiHeadAttention.fuse_int8_projections
     if not amx:
         int8.amx_int8_available = lambda: False  # type: ignore[assignment]
-        MultiHeadAttention.fuse_int8_projections = lambda self: None  # type: ignore[method-assign]
+        MultiHeadAttention.fuse_int8_projections = lambda self, with_query=True: None  # type: ignore[method-assign]
     try:
         engine = ASREngine(EngineConfig(**config))  # type: ignore[arg-type]
     finally:
