@@ -13,7 +13,10 @@ one warm-up each, in one process and interleaved `--repeat` times:
   CTranslate2 directory, default cpu_threads;
 - with `--beam`, at beam_size 5: the engine's defaults, the engine with the decoder kept in full
   precision (the quantization object `{"scheme": "auto", "ignore": "decoder.*"}`: int8 encoder
-  where the default is int8) and faster-whisper int8 (`--only-beam`: only these three).
+  where the default is int8) and faster-whisper int8 (`--only-beam`: only these three);
+- on a CPU with AMX (int8 layers on oneDNN's AMX matmul), the int8 defaults once more with the
+  layers as before issue 44 (`torch._int_mm`, VNNI; query, key and value as three layers), greedy
+  and at beam 5 (whose in-place row moves are this engine's either way).
 
 It prints the CPU (ISA, the int8 kernel the engine chose), then per system: wall seconds and
 RTFx (audio seconds / wall seconds, median of the repeats), CPU seconds (process time of all
@@ -124,7 +127,7 @@ def cpu_report() -> str:
     import torch
 
     from engine.cpu_facts import host_cpu_facts
-    from engine.models.whisper.int8 import int8_gemm_kind
+    from engine.models.whisper.int8 import int8_gemm_kind, int8_kernel
 
     model, flags = "unknown", set()
     try:
@@ -138,8 +141,8 @@ def cpu_report() -> str:
     isa = ", ".join(f.upper() for f in ISA_FLAGS if f in flags) or "unknown"
     kind = int8_gemm_kind()
     dot = host_cpu_facts().int8_dot_product
-    gemm = (f"torch._int_mm on {dot}" if dot is not None else
-            "no int8 dot products here, so the int8 products are summed exactly by float32 GEMMs")
+    gemm = ("oneDNN's int8 matmul on AMX tiles" if int8_kernel() == "amx" else f"torch._int_mm on {dot}"
+            if dot is not None else "no int8 dot products here, so the int8 products are summed exactly by float32 GEMMs")
     return (f"CPU: {model}, {os.cpu_count()} logical cores, ISA {isa}; torch {torch.__version__} "
             f"kernels {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads; "
             f"engine int8: per-row activations × per-channel "
@@ -147,11 +150,23 @@ def cpu_report() -> str:
             f"engine defaults: {'int8_w8a8' if default_is_int8() else 'float32'}")
 
 
-def engine_system(name: str, baseline: str, beam: int = 1, **config: object) -> System:
+def engine_system(name: str, baseline: str, beam: int = 1, amx: bool = True, **config: object) -> System:
+    """`amx=False`: the int8 layers as before issue 44 even where the CPU has AMX: on
+    `torch._int_mm`, query, key and value as three layers (the layers and attentions choose when
+    they are built; the beam steps' in-place row moves are not undone)."""
     from engine import ASREngine, EngineConfig
+    from engine.models.whisper import int8
+    from engine.models.whisper.model import MultiHeadAttention
     from engine.types import DecodingOptions
 
-    engine = ASREngine(EngineConfig(**config))  # type: ignore[arg-type]
+    available, fuse = int8.amx_int8_available, MultiHeadAttention.fuse_int8_projections
+    if not amx:
+        int8.amx_int8_available = lambda: False  # type: ignore[assignment]
+        MultiHeadAttention.fuse_int8_projections = lambda self, with_query=True: None  # type: ignore[method-assign]
+    try:
+        engine = ASREngine(EngineConfig(**config))  # type: ignore[arg-type]
+    finally:
+        int8.amx_int8_available, MultiHeadAttention.fuse_int8_projections = available, fuse  # type: ignore[method-assign]
     options = DecodingOptions(beam_size=beam)
     return System(name, baseline,
                   lambda cs: [o.text for o in engine.transcribe_outputs([c.audio for c in cs], decoding=options)],
@@ -223,6 +238,12 @@ def default_is_int8() -> bool:
     return decide_layer_scheme(QuantizationConfig.parse("auto"), torch.device("cpu")).scheme == "int8_w8a8"
 
 
+def amx_in_use() -> bool:
+    from engine.models.whisper.int8 import int8_kernel
+
+    return int8_kernel() == "amx"
+
+
 def greedy_systems(skip_float32: bool, with_int8: bool) -> list[System]:
     """The greedy rows: the engine's configurations (each once: the defaults are int8 or float32)
     and faster-whisper int8 and float32."""
@@ -233,6 +254,8 @@ def greedy_systems(skip_float32: bool, with_int8: bool) -> list[System]:
     systems = [engine_system("oasr engine, defaults", fw_int8)]
     if not default_int8 and with_int8:
         systems.append(engine_system("oasr engine int8_w8a8", fw_int8, quantization="int8_w8a8"))
+    if default_int8 and amx_in_use():
+        systems.append(engine_system("oasr engine int8, _int_mm, q/k/v unfused", fw_int8, amx=False))
     if default_int8 and not skip_float32:
         systems.append(engine_system("oasr engine float32", fw_int8, quantization="none"))
     if not skip_float32:
@@ -266,8 +289,10 @@ def main(argv: list[str] | None = None) -> int:
         fw_beam = "faster-whisper int8 beam 5, sequential"
         systems += [engine_system("oasr engine, defaults, beam 5", fw_beam, beam=5),
                     engine_system("oasr engine, beam 5, ignore=decoder.*", fw_beam, beam=5,
-                                  quantization={"scheme": "auto", "ignore": "decoder.*"}),
-                    faster_whisper_system("int8", beam=5)]
+                                  quantization={"scheme": "auto", "ignore": "decoder.*"})]
+        if default_is_int8() and amx_in_use():
+            systems.append(engine_system("oasr engine, beam 5, _int_mm, q/k/v unfused", fw_beam, beam=5, amx=False))
+        systems.append(faster_whisper_system("int8", beam=5))
     try:
         results = measure(systems, clips, args.repeat)
     finally:

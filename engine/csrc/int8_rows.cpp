@@ -4,6 +4,7 @@
 // The arithmetic is the reference's, in its order (engine/ops/int8_rows.py), so results are
 // bitwise equal: a float32 division, round half to even, then float32 products and the bias.
 // CPU only: the engine's int8 path is for CPUs.
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <tuple>
+#include <type_traits>
 
 #include "common.h"
 
@@ -41,8 +43,12 @@ inline float round_half_even(float v) {
 #define OASR_ROW_KERNEL
 #endif
 
+// Out is int8_t (q) or uint8_t (q + 128: the unsigned activations of oneDNN's AMX int8 matmul,
+// engine/models/whisper/int8.py); q is the same either way.
+template <typename Out>
 OASR_ROW_KERNEL
-void quantize_row(const float* __restrict row, int8_t* __restrict out, float* __restrict scale, int64_t K) {
+void quantize_row(const float* __restrict row, Out* __restrict out, float* __restrict scale, int64_t K) {
+  constexpr int32_t offset = std::is_same_v<Out, uint8_t> ? 128 : 0;
   // the peak |x| compared as integers: non-negative floats order like their bit patterns, and an
   // integer max reduction vectorizes where a float one (NaN rules) does not; NaN still wins
   int32_t peak_bits = 0;
@@ -56,11 +62,14 @@ void quantize_row(const float* __restrict row, int8_t* __restrict out, float* __
   std::memcpy(&peak, &peak_bits, sizeof peak);
   const float s = std::fmax(peak, kMinScale) / kActivationMax;
   *scale = s;
-  for (int64_t k = 0; k < K; ++k) out[k] = static_cast<int8_t>(static_cast<int32_t>(round_half_even(row[k] / s)));
+  for (int64_t k = 0; k < K; ++k) out[k] = static_cast<Out>(static_cast<int32_t>(round_half_even(row[k] / s)) + offset);
 }
 
+// Acc is int32_t (torch._int_mm) or float (oneDNN's int8 matmul with float32 output, whose sums are
+// integers below 2^24, so the conversion below is exact either way).
+template <typename Acc>
 OASR_ROW_KERNEL
-void dequantize_row(const int32_t* __restrict row, float s, const float* __restrict col_scale,
+void dequantize_row(const Acc* __restrict row, float s, const float* __restrict col_scale,
                     const float* __restrict bias, float* __restrict out, int64_t N) {
   if (bias != nullptr) {
     for (int64_t n = 0; n < N; ++n) {
@@ -72,15 +81,15 @@ void dequantize_row(const int32_t* __restrict row, float s, const float* __restr
   }
 }
 
-std::tuple<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x) {
-  constexpr const char* op = "oasr::quantize_rows";
+template <typename Out>
+std::tuple<at::Tensor, at::Tensor> quantize_rows_as(const at::Tensor& x, const char* op) {
   check_arg(op, "x", x, at::kFloat, {-1, -1}, at::Device(at::kCPU));
   const at::Tensor in = x.contiguous();
   const int64_t M = in.size(0), K = in.size(1);
-  at::Tensor q = at::empty({M, K}, in.options().dtype(at::kChar));
+  at::Tensor q = at::empty({M, K}, in.options().dtype(std::is_same_v<Out, uint8_t> ? at::kByte : at::kChar));
   at::Tensor scale = at::empty({M, 1}, in.options());
   const float* src = in.data_ptr<float>();
-  int8_t* dst = q.data_ptr<int8_t>();
+  Out* dst = q.data_ptr<Out>();
   float* sc = scale.data_ptr<float>();
   at::parallel_for(0, M, kRowsPerTask, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) quantize_row(src + r * K, dst + r * K, sc + r, K);
@@ -88,11 +97,21 @@ std::tuple<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x) {
   return {q, scale};
 }
 
+std::tuple<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x) {
+  return quantize_rows_as<int8_t>(x, "oasr::quantize_rows");
+}
+
+std::tuple<at::Tensor, at::Tensor> quantize_rows_u8(const at::Tensor& x) {
+  return quantize_rows_as<uint8_t>(x, "oasr::quantize_rows_u8");
+}
+
 at::Tensor dequantize_rows(const at::Tensor& acc, const at::Tensor& row_scale, const at::Tensor& col_scale,
                            const c10::optional<at::Tensor>& bias) {
   constexpr const char* op = "oasr::dequantize_rows";
   const at::Device cpu(at::kCPU);
-  check_arg(op, "acc", acc, at::kInt, {-1, -1}, cpu);
+  TORCH_CHECK(acc.scalar_type() == at::kInt || acc.scalar_type() == at::kFloat, op,
+              ": acc must be Int or Float, got ", acc.scalar_type());
+  check_arg(op, "acc", acc, acc.scalar_type(), {-1, -1}, cpu);
   const int64_t M = acc.size(0), N = acc.size(1);
   check_arg(op, "row_scale", row_scale, at::kFloat, {M, 1}, cpu);
   check_arg(op, "col_scale", col_scale, at::kFloat, {N}, cpu);
@@ -101,14 +120,23 @@ at::Tensor dequantize_rows(const at::Tensor& acc, const at::Tensor& row_scale, c
   const at::Tensor a = acc.contiguous(), rs = row_scale.contiguous(), cs = col_scale.contiguous();
   const at::Tensor b = has_bias ? bias->contiguous() : at::Tensor();
   at::Tensor out = at::empty({M, N}, a.options().dtype(at::kFloat));
-  const int32_t* src = a.data_ptr<int32_t>();
   const float* rsp = rs.data_ptr<float>();
   const float* csp = cs.data_ptr<float>();
   const float* bp = has_bias ? b.data_ptr<float>() : nullptr;
   float* dst = out.data_ptr<float>();
-  at::parallel_for(0, M, kRowsPerTask, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) dequantize_row(src + r * N, rsp[r], csp, bp, dst + r * N, N);
-  });
+  AT_DISPATCH_SWITCH(a.scalar_type(), op,
+    AT_DISPATCH_CASE(at::kInt, [&] {
+      const int32_t* src = a.data_ptr<int32_t>();
+      at::parallel_for(0, M, kRowsPerTask, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) dequantize_row(src + r * N, rsp[r], csp, bp, dst + r * N, N);
+      });
+    })
+    AT_DISPATCH_CASE(at::kFloat, [&] {
+      const float* src = a.data_ptr<float>();
+      at::parallel_for(0, M, kRowsPerTask, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) dequantize_row(src + r * N, rsp[r], csp, bp, dst + r * N, N);
+      });
+    }));
   return out;
 }
 
@@ -116,6 +144,7 @@ at::Tensor dequantize_rows(const at::Tensor& acc, const at::Tensor& row_scale, c
 
 TORCH_LIBRARY_IMPL(oasr, CPU, m) {
   m.impl("quantize_rows", &quantize_rows);
+  m.impl("quantize_rows_u8", &quantize_rows_u8);
   m.impl("dequantize_rows", &dequantize_rows);
 }
 

@@ -32,9 +32,10 @@ TORCH_LIBRARY(oasr, m) {
       "Tensor out_weight, Tensor out_bias, Tensor durations, str activation, int max_symbols) -> "
       "(Tensor tokens, Tensor frames, Tensor logprobs, Tensor counts, Tensor h, Tensor c, Tensor pred, "
       "Tensor time_jump, Tensor frames_decoded)");
-  // Row-wise int8 quantisation of activations and the dequantisation of an int32 GEMM's output
+  // Row-wise int8 quantisation of activations and the dequantisation of an int32 (or exact float32) GEMM's output
   // (engine/ops/int8_rows.py): one pass each.
   m.def("quantize_rows(Tensor x) -> (Tensor q, Tensor scale)");
+  m.def("quantize_rows_u8(Tensor x) -> (Tensor q, Tensor scale)");  // q + 128, for AMX int8
   m.def("dequantize_rows(Tensor acc, Tensor row_scale, Tensor col_scale, Tensor? bias=None) -> Tensor");
   // Monotonic DTW path through a (text, time) cost matrix: Whisper's word timestamps
   // (engine/ops/dtw.py).

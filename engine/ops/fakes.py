@@ -65,6 +65,10 @@ def register() -> None:
     def _quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x.new_empty(x.shape, dtype=torch.int8), x.new_empty(x.shape[0], 1)
 
+    @torch.library.register_fake("oasr::quantize_rows_u8")
+    def _quantize_rows_u8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.new_empty(x.shape, dtype=torch.uint8), x.new_empty(x.shape[0], 1)
+
     @torch.library.register_fake("oasr::dequantize_rows")
     def _dequantize_rows(acc: torch.Tensor, row_scale: torch.Tensor, col_scale: torch.Tensor,
                          bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -92,7 +92,7 @@ class DecodeBatch:
         held = cache.held or [cache.cross_capacity] * len(groups)
         cross = [([k[i : i + 1, :, :n] for k in cache.cross_k], [v[i : i + 1, :, :n] for v in cache.cross_v])
                  for i, n in enumerate(held)]
-        cache.reorder_rows(torch.tensor(sources, device=self.device))
+        cache.reorder_rows(torch.tensor(sources, device=self.device), max_len)
         if self.cache is None:
             self.cache = cache
         else:
@@ -126,7 +126,7 @@ class DecodeBatch:
         logits = self.decoder(tok, pos, cache)[:, 0]  # (N, V)
         sources = self._advance_groups(groups, logits)
         if sources != list(range(len(sources))):
-            cache.reorder_rows(torch.tensor(sources, device=self.device))
+            cache.reorder_rows(torch.tensor(sources, device=self.device), max(positions) + 1)
 
     def _advance_groups(self, groups: list[DecodeGroup], logits: Tensor,
                         drafts: dict[int, Tensor] | None = None) -> list[int]:

@@ -22,7 +22,7 @@ from engine.models.whisper.int8 import (
     weight_max,
 )
 from engine.models.whisper.loader import LoadedCheckpoint, detect_format, load_checkpoint
-from engine.models.whisper.model import Whisper, sinusoids
+from engine.models.whisper.model import DecoderBlock, Whisper, sinusoids
 from engine.models.whisper.native import NativeQuantization
 from engine.quantization import (
     MODULE_TYPES,
@@ -51,6 +51,10 @@ def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
     logger.info("quantization %s -> %s on %s: %s", decision.asked, decision.scheme, device, decision.reason)
     if decision.scheme == "int8_w8a8" and ckpt.quantization is None:
         quantize_model(model, quantization)
+    for block in [*model.encoder.blocks, *model.decoder.blocks]:
+        block.attn.fuse_int8_projections()
+        if isinstance(block, DecoderBlock):
+            block.cross_attn.fuse_int8_projections(with_query=False)  # its queries read other states
     if device.type == "cpu" and model.decoder.output_projection is None:
         model.decoder.keep_output_weight_transposed(transposed)
     return model, ckpt, decision

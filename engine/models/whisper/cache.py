@@ -120,11 +120,19 @@ class DecoderCache:
                 grown[:, :, :cap] = t
                 store[i] = grown
 
-    def reorder_rows(self, index: Tensor) -> None:
-        """Beams moved within their items: row i's self-attention K/V become old row index[i]'s."""
+    def reorder_rows(self, index: Tensor, length: int | None = None) -> None:
+        """Beams moved within their items: row i's self-attention K/V become old row index[i]'s, in
+        place, for the rows that moved and their first `length` positions (default: all). Positions
+        past what any row has written are never read before the row writes them (its mask ends at
+        its own position), so they need not move: a beam step copied every row's whole capacity,
+        ~10x what the moved rows hold."""
+        moved = (index != torch.arange(len(index), device=index.device)).nonzero()[:, 0]
+        if moved.numel() == 0:
+            return
+        sources, end = index[moved], self.capacity if length is None else min(length, self.capacity)
         for store in (self.self_k, self.self_v):
-            for i, t in enumerate(store):
-                store[i] = t.index_select(0, index)
+            for t in store:
+                t[moved, :, :end] = t[sources, :, :end]  # the right side is gathered first: no overlap
 
     def select_items(self, items: list[int]) -> None:
         """Keep items `items` (in that order) with all their rows."""

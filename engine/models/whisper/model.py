@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from engine.models.whisper.cache import CrossRun, DecoderCache
 from engine.models.whisper.cross_attention import attend_run, cross_runs
-from engine.models.whisper.int8 import Int8Linear
+from engine.models.whisper.int8 import Int8Linear, fuse_int8_layers
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,30 @@ class MultiHeadAttention(nn.Module):
         return x.transpose(1, 2).reshape(b, t, h * d)  # (B, T, C)
 
     def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        fused: Int8Linear | None = self.__dict__.get("fused_kv")
+        if fused is not None:
+            k, v = fused(x).split(self.key.out_features, dim=-1)
+            return self.split_heads(k), self.split_heads(v)
         return self.split_heads(self.key(x)), self.split_heads(self.value(x))
+
+    def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values of the same states x, each (B, H, T, Dh)."""
+        fused: Int8Linear | None = self.__dict__.get("fused_qkv")
+        if fused is not None:
+            q, k, v = fused(x).split(self.query.out_features, dim=-1)
+            return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+        return (self.split_heads(self.query(x)), *self.project_kv(x))
+
+    def fuse_int8_projections(self, with_query: bool = True) -> None:
+        """Where key and value (and query, `with_query`: self-attention, whose queries read the
+        same states) are int8, compute them as one int8 layer: bitwise the same outputs
+        (int8.fuse_int8_layers), a third of the activation quantizations and GEMM calls. Kept
+        outside the module tree (plain attributes): derived from the layers' own buffers, never
+        saved in a state dict, and not more layers to quantize."""
+        if isinstance(self.key, Int8Linear) and isinstance(self.value, Int8Linear):
+            self.__dict__["fused_kv"] = fuse_int8_layers([self.key, self.value])
+            if with_query and isinstance(self.query, Int8Linear):
+                self.__dict__["fused_qkv"] = fuse_int8_layers([self.query, self.key, self.value])
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -93,7 +116,7 @@ class EncoderBlock(nn.Module):
         every position also attends to (the encoded silence completing a short window to 30 s:
         see context.py)."""
         h = self.attn_ln(x)
-        k, v = self.attn.project_kv(h)
+        q, k, v = self.attn.project_qkv(h)
         mask = None
         if context is not None:
             b, t = x.shape[:2]
@@ -101,7 +124,7 @@ class EncoderBlock(nn.Module):
             v = torch.cat([v, context.v.expand(b, -1, -1, -1)], dim=2)
             if context.bias is not None:
                 mask = torch.cat([context.bias.new_zeros(t), context.bias]).to(x.dtype).view(1, 1, 1, -1)
-        x = x + self.attn.attend(self.attn.split_heads(self.attn.query(h)), k, v, mask)
+        x = x + self.attn.attend(q, k, v, mask)
         return x + self.mlp(self.mlp_ln(x))
 
 
@@ -266,8 +289,7 @@ class TextDecoder(nn.Module):
         runs = cross_runs(cache, t)
         for layer, block in enumerate(self.blocks):
             h = block.attn_ln(x)
-            q = block.attn.split_heads(block.attn.query(h))
-            k_new, v_new = block.attn.project_kv(h)  # (N, H, T, Dh)
+            q, k_new, v_new = block.attn.project_qkv(h)  # (N, H, T, Dh)
             # scatter new K/V into each row's own positions
             cache.self_k[layer][rows, :, positions] = k_new.transpose(1, 2)
             cache.self_v[layer][rows, :, positions] = v_new.transpose(1, 2)
@@ -309,8 +331,7 @@ class TextDecoder(nn.Module):
         last = len(self.blocks) - 1 if with_logits else max((layer for layer, _ in heads), default=len(self.blocks) - 1)
         for layer, block in enumerate(self.blocks):
             h = block.attn_ln(x)
-            q = block.attn.split_heads(block.attn.query(h))
-            k, v = block.attn.project_kv(h)
+            q, k, v = block.attn.project_qkv(h)
             x = x + block.attn.attend(q, k, v, causal)
             h = block.cross_attn_ln(x)
             q = block.cross_attn.split_heads(block.cross_attn.query(h))

@@ -27,7 +27,7 @@ from engine.models.whisper.decoding import DecodeGroup
 from engine.models.whisper.describe import whisper_info
 from engine.models.whisper.encoder_thread import EncoderThread
 from engine.models.whisper.features import N_SAMPLES, SAMPLE_RATE, LogMelExtractor
-from engine.models.whisper.int8 import int8_gemm_kind
+from engine.models.whisper.int8 import int8_kernel
 from engine.models.whisper.longform import SegmentedTranscription, window_request
 from engine.models.whisper.model import Whisper, WhisperDims
 from engine.models.whisper.offline import OfflineTranscription, uses_audio_padding
@@ -121,7 +121,7 @@ class WhisperRunner:
                 "dtype": str(parts.dtype).removeprefix("torch."),
                 "quantization": parts.quantization,
                 "quantization_reason": parts.quantization_reason,
-                "int8_kernel": int8_gemm_kind() if quantized else None,
+                "int8_kernel": int8_kernel() if quantized else None,
                 "quantization_ignore": list(self.config.quantization_config().ignore) if quantized else [],
             })
 

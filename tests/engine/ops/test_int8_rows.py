@@ -10,6 +10,8 @@ from engine.ops.int8_rows import (
     dequantize_rows_reference,
     quantize_rows,
     quantize_rows_reference,
+    quantize_rows_u8,
+    quantize_rows_u8_reference,
 )
 
 pytestmark = pytest.mark.usefixtures("ext")
@@ -29,6 +31,20 @@ def test_quantize_rows_equals_the_reference(shape: tuple[int, int]) -> None:
     assert torch.equal(q, q_ref)
 
 
+def test_unsigned_rows_are_the_signed_ones_offset_by_128() -> None:
+    """The activations of oneDNN's AMX matmul: q + 128 as uint8, the same q and scales."""
+    torch.manual_seed(3)
+    x = torch.randn(9, 1536) * torch.logspace(-2, 2, 9).unsqueeze(1)
+    x[4] = 0.0
+    q, scale = quantize_rows(x, use_extension=True)
+    q_u8, scale_u8 = quantize_rows_u8(x, use_extension=True)
+    assert q_u8.dtype == torch.uint8 and torch.equal(scale_u8, scale)
+    assert torch.equal(q_u8.long() - 128, q.long())
+    q_ref, scale_ref = quantize_rows_u8_reference(x)
+    assert torch.equal(q_u8, q_ref) and torch.equal(scale_u8, scale_ref)
+    assert int(q_u8.min()) >= 1  # [-127, 127] + 128: 0 is never written
+
+
 def test_ties_round_half_to_even_like_torch() -> None:
     x = torch.tensor([[127.0, 0.5, 1.5, 2.5, -0.5, -1.5, 126.5]])
     q, _ = quantize_rows(x, use_extension=True)
@@ -46,6 +62,11 @@ def test_dequantize_rows_equals_the_reference(with_bias: bool) -> None:
     bias = torch.randn(n) if with_bias else None
     out = dequantize_rows(acc, row_scale, col_scale, bias, use_extension=True)
     assert torch.equal(out, dequantize_rows_reference(acc, row_scale, col_scale, bias))
+    # the same sums held as float32 (oneDNN's int8 matmul) give the same bits; the caller's acc is kept
+    as_float = acc.float()
+    assert torch.equal(dequantize_rows(as_float, row_scale, col_scale, bias, use_extension=True), out)
+    assert torch.equal(dequantize_rows_reference(as_float, row_scale, col_scale, bias), out)
+    assert torch.equal(as_float, acc.float())
     # a row's output depends on that row only
     alone = dequantize_rows(acc[5:6], row_scale[5:6], col_scale, bias, use_extension=True)
     assert torch.equal(alone, out[5:6])
@@ -61,8 +82,8 @@ def test_bad_input_is_a_clear_error() -> None:
         dequantize_rows(acc, torch.ones(3, 1), torch.ones(4), use_extension=True)
     with pytest.raises(RuntimeError, match="dequantize_rows: bias has shape"):
         dequantize_rows(acc, torch.ones(2, 1), torch.ones(4), torch.ones(5), use_extension=True)
-    with pytest.raises(RuntimeError, match="dequantize_rows: acc must be Int"):
-        dequantize_rows(acc.float(), torch.ones(2, 1), torch.ones(4), use_extension=True)
+    with pytest.raises(RuntimeError, match="dequantize_rows: acc must be Int or Float"):
+        dequantize_rows(acc.double(), torch.ones(2, 1), torch.ones(4), use_extension=True)
 
 
 def test_int8_linear_is_the_same_with_and_without_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -127,3 +127,28 @@ def test_an_offline_items_cross_attention_does_not_depend_on_its_batch_mates() -
         batch.select_items([0])
         assert batch.cross_capacity == alone.cross_capacity
         assert torch.equal(attend(alone, 1), attend(batch, 1))
+
+
+def test_reordered_beams_take_their_sources_written_positions_and_decode_alike() -> None:
+    """Rows that move take their source row's K/V up to `length` in place (the rest is past every
+    row's mask until written again); rows that stay are untouched; the next step's logits are
+    bitwise those of a cache reordered whole."""
+    decoder = _decoder()
+    feats = torch.randn(len(ROWS), DIMS.n_audio_ctx, DIMS.n_text_state)
+    tokens = torch.randint(0, DIMS.n_vocab, (sum(ROWS), 7))
+    index = torch.tensor([2, 0, 0, 3, 5, 4])  # beams move within their items only
+    with torch.inference_mode():
+        partial = decoder.new_cache(feats, capacity=16, repeats=ROWS)
+        whole = decoder.new_cache(feats, capacity=16, repeats=ROWS)
+        for cache in (partial, whole):
+            _decode(decoder, cache, tokens)  # positions 0..5 written
+        before = [t.clone() for t in partial.self_k]
+        partial.reorder_rows(index, 6)
+        whole.reorder_rows(index)
+        for layer, t in enumerate(partial.self_k):
+            assert torch.equal(t[:, :, :6], before[layer].index_select(0, index)[:, :, :6])
+            assert torch.equal(t[3], before[layer][3])  # row 3 stays: not copied at all
+            assert torch.equal(t[0, :, 6:], before[layer][0, :, 6:])  # past `length`: left as it was
+        step = tokens[:, 6:7]
+        n = sum(ROWS)
+        assert torch.equal(decoder(step, torch.full((n, 1), 6), partial), decoder(step, torch.full((n, 1), 6), whole))

@@ -13,9 +13,17 @@ import sys
 import pytest
 import torch
 
-from engine.cpu_facts import CpuFacts
+from engine.cpu_facts import CpuFacts, host_cpu_facts
 from engine.errors import InvalidRequestError
-from engine.models.whisper.int8 import ACTIVATION_MAX, Int8Linear, int8_gemm_kind, weight_max
+from engine.models.whisper.int8 import (
+    ACTIVATION_MAX,
+    Int8Linear,
+    amx_int8_available,
+    fuse_int8_layers,
+    int8_gemm_kind,
+    int8_kernel,
+    weight_max,
+)
 from tests.conftest import Clip, wer
 from tests.paths import REPO
 
@@ -34,6 +42,14 @@ def _error_bound(x: torch.Tensor, layer: Int8Linear, weight: torch.Tensor) -> to
     bound = x.abs() @ torch.ones(k, 1) * dw / 2 + dx / 2 * weight.abs().sum(dim=1)[None, :] + k * dx * dw / 4
     reference = x.abs() @ weight.abs().T
     return bound + 1e-4 * reference + 1e-6
+
+
+def _run_python(code: str, **env: str) -> str:
+    """`code`'s stdout in a fresh interpreter with `env` set (oneDNN reads its settings at load)."""
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO), **env},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
 
 
 @pytest.mark.parametrize("qmax", [None, 63], ids=["probed", "7-bit"])
@@ -91,6 +107,7 @@ def test_float32_sums_of_int8_products_are_bitwise_the_int8_gemms(monkeypatch: p
 def test_the_probed_kernel_sums_full_range_products_exactly() -> None:
     kind = int8_gemm_kind()
     assert kind in ("vnni", "no-vnni")
+    assert int8_kernel() in (kind, "amx")
     q = weight_max()
     x = torch.full((3, 512), ACTIVATION_MAX, dtype=torch.int8)
     w = torch.full((512, 8), q, dtype=torch.int8)
@@ -115,12 +132,83 @@ def test_without_vnni_the_weights_narrow_and_sums_stay_exact() -> None:
         "exact = torch.equal(torch._int_mm(q, layer.weight_int8.t()).double(), ref)\n"
         "print(int8_gemm_kind(), weight_max(), exact)\n"
     )
-    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    kind, qmax, exact = out.stdout.split()
-    assert (kind, qmax) in (("no-vnni", "63"), ("vnni", "127")), out.stdout
-    assert exact == "True", out.stdout
+    stdout = _run_python(code, ONEDNN_MAX_CPU_ISA="AVX2")
+    kind, qmax, exact = stdout.split()
+    assert (kind, qmax) in (("no-vnni", "63"), ("vnni", "127")), stdout
+    assert exact == "True", stdout
+
+
+needs_amx = pytest.mark.skipif(not amx_int8_available(), reason="no amx_int8 (or no exact oneDNN int8 matmul) here")
+
+
+@needs_amx
+@pytest.mark.parametrize(("k", "n"), [(384, 1536), (1536, 384)])
+def test_amx_layers_are_bitwise_the_int8_gemm(k: int, n: int) -> None:
+    """oneDNN's AMX matmul sums offset activations and takes the offset back in float32: exact
+    integers while the layer's 255·Σ|w| stays below 2**24, which is checked per layer at load. A
+    layer within it gives `torch._int_mm`'s bits for any input, loud rows included; one beyond
+    it keeps `torch._int_mm`."""
+    torch.manual_seed(4)
+    weight = torch.randn(n, k) * 0.05
+    weight[:, 0] = 1.0  # an outlier column: per-channel scales put the rest well inside the range
+    layer = Int8Linear(weight, torch.randn(n))
+    assert layer.weight_packed is not None and "kernel=amx" in repr(layer)
+    x = torch.randn(300, k) * torch.rand(300, 1) * 8
+    loud = torch.ones(2, k)
+    loud[1, ::2] = -1.0  # every activation at ±127 after quantization
+    with torch.inference_mode():
+        for rows in (x, x[:1], x[:16], loud):
+            amx = layer(rows)
+            packed, layer.weight_packed = layer.weight_packed, None
+            assert torch.equal(amx, layer(rows))  # torch._int_mm
+            layer.weight_packed = packed
+    dense = Int8Linear(torch.rand(n, k) + 0.5, None)  # every weight near the range: 255·Σ|w| > 2**24 at K = 1536
+    assert (dense.weight_packed is None) is (k == 1536)
+
+
+def test_fused_projections_are_bitwise_the_separate_layers() -> None:
+    """Query, key (no bias) and value as one int8 layer: one quantization and one GEMM, the same bits
+    (on whichever kernel this CPU runs), also inside an attention block of the real model."""
+    from engine import EngineConfig
+    from engine.models.whisper.parts import WhisperParts
+
+    torch.manual_seed(5)
+    linears = [torch.nn.Linear(384, 384, bias=bias) for bias in (True, False, True)]
+    layers = [Int8Linear.from_linear(linear) for linear in linears]
+    fused = fuse_int8_layers(layers)
+    x = torch.randn(3, 50, 384) * torch.rand(3, 50, 1) * 6
+    with torch.inference_mode():
+        assert torch.equal(fused(x), torch.cat([layer(x) for layer in layers], dim=-1))
+    parts = WhisperParts.load(EngineConfig(quantization="int8_w8a8"))
+    attn = parts.model.decoder.blocks[0].attn
+    assert "fused_qkv" in attn.__dict__ and not any("fused" in key for key in parts.model.state_dict())
+    cross = parts.model.decoder.blocks[0].cross_attn.__dict__
+    assert "fused_kv" in cross and "fused_qkv" not in cross  # cross-attention's queries read other states
+    h = torch.randn(4, 3, 384)
+    with torch.inference_mode():
+        q, k, v = attn.project_qkv(h)
+        assert torch.equal(q, attn.split_heads(attn.query(h)))
+        assert torch.equal(k, attn.split_heads(attn.key(h))) and torch.equal(v, attn.split_heads(attn.value(h)))
+        k2, v2 = attn.project_kv(h)
+        assert torch.equal(k2, k) and torch.equal(v2, v)
+
+
+@needs_amx
+def test_the_amx_tiles_run_under_onednn_verbose() -> None:
+    """The int8 layers reach oneDNN's AMX kernel (`torch._int_mm` runs its VNNI gemm_api on the
+    same CPU), as oneDNN itself reports it."""
+    assert "amx_int8" in host_cpu_facts().flags and int8_kernel() == "amx"
+    code = (
+        "import torch\n"
+        "from engine.models.whisper.int8 import Int8Linear\n"
+        "layer = Int8Linear(torch.randn(1536, 384) * 0.05, None)\n"
+        "with torch.inference_mode():\n"
+        "    layer(torch.randn(64, 384))\n"
+    )
+    stdout = _run_python(code, ONEDNN_VERBOSE="1")
+    matmuls = [line for line in stdout.splitlines() if ",exec," in line and ",matmul," in line and "64x384" in line]
+    assert matmuls, stdout[-2000:]
+    assert all("amx" in line.split(",")[6] and "src:u8" in line for line in matmuls), matmuls
 
 
 def test_int8_dev_set_wer_is_within_half_a_point_of_float32(clips: list[Clip]) -> None:
