@@ -39,11 +39,11 @@ EDGE_S = 0.3
 take it (they see the audio that follows)."""
 CATCH_UP_KEEP_LIVE_S = 10.0
 """...unless it is longer than this: the window left to live passes stays well under its cap."""
-MERGE_GAP_MS = 2000
-"""Speech runs closer than this are decoded as one segment (up to one window), as
-faster-whisper's batched pipeline merges its VAD chunks: a segment per utterance gave Whisper
-too little context (measured: "Montreal. is going to be forced." for one sentence said with
-pauses, "...Montreal is going to be forced, very bad aligner" merged)."""
+MERGE_GAP_MS = 30_000
+"""Speech runs are merged into one segment while it stays within one window, whatever the pause
+between them, as faster-whisper's batched pipeline merges its VAD chunks: a segment per utterance
+gave Whisper too little context (measured: "Montreal forced A liner" / "Maaaaaan tree all for a
+stilliner" for two phrases of one speaker 3 s apart, "Montreal forced, um, aligner" merged)."""
 SEGMENT_PROMPT_CHARS = 200
 """Committed text (its tail) that prompts a round's first segment, as it prompts a live pass;
 later segments of the round are decoded without it (their previous text is not known yet)."""

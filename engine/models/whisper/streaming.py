@@ -63,6 +63,12 @@ EDGE_S = 0.5  # agreed words ending this close to the end of a pass's audio wait
 UNSETTLED_TAIL_S = 1.0  # the last words of a pass, this close to its audio's end, are not forced on the final
 PAUSE_HEARD_S = 1.0  # silence a pass heard after a committed, punctuated last word: a pause in speech
 PAUSE_CUT_SLACK_S = 0.1  # ...the window is then cut before that word, at most this far past the word before
+CATCH_UP_UNHEARD_S = 10.0
+"""Audio (s) no pass has heard that makes a stream catch up (catchup.py). A stream kept up with
+holds one pass cadence unheard (a few seconds while passes over silence are skipped); one handed
+a burst holds it all, and passes that each hear seconds more than the last agree late, over a
+window that grows to its cap (measured on a 74 s recording released a step at a time: the
+window reached 30 s with a sentence uncommitted)."""
 TOKENS_PER_SECOND_CAP = 8  # fast speech is ~4 text tokens/s; the rest is room for timestamps
 
 DELAYS: dict[Delay, tuple[float, int]] = {
@@ -175,9 +181,11 @@ class StreamingTranscription(WindowedTranscription):
     # ---- catch-up (catchup.py) ----
 
     def behind(self) -> bool:
-        """The window holds more audio than one pass decodes: the backlog is decoded as
-        offline segments (`start_catch_up`) instead of cutting unheard audio."""
-        return self.window.size > self.window_cap
+        """The window holds more audio than one pass decodes, or more than CATCH_UP_UNHEARD_S
+        that no pass has heard: the backlog is decoded as offline segments (`start_catch_up`)
+        instead of cutting unheard audio or re-decoding a growing window pass after pass."""
+        unheard = self._window_end() - max(self.heard_until, self.window_start)
+        return self.window.size > self.window_cap or unheard > CATCH_UP_UNHEARD_S
 
     def start_catch_up(self, vad: VoiceActivityModel | None) -> tuple[list[WindowJob], RequestOutput | None]:
         """Cut the audio after the committed words into segments and return their first windows
