@@ -27,7 +27,7 @@ import torch
 
 from engine.metrics import count_pass_run
 from engine.models.whisper.alignment import align_words
-from engine.models.whisper.catchup import CatchUpRound, plan_cut, start_round
+from engine.models.whisper.catchup import CatchUpRound, plan_cut
 from engine.models.whisper.context import fit_frames
 from engine.models.whisper.coverage import SpeechCoverage
 from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
@@ -63,12 +63,6 @@ EDGE_S = 0.5  # agreed words ending this close to the end of a pass's audio wait
 UNSETTLED_TAIL_S = 1.0  # the last words of a pass, this close to its audio's end, are not forced on the final
 PAUSE_HEARD_S = 1.0  # silence a pass heard after a committed, punctuated last word: a pause in speech
 PAUSE_CUT_SLACK_S = 0.1  # ...the window is then cut before that word, at most this far past the word before
-CATCH_UP_UNHEARD_S = 10.0
-"""Audio (s) no pass has heard that makes a stream catch up (catchup.py). A stream kept up with
-holds one pass cadence unheard (a few seconds while passes over silence are skipped); one handed
-a burst holds it all, and passes that each hear seconds more than the last agree late, over a
-window that grows to its cap (measured on a 74 s recording released a step at a time: the
-window reached 30 s with a sentence uncommitted)."""
 TOKENS_PER_SECOND_CAP = 8  # fast speech is ~4 text tokens/s; the rest is room for timestamps
 
 DELAYS: dict[Delay, tuple[float, int]] = {
@@ -181,51 +175,54 @@ class StreamingTranscription(WindowedTranscription):
     # ---- catch-up (catchup.py) ----
 
     def behind(self) -> bool:
-        """The window holds more audio than one pass decodes, or more than CATCH_UP_UNHEARD_S
-        that no pass has heard: the backlog is decoded as offline segments (`start_catch_up`)
-        instead of cutting unheard audio or re-decoding a growing window pass after pass."""
-        unheard = self._window_end() - max(self.heard_until, self.window_start)
-        return self.window.size > self.window_cap or unheard > CATCH_UP_UNHEARD_S
+        """The window holds more audio than one pass decodes: the backlog is decoded as offline
+        segments (`start_catch_up`) instead of cutting audio no pass has heard."""
+        return self.window.size > self.window_cap
 
     def start_catch_up(self, vad: VoiceActivityModel | None) -> tuple[list[WindowJob], RequestOutput | None]:
-        """Cut the audio after the committed words into segments and return their first windows
-        (offline jobs); with nothing to decode (silence), the round ends at once and its output
-        is returned. The tentative words are re-decoded by the segments; where the VAD hears no
-        speech at all they are committed as the last pass heard them rather than dropped."""
-        cut = plan_cut(self.window, self.window_start, self._spoken_until(), vad, self.window_cap / SAMPLE_RATE)
-        prompt = (self.options.prompt or "") + " " + self.agreement.committed_text[-PROMPT_CHARS:]
-        self.catch_up, jobs = start_round(self, self.request, self.window, self.window_start, cut, self.parts,
-                                          self.fit_context and not self.options.word_timestamps, prompt,
-                                          lambda: SpeechCoverage(self.coverage.vad))
+        """Cut the audio after the committed words into segments and return the first one's
+        window (an offline job); with nothing to decode (silence), the round ends at once and
+        its output is returned. The tentative words are re-decoded by the segments; where the
+        VAD hears no speech at all they are committed as the last pass heard them, not dropped."""
+        cut = plan_cut(self.window, self.window_start, self._spoken_until(), vad, self.window_cap / SAMPLE_RATE,
+                       input_ended=self.is_final_pass())
+        self.catch_up = CatchUpRound(cut, self.window, self.window_start,
+                                     self.fit_context and not self.options.word_timestamps,
+                                     lambda: SpeechCoverage(self.coverage.vad))
         self.new_samples = 0
         if not cut.segments:
             self.agreement.finish(None)
             self._collect_commits()
-        if self.catch_up.finished:
+        job = self.catch_up.start_next(self, self.request, self.parts, self._segment_prompt())
+        if job is None:
             return [], self._end_catch_up()
-        return jobs, None
+        return [job], None
 
-    def on_segment_done(self, index: int, words: list[Word]) -> RequestOutput | None:
-        """A backlog segment is decoded: commit the words of the segments done in order (they
-        replace the tentative tail, which covered the same audio); the last ends the round."""
+    def on_segment_done(self, words: list[Word]) -> tuple[RequestOutput | None, list[WindowJob]]:
+        """A backlog segment is decoded: commit its words (they replace the tentative tail,
+        which covered the same audio) and start the next segment; the last ends the round."""
         assert self.catch_up is not None
-        ready = self.catch_up.take_ready(index, words)
-        if ready:
-            self.agreement.finish(ready, known_new=True)
+        if words:
+            self.agreement.finish(words, known_new=True)
             self._collect_commits()
-        if self.catch_up.finished:
-            return self._end_catch_up()
-        return self._output(finished=False) if ready else None
+        job = self.catch_up.start_next(self, self.request, self.parts, self._segment_prompt())
+        if job is None:
+            return self._end_catch_up(), []
+        return (self._output(finished=False) if words else None), [job]
+
+    def _segment_prompt(self) -> str:
+        return (self.options.prompt or "") + " " + self.agreement.committed_text[-PROMPT_CHARS:]
 
     def catch_up_segments(self) -> list[WindowOwner]:
-        """The owners of the backlog segments decoding (released with the stream)."""
-        return list(self.catch_up.segments) if self.catch_up is not None else []
+        """The owner of the backlog segment decoding (released with the stream)."""
+        current = self.catch_up.current if self.catch_up is not None else None
+        return [current] if current is not None else []
 
     def _end_catch_up(self) -> RequestOutput:
         """The round is committed: the window starts where it ended and live passes resume over
         the audio after it (a pass is due once it holds a cadence of audio)."""
         assert self.catch_up is not None
-        self._restart_at(self.catch_up.until)
+        self._restart_at(self.catch_up.cut.until)
         self.catch_up = None
         self.heard_until = max(self.heard_until, self.window_start)
         self.unprompted = False
