@@ -83,9 +83,11 @@ def plan_cut(audio: np.ndarray, offset_s: float, start_s: float, vad: VoiceActiv
     last_start, last_end = spans[-1]
     if end - last_end < EDGE_S and last_end - last_start <= CATCH_UP_KEEP_LIVE_S and len(spans) > 1:
         return Cut(spans[:-1], last_start)
-    # after the last segment: silence at the end of the input, or audio the VAD may not have
-    # scored as speech yet (an onset at the edge), which the live passes hear
-    return Cut(spans, end if input_ended or end - last_end < EDGE_S else last_end)
+    # after the last segment: silence at the end of the input; otherwise the live passes hear
+    # the last LIVE_TAIL_S (an onset at the edge is not scored as speech yet)
+    if input_ended or end - last_end < EDGE_S:
+        return Cut(spans, end)
+    return Cut(spans, max(last_end, end - LIVE_TAIL_S))
 
 
 class BacklogOwner(Protocol):
