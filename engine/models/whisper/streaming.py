@@ -407,8 +407,15 @@ class StreamingTranscription(WindowedTranscription):
 
     def _committed_in_window(self) -> list[Word]:
         """Committed words whose audio the window still holds (it is cut in pauses after them),
-        found from the end: a pass's work does not grow with the session's transcript."""
-        inside = list(takewhile(lambda w: w.end > self.window_start + 1e-3, reversed(self.committed_words)))
+        found from the end: a pass's work does not grow with the session's transcript. Aligned
+        ends are not in order (a lone word is aligned up to seconds late), so the search goes back
+        until a word ends a whole window before the window's start."""
+        inside: list[Word] = []
+        for w in reversed(self.committed_words):
+            if w.end > self.window_start + 1e-3:
+                inside.append(w)
+            elif w.end <= self.window_start - self.window_cap / SAMPLE_RATE:
+                break
         return inside[::-1]
 
     def _prompt_words(self) -> list[Word]:
