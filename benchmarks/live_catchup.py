@@ -25,24 +25,26 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
 from benchmarks.asrbench.stats import wer
-from benchmarks.session_coverage import SAMPLE_RATE, _manifest, load
+from benchmarks.session_coverage import DATA, SAMPLE_RATE, _manifest, load
 from engine import ASREngine, EngineConfig, RequestOutput
 
 PAUSE_S = 1.0
 MODES = ("offline", "attached", "burst", "paced")
 
 
-def recording(minutes: float, seed: int = 0) -> tuple[np.ndarray, str]:
+def recording(minutes: float, seed: int = 0, data: Path = DATA) -> tuple[np.ndarray, str]:
     """The long recording and its reference text."""
-    rows = {cid: r for cid, r in _manifest().items() if r.get("text") and not r.get("flags")}
-    clips = {cid: load(cid) for cid in rows}
+    rows = {cid: r for cid, r in _manifest(data).items() if r.get("text") and not r.get("flags")}
+    clips = {cid: load(cid, data) for cid in rows}
     order: list[str] = []
     rng = random.Random(seed)
     total = 0.0
@@ -118,10 +120,12 @@ def main() -> None:
     parser.add_argument("--tick-ms", type=int, default=500)
     parser.add_argument("--quantization", default="int8_w8a8")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data", type=Path, default=Path(os.environ.get("OASR_SPEECH_DATA", DATA)),
+                        help="the speech data folder (default: $OASR_SPEECH_DATA or ../shared/data/speech)")
     parser.add_argument("--out", help="write the results (and transcripts) as JSON here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    audio, reference = recording(args.minutes, args.seed)
+    audio, reference = recording(args.minutes, args.seed, args.data)
     engine = ASREngine(EngineConfig(service_mode="streaming", quantization=args.quantization))
     engine.transcribe_offline(np.zeros(SAMPLE_RATE, np.float32))  # warm-up
     results: dict[str, dict[str, object]] = {}
