@@ -246,6 +246,7 @@ class WhisperRunner:
         state = self.active.pop(request.request_id, None)
         if state is None:
             return
+        # by id: a long request's windows and a stream's backlog segments have owners of their own
         self.planner.drop_request(request.request_id)
         for g in list(self.batch.groups):
             if g.job.request_id == request.request_id:
@@ -293,7 +294,7 @@ class WhisperRunner:
                 thread.start(jobs)
         elif thread is None or not thread.busy or self.planner.final_first():
             # a final pass does not wait for the encoder thread's batch: the client waits on it
-            jobs = self.planner.take_encode(self.batch, bool(self.streams)) if self.planner.may_encode(self.batch) else []
+            jobs = self.planner.take_encode(self.batch, self._streams_live()) if self.planner.may_encode(self.batch) else []
             if jobs:
                 with shared_stage_timer("encode", _live_share(jobs, lambda j: j.mel.shape[1])):
                     self._encode(jobs, outputs)
@@ -339,7 +340,18 @@ class WhisperRunner:
         """Every stream with enough new audio (or at its end) gets a pass; their windows'
         features are extracted in one call and they join the encoder queue together."""
         with stage_timer("streaming.schedule"):
-            passes, ended = self.stream_passes.pick(self.streams.values(), self.planner, self._withdraw)
+            passes, ended, behind = self.stream_passes.pick(self.streams.values(), self.planner, self._withdraw)
+        for stream in behind:  # the backlog decodes as offline segments (catchup.py)
+            with stage_timer("streaming.features"):  # VAD cuts and segment features
+                try:
+                    jobs, output = stream.start_catch_up(self.vad)
+                except Exception as exc:
+                    self._fail(stream, "catchup", exc, outputs)
+                    continue
+            for job in jobs:
+                self.planner.submit(job)
+            if output is not None:
+                outputs.append(output)
         for stream in ended:  # nothing left to decode: the final is what is committed
             stream.final_done = True
             outputs.append(stream.on_empty_end())
@@ -359,6 +371,11 @@ class WhisperRunner:
             job.patience_samples = stream.pass_samples(self.step_samples)
             job.stream_request = stream.request
             self.planner.submit(job)
+
+    def _streams_live(self) -> bool:
+        """Some stream runs live passes that offline windows yield to; a stream catching up
+        decodes offline windows of its own, which need not yield to themselves."""
+        return any(s.catch_up is None for s in self.streams.values())
 
     def _end_stream(self, request_id: str) -> None:
         if self.streams.pop(request_id, None) is not None:

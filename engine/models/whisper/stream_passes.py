@@ -10,6 +10,9 @@ stream goes without its pass is counted once (`oasr_engine_stream_passes_shed_to
 With a silence gate (engine/streaming/silence_gate.py), a due stream with nothing tentative
 whose last pass heard a second of silence after the last speech the VAD hears skips its pass
 (`may_skip_pass`).
+
+A due stream whose window holds more than one pass decodes is behind: it catches up on its
+backlog as offline segments (catchup.py) instead of a pass.
 """
 
 from __future__ import annotations
@@ -37,10 +40,13 @@ class StreamPassPicker:
 
     def pick(self, streams: Iterable[StreamingTranscription], planner: WindowPlanner,
              withdraw: Callable[[WindowJob], None],
-             ) -> tuple[list[tuple[StreamingTranscription, np.ndarray]], list[StreamingTranscription]]:
-        """The streams due a pass with the audio of their windows, and the streams whose input
-        ended with nothing left to decode (their final is the committed text). `withdraw` takes
-        an interim pass a final supersedes out of the planner and the decoder batch."""
+             ) -> tuple[list[tuple[StreamingTranscription, np.ndarray]], list[StreamingTranscription],
+                        list[StreamingTranscription]]:
+        """The streams due a pass with the audio of their windows, the streams whose input
+        ended with nothing left to decode (their final is the committed text), and the streams
+        behind (their window holds more than a pass decodes: they catch up instead).
+        `withdraw` takes an interim pass a final supersedes out of the planner and the decoder
+        batch."""
         streams = list(streams)
         for stream in streams:
             stale = stream.superseded_pass()
@@ -58,6 +64,10 @@ class StreamPassPicker:
         ended: list[StreamingTranscription] = []
         for stream in due:
             stream.absorb()
+        behind = [s for s in due if s.behind()]
+        due = [s for s in due if not s.behind()]
+        for stream in behind:
+            self.forget(stream.request.request_id)
         speech_ends = self._speech_ends(due)
         for stream in due:
             rid = stream.request.request_id
@@ -72,7 +82,7 @@ class StreamPassPicker:
                 passes.append((stream, audio))
             elif stream.request.input_finished:
                 ended.append(stream)
-        return passes, ended
+        return passes, ended, behind
 
     def _speech_ends(self, due: list[StreamingTranscription]) -> dict[str, float | None]:
         """Where the VAD heard the last speech (None: none) in the audio that decides a skip, for

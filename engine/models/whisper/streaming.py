@@ -3,8 +3,16 @@
 Each pass decodes the stream's uncommitted audio (at most `stream_window_s`) with the
 committed text as prompt. Words of consecutive passes are compared (LocalAgreement-2): their
 longest common prefix is committed and never changes, and the window is trimmed to the end of
-the last committed word. At end of input one final pass commits everything left. State per
-stream is bounded: the window audio and the committed text.
+the last committed word. At end of input one final pass commits everything left.
+
+A stream handed more audio than one pass covers (its window over `stream_window_s`) decodes
+that backlog as offline segments first (catchup.py), commits them, and resumes live passes.
+
+Bounds, per stream: the window holds at most `stream_window_s` of audio between passes (more
+only while a catch-up round decodes it, and then only the audio the client sent ahead of the
+engine); a pass decodes at most that window, prompted with at most PROMPT_CHARS of committed
+text, and scans only the committed words at the window's end. What grows with the session is the
+transcript itself (the committed text and words, which the final output returns).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import torch
 
 from engine.metrics import count_pass_run
 from engine.models.whisper.alignment import align_words
+from engine.models.whisper.catchup import CatchUpRound, plan_cut
 from engine.models.whisper.context import fit_frames
 from engine.models.whisper.coverage import SpeechCoverage
 from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
@@ -26,10 +35,11 @@ from engine.models.whisper.owner import WindowedTranscription
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.stream_output import attach_word_logprobs, stream_output
 from engine.models.whisper.transcript import COMPRESSION_RATIO_THRESHOLD, compression_ratio, is_silence
-from engine.models.whisper.window import WindowJob, WindowResult, WindowUpdate
+from engine.models.whisper.window import WindowJob, WindowOwner, WindowResult, WindowUpdate
 from engine.request import Request
 from engine.streaming.local_agreement import LocalAgreement, join_words, normalize_word
 from engine.types import Delay, RequestOutput, Word
+from engine.vad import VoiceActivityModel
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +61,6 @@ decoded after a lead-in, and the rest of the sentence is dropped from the encode
 REHEARD_TOLERANCE_S = 0.6  # a re-heard committed word ends this close to where it ended before
 EDGE_S = 0.5  # agreed words ending this close to the end of a pass's audio wait for the next pass
 UNSETTLED_TAIL_S = 1.0  # the last words of a pass, this close to its audio's end, are not forced on the final
-FORCED_TRIM_KEEP_S = 5.0  # a window at its cap keeps this much uncommitted audio
 PAUSE_HEARD_S = 1.0  # silence a pass heard after a committed, punctuated last word: a pause in speech
 PAUSE_CUT_SLACK_S = 0.1  # ...the window is then cut before that word, at most this far past the word before
 TOKENS_PER_SECOND_CAP = 8  # fast speech is ~4 text tokens/s; the rest is room for timestamps
@@ -97,6 +106,7 @@ class StreamingTranscription(WindowedTranscription):
         self.unprompted = False  # the last prompted pass heard speech and wrote nothing
         self.heard_until = 0.0  # stream time (s) up to which the last finished pass decoded
         self.cover_due = False  # a skipped pass kept speech no word covers: the next pass runs
+        self.catch_up: CatchUpRound | None = None  # the backlog round decoding, if any (catchup.py)
 
     # ---- scheduling ----
 
@@ -113,7 +123,7 @@ class StreamingTranscription(WindowedTranscription):
 
     def ready(self, step_samples: int) -> bool:
         """Due a pass: `pass_samples` of new audio (absorbed or not yet), or the end of input."""
-        if self.in_flight or self.final_done:
+        if self.in_flight or self.final_done or self.catch_up is not None:
             return False
         pending = self.new_samples + self.request.pending_samples
         return pending >= self.pass_samples(step_samples) or self.request.input_finished
@@ -160,9 +170,64 @@ class StreamingTranscription(WindowedTranscription):
         return self.request.input_finished and not self.request.pending_audio
 
     def window_audio(self) -> np.ndarray:
-        if self.window.size > self.window_cap:
-            self._force_trim(self.window_cap)
         return self.window
+
+    # ---- catch-up (catchup.py) ----
+
+    def behind(self) -> bool:
+        """The window holds more audio than one pass decodes: the backlog is decoded as offline
+        segments (`start_catch_up`) instead of cutting audio no pass has heard."""
+        return self.window.size > self.window_cap
+
+    def start_catch_up(self, vad: VoiceActivityModel | None) -> tuple[list[WindowJob], RequestOutput | None]:
+        """Cut the audio after the committed words into segments and return the first one's
+        window (an offline job); with nothing to decode (silence), the round ends at once and
+        its output is returned. The tentative words are re-decoded by the segments; where the
+        VAD hears no speech at all they are committed as the last pass heard them, not dropped."""
+        cut = plan_cut(self.window, self.window_start, self._spoken_until(), vad, self.window_cap / SAMPLE_RATE,
+                       input_ended=self.is_final_pass())
+        self.catch_up = CatchUpRound(cut, self.window, self.window_start,
+                                     self.fit_context and not self.options.word_timestamps,
+                                     lambda: SpeechCoverage(self.coverage.vad))
+        self.new_samples = 0
+        if not cut.segments:
+            self.agreement.finish(None)
+            self._collect_commits()
+        job = self.catch_up.start_next(self, self.request, self.parts, self._segment_prompt())
+        if job is None:
+            return [], self._end_catch_up()
+        return [job], None
+
+    def on_segment_done(self, words: list[Word]) -> tuple[RequestOutput | None, list[WindowJob]]:
+        """A backlog segment is decoded: commit its words (they replace the tentative tail,
+        which covered the same audio) and start the next segment; the last ends the round."""
+        assert self.catch_up is not None
+        if words:
+            self.agreement.finish(words, known_new=True)
+            self._collect_commits()
+        job = self.catch_up.start_next(self, self.request, self.parts, self._segment_prompt())
+        if job is None:
+            return self._end_catch_up(), []
+        return (self._output(finished=False) if words else None), [job]
+
+    def _segment_prompt(self) -> str:
+        return (self.options.prompt or "") + " " + self.agreement.committed_text[-PROMPT_CHARS:]
+
+    def catch_up_segments(self) -> list[WindowOwner]:
+        """The owner of the backlog segment decoding (released with the stream)."""
+        current = self.catch_up.current if self.catch_up is not None else None
+        return [current] if current is not None else []
+
+    def _end_catch_up(self) -> RequestOutput:
+        """The round is committed: the window starts where it ended and live passes resume over
+        the audio after it (a pass is due once it holds a cadence of audio)."""
+        assert self.catch_up is not None
+        self._restart_at(self.catch_up.cut.until)
+        self.catch_up = None
+        self.heard_until = max(self.heard_until, self.window_start)
+        self.unprompted = False
+        self.new_samples = self.window.size
+        return self._output(finished=False)
 
     def make_job(self, mel: torch.Tensor) -> WindowJob:
         frames = min(N_FRAMES, mel.shape[1] - 1 if mel.shape[1] > 1 else mel.shape[1])
@@ -189,8 +254,7 @@ class StreamingTranscription(WindowedTranscription):
     def prompt_tokens(self) -> list[int]:
         tok = self.parts.tokenizer
         # prompt with committed text the window no longer holds; the rest the model hears again
-        before = [w for w in self.committed_words if w.end <= self.window_start + 1e-3]
-        prompt_text = "" if self.unprompted else (self.options.prompt or "") + join_words(before)
+        prompt_text = "" if self.unprompted else (self.options.prompt or "") + join_words(self._prompt_words())
         prompt = tok.encode(" " + prompt_text[-PROMPT_CHARS:].strip()) if prompt_text.strip() else []
         return prompt if self.unprompted else self.keywords + prompt
 
@@ -342,8 +406,30 @@ class StreamingTranscription(WindowedTranscription):
         return len(tok.split_to_word_tokens(tok.encode(" " + text))[0]) if text else 0
 
     def _committed_in_window(self) -> list[Word]:
-        """Committed words whose audio the window still holds (it is cut in pauses after them)."""
-        return [w for w in self.committed_words if w.end > self.window_start + 1e-3]
+        """Committed words whose audio the window still holds (it is cut in pauses after them),
+        found from the end: a pass's work does not grow with the session's transcript. Aligned
+        ends are not in order (a lone word is aligned up to seconds late), so the search goes back
+        until a word ends a whole window before the window's start."""
+        inside: list[Word] = []
+        for w in reversed(self.committed_words):
+            if w.end > self.window_start + 1e-3:
+                inside.append(w)
+            elif w.end <= self.window_start - self.window_cap / SAMPLE_RATE:
+                break
+        return inside[::-1]
+
+    def _prompt_words(self) -> list[Word]:
+        """The committed words before the window, back to PROMPT_CHARS of text (the prompt's
+        budget), found from the end."""
+        words: list[Word] = []
+        chars = 0
+        for w in reversed(self.committed_words):
+            if w.end <= self.window_start + 1e-3:
+                words.append(w)
+                chars += len(w.word)
+                if chars >= PROMPT_CHARS:
+                    break
+        return words[::-1]
 
     def _looping(self, tokens: list[int]) -> bool:
         """The pass wrote the same few words over and over (Whisper's own repetition test)."""
@@ -469,15 +555,6 @@ class StreamingTranscription(WindowedTranscription):
         if cut:
             self.window = self.window[cut:]
             self.window_start += cut / SAMPLE_RATE
-
-    def _force_trim(self, cap: int) -> None:
-        """The window reached its cap without agreement: commit what the last pass said about the
-        older audio, and drop that audio, so state stays bounded."""
-        keep_from = self.window_start + (self.window.size / SAMPLE_RATE) - FORCED_TRIM_KEEP_S
-        self.agreement.force_commit_before(keep_from)
-        self._collect_commits()
-        if self.window.size > cap:
-            self._trim_to(self.window_start + (self.window.size - cap) / SAMPLE_RATE)
 
     def _output(self, finished: bool) -> RequestOutput:
         return stream_output(self.request.request_id, self.agreement, self.committed_words, self.options,
