@@ -34,7 +34,12 @@ from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_R
 from engine.models.whisper.owner import WindowedTranscription
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.stream_output import attach_word_logprobs, stream_output
-from engine.models.whisper.transcript import COMPRESSION_RATIO_THRESHOLD, compression_ratio, is_silence
+from engine.models.whisper.transcript import (
+    COMPRESSION_RATIO_THRESHOLD,
+    compression_ratio,
+    is_silence,
+    loop_start,
+)
 from engine.models.whisper.window import WindowJob, WindowOwner, WindowResult, WindowUpdate
 from engine.request import Request
 from engine.streaming.local_agreement import LocalAgreement, join_words, normalize_word
@@ -296,6 +301,10 @@ class StreamingTranscription(WindowedTranscription):
             return WindowUpdate()
         self.unprompted = self.unprompted and mute
         words = [] if silent else self._words(job, result)
+        if looping:  # unprompted already: the loop is the model's on this audio (live passes have no
+            # temperature fallback); keep what precedes it, so two passes never agree on a loop
+            cut = loop_start([w.word for w in words])
+            words = words if cut is None else words[:cut]
         if job.final and self.is_final_pass():
             # a silent (or mute) last window keeps the tentative tail the previous pass heard
             self.agreement.finish(None if silent or mute else self._drop_reheard(job, words), known_new=bool(job.forced))

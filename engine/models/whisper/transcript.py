@@ -24,6 +24,33 @@ def compression_ratio(text: str) -> float:
     return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
+LOOP_KEEP_REPEATS = 3
+"""A looping pass keeps this many of the phrase it repeats: speech says a word three times now and
+then ("no, no, no"); a decoder loop writes it until its token budget runs out."""
+LOOP_MAX_PHRASE_WORDS = 4
+
+
+def loop_start(words: list[str], keep: int = LOOP_KEEP_REPEATS) -> int | None:
+    """Index of the first word past `keep` back-to-back repeats of one phrase (1 to
+    LOOP_MAX_PHRASE_WORDS words, compared without case and punctuation), the earliest such
+    point over all phrase lengths; None when no phrase repeats more than `keep` times."""
+    norm = ["".join(ch for ch in w.lower() if ch.isalnum()) for w in words]
+    first: int | None = None
+    for n in range(1, LOOP_MAX_PHRASE_WORDS + 1):
+        for start in range(len(norm) - n * (keep + 1) + 1):
+            phrase = norm[start : start + n]
+            if not any(phrase):
+                continue
+            repeats = 1
+            while norm[start + repeats * n : start + (repeats + 1) * n] == phrase:
+                repeats += 1
+            if repeats > keep:
+                cut = start + keep * n
+                first = cut if first is None else min(first, cut)
+                break
+    return first
+
+
 def temperature_ladder(start: float, fallback: bool) -> tuple[float, ...]:
     if not fallback:
         return (start,)

@@ -76,3 +76,16 @@ def test_a_row_is_ruled_the_same_alone_and_in_a_batch() -> None:
         alone = apply_rules(rules(), logits[i : i + 1], [seq], [flag])
         assert torch.equal(alone[0], together[i]), i
     assert not torch.equal(together, logits)  # the input is not ruled in place
+
+
+def test_a_loop_is_cut_after_three_repeats_of_its_phrase_and_speech_is_kept() -> None:
+    """A live pass that loops (no temperature fallback there) keeps what precedes the loop: seen
+    on the int8 path, tiny.en wrote "word" forty times over a clip that says it five times."""
+    from engine.models.whisper.transcript import loop_start
+
+    said = "Word. Another word. Here's some more word. Word. Word.".split()
+    assert loop_start(said) is None  # speech repeating itself a few times is speech
+    looped = [*said, *["word"] * 40]
+    assert looped[: loop_start(looped)] == said  # "word. Word. Word." and no more: the loop cut
+    assert loop_start("a b c a b c a b c a b c d".split()) == 9  # a phrase loops too
+    assert loop_start("no no no".split()) is None
