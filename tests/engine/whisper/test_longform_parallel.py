@@ -4,7 +4,6 @@ Pinned to int8_w8a8; driven by engine steps, never by timing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,12 +27,9 @@ class Recording:
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Any]:
-    from engine import ASREngine, EngineConfig
-
-    eng = ASREngine(EngineConfig(quantization="int8_w8a8"))
-    yield eng
-    eng.shutdown()
+def engine(engine_int8: Any) -> Any:
+    """The session's int8 engine: this module's claims are pinned to int8_w8a8."""
+    return engine_int8
 
 
 @pytest.fixture(scope="module")
