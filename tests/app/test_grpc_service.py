@@ -180,7 +180,7 @@ def _output() -> RequestOutput:
 def test_recognize_response_words_alternatives_and_billing() -> None:
     config = pb.RecognitionConfig(enable_word_time_offsets=True, enable_word_confidence=True, max_alternatives=2)
     resp = recognize_response(_output(), config, "rid-1")
-    assert resp.request_id == "rid-1" and resp.total_billed_time.seconds == 3
+    assert resp.oasr_request_id == "rid-1" and resp.request_id > 0 and resp.total_billed_time.seconds == 3
     (result,) = resp.results
     assert result.result_end_time.ToNanoseconds() == 2_250_000_000 and result.language_code == "en"
     assert [a.transcript for a in result.alternatives] == ["Hello world.", "Hello word."]
