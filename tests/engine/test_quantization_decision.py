@@ -68,6 +68,7 @@ def test_auto_on_a_gpu_keeps_the_float_type() -> None:
     assert decide_quantization("auto", "cuda", parse_cpuinfo(ZEN4_VNNI), True).scheme == "none"
 
 
+@pytest.mark.auto_quantization
 def test_loading_decides_without_reading_a_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     """The model builder's whole decision (flags, exactness probe) runs with the clocks a timing
     would read made to fail: before issue 35 it timed int8 against float32 here."""

@@ -261,6 +261,7 @@ def test_module_types_without_linear_are_refused_for_whisper(scheme: str) -> Non
         WhisperParts.load(config)
 
 
+@pytest.mark.auto_quantization
 @pytest.mark.parametrize("flags", [{"avx2", "avx512f", "avx512_vnni"}, {"avx2"}])
 def test_auto_quantizes_only_on_cpus_with_int8_dot_products(monkeypatch: pytest.MonkeyPatch,
                                                              caplog: pytest.LogCaptureFixture, flags: set[str]) -> None:
