@@ -119,7 +119,7 @@ def check_session_events(events: Sequence[dict[str, Any]]) -> None:
 async def sdk_session(ws_url: str, pcm: bytes, *, rate: int = 24000, chunk_ms: int = 20,
                       server_vad: bool = False, timeout: float = 120.0, hold_at_s: float | None = None,
                       transcription: dict[str, Any] | None = None,
-                      start_together: asyncio.Barrier | None = None) -> SessionLog:
+                      start_together: asyncio.Barrier | None = None, tentative: bool = False) -> SessionLog:
     """Stream `pcm` through the official SDK's realtime client at real-time pace, commit at the
     end (manual turn detection) and collect events until every committed item has ended.
     `hold_at_s`: once that much audio is out, wait for the first interim text before sending the
@@ -128,6 +128,7 @@ async def sdk_session(ws_url: str, pcm: bytes, *, rate: int = 24000, chunk_ms: i
     will not change, which more audio may be needed to settle.
     `transcription`: more session transcription settings (language, keywords, delay, stream_context);
     none by default, since a model without language control refuses a `language`.
+    `tentative`: include OASR's tentative text (the opt-in extension) without holding the audio.
     `start_together`: sessions sharing it send their first audio only once all are connected and
     configured (so connection set-up jitter does not offset their passes)."""
     import openai
@@ -144,7 +145,8 @@ async def sdk_session(ws_url: str, pcm: bytes, *, rate: int = 24000, chunk_ms: i
                 "transcription": {"model": "whisper-1", **(transcription or {})},
                 "turn_detection": {"type": "server_vad"} if server_vad else None,
             }},
-            **({"include": ["item.input_audio_transcription.tentative"]} if hold_at_s is not None else {}),
+            **({"include": ["item.input_audio_transcription.tentative"]} if hold_at_s is not None or tentative
+               else {}),
         })
         done = asyncio.Event()
         first_delta = asyncio.Event()
