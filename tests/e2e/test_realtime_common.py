@@ -225,23 +225,28 @@ def _delta(item: str, delta: str, committed: str, tentative: str, **extra: Any) 
             "delta": delta, "committed": committed, "tentative": tentative, **extra}
 
 
-def _end(item: str, n: int) -> list[dict[str, Any]]:
+def _end(item: str, n: int, transcript: str = "") -> list[dict[str, Any]]:
     return [{"type": COMMITTED, "event_id": f"c{n}", "item_id": item},
-            {"type": TERMINAL[0], "event_id": f"t{n}", "item_id": item, "transcript": "x", "audio_end_ms": 1,
+            {"type": TERMINAL[0], "event_id": f"t{n}", "item_id": item, "transcript": transcript, "audio_end_ms": 1,
              "server_ms": 1}]
 
 
-def test_checker_accepts_growing_commits_and_revisions() -> None:
-    events = [_delta("a", "Hello wor", "Hello ", "wor"), _delta("a", "", "Hello ", "word", text="Hello word"),
-              _delta("a", " now", "Hello word ", "now"), *_end("a", 1)]
+def test_checker_accepts_growing_commits_with_tentative_tails() -> None:
+    events = [_delta("a", "Hello ", "Hello ", "wor"), _delta("a", "", "Hello ", "word"),
+              _delta("a", "word now", "Hello word now", ""), *_end("a", 1, "Hello word now")]
     check_session_events(events)
 
 
-def test_checker_rejects_changed_committed_text() -> None:
-    events = [_delta("a", "Hello wor", "Hello ", "wor"), _delta("a", "", "Help ", "me", text="Help me"),
-              *_end("a", 1)]
+def test_checker_rejects_changed_committed_text_and_revising_deltas() -> None:
+    events = [_delta("a", "Hello ", "Hello ", "wor"), _delta("a", "me", "Help me", ""), *_end("a", 1, "Help me")]
     with pytest.raises(AssertionError, match="committed text changed"):
         check_session_events(events)
+    revising = [_delta("a", "Hello ", "Hello ", "wor"), _delta("a", "", "Hello ", "word", text="Hello word"),
+                *_end("a", 1, "Hello ")]
+    with pytest.raises(AssertionError, match="never revises"):
+        check_session_events(revising)
+    with pytest.raises(AssertionError, match="deltas join"):
+        check_session_events([_delta("a", "Hello wor", "Hello ", "wor"), *_end("a", 1, "Hello ")])
 
 
 def test_checker_rejects_missing_or_double_completion() -> None:
