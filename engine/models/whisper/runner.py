@@ -317,9 +317,12 @@ class WhisperRunner:
         return outputs
 
     def _hand_over(self, job: WindowJob, result: WindowResult, outputs: list[RequestOutput]) -> None:
-        state = self.active.get(job.request_id)  # the job's owner, or the long request it is a window of
-        if state is None:
+        active = self.active.get(job.request_id)
+        if active is None:
             return
+        # a long request's windows report to it (it stitches them in order); any other job to its
+        # own owner: the request itself, or a stream's backlog segment (which commits into the stream)
+        state = active if isinstance(active, SegmentedTranscription) else job.owner
         try:
             update = state.on_window_done(job, result)
         except Exception as exc:
