@@ -13,6 +13,7 @@ from benchmarks.asrbench.paths import DEFAULT_MANIFEST
 
 
 @pytest.mark.slow
+@pytest.mark.auto_quantization  # the gate compares the engine at its defaults with itself slowed down
 def test_slowed_engine_fails_the_gate(bench_dirs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert DEFAULT_MANIFEST.is_file(), f"shared speech data not present at {DEFAULT_MANIFEST}"
     gate = {"description": "engine gate test", "dataset": "speech", "max_clip_s": 2.0, "seed": 0,

@@ -37,7 +37,7 @@ def test_sigkill_loses_no_job_and_none_completes_twice(tmp_path: Path) -> None:
             assert r.status_code == 200, r.text
             names.append(r.json()["name"])
         deadline = time.monotonic() + 120
-        while httpx.get(f"{first.base_url}/v1/operations/{names[0]}").json()["metadata"]["state"] != "RUNNING":
+        while httpx.get(f"{first.base_url}/v1/operations/{names[0]}?extensions=true").json()["metadata"]["state"] != "RUNNING":
             assert time.monotonic() < deadline
             time.sleep(0.05)
     finally:
