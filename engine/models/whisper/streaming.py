@@ -40,7 +40,7 @@ from engine.models.whisper.transcript import (
     is_silence,
     loop_start,
 )
-from engine.models.whisper.window import WindowJob, WindowOwner, WindowResult, WindowUpdate
+from engine.models.whisper.window import WindowJob, WindowResult, WindowUpdate
 from engine.request import Request
 from engine.streaming.local_agreement import LocalAgreement, join_words, normalize_word
 from engine.types import Delay, RequestOutput, Word
@@ -217,11 +217,6 @@ class StreamingTranscription(WindowedTranscription):
 
     def _segment_prompt(self) -> str:
         return (self.options.prompt or "") + " " + self.agreement.committed_text[-PROMPT_CHARS:]
-
-    def catch_up_segments(self) -> list[WindowOwner]:
-        """The owner of the backlog segment decoding (released with the stream)."""
-        current = self.catch_up.current if self.catch_up is not None else None
-        return [current] if current is not None else []
 
     def _end_catch_up(self) -> RequestOutput:
         """The round is committed: the window starts where it ended and live passes resume over
