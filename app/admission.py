@@ -40,6 +40,12 @@ LIVE_PROVE_S = 1.5
 held at cadence: its first pass is due after one pass period of audio (0.5 s at Whisper's
 defaults), and a pass waiting longer than one more period is shed (engine/models/whisper/
 stream_passes.py), so a session the engine cannot hold shows within this."""
+LIVE_LATE_HOLD_S = 2.0
+"""Seconds no new live session is admitted after the engine started a live pass late (it waited
+half its pass period to be encoded, engine/models/whisper/window.py): the engine is near its
+streams' cadence, and the sessions it admitted lately have not shown their full cost yet (a
+session costs nothing until it speaks). Late passes come before shed ones: the gate stops while
+the sessions it holds still keep their cadence, not after they lost it."""
 CEILING_FORGET_S = 120.0
 """Seconds without a shed pass after which the level the engine last fell behind at is forgotten
 (the machine's other load changes; a ceiling measured under it must not cap the next hour)."""
@@ -74,6 +80,8 @@ class LiveGate:
         self._ceiling_at = -math.inf
         self.held = 0
         """Most live sessions held at cadence so far (proven, none on probation): the measured capacity."""
+        self.late_at = -math.inf
+        """When the engine last reported a live pass started late."""
         self.checked_at = -math.inf
         """When the last engine step reported began: a session is proven only by a step that
         began LIVE_PROVE_S after its admission, not by time alone (under load one step outlasts
@@ -87,6 +95,12 @@ class LiveGate:
         self._ceiling_at = self._clock()
         self.ceiling = max(1, self.open - 1)
         self._probation.clear()  # admitted, never shed; they count as open from now on
+
+    def late(self, passes: int) -> None:
+        """The engine started `passes` live passes late since the last report: it is near its
+        streams' cadence. No new session for LIVE_LATE_HOLD_S; no level is marked (none was lost)."""
+        if passes > 0:
+            self.late_at = self._clock()
 
     def behind(self) -> bool:
         """A live pass was shed in the last LIVE_SETTLE_S."""
@@ -120,6 +134,9 @@ class LiveGate:
         """Why a new live session is refused now (None: admit it)."""
         if self.behind():
             return "the live sessions admitted are behind their cadence already (the engine sheds their passes)"
+        if self._clock() - self.late_at < LIVE_LATE_HOLD_S:
+            return ("the engine runs the live sessions admitted close to their cadence (a pass waited half its "
+                    "period to start)")
         if self.open + 1 > self.limit():
             return (f"{len(self._probation)} live sessions admitted lately have not shown yet that the engine keeps "
                     f"their cadence (an engine step {LIVE_PROVE_S:g} s after their admission without a pass shed)")
@@ -175,14 +192,16 @@ class Admission:
 
     # ---------------------------------------------------------------- what the engine reports
 
-    def observe(self, live_seconds: float, streams: int, passes_shed: int, step_at: float | None = None) -> None:
+    def observe(self, live_seconds: float, streams: int, passes_shed: int, step_at: float | None = None,
+                *, passes_late: int = 0) -> None:
         """One dispatch of the engine's outputs: the engine time live streams took, the live
-        streams it holds, the live passes it shed since the last one, and when the last step
-        they cover began (on this admission's clock; default: now)."""
+        streams it holds, the live passes it shed and started late since the last one, and when
+        the last step they cover began (on this admission's clock; default: now)."""
         self.live_streams = streams
         self.live.checked_at = max(self.live.checked_at, self._clock() if step_at is None else step_at)
         self.backlog.live(live_seconds, streams, passes_shed, unproven=self.live.open - self.live.proven)
         self.live.shed(passes_shed)
+        self.live.late(passes_late)
         if not streams and not self.live.open:
             self.backlog.live_ended()
         self.backlog.sample()
@@ -256,5 +275,5 @@ class Admission:
             self.live.released(permit.id)
 
 
-__all__ = ["CEILING_FORGET_S", "LIVE_PROVE_S", "LIVE_START", "SHUTTING_DOWN", "Admission", "LiveGate", "Permit",
+__all__ = ["CEILING_FORGET_S", "LIVE_LATE_HOLD_S", "LIVE_PROVE_S", "LIVE_START", "SHUTTING_DOWN", "Admission", "LiveGate", "Permit",
            "Refused"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -29,6 +29,14 @@ GPU_SAMPLE_INTERVAL_S = 1.0
 FAILURE_STAGES = ("admission", "features", "encode", "decode", "postprocess", "engine")
 """Where a request can fail (`RequestOutput.error_stage`; 'engine' is a failed step's fail_all):
 resolved at 0 up front, so a failure rate by stage reads 0 before the first failure."""
+
+
+class LivePasses(NamedTuple):
+    """Live passes one export saw: shed (the engine is behind its streams' cadence) and started
+    late (it is close to it)."""
+
+    shed: int
+    late: int
 
 
 class EngineSeries:
@@ -64,6 +72,7 @@ class EngineSeries:
         self._audio = m.engine_audio_seconds.labels(**labels)
         self._dropped = m.engine_samples_dropped.labels(**labels)
         self._shed = m.engine_stream_passes_shed.labels(**labels)
+        self._late = m.engine_stream_passes_late.labels(**labels)
         self._skipped = m.engine_stream_passes_skipped.labels(**labels)
         self._passes = m.engine_stream_passes.labels(**labels)
         self._encoded = m.engine_stream_encoded_seconds.labels(**labels)
@@ -86,9 +95,10 @@ class EngineSeries:
 
     # ------------------------------------------------------------------ engine thread
 
-    def export(self, snapshot: MetricsSnapshot, stats: RunnerStats, running: int, waiting: int) -> int:
+    def export(self, snapshot: MetricsSnapshot, stats: RunnerStats, running: int, waiting: int) -> LivePasses:
         """One step's drain of the engine collector and the runner's gauges; returns the live passes
-        it shed since the last export (the server's sign that live streams are behind)."""
+        it shed and started late since the last export (the server's signs that live streams are
+        behind, or close to it)."""
         self.running.set(running)
         self.waiting.set(waiting)
         seen, snap = self._seen, snapshot
@@ -99,6 +109,8 @@ class EngineSeries:
         _advance(self._audio, snap.audio_seconds_total - seen.audio_seconds_total)
         _advance(self._dropped, snap.samples_dropped_total - seen.samples_dropped_total)
         _advance(self._shed, passes_shed)
+        passes_late = snap.stream_passes_late_total - seen.stream_passes_late_total
+        _advance(self._late, passes_late)
         _advance(self._skipped, snap.stream_passes_skipped_total - seen.stream_passes_skipped_total)
         _advance(self._passes, snap.stream_passes_total - seen.stream_passes_total)
         _advance(self._encoded, snap.stream_encoded_seconds_total - seen.stream_encoded_seconds_total)
@@ -107,6 +119,7 @@ class EngineSeries:
         self._seen = MetricsSnapshot(snap.outputs_total, snap.tokens_generated_total, snap.search_overflow_total,
                                      snap.audio_seconds_total, snap.samples_dropped_total,
                                      stream_passes_shed_total=snap.stream_passes_shed_total,
+                                     stream_passes_late_total=snap.stream_passes_late_total,
                                      stream_passes_skipped_total=snap.stream_passes_skipped_total,
                                      stream_passes_total=snap.stream_passes_total,
                                      stream_encoded_seconds_total=snap.stream_encoded_seconds_total,
@@ -121,7 +134,7 @@ class EngineSeries:
             _observe_all(m.engine_queue_wait.labels(**labels, mode=mode), waits)
         _observe_all(self._padding, snap.batch_padding_ratio)
         self._export_runner(stats)
-        return passes_shed
+        return LivePasses(shed=passes_shed, late=passes_late)
 
     def _export_runner(self, stats: RunnerStats) -> None:
         m, labels = self.metrics, self.labels

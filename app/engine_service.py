@@ -278,6 +278,7 @@ class EngineService:
             if out.finished and out.finish_reason == "error":
                 self.series.failed(out.error_stage or "unknown")
         # the engine time live streams took (offline work did not get it), and whether they are behind
-        self.admission.observe(report.live_seconds, report.streams, report.passes_shed, report.step_at)
+        self.admission.observe(report.live_seconds, report.streams, report.passes_shed, report.step_at,
+                               passes_late=report.passes_late)
         self.series.queue_delay.set(self.backlog.delay())
         self.series.route.observe(time.perf_counter() - report.sent_at)

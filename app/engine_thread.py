@@ -42,6 +42,8 @@ class StepReport:
     """Live streams the runner held after the last step."""
     passes_shed: int = 0
     """Live passes shed since the last report (behind their cadence)."""
+    passes_late: int = 0
+    """Live passes started half a pass period late or more since the last report (close to it)."""
     step_at: float | None = None
     """monotonic() when the last step it covers began (None: an idle engine's report, as of now)."""
 
@@ -68,6 +70,7 @@ class EngineThread:
         self._tick_started = 0.0
         self._live_s = 0.0  # live streams' engine time not yet handed over
         self._shed_new = 0  # live passes shed not yet handed over
+        self._late_new = 0  # live passes started late not yet handed over
         self._streams = 0
         self._posted_at = 0.0  # perf_counter() of the last hand-over
         self.death: str | None = None
@@ -159,16 +162,20 @@ class EngineThread:
         snapshot, stats = e.metrics.drain(), e.runner.stats()
         self._live_s += live_engine_seconds(snapshot.stage_seconds)
         self._streams = stats.streams
-        self._shed_new += self.series.export(snapshot, stats, e.num_running, e.num_waiting)
+        passes = self.series.export(snapshot, stats, e.num_running, e.num_waiting)
+        self._shed_new += passes.shed
+        self._late_new += passes.late
 
     def _post(self, outputs: list[RequestOutput], idle: bool = False) -> bool:
         now = time.perf_counter()
         # live time goes over without outputs too (a saturated Whisper engine holds partials back
         # while finals decode), and an idle engine says so, so that the measured live share falls
-        live_due = (self._live_s > 0 or self._shed_new or idle) and now - self._posted_at >= LIVE_POST_PERIOD_S
+        live_due = ((self._live_s > 0 or self._shed_new or self._late_new or idle)
+                    and now - self._posted_at >= LIVE_POST_PERIOD_S)
         if (outputs or live_due) and self._loop is not None:
-            report = StepReport(outputs, now, self._live_s, self._streams, self._shed_new, self._step_at)
-            self._live_s, self._shed_new, self._posted_at, self._step_at = 0.0, 0, now, None
+            report = StepReport(outputs, now, self._live_s, self._streams, self._shed_new, self._late_new,
+                                self._step_at)
+            self._live_s, self._shed_new, self._late_new, self._posted_at, self._step_at = 0.0, 0, 0, now, None
             try:
                 self._loop.call_soon_threadsafe(self._deliver_on_loop, report)
             except RuntimeError:  # loop closed during shutdown

@@ -334,6 +334,11 @@ ENGINE_METRICS: tuple[Declared, ...] = (
         "pass over all its new audio once the engine catches up; a steady rate means fewer partials "
         "than whisper_stream_step_ms promises (count).",
         ENGINE_LABELS),
+    Declared("engine_stream_passes_late", "counter", "oasr_engine_stream_passes_late_total",
+        "Interim passes of live streams that waited half their pass period or more to be encoded: "
+        "the engine nears its streams' cadence before it sheds a pass; the server admits no new "
+        "live session for a moment after one (count).",
+        ENGINE_LABELS),
     Declared("engine_stream_passes", "counter", "oasr_engine_stream_passes_total",
         "Passes started over live streams' windows by a re-decoding family (Whisper), finals included "
         "(an interim pass a final supersedes before it runs too): each re-encodes its stream's window. "

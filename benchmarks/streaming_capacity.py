@@ -333,6 +333,7 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
     row["deltas_join_to_completed"] = f"{joined_match[0]} of {joined_match[1]}"
     row["refused_unhinted"] = len(unhinted)
     row["passes_shed"] = int(after["passes_shed"] - before["passes_shed"])
+    row["passes_late"] = int(after["passes_late"] - before["passes_late"])
     row["passes_skipped"] = int(after["passes_skipped"] - before["passes_skipped"])
     row |= pass_costs(int(after["passes"] - before["passes"]), after["encoded_s"] - before["encoded_s"], audios)
     row["turns"] = len(finals)
@@ -353,15 +354,18 @@ def pass_costs(passes: int, encoded_s: float, audios: list[np.ndarray]) -> dict[
 def stream_batch_histogram(base_url: str) -> dict[str, float]:
     """The server's cumulative `oasr_engine_batch_size{mode="streaming"}` buckets by `le`, plus its sum
     (the live streams one engine step advanced together), and its `oasr_engine_stream_passes_shed_total`
-    as "passes_shed" (interim passes it skipped while behind) and its
+    as "passes_shed" (interim passes it skipped while behind), `oasr_engine_stream_passes_late_total` as
+    "passes_late" (interim passes started half a pass period late), and its
     `oasr_engine_stream_passes_skipped_total` as "passes_skipped" (passes over silence), and the
     passes run and the audio they encoded (`oasr_engine_stream_passes_total`,
     `oasr_engine_stream_encoded_seconds_total`) as "passes" and "encoded_s", from one read of /metrics."""
     text = httpx.get(f"{base_url}/metrics", timeout=10.0).text
     # zeros until the first streaming step creates the series
     out: dict[str, float] = {**{str(float(b)): 0.0 for b in BATCH_SIZE_BUCKETS}, "+Inf": 0.0, "sum": 0.0,
-                             "passes_shed": 0.0, "passes_skipped": 0.0, "passes": 0.0, "encoded_s": 0.0}
-    totals = {"oasr_engine_stream_passes_shed": "passes_shed", "oasr_engine_stream_passes_skipped": "passes_skipped",
+                             "passes_shed": 0.0, "passes_late": 0.0, "passes_skipped": 0.0, "passes": 0.0,
+                             "encoded_s": 0.0}
+    totals = {"oasr_engine_stream_passes_shed": "passes_shed", "oasr_engine_stream_passes_late": "passes_late",
+              "oasr_engine_stream_passes_skipped": "passes_skipped",
               "oasr_engine_stream_passes": "passes", "oasr_engine_stream_encoded_seconds": "encoded_s"}
     for family in text_string_to_metric_families(text):
         if family.name in totals:

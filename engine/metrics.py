@@ -52,6 +52,10 @@ class MetricsSnapshot:
     stream_passes_shed_total: int = 0
     """Interim passes of live streams not run because the engine was behind their cadence (a
     re-decoding family sheds them before it delays a final; see `count_passes_shed`)."""
+    stream_passes_late_total: int = 0
+    """Interim passes of live streams started more than half a pass period late (the stream held
+    LATE_PASS_PERIODS of new audio when its pass was picked): the engine is near its streams'
+    cadence before it sheds a pass (see `count_passes_late`)."""
     stream_passes_skipped_total: int = 0
     """Interim passes of live streams not run because the VAD heard no speech since the last
     one and every word was committed (see `count_passes_skipped`)."""
@@ -123,6 +127,9 @@ class EngineMetrics:
     def count_passes_shed(self, n: int) -> None:
         self._totals.stream_passes_shed_total += n
 
+    def count_passes_late(self, n: int) -> None:
+        self._totals.stream_passes_late_total += n
+
     def count_passes_skipped(self, n: int) -> None:
         self._totals.stream_passes_skipped_total += n
 
@@ -189,6 +196,7 @@ class EngineMetrics:
         pending.audio_seconds_total = t.audio_seconds_total
         pending.samples_dropped_total = t.samples_dropped_total
         pending.stream_passes_shed_total = t.stream_passes_shed_total
+        pending.stream_passes_late_total = t.stream_passes_late_total
         pending.stream_passes_skipped_total = t.stream_passes_skipped_total
         pending.stream_passes_total = t.stream_passes_total
         pending.stream_encoded_seconds_total = t.stream_encoded_seconds_total
@@ -216,6 +224,13 @@ def count_passes_shed(n: int) -> None:
     collector = _active.get()
     if collector is not None and n:
         collector.count_passes_shed(n)
+
+
+def count_passes_late(n: int) -> None:
+    """Count interim live passes the running step started late (a no-op outside a step)."""
+    collector = _active.get()
+    if collector is not None and n:
+        collector.count_passes_late(n)
 
 
 def count_passes_skipped(n: int) -> None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from app.admission import CEILING_FORGET_S, LIVE_PROVE_S, LIVE_START, Admission, Permit, Refused
+from app.admission import (
+    CEILING_FORGET_S,
+    LIVE_LATE_HOLD_S,
+    LIVE_PROVE_S,
+    LIVE_START,
+    Admission,
+    Permit,
+    Refused,
+)
 from app.backlog import LIVE_RETRY_AFTER_S, LIVE_SETTLE_S
 
 
@@ -103,6 +111,28 @@ def test_a_shed_pass_stops_admission_and_past_its_level_one_session_at_a_time_is
     assert a.live.ceiling is None
     proven = a.live.open
     assert len(admit_all(a)) == proven  # the slow start again: as many again as are proven
+
+
+def test_a_late_pass_holds_admission_before_any_pass_is_shed_and_marks_no_level() -> None:
+    """A pass that waited half its period to start says the engine nears its streams' cadence:
+    a burst stops there, while the sessions held still keep it, rather than at the first shed pass."""
+    clock = Clock()
+    a = admission(clock)
+    for _ in range(12):
+        a.take(live=True)
+        clock.now += 0.25
+        a.observe(0.1, a.live.open, 0)
+    a.observe(0.1, 12, 0, passes_late=1)
+    refused = a.refusal(live=True, count=False)
+    assert refused is not None and refused.retry_after == LIVE_RETRY_AFTER_S
+    assert "close to their cadence" in refused.message
+    assert a.live.ceiling is None and not a.live.behind()  # nothing was lost: offline work is not held up
+    clock.now += LIVE_LATE_HOLD_S / 2
+    a.observe(0.1, 12, 0)
+    assert a.refusal(live=True, count=False) is not None  # still within the hold
+    clock.now += LIVE_LATE_HOLD_S / 2
+    a.observe(0.1, 12, 0)
+    assert a.refusal(live=True, count=False) is None  # no pass late since: the burst goes on
 
 
 def test_a_session_released_on_probation_frees_its_place() -> None:

@@ -67,6 +67,7 @@ EXPECTED_LABELS: dict[str, set[str]] = {
     "oasr_engine_audio_seconds_total": E,
     "oasr_engine_metric_samples_dropped_total": E,
     "oasr_engine_stream_passes_shed_total": E,
+    "oasr_engine_stream_passes_late_total": E,
     "oasr_engine_stream_passes_skipped_total": E,
     "oasr_engine_stream_passes_total": E,
     "oasr_engine_stream_encoded_seconds_total": E,
@@ -195,7 +196,8 @@ def test_dispatcher_counters_are_in_the_first_scrape_at_zero() -> None:
                  "oasr_requests_cancelled_total", "oasr_engine_step_failures_total", "oasr_events_dropped_total",
                  "oasr_events_deferred_total", "oasr_engine_outputs_total", "oasr_engine_kv_exhausted_total",
                  "oasr_engine_metric_samples_dropped_total", "oasr_engine_search_overflow_total",
-                 "oasr_engine_stream_passes_shed_total", "oasr_engine_stream_passes_skipped_total",
+                 "oasr_engine_stream_passes_shed_total", "oasr_engine_stream_passes_late_total",
+                 "oasr_engine_stream_passes_skipped_total",
                  "oasr_engine_stream_passes_total", "oasr_engine_stream_encoded_seconds_total",
                  "oasr_engine_speech_recovered_seconds_total", "oasr_engine_speech_uncovered_seconds_total"):
         assert _value(m, name) == 0.0, name
@@ -209,6 +211,7 @@ def test_engine_counters_replay_absolute_totals_once() -> None:
     collector.count_finished(tokens=7, search_overflow=True)
     collector.count_audio(2.5)
     collector.count_passes_shed(2)
+    collector.count_passes_late(3)
     collector.count_passes_skipped(5)
     collector.count_pass_run(4.0)
     collector.count_pass_run(6.0)
@@ -226,6 +229,7 @@ def test_engine_counters_replay_absolute_totals_once() -> None:
     assert _value(m, "oasr_engine_audio_seconds_total") == 2.5
     assert _value(m, "oasr_engine_metric_samples_dropped_total") == 1
     assert _value(m, "oasr_engine_stream_passes_shed_total") == 2
+    assert _value(m, "oasr_engine_stream_passes_late_total") == 3
     assert _value(m, "oasr_engine_stream_passes_skipped_total") == 5
     assert _value(m, "oasr_engine_stream_passes_total") == 2
     assert _value(m, "oasr_engine_stream_encoded_seconds_total") == 10.0

@@ -13,6 +13,7 @@ import time
 from collections import deque
 from collections.abc import Container
 
+from engine.metrics import count_passes_late
 from engine.models.whisper.batch import DecodeBatch
 from engine.models.whisper.decoding import DecodeGroup
 from engine.models.whisper.window import WindowJob, WindowResult
@@ -174,6 +175,8 @@ class WindowPlanner:
             final_waiting = final_waiting or job.final
         if jobs:
             self.steps_since_encode = 0
+            now = time.monotonic()
+            count_passes_late(sum(job.late(now) for job in jobs))
         return jobs
 
     def take_join(self, batch: DecodeBatch, active: Container[str]) -> list[WindowJob]:

@@ -13,9 +13,14 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 from torch import Tensor
 
-from engine.models.whisper.features import ENCODER_STRIDE
+from engine.models.whisper.features import ENCODER_STRIDE, SAMPLE_RATE
 from engine.request import Request
 from engine.types import DecodingOptions, RequestOutput
+
+LATE_PASS_SHARE = 0.5
+"""Share of its pass period an interim pass may wait to be encoded before it counts as late
+(`WindowJob.late`): half a period is when a pass still lands before its stream's next one is
+due, with room for one more encoder batch ahead of it."""
 
 if TYPE_CHECKING:
     from engine.models.whisper.tokenizer import WhisperTokenizer
@@ -119,6 +124,15 @@ class WindowJob:
     """A live pass's request, whose received audio is the clock `patience_samples` counts in."""
     received_when_queued: int = 0  # the stream's received samples when the planner took the pass
     queued_at: float = 0.0  # time.monotonic() when the planner took it (offline windows' patience)
+
+    def late(self, now: float) -> bool:
+        """An interim pass taken for encoding after waiting LATE_PASS_SHARE of its pass period
+        (wall time): the engine nears its streams' cadence, before any pass is overdue. Wall time,
+        unlike `overdue`: it tells admission how close the engine runs to its deadlines, which a
+        client's chunk size must not sway (one 1 s chunk brings two 0.5 s periods at once)."""
+        if not self.interim or self.stream_request is None or math.isinf(self.patience_samples):
+            return False
+        return now - self.queued_at >= LATE_PASS_SHARE * self.patience_samples / SAMPLE_RATE
 
     def overdue(self) -> bool:
         """An interim pass whose stream received a pass period of audio while it waited."""
