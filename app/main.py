@@ -166,7 +166,7 @@ async def _start(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
     info = service.engine.info()
     metrics.set_build_info(_version(), str(info.get("model", "unknown")))
     app.state.models = models
-    app.state.decoder = AudioDecoder(settings.max_concurrent_decodes, target_rate=service.engine.sample_rate)
+    app.state.decoder = AudioDecoder(settings.max_concurrent_decodes, target_rate=service.sample_rate)
     app.state.drain_hooks = []
     from app.google.jobs import GoogleJobCodec
     from app.jobs.system import JobSystem
