@@ -37,9 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the HTTP + gRPC server", epilog=EPILOG,
                            usage="%(prog)s [-h] [--SETTING VALUE ...]",
                            formatter_class=argparse.RawDescriptionHelpFormatter,
-                           description="Run the server. Each flag overrides its OASR_* environment variable "
-                                       "(docs/configuration.md).\nThe server's own settings come first, then "
-                                       "each model family's options.")
+                           description="Run the server. Each flag overrides its environment variable\n"
+                                       "(--max-batch-size: OASR_MAX_BATCH_SIZE; docs/configuration.md).\n"
+                                       "The server's own settings come first, then each model family's options.")
     for settings_group in setting_groups():
         group = serve.add_argument_group(settings_group.title, settings_group.description or None)
         for spec in settings_group.specs:

@@ -14,7 +14,7 @@ def _add_setting_flag(group: argparse._ArgumentGroup, spec: SettingSpec) -> None
     # SUPPRESS: a flag left out leaves its OASR_* variable (or the default) in charge.
     common: dict[str, Any] = {"dest": spec.name, "default": argparse.SUPPRESS,
                               # argparse %-formats help strings: a literal % in a docstring must be doubled
-                              "help": f"{spec.doc} [env {spec.env}; default {spec.default_text}]".replace("%", "%%")}
+                              "help": f"{spec.doc} [default: {spec.default_text}]".replace("%", "%%")}
     if spec.kind == "bool":
         group.add_argument(spec.flag, action=argparse.BooleanOptionalAction, **common)
     elif spec.kind == "choice":
