@@ -154,4 +154,4 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
 # in-flight HTTP requests finish for up to 20 s (= OASR_SHUTDOWN_GRACE_SECS default),
 # then the app's lifespan drains the engine and gRPC.
 STOPSIGNAL SIGTERM
-CMD ["uvicorn", "app.main:app", "--host", "0.0.0.0", "--port", "8000", "--timeout-graceful-shutdown", "20"]
+CMD ["uvicorn", "--factory", "app.main:create_app", "--host", "0.0.0.0", "--port", "8000", "--timeout-graceful-shutdown", "20"]

@@ -43,7 +43,7 @@ cuda-check: install
 # PYTHONDONTWRITEBYTECODE environment would otherwise compile from source at every start.
 serve: install
 	$(PY) -m compileall -q app engine protos oasr >/dev/null
-	$(VENV)/bin/uvicorn app.main:app --host $${OASR_HOST:-0.0.0.0} --port $${OASR_PORT:-8000}
+	$(VENV)/bin/uvicorn --factory app.main:create_app --host $${OASR_HOST:-0.0.0.0} --port $${OASR_PORT:-8000}
 
 lint: install
 	$(VENV)/bin/ruff check .

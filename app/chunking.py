@@ -131,7 +131,7 @@ async def transcribe_chunked(
     if model is None:
         raise ApiError(503, f"chunking_strategy needs the server's VAD model, which failed to load "
                             f"({VadModelCache.of(request.app.state).error})", param=FIELD)
-    rate = service.engine.sample_rate
+    rate = service.sample_rate
     bounds = await asyncio.to_thread(_segments, audio, rate, model, strategy)
     duration = audio.size / rate
     logger.info("chunking_strategy: %d speech segment(s) in %.1f s of audio", len(bounds), duration)

@@ -94,6 +94,11 @@ class EngineService:
         return await self.thread.wait_started(timeout)
 
     @property
+    def sample_rate(self) -> int:
+        """Hz of the audio this engine's model takes: decoders resample to it, durations divide by it."""
+        return self.engine.sample_rate
+
+    @property
     def death(self) -> str | None:
         """Why the engine thread died (None while it runs)."""
         return self.thread.death
@@ -147,7 +152,7 @@ class EngineService:
             raise
 
     def _track(self, request_id: str, samples: int, priority: int) -> None:
-        self.backlog.add(request_id, samples / self.engine.sample_rate, priority)
+        self.backlog.add(request_id, samples / self.sample_rate, priority)
         self.series.queue_delay.set(self.backlog.delay())
 
     def open_request(
@@ -199,7 +204,7 @@ class EngineService:
         if chunk.size:
             held.chunks.append(chunk)
             held.samples += int(chunk.size)
-        if held.samples > self.max_held_seconds * self.engine.sample_rate:
+        if held.samples > self.max_held_seconds * self.sample_rate:
             self._end_held(request_id, RequestOutput(
                 request_id, finished=True, finish_reason="error", error_stage="admission",
                 error=f"live audio over {self.max_held_seconds:g} s cannot be held for an offline engine"))

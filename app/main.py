@@ -1,12 +1,16 @@
-"""The OASR server: `uvicorn app.main:app`.
+"""The OASR server: `uvicorn --factory app.main:create_app` (or `oasr serve`).
 
-`create_app(settings)` builds the FastAPI app; its lifespan loads the engine, starts the
-engine thread, the audio decoder pool and the grpc.aio server on the same event loop, and on
-SIGTERM drains: readiness and gRPC health flip to NOT_SERVING, listeners stop accepting,
-in-flight work gets `shutdown_grace_secs`, the rest is cancelled (503 / UNAVAILABLE), the
-engine shuts down and the process exits 0. When the engine thread dies instead (an exception
-escaping a step: app/engine_service.py), its open requests end as UNAVAILABLE, the server drains
-the same way and exits with ENGINE_DIED_EXIT_CODE, for Kubernetes to restart it.
+`create_app(settings)` builds the FastAPI app (settings unset: read from the OASR_* variables);
+importing this module builds nothing. `uvicorn app.main:app`, the older spelling, still works:
+the module attribute `app` is built on first access (`__getattr__` below).
+
+The app's lifespan loads the engine, starts the engine thread, the audio decoder pool and the
+grpc.aio server on the same event loop, and on SIGTERM drains: readiness and gRPC health flip to
+NOT_SERVING, listeners stop accepting, in-flight work gets `shutdown_grace_secs`, the rest is
+cancelled (503 / UNAVAILABLE), the engine shuts down and the process exits 0. When the engine
+thread dies instead (an exception escaping a step: app/engine_service.py), its open requests end
+as UNAVAILABLE, the server drains the same way and exits with ENGINE_DIED_EXIT_CODE, for
+Kubernetes to restart it.
 """
 
 from __future__ import annotations
@@ -166,7 +170,7 @@ async def _start(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
     info = service.engine.info()
     metrics.set_build_info(_version(), str(info.get("model", "unknown")))
     app.state.models = models
-    app.state.decoder = AudioDecoder(settings.max_concurrent_decodes, target_rate=service.engine.sample_rate)
+    app.state.decoder = AudioDecoder(settings.max_concurrent_decodes, target_rate=service.sample_rate)
     app.state.drain_hooks = []
     from app.google.jobs import GoogleJobCodec
     from app.jobs.system import JobSystem
@@ -294,6 +298,15 @@ def _optional_routers(settings: Settings) -> list[APIRouter]:
     return routers
 
 
-app = create_app()
+def __getattr__(name: str) -> FastAPI:
+    """`app.main.app`, for `uvicorn app.main:app`: built from the OASR_* variables on first access
+    and kept, so every access sees the same app (an import alone builds none)."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    built = create_app()
+    globals()["app"] = built
+    return built
+
+
 if _PAUSED_FOR_IMPORTS:
     resume_collection()

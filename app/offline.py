@@ -35,7 +35,7 @@ async def run_offline(
     metrics = service.metrics
     started = time.monotonic()
     # counted before the submit: audio the engine refuses still reaches the throughput denominator
-    metrics.count_offline_audio(api, len(audio) / service.engine.sample_rate)
+    metrics.count_offline_audio(api, len(audio) / service.sample_rate)
     try:
         stream = service.open_request(audio, decoding=options)
     except BaseException:

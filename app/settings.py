@@ -26,6 +26,22 @@ from engine.families import FAMILY_TABLE, load_family
 ENGINE_FIELD_FOR = {"preferred_batch_sizes": "preferred_batch_size", "model_revision": "revision"}
 """Settings whose name differs from the EngineConfig field they set (the design's CLI spelling)."""
 
+SERVER_SETTING_GROUPS: tuple[tuple[str, str], ...] = (
+    ("listeners", "host"),
+    ("model", "model"),
+    ("device and runtime", "device"),
+    ("batching and scheduling", "service_mode"),
+    ("streaming state and KV memory", "chunk_size"),
+    ("limits", "max_audio_mib"),
+    ("voice activity (server VAD)", "vad"),
+    ("batch jobs (speech:longrunningrecognize)", "data_dir"),
+    ("security and extras", "api_key"),
+    ("deprecated aliases", "stream_step_ms"),
+)
+"""(title, first setting) of each group of `ServerSettings`, in declaration order: a group runs to
+the next one's first setting. `oasr serve --help` and docs/configuration.md show these groups,
+then one group per model family (app/settings_doc.py)."""
+
 
 class ServerSettings(BaseSettings):
     """The server's own settings; `Settings` adds the generated family options."""
@@ -40,7 +56,7 @@ class ServerSettings(BaseSettings):
     grpc_port: int = 50051
     """gRPC port on the same host as HTTP; 0 disables the gRPC listener."""
 
-    # ---- model and engine ----
+    # ---- model ----
     model: str | None = None
     """Model to serve: an alias (tiny.en ... large-v3-turbo, distil-large-v3), a Hugging Face repo id (Systran/faster-whisper-small, nvidia/parakeet-tdt-0.6b-v2; optionally @revision) downloaded into the Hugging Face cache at start-up, or a directory; unset serves the embedded Whisper tiny.en."""
     models: Annotated[list[str], NoDecode] = Field(default_factory=list)
@@ -59,6 +75,8 @@ class ServerSettings(BaseSettings):
     """Decoder among those the model offers (see /v1/models `decode_methods`, e.g. ctc or rnnt); unset is the model's default."""
     served_model_name: str | None = None
     """Model name clients must send; unset accepts any `model` value (OpenAI SDKs always send one)."""
+
+    # ---- device and runtime ----
     device: str = "auto"
     """'auto' (cuda when available, else cpu), 'cpu', 'cuda', 'cuda:1', ..."""
     dtype: str = "auto"
@@ -67,6 +85,12 @@ class ServerSettings(BaseSettings):
     """Weight quantization: int8_w8a8 (int8 linears, CPU), fp16/bf16 (CUDA), none; 'auto' is int8_w8a8 on CPUs with int8 dot products (avx512_vnni, avx_vnni, amx_int8 flags) whose int8 GEMM is exact, else none; decided from the CPU, never a timing (see /v1/models quantization_reason)."""
     quantization_option: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     """Quantization object options as KEY=VALUE, folded with --quantization into one object: ignore=GLOB,... keeps module paths in full precision (e.g. ignore=decoder.*), module_types=linear,pointwise_conv picks layer kinds. Repeat the flag; separate entries with ';' in the env var."""
+    num_threads: int | None = None
+    """torch CPU threads; unset uses all cores."""
+    gc_freeze: bool = True
+    """Freeze the Python heap after the engine is built so full garbage collections skip it (a full collection of the built heap pauses every stream: engine/gc_freeze.py)."""
+
+    # ---- batching and scheduling ----
     service_mode: Literal["offline", "streaming"] = "offline"
     """'streaming' decodes live streams incrementally (partials); 'offline' buffers streams to their end."""
     max_batch_size: int = 16
@@ -87,12 +111,8 @@ class ServerSettings(BaseSettings):
     """Batch sizes admission snaps to (comma-separated, each <= max_batch_size); requests are held until one fills or the oldest waited max_wait_time. Unset admits whatever waits."""
     streaming_cohort_admit: bool = True
     """Admit waiting live streams shortest buffered audio first (streams that waited max_wait_time go first)."""
-    num_threads: int | None = None
-    """torch CPU threads; unset uses all cores."""
-    stream_step_ms: int | None = None
-    """Deprecated alias of OASR_WHISPER_STREAM_STEP_MS (kept one release; setting it logs a warning)."""
-    stream_encoder_context: Literal["fit", "full"] | None = None
-    """Deprecated alias of OASR_WHISPER_STREAM_ENCODER_CONTEXT (kept one release; setting it logs a warning)."""
+
+    # ---- streaming state and KV memory ----
     chunk_size: int = 16
     """Cache-aware streaming models: encoder frames per chunk."""
     num_left_chunks: int = -1
@@ -103,10 +123,6 @@ class ServerSettings(BaseSettings):
     """Cache-aware streaming models on CPU: KV pool byte budget when max_num_blocks is unset."""
     gpu_memory_utilization: float = 0.9
     """Paged KV pools on CUDA: share of the device an engine may occupy in total; its pool gets that, less what is resident and an activation reserve."""
-    recycle_streaming_history: bool | None = None
-    """Deprecated alias of OASR_WENET_RECYCLE_STREAMING_HISTORY (kept one release; setting it logs a warning)."""
-    gc_freeze: bool = True
-    """Freeze the Python heap after the engine is built so full garbage collections skip it (avoids ~0.2 s stalls of every stream)."""
 
     # ---- limits ----
     max_audio_mib: float = 25.0
@@ -122,9 +138,8 @@ class ServerSettings(BaseSettings):
     max_queue_delay_secs: float = 30.0
     """New offline work (REST, gRPC Recognize) is refused with 503 RESOURCE_EXHAUSTED and a Retry-After while
     the backlog ahead of it (audio-seconds over the measured transcription rate) would queue it longer than
-    this; batch jobs wait instead of starting, and admitted live sessions are never shed. 30 s: proxies and
-    load balancers commonly cut a request after 60 s (nginx proxy_read_timeout, AWS ALB idle timeout), and
-    half of that leaves room for the request's own processing. 0 disables the check."""
+    this; batch jobs wait instead of starting, and admitted live sessions are never shed (docs/operations.md,
+    overload). 0 disables the check."""
     max_concurrent_decodes: int = 2
     """Audio files decoded at once (worker threads); further uploads queue."""
     shutdown_grace_secs: float = 20.0
@@ -136,7 +151,7 @@ class ServerSettings(BaseSettings):
     realtime_resume_grace_secs: float = 30.0
     """A /v1/realtime session whose client dropped is kept (engine stream included) this many seconds for it to resume; 0 disables resuming."""
 
-    # ---- voice activity (server VAD) ----
+    # ---- voice activity ----
     vad: Literal["silero", "energy"] = "silero"
     """Voice-activity model for server VAD: 'silero' (neural, shipped) or 'energy' (no model)."""
     vad_threshold: float = 0.5
@@ -146,7 +161,7 @@ class ServerSettings(BaseSettings):
     vad_prefix_padding_ms: int = 300
     """Audio kept before detected speech start, in ms."""
 
-    # ---- batch jobs (speech:longrunningrecognize, docs/api.md) ----
+    # ---- batch jobs ----
     data_dir: str | None = None
     """Where the server keeps its state (jobs database, audio spool); unset: the user data dir (~/.local/share/oasr on Linux)."""
     jobs_database_url: str | None = None
@@ -187,6 +202,14 @@ class ServerSettings(BaseSettings):
     """Serve the browser demo page at /demo."""
     log_level: str = "info"
     """Python logging level for the oasr loggers."""
+
+    # ---- deprecated aliases ----
+    stream_step_ms: int | None = None
+    """Deprecated alias of OASR_WHISPER_STREAM_STEP_MS (kept one release; setting it logs a warning)."""
+    stream_encoder_context: Literal["fit", "full"] | None = None
+    """Deprecated alias of OASR_WHISPER_STREAM_ENCODER_CONTEXT (kept one release; setting it logs a warning)."""
+    recycle_streaming_history: bool | None = None
+    """Deprecated alias of OASR_WENET_RECYCLE_STREAMING_HISTORY (kept one release; setting it logs a warning)."""
 
     @field_validator("api_key", "cors_allow_origin", "preferred_batch_sizes", "callback_allowed_hosts", mode="before")
     @classmethod
@@ -239,7 +262,7 @@ class ServerSettings(BaseSettings):
         options = {
             name: {option: getattr(self, setting) for setting, option in settings.items()
                    if setting in self.model_fields_set}
-            for name, settings in _family_setting_names().items()
+            for name, settings in family_setting_names().items()
         }
         if self.model is not None:
             if self.ckpt_dir is not None and self.ckpt_dir != self.model:
@@ -280,9 +303,8 @@ def _family_option_fields() -> dict[str, Any]:
         options = load_family(entry.name).options
         hints, docs = typing.get_type_hints(options), _attribute_docs(options)
         for f in dataclasses.fields(options):
-            doc = f"{entry.name} models: {docs.get(f.name, '')}"
             kind = Annotated[hints[f.name], NoDecode] if _is_tuple(hints[f.name]) else hints[f.name]
-            fields[f"{entry.name}_{f.name}"] = (kind, Field(default=f.default, description=doc))
+            fields[f"{entry.name}_{f.name}"] = (kind, Field(default=f.default, description=docs.get(f.name, "")))
     return fields
 
 
@@ -292,7 +314,7 @@ def _split_tuple_options(value: object) -> object:
     return value
 
 
-def _family_setting_names() -> dict[str, dict[str, str]]:
+def family_setting_names() -> dict[str, dict[str, str]]:
     """{family: {setting name: option name}} for the generated settings."""
     return {
         entry.name: {f"{entry.name}_{f.name}": f.name for f in dataclasses.fields(load_family(entry.name).options)}

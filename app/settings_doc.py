@@ -1,7 +1,8 @@
 """Every server setting described once, from `app.settings.Settings` itself.
 
-`oasr serve` builds its flags from `setting_specs()` and docs/configuration.md is rendered by
-`render_markdown()`, so neither can drift from the settings. Regenerate the page with
+`oasr serve` builds its flags from `setting_groups()` and docs/configuration.md is rendered by
+`render_markdown()`, so neither can drift from the settings. Both show the same groups: the
+server's own settings (`SERVER_SETTING_GROUPS`), then one group per model family. Regenerate the page with
 
     python -m app.settings_doc            # writes docs/configuration.md
     python -m app.settings_doc --check    # exit 1 when the page is stale
@@ -19,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic.fields import FieldInfo
 
-from app.settings import Settings
+from app.settings import SERVER_SETTING_GROUPS, ServerSettings, Settings, family_setting_names
 
 ENV_PREFIX = "OASR_"
 DOC_PATH = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
@@ -99,6 +100,34 @@ def setting_specs() -> list[SettingSpec]:
     return [_spec(name, field) for name, field in Settings.model_fields.items()]
 
 
+@dataclass(frozen=True)
+class SettingGroup:
+    title: str
+    description: str
+    specs: tuple[SettingSpec, ...]
+
+
+def setting_groups() -> list[SettingGroup]:
+    """The server's settings in `SERVER_SETTING_GROUPS`, then each model family's options (a family
+    without options has no group); every setting lands in exactly one group."""
+    specs = {s.name: s for s in setting_specs()}
+    titles = dict((first, title) for title, first in SERVER_SETTING_GROUPS)
+    groups: list[tuple[str, str, list[SettingSpec]]] = []
+    for name in ServerSettings.model_fields:
+        if name in titles:
+            groups.append((titles[name], "", []))
+        elif not groups:
+            raise ValueError(f"setting {name} comes before the first group of SERVER_SETTING_GROUPS")
+        groups[-1][2].append(specs.pop(name))
+    for family, names in family_setting_names().items():
+        if names:
+            groups.append((f"{family} models", f"Apply when the served model is a {family} checkpoint.",
+                           [specs.pop(name) for name in names]))
+    if specs:
+        raise ValueError(f"settings in no group: {', '.join(specs)}")
+    return [SettingGroup(title, description, tuple(members)) for title, description, members in groups]
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -113,21 +142,26 @@ def render_markdown() -> str:
         "",
         "1. a flag of `oasr serve` (`--max-batch-size 8`; booleans as `--demo` / `--no-demo`);",
         "2. an environment variable `OASR_<NAME>` (`OASR_MAX_BATCH_SIZE=8`), which is also how",
-        "   `make serve`, `uvicorn app.main:app`, the container and the Kubernetes ConfigMap are configured;",
+        "   `make serve`, `uvicorn --factory app.main:create_app`, the container and the Kubernetes ConfigMap are",
+        "   configured (`uvicorn app.main:app`, the older spelling, reads them too);",
         "3. the default below.",
         "",
         "Lists (API keys, CORS origins) are comma-separated in both forms. KEY=VALUE options repeat the",
         "flag (`--quantization-option ignore=decoder.* --quantization-option module_types=linear`) and",
-        "are separated by `;` in the environment variable. `oasr serve --help` prints the same descriptions.",
-        "",
-        "| Setting | Environment variable | Flag | Type | Default | Description |",
-        "|---|---|---|---|---|---|",
+        "are separated by `;` in the environment variable. `oasr serve --help` prints the same descriptions",
+        "in the same groups: the server's own settings first, then each model family's options.",
     ]
-    for s in setting_specs():
-        lines.append(
-            f"| `{s.name}` | `{s.env}` | `{s.flag}` | {s.type_name}{' (optional)' if s.optional else ''} "
-            f"| `{_cell(s.default_text)}` | {_cell(s.doc)} |"
-        )
+    for group in setting_groups():
+        lines += ["", f"## {group.title[0].upper()}{group.title[1:]}", ""]
+        if group.description:
+            lines += [group.description, ""]
+        lines += ["| Setting | Environment variable | Flag | Type | Default | Description |",
+                  "|---|---|---|---|---|---|"]
+        for s in group.specs:
+            lines.append(
+                f"| `{s.name}` | `{s.env}` | `{s.flag}` | {s.type_name}{' (optional)' if s.optional else ''} "
+                f"| `{_cell(s.default_text)}` | {_cell(s.doc)} |"
+            )
     lines.append("")
     return "\n".join(lines)
 

@@ -213,7 +213,7 @@ def free_port() -> int:
 
 def serve_argv(tool: Tool, http_port: int, grpc_port: int) -> list[str]:
     env = {"OASR_GRPC_PORT": str(grpc_port), "OASR_HOST": "127.0.0.1"}
-    server = ["uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(http_port),
+    server = ["uvicorn", "--factory", "app.main:create_app", "--host", "127.0.0.1", "--port", str(http_port),
               "--timeout-graceful-shutdown", "20"]
     env_args = [a for k, v in env.items() for a in ("--env", f"{k}={v}")]
     if tool.name == "docker":

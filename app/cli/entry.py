@@ -22,7 +22,7 @@ from app.cli.models import add_models_parser
 from app.cli.serve import _add_setting_flag, cmd_serve
 from app.cli.stream import cmd_stream
 from app.cli.transcribe import RESPONSE_FORMATS, cmd_transcribe
-from app.settings_doc import setting_specs
+from app.settings_doc import setting_groups
 
 logger = logging.getLogger(__name__)
 
@@ -33,12 +33,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
+    # usage: one line (argparse would list all ~100 flags); the groups below show them
     serve = sub.add_parser("serve", help="run the HTTP + gRPC server", epilog=EPILOG,
+                           usage="%(prog)s [-h] [--SETTING VALUE ...]",
                            formatter_class=argparse.RawDescriptionHelpFormatter,
-                           description="Run the server. Each flag overrides its OASR_* environment variable.")
-    group = serve.add_argument_group("settings (docs/configuration.md)")
-    for spec in setting_specs():
-        _add_setting_flag(group, spec)
+                           description="Run the server. Each flag overrides its environment variable\n"
+                                       "(--max-batch-size: OASR_MAX_BATCH_SIZE; docs/configuration.md).\n"
+                                       "The server's own settings come first, then each model family's options.")
+    for settings_group in setting_groups():
+        group = serve.add_argument_group(settings_group.title, settings_group.description or None)
+        for spec in settings_group.specs:
+            _add_setting_flag(group, spec)
     serve.set_defaults(func=cmd_serve)
 
     def client_flags(p: argparse.ArgumentParser, url_default: str | None) -> None:

@@ -1,4 +1,4 @@
-"""`oasr serve`: every server setting as a flag, then uvicorn on `app.main:app`."""
+"""`oasr serve`: every server setting as a flag, then uvicorn on `app.main.create_app(settings)`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def _add_setting_flag(group: argparse._ArgumentGroup, spec: SettingSpec) -> None
     # SUPPRESS: a flag left out leaves its OASR_* variable (or the default) in charge.
     common: dict[str, Any] = {"dest": spec.name, "default": argparse.SUPPRESS,
                               # argparse %-formats help strings: a literal % in a docstring must be doubled
-                              "help": f"{spec.doc} [env {spec.env}; default {spec.default_text}]".replace("%", "%%")}
+                              "help": f"{spec.doc} [default: {spec.default_text}]".replace("%", "%%")}
     if spec.kind == "bool":
         group.add_argument(spec.flag, action=argparse.BooleanOptionalAction, **common)
     elif spec.kind == "choice":
@@ -53,10 +53,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"invalid setting: {problems}", EXIT_USAGE) from exc
     import uvicorn
 
-    # The same app object `uvicorn app.main:app` serves, built from the OASR_* variables set above.
-    from app.main import app
+    # The app `uvicorn --factory app.main:create_app` serves, from the settings checked above.
+    from app.main import create_app
 
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
+    config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
                             timeout_graceful_shutdown=int(settings.shutdown_grace_secs) + 5)
     server = uvicorn.Server(config)
     try:

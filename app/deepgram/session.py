@@ -102,7 +102,7 @@ class ListenSession:
         self.metrics = service.metrics
         self.params = params
         self.model = model
-        self.rate: int = service.engine.sample_rate
+        self.rate: int = service.sample_rate
         # Deepgram's results carry word times when the model has them
         words = service.engine.model_info.capabilities.word_timestamps
         try:

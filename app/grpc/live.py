@@ -108,7 +108,7 @@ class LiveCall:
         self.spec = spec
         self.options = options
         self.request_id = request_id
-        self.rate = service.engine.sample_rate
+        self.rate = service.sample_rate
         self._vad_models = vad_models
         self.items: asyncio.Queue[Any] = asyncio.Queue()
         self.turns: list[_TurnResults] = []

@@ -338,7 +338,7 @@ class SpeechServicer(speech_pb2_grpc.SpeechServicer):
         context: grpc.aio.ServicerContext,
     ) -> pb.StreamingRecognizeResponse:
         """Offline engine: the whole stream is one utterance, recognized after half-close."""
-        buffer = BufferedAudio(spec, service.engine.sample_rate, self.settings)
+        buffer = BufferedAudio(spec, service.sample_rate, self.settings)
         started = time.monotonic()
         async for chunk in audio_in:
             buffer.add(chunk)

@@ -141,7 +141,7 @@ async def recognize_job(job: Job, runtime: JobRuntime, on_progress: Callable[[in
 
 async def _run_channels(service: EngineService, runtime: JobRuntime, channels: list[np.ndarray], options: object,
                         on_progress: Callable[[int], Awaitable[None]]) -> list[RequestOutput]:
-    rate = service.engine.sample_rate
+    rate = service.sample_rate
     totals = [max(len(c) / rate, 1e-9) for c in channels]
     decoded = [0.0] * len(channels)
     streams = []

@@ -14,7 +14,7 @@ A surface in four calls:
     vad = await VadModelCache.of(app.state).batcher()          # None: no server VAD
     live = LiveSession(service, on_event, options=DecodingOptions(...), vad=vad,
                        turn_detection=TurnSettings(...) or None)
-    await live.push(samples)        # float32 mono at service.engine.sample_rate, any chunking
+    await live.push(samples)        # float32 mono at service.sample_rate, any chunking
     await live.end_turn(tail)       # a commit / half-close: the turn in progress ends
     live.abort_all()                # in the surface's `finally`
 """

@@ -78,7 +78,7 @@ class LiveSession:
         it (None: the surface ends turns). `on_turn_done` runs when a turn's pump ends, also when
         it was cancelled (so it must not await); `turn.outcome` says how."""
         self.service = service
-        self.rate: int = service.engine.sample_rate
+        self.rate: int = service.sample_rate
         self.options = options
         """Decoding options of the turns opened from now on."""
         self._on_event = on_event

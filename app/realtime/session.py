@@ -103,7 +103,7 @@ class RealtimeSession:
         self.permit = permit
         """The session's admission on `service` (released when it ends; None: held by the caller)."""
         self.metrics = service.metrics
-        self.rate: int = service.engine.sample_rate
+        self.rate: int = service.sample_rate
         self.vad = vad
         self._served_model_name = None if models is not None else served_model_name  # the pool checks names
         self._models = models
@@ -299,8 +299,8 @@ class RealtimeSession:
             raise ProtocolError("the model cannot change while a turn is open or being transcribed; wait for its "
                                 "transcription (or clear the input audio buffer) first",
                                 code="session_update_with_buffered_audio", param=f"{param}.model")
-        if service.engine.sample_rate != self.rate:
-            raise ProtocolError(f"model {config.transcription.model!r} takes {service.engine.sample_rate} Hz audio, "
+        if service.sample_rate != self.rate:
+            raise ProtocolError(f"model {config.transcription.model!r} takes {service.sample_rate} Hz audio, "
                                 f"this session's model {self.rate} Hz; open a new session for it",
                                 code="unsupported_value", param=f"{param}.model")
         try:

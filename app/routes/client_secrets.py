@@ -71,7 +71,7 @@ async def _session_config(request: Request, settings: Settings, models: ModelPoo
     vad_model = await VadModelCache.of(request.app.state).batcher()
 
     def vad_ready(service: EngineService) -> bool:
-        return service.engine.sample_rate == VAD_SAMPLE_RATE and vad_model is not None
+        return service.sample_rate == VAD_SAMPLE_RATE and vad_model is not None
 
     try:
         default = await models.service_for(None)
@@ -87,7 +87,7 @@ async def _session_config(request: Request, settings: Settings, models: ModelPoo
             raise ApiError(400, str(exc), param=f"{param}.model", code="model_not_found") from exc
         decoding_options(config.transcription, logprobs=config.logprobs, engine=service,
                          served_model_name=None, param=param)
-        make_denoiser(config.noise_reduction, service.engine.sample_rate)
+        make_denoiser(config.noise_reduction, service.sample_rate)
     except ProtocolError as exc:
         raise ApiError(400, exc.message, param=exc.param, code=exc.code) from exc
     except EngineError as exc:  # a model that could not be loaded

@@ -139,7 +139,7 @@ async def _stream_transcription(
         data = await file.read()
         audio = await decoder.decode(data, max_seconds=settings.max_audio_seconds)
         # counted before the submit, as run_offline does
-        service.metrics.count_offline_audio("openai", len(audio.samples) / service.engine.sample_rate)
+        service.metrics.count_offline_audio("openai", len(audio.samples) / service.sample_rate)
         stream = service.open_request(audio.samples, decoding=options)
     except BaseException as exc:
         done()

@@ -1,5 +1,5 @@
 """A scripted stand-in for `EngineService` at the seam the live surfaces use (open_request, feed,
-close, engine.sample_rate, engine.model_info, engine.validate_options): the test plays the engine by putting
+close, sample_rate, engine.model_info, engine.validate_options): the test plays the engine by putting
 outputs into each request's real `OutputStream`, and reads back what was fed and closed."""
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from engine.runner import ModelInfo
 class ScriptedService:
     def __init__(self, sample_rate: int = 16000) -> None:
         self.metrics = Metrics()
+        self.sample_rate = sample_rate
         self.series = EngineSeries(self.metrics, "scripted", "scripted")
         info = ModelInfo("scripted", "scripted-en", sample_rate, ("en",),
                          capabilities=Capabilities(keywords=True, word_timestamps=True, logprobs=True))
-        self.engine = type("E", (), {"sample_rate": sample_rate, "model_info": info,
+        self.engine = type("E", (), {"model_info": info,
                                      "validate_options": self.validate_options})()
         self.streams: dict[str, OutputStream] = {}
         self.fed: dict[str, list[tuple[int, bool]]] = {}

@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from app.cli import EXIT_FAILURE, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, build_parser
-from app.settings_doc import setting_specs
+from app.settings import SERVER_SETTING_GROUPS
+from app.settings_doc import setting_groups, setting_specs
 from tests.conftest import Clip, manifest, wer
 from tests.e2e.conftest import REPO, ServerProcess, free_port, start_server
 
@@ -80,6 +81,31 @@ def test_serve_help_lists_every_setting() -> None:
     for spec in setting_specs():
         assert spec.flag in result.stdout
     assert "--quantization-option KEY=VALUE" in result.stdout
+
+
+def test_serve_help_groups_flags_server_first_then_each_family() -> None:
+    result = run_oasr("serve", "--help")
+    assert result.returncode == EXIT_OK, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "usage: oasr serve [-h] [--SETTING VALUE ...]"  # not ~70 lines of every flag
+    groups = setting_groups()
+    headers = [lines.index(f"{g.title}:") for g in groups]  # each group's heading, once
+    assert headers == sorted(headers), "groups are not in setting_groups() order"
+    server_titles = [title for title, _ in SERVER_SETTING_GROUPS]
+    assert [g.title for g in groups[:len(server_titles)]] == server_titles  # the server's own first
+    families = [g.title for g in groups[len(server_titles):]]
+    assert families and all(t.endswith(" models") for t in families)
+    assert {"whisper models", "wenet models", "nemo models"} <= set(families)
+    # every flag is listed inside its own group: after its heading, before the next one
+    ends = [*headers[1:], next(i for i, line in enumerate(lines) if line == "exit codes:")]
+    for group, start, end in zip(groups, headers, ends, strict=True):
+        listed = {line.split()[0].rstrip(",") for line in lines[start + 1:end] if line.startswith("  --")}
+        assert listed == {s.flag for s in group.specs}, group.title
+
+
+def test_every_setting_is_in_exactly_one_group() -> None:
+    names = [s.name for g in setting_groups() for s in g.specs]
+    assert sorted(names) == sorted(s.name for s in setting_specs())
 
 
 def test_help_documents_exit_codes() -> None:

@@ -1,4 +1,4 @@
-"""Start the real server the way the image does (`uvicorn app.main:app`) on free ports.
+"""Start the real server the way the image does (`uvicorn --factory app.main:create_app`) on free ports.
 
 Used by the deploy checks against a running server and by the browser test. No fakes:
 the real engine loads the embedded model; the process gets SIGTERM at the end, as a
@@ -77,7 +77,8 @@ def start_server(log_path: Path, extra_env: dict[str, str] | None = None, gracef
         sys.executable,
         "-m",
         "uvicorn",
-        "app.main:app",
+        "--factory",
+        "app.main:create_app",
         "--host",
         "127.0.0.1",
         "--port",

@@ -185,7 +185,7 @@ def _cmd_port() -> int:
 
 def test_cmd_is_exec_form_uvicorn_with_graceful_shutdown() -> None:
     argv = _cmd()
-    assert argv[:2] == ["uvicorn", "app.main:app"]
+    assert argv[:3] == ["uvicorn", "--factory", "app.main:create_app"]
     assert _cmd_option("--host") == "0.0.0.0"
     assert int(_cmd_option("--timeout-graceful-shutdown")) > 0
     stops = [ins.value for ins in _final_stage() if ins.name == "STOPSIGNAL"]

@@ -14,7 +14,7 @@ from tests.docs.doc_blocks import ROOT
 
 # The docs about using the server (deployment, operations and benchmarking have their own tests).
 USER_DOCS = [Path(p) for p in ("README.md", "docs/api.md", "docs/streaming.md", "docs/architecture.md",
-                               "docs/configuration.md")]
+                               "docs/configuration.md", "docs/choosing-models-and-hardware.md")]
 
 
 def test_configuration_doc_is_current() -> None:

@@ -1,4 +1,4 @@
-"""End-to-end fixtures: a real `uvicorn app.main:app` subprocess on free ports, the real engine
+"""End-to-end fixtures: a real `uvicorn --factory app.main:create_app` subprocess on free ports, the real engine
 and model. Servers are started once per module (model load + warm-up take a few seconds)."""
 
 from __future__ import annotations
@@ -60,9 +60,13 @@ class ServerProcess:
         return int(self.proc.returncode)
 
 
+SERVER_APP = ("--factory", "app.main:create_app")
+"""How the server is started (`make serve`, the image); `("app.main:app",)` is the older spelling."""
+
+
 def start_server(tmp_dir: Path, env: dict[str, str] | None = None, ready_timeout: float = 120.0,
-                 port: int | None = None) -> ServerProcess:
-    """Start `uvicorn app.main:app` with OASR_* settings from `env` (on `port`, e.g. to restart a
+                 port: int | None = None, app: tuple[str, ...] = SERVER_APP) -> ServerProcess:
+    """Start uvicorn on `app` with OASR_* settings from `env` (on `port`, e.g. to restart a
     killed server where its clients reconnect); wait until /readyz is 200."""
     port, grpc_port = port or free_port(), free_port()
     full_env = {**os.environ, "OASR_GRPC_PORT": str(grpc_port), "OASR_LOG_LEVEL": "info",
@@ -73,7 +77,7 @@ def start_server(tmp_dir: Path, env: dict[str, str] | None = None, ready_timeout
     log_path = tmp_dir / f"server-{port}.log"
     log = open(log_path, "wb")  # noqa: SIM115 - handed to the child for its lifetime
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-m", "uvicorn", *app, "--host", "127.0.0.1", "--port", str(port)],
         cwd=REPO, env=full_env, stdout=log, stderr=subprocess.STDOUT,
     )
     server = ServerProcess(proc, port, grpc_port, log_path)

@@ -1,4 +1,4 @@
-"""`oasr.client` against a live server (the module's `uvicorn app.main:app` on the embedded tiny.en,
+"""`oasr.client` against a live server (the module's `uvicorn --factory app.main:create_app` on the embedded tiny.en,
 offline mode, a 4 s realtime resume grace): REST transcription (sync and async), the realtime
 WebSocket with a connection cut mid-stream and resumed, and gRPC Recognize."""
 

@@ -1,5 +1,5 @@
 """The Google-shaped REST surface end to end: `POST /v1/speech:recognize` with the audio as the
-raw body and the config in the query string, against a real `uvicorn app.main:app`.
+raw body and the config in the query string, against a real `uvicorn --factory app.main:create_app`.
 
 Containers go up raw at the rates tests/e2e/test_openai_http.py does not use, plus the
 headerless encodings at several rates and stereo; bad input gets the Google error envelope.

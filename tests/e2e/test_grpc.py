@@ -1,4 +1,4 @@
-"""The gRPC surface end to end: real grpcio stubs against a real `uvicorn app.main:app` (offline
+"""The gRPC surface end to end: real grpcio stubs against a real `uvicorn --factory app.main:create_app` (offline
 mode, embedded Whisper tiny.en) — Recognize in every encoding family, StreamingRecognize with
 the stream buffered to half-close, health, reflection, errors, and a cancelled call.
 

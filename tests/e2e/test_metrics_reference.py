@@ -1,7 +1,7 @@
 """Issue 13 must-show 4: after mixed traffic, a live server's `/metrics` holds every series seed
 001's metrics reference names, with the document's labels (the GPU ones excepted on the CPU).
 
-One streaming server (`uvicorn app.main:app`, OASR_SERVICE_MODE=streaming) on a cache-aware WeNet
+One streaming server (`uvicorn --factory app.main:create_app`, OASR_SERVICE_MODE=streaming) on a cache-aware WeNet
 checkpoint, the family with a paged KV pool, so the KV-block gauges exist (the document has them
 absent on runtimes without a pool, e.g. Whisper's). Traffic through real clients: an OpenAI file
 upload (httpx multipart), a Google `speech:recognize`, a gRPC `Recognize`, a live gRPC

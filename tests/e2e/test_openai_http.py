@@ -1,6 +1,6 @@
 """The OpenAI-shaped HTTP surface end to end: the official `openai` SDK with only `base_url`
 changed, and httpx multipart uploads of every container format, against a real
-`uvicorn app.main:app` with the embedded Whisper tiny.en.
+`uvicorn --factory app.main:create_app` with the embedded Whisper tiny.en.
 
 Requests are fired concurrently from module-scoped fixtures (one engine batch instead of a
 queue of single requests); each test then checks one answer.

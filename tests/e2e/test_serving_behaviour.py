@@ -1,4 +1,4 @@
-"""How the server behaves as a service, end to end against real `uvicorn app.main:app`
+"""How the server behaves as a service, end to end against real `uvicorn --factory app.main:create_app`
 processes: probes and metrics, 32 concurrent requests batched together, a client that hangs
 up mid-request, the limits and API keys of a configured server, and SIGTERM under load.
 """

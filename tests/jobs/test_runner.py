@@ -30,7 +30,7 @@ class Bridge:
 
     def __init__(self) -> None:
         self.metrics = Metrics()
-        self.engine = type("E", (), {"sample_rate": RATE})()
+        self.sample_rate = RATE
         self.opened: list[dict[str, Any]] = []
         self.closed: list[str] = []
 
