@@ -15,9 +15,8 @@ class ParaformerOptions:
 
     max_pad_ratio: float = 1.25
     """A step's pieces, longest first, are split into forwards whose padded frames stay within this
-    multiple of their real frames. Batching pays per frame, padding costs per frame: on the 2-core
-    VM, 8 dev clips (3.6-11.7 s) in one padded forward ran at 4.8x real time per CPU-second
-    against 6.1x for one clip alone (1.77x padding), paraformer-large shape, one thread."""
+    multiple of their real frames: batching pays per frame and padding costs per frame
+    (measurements: docs/benchmarking.md, Paraformer)."""
 
     max_forward_seconds: float = 480.0
     """Most audio (s) one encoder forward holds, padding included (rows x the longest row): an

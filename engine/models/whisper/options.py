@@ -26,11 +26,10 @@ class WhisperOptions:
     """Offline windows shorter than 30 s: 'fit' encodes the audio plus 1 s of padding and
     completes Whisper's 30 s context with the encoding of silence, which the window's positions
     also attend to in every encoder layer, as they would in a 30 s window (context.py); 'full'
-    encodes the 30 s window padded as openai/whisper and Transformers pad it (their transcripts,
-    to 0.61 % drift WER on the dev set at float32). On the dev set (25 clips, mostly under 10 s)
-    'fit' encodes ~4x fewer frames with the same corpus WER (12.44 %, docs/benchmarking.md) but
-    is an approximation: 3 % drift WER from the reference. Requests with word timestamps keep
-    'full': word timing reads the cross-attention learnt on 30 s encodings."""
+    encodes the 30 s window padded as openai/whisper and Transformers pad it (their transcripts).
+    'fit' encodes several times fewer frames for short clips at the same corpus WER, but is an
+    approximation of the reference (drift measured in docs/benchmarking.md). Requests with word
+    timestamps keep 'full': word timing reads the cross-attention learnt on 30 s encodings."""
 
     offline_long_form: LongForm = "parallel"
     """Offline requests longer than one 30 s window: 'parallel' cuts their speech at Silero VAD
@@ -43,9 +42,8 @@ class WhisperOptions:
     skip_silent_passes: bool = True
     """Live streams: skip a pass while the Silero VAD hears no speech after what the last pass
     heard (the last speech, then 1 s of silence) and every word heard is committed: such a pass
-    writes nothing. Measured in lockstep at 16 sessions of the capacity benchmark (clips joined
-    by pauses): 533 -> 352 passes, engine CPU 136 -> 95 s, live WER 12.54 -> 12.54 %. Audio
-    without speech still gets a pass every 3 s, for speech the VAD misses. False: a pass every
+    writes nothing (what it saves: docs/benchmarking.md, streaming capacity). Audio without
+    speech still gets a pass every 3 s, for speech the VAD misses. False: a pass every
     cadence period. Without the VAD (the silero-vad package missing) every pass runs."""
 
     speech_coverage: bool = True

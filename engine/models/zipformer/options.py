@@ -15,8 +15,7 @@ class ZipformerOptions:
     naming it are served (icefall checkpoints do not record it; '' declares none)."""
     full_context_seconds: float = 60.0
     """Offline requests up to this long (s) are encoded with full attention in one forward; its
-    attention weights grow with the square of the length (about 150 MB per request at 60 s on
-    the 50 Hz stack). Longer ones run through the chunked streaming path on a streaming model
+    attention weights grow with the square of the length. Longer ones run through the chunked streaming path on a streaming model
     (icefall's streaming decode of the whole file) and are refused by a non-streaming one."""
     keyword_boost: float = 2.0
     """Bonus (log-probability) per matched token of a request's keywords in the beam search
