@@ -43,7 +43,7 @@ def _byte_decoder() -> dict[str, int]:
 
 
 def convert(src: Path, dst: Path) -> Path:
-    from engine.models.whisper.features import N_FFT, mel_filters
+    from engine.log_mel import N_FFT, mel_filters
     from engine.models.whisper.loader import load_checkpoint
 
     ckpt = load_checkpoint(str(src))

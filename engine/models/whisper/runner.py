@@ -19,6 +19,7 @@ from torch import Tensor
 
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
+from engine.log_mel import N_SAMPLES, SAMPLE_RATE, LogMelExtractor
 from engine.metrics import shared_stage_timer, stage_timer
 from engine.models.whisper.batch import DecodeBatch
 from engine.models.whisper.context import ContextEncoder
@@ -26,7 +27,6 @@ from engine.models.whisper.coverage import SpeechCoverage
 from engine.models.whisper.decoding import DecodeGroup
 from engine.models.whisper.describe import whisper_info
 from engine.models.whisper.encoder_thread import EncoderThread
-from engine.models.whisper.features import N_SAMPLES, SAMPLE_RATE, LogMelExtractor
 from engine.models.whisper.int8 import int8_kernel
 from engine.models.whisper.longform import SegmentedTranscription, window_request
 from engine.models.whisper.model import Whisper, WhisperDims

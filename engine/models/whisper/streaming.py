@@ -25,12 +25,12 @@ from itertools import pairwise, takewhile
 import numpy as np
 import torch
 
+from engine.log_mel import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
 from engine.metrics import count_pass_run
 from engine.models.whisper.alignment import align_words
 from engine.models.whisper.catchup import CatchUpRound, plan_cut
 from engine.models.whisper.context import fit_frames
 from engine.models.whisper.coverage import SpeechCoverage
-from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
 from engine.models.whisper.owner import WindowedTranscription
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.stream_output import attach_word_logprobs, stream_output
