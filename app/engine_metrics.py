@@ -5,8 +5,9 @@ first scrape at 0 (an alert over `rate(...)` then reads 0, not "no data"). The e
 collector (engine/metrics.py) is drained once per step on the engine thread and exported here:
 counters cross as absolute totals and are replayed as the increase since the last drain (a missed
 drain loses nothing, a repeated one double-counts nothing); samples become histogram observations.
-Runner gauges come from `RunnerStats`; the KV-block gauges exist only where the family keeps a
-block pool. On CUDA, device memory (and, with NVML, utilization) is sampled at most once a second.
+Runner gauges and the counters a family alone keeps (KV exhaustion, Whisper's live passes and
+speech coverage) come from `RunnerStats`, replayed the same way; the KV-block gauges exist only
+where the family keeps a block pool. On CUDA, device memory (and, with NVML, utilization) is sampled at most once a second.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ class EngineSeries:
         self._slots_capacity = m.engine_decode_slots_capacity.labels(**labels)
         self._seen = MetricsSnapshot()
         """The collector's totals already exported."""
-        self._kv_exhausted_seen = 0
+        self._stats_seen = RunnerStats()
+        """The runner's totals already exported."""
         for stage in FAILURE_STAGES:
             m.requests_failed.labels(**labels, stage=stage)
         self.gpu = GpuSampler(metrics, labels, device) if device is not None and device.type == "cuda" else None
@@ -96,35 +98,19 @@ class EngineSeries:
     # ------------------------------------------------------------------ engine thread
 
     def export(self, snapshot: MetricsSnapshot, stats: RunnerStats, running: int, waiting: int) -> LivePasses:
-        """One step's drain of the engine collector and the runner's gauges; returns the live passes
+        """One step's drain of the engine collector and the runner's stats; returns the live passes
         it shed and started late since the last export (the server's signs that live streams are
         behind, or close to it)."""
         self.running.set(running)
         self.waiting.set(waiting)
         seen, snap = self._seen, snapshot
-        passes_shed = snap.stream_passes_shed_total - seen.stream_passes_shed_total
         _advance(self._outputs, snap.outputs_total - seen.outputs_total)
         _advance(self._tokens, snap.tokens_generated_total - seen.tokens_generated_total)
         _advance(self._overflow, snap.search_overflow_total - seen.search_overflow_total)
         _advance(self._audio, snap.audio_seconds_total - seen.audio_seconds_total)
         _advance(self._dropped, snap.samples_dropped_total - seen.samples_dropped_total)
-        _advance(self._shed, passes_shed)
-        passes_late = snap.stream_passes_late_total - seen.stream_passes_late_total
-        _advance(self._late, passes_late)
-        _advance(self._skipped, snap.stream_passes_skipped_total - seen.stream_passes_skipped_total)
-        _advance(self._passes, snap.stream_passes_total - seen.stream_passes_total)
-        _advance(self._encoded, snap.stream_encoded_seconds_total - seen.stream_encoded_seconds_total)
-        _advance(self._recovered, snap.speech_recovered_seconds_total - seen.speech_recovered_seconds_total)
-        _advance(self._uncovered, snap.speech_uncovered_seconds_total - seen.speech_uncovered_seconds_total)
         self._seen = MetricsSnapshot(snap.outputs_total, snap.tokens_generated_total, snap.search_overflow_total,
-                                     snap.audio_seconds_total, snap.samples_dropped_total,
-                                     stream_passes_shed_total=snap.stream_passes_shed_total,
-                                     stream_passes_late_total=snap.stream_passes_late_total,
-                                     stream_passes_skipped_total=snap.stream_passes_skipped_total,
-                                     stream_passes_total=snap.stream_passes_total,
-                                     stream_encoded_seconds_total=snap.stream_encoded_seconds_total,
-                                     speech_recovered_seconds_total=snap.speech_recovered_seconds_total,
-                                     speech_uncovered_seconds_total=snap.speech_uncovered_seconds_total)
+                                     snap.audio_seconds_total, snap.samples_dropped_total)
         m, labels = self.metrics, self.labels
         for stage, values in snap.stage_seconds.items():
             _observe_all(m.engine_stage_host.labels(**labels, stage=stage), values)
@@ -133,19 +119,31 @@ class EngineSeries:
         for mode, waits in snap.queue_wait_seconds.items():
             _observe_all(m.engine_queue_wait.labels(**labels, mode=mode), waits)
         _observe_all(self._padding, snap.batch_padding_ratio)
-        self._export_runner(stats)
-        return LivePasses(shed=passes_shed, late=passes_late)
+        return self._export_runner(stats)
 
-    def _export_runner(self, stats: RunnerStats) -> None:
+    def _export_runner(self, stats: RunnerStats) -> LivePasses:
+        """The runner's gauges, and its counters' increase since the last export; returns the
+        live passes it shed and started late since then."""
         m, labels = self.metrics, self.labels
         if stats.kv_blocks_capacity:  # absent on runtimes without a block pool
             m.engine_kv_blocks_used.labels(**labels).set(stats.kv_blocks_used)
             m.engine_kv_blocks_capacity.labels(**labels).set(stats.kv_blocks_capacity)
             m.engine_kv_pool_usage.labels(**labels).set(stats.kv_usage)
-        _advance(self._kv_exhausted, stats.kv_exhausted_total - self._kv_exhausted_seen)
-        self._kv_exhausted_seen = stats.kv_exhausted_total
+        seen = self._stats_seen
+        passes_shed = stats.stream_passes_shed_total - seen.stream_passes_shed_total
+        _advance(self._kv_exhausted, stats.kv_exhausted_total - seen.kv_exhausted_total)
+        _advance(self._shed, passes_shed)
+        passes_late = stats.stream_passes_late_total - seen.stream_passes_late_total
+        _advance(self._late, passes_late)
+        _advance(self._skipped, stats.stream_passes_skipped_total - seen.stream_passes_skipped_total)
+        _advance(self._passes, stats.stream_passes_total - seen.stream_passes_total)
+        _advance(self._encoded, stats.stream_encoded_seconds_total - seen.stream_encoded_seconds_total)
+        _advance(self._recovered, stats.speech_recovered_seconds_total - seen.speech_recovered_seconds_total)
+        _advance(self._uncovered, stats.speech_uncovered_seconds_total - seen.speech_uncovered_seconds_total)
+        self._stats_seen = stats
         self._slots_in_use.set(stats.decode_slots_used)
         self._slots_capacity.set(stats.decode_slots_capacity)
+        return LivePasses(shed=passes_shed, late=passes_late)
 
     def beat(self, heartbeat: bool = True) -> None:
         """The engine thread looped (after a step or an idle wait); with `heartbeat` False only

@@ -30,7 +30,9 @@ SECTION_NOTES = {
         "in the first scrape at 0, so an alert over `rate()` reads 0 rather than no data."
     ),
     "Engine internals": (
-        "Recorded by the engine (`engine/metrics.py`) and drained after every step; counters cross as "
+        "Recorded by the engine (`engine/metrics.py`, and the model runner's stats, `RunnerStats`, for "
+        "what one family keeps: KV blocks, decode slots, live passes, speech coverage) and drained after "
+        "every step; counters cross as "
         "absolute totals, so a missed drain loses nothing. Labelled like the dispatcher's, plus the "
         "per-metric key (`stage`, `mode`)."
     ),

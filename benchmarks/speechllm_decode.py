@@ -32,13 +32,13 @@ import torch
 from torch import nn
 
 from engine.config import EngineConfig
+from engine.log_mel import N_SAMPLES
 from engine.models.speechllm.checkpoint import SpeechLLMCheckpoint
 from engine.models.speechllm.model import DecoderDims, SpeechLLM, TwoLayerProjector
 from engine.models.speechllm.options import SpeechLLMOptions
 from engine.models.speechllm.qwen3_audio import Qwen3AudioDims, Qwen3AudioEncoder
 from engine.models.speechllm.runner import PROMPT_TEXT_TOKENS, SpeechLLMRunner
 from engine.models.speechllm.tokenizer import QwenTokenizer
-from engine.models.whisper.features import N_SAMPLES
 from engine.request import Request
 from engine.types import DecodingOptions
 

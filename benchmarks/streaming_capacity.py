@@ -186,10 +186,10 @@ def run(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int | None
 
     def deliver(outs: list[RequestOutput]) -> None:
         nonlocal finished, passes_shed, passes_skipped, passes, encoded_s, streams_stepped
-        snap = engine.metrics.drain()
-        passes_shed = snap.stream_passes_shed_total
-        passes_skipped = snap.stream_passes_skipped_total
-        passes, encoded_s = snap.stream_passes_total, snap.stream_encoded_seconds_total
+        snap, runner = engine.metrics.drain(), engine.runner.stats()
+        passes_shed = runner.stream_passes_shed_total
+        passes_skipped = runner.stream_passes_skipped_total
+        passes, encoded_s = runner.stream_passes_total, runner.stream_encoded_seconds_total
         streams_stepped += snap.batch_size.get("streaming", [])
         for stage, times in snap.stage_seconds.items():
             stage_seconds[stage] = stage_seconds.get(stage, 0.0) + sum(times)

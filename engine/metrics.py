@@ -5,7 +5,9 @@ The engine counts (totals that only grow) and samples (observations for histogra
 (seed 001, "Engine internals"). Counters cross as absolute totals, so a missed drain loses
 nothing and a repeated one double-counts nothing. Each sample series is capped between two
 drains; past the cap a sample is not stored but counted in `samples_dropped`, so a histogram
-showing a truncated distribution says so instead of passing for a complete one.
+showing a truncated distribution says so instead of passing for a complete one. What one
+family alone counts (Whisper's live passes, its speech coverage) is the runner's, reported in
+its stats (`engine.runner.RunnerStats`); this collector holds what every family shares.
 
 Stage timing (`oasr_engine_stage_host_seconds{stage}`): the engine times its own stages and runs
 the model runner with this collector active, so a runner times its stages with
@@ -49,28 +51,6 @@ class MetricsSnapshot:
     """Audio admitted to the engine (offline at admission, streams as fed)."""
     samples_dropped_total: int = 0
     """Samples not stored because a series was at its cap."""
-    stream_passes_shed_total: int = 0
-    """Interim passes of live streams not run because the engine was behind their cadence (a
-    re-decoding family sheds them before it delays a final; see `count_passes_shed`)."""
-    stream_passes_late_total: int = 0
-    """Interim passes of live streams started more than half a pass period late (the stream held
-    LATE_PASS_PERIODS of new audio when its pass was picked): the engine is near its streams'
-    cadence before it sheds a pass (see `count_passes_late`)."""
-    stream_passes_skipped_total: int = 0
-    """Interim passes of live streams not run because the VAD heard no speech since the last
-    one and every word was committed (see `count_passes_skipped`)."""
-    stream_passes_total: int = 0
-    """Passes started over live streams' windows by a re-decoding family (Whisper: each re-encodes
-    its stream's window and decodes it; finals included, and interim passes a final supersedes
-    before they run)."""
-    stream_encoded_seconds_total: float = 0.0
-    """Audio those passes encoded, padding included (s). Over the live audio fed it is how often
-    each second is encoded again; per pass it is what one pass costs the encoder."""
-    speech_recovered_seconds_total: float = 0.0
-    """Speech (s) the VAD heard that no decoded word covered, decoded once more (a window that
-    ended early, or was judged silent; engine/models/whisper/coverage.py)."""
-    speech_uncovered_seconds_total: float = 0.0
-    """Speech (s) still without words after that extra decode."""
     stage_seconds: dict[str, list[float]] = field(default_factory=dict)
     """stage -> host wall times (s)."""
     batch_padding_ratio: list[float] = field(default_factory=list)
@@ -123,23 +103,6 @@ class EngineMetrics:
 
     def count_audio(self, seconds: float) -> None:
         self._totals.audio_seconds_total += seconds
-
-    def count_passes_shed(self, n: int) -> None:
-        self._totals.stream_passes_shed_total += n
-
-    def count_passes_late(self, n: int) -> None:
-        self._totals.stream_passes_late_total += n
-
-    def count_passes_skipped(self, n: int) -> None:
-        self._totals.stream_passes_skipped_total += n
-
-    def count_pass_run(self, encoded_seconds: float) -> None:
-        self._totals.stream_passes_total += 1
-        self._totals.stream_encoded_seconds_total += encoded_seconds
-
-    def count_speech_coverage(self, recovered_s: float, uncovered_s: float) -> None:
-        self._totals.speech_recovered_seconds_total += recovered_s
-        self._totals.speech_uncovered_seconds_total += uncovered_s
 
     # ---- sampling ----
 
@@ -195,13 +158,6 @@ class EngineMetrics:
         pending.search_overflow_total = t.search_overflow_total
         pending.audio_seconds_total = t.audio_seconds_total
         pending.samples_dropped_total = t.samples_dropped_total
-        pending.stream_passes_shed_total = t.stream_passes_shed_total
-        pending.stream_passes_late_total = t.stream_passes_late_total
-        pending.stream_passes_skipped_total = t.stream_passes_skipped_total
-        pending.stream_passes_total = t.stream_passes_total
-        pending.stream_encoded_seconds_total = t.stream_encoded_seconds_total
-        pending.speech_recovered_seconds_total = t.speech_recovered_seconds_total
-        pending.speech_uncovered_seconds_total = t.speech_uncovered_seconds_total
         return pending
 
 
@@ -217,49 +173,6 @@ def stage_timer(name: str) -> Iterator[None]:
         return
     with collector.stage(name):
         yield
-
-
-def count_passes_shed(n: int) -> None:
-    """Count interim live passes the running step shed (a no-op outside a step)."""
-    collector = _active.get()
-    if collector is not None and n:
-        collector.count_passes_shed(n)
-
-
-def count_passes_late(n: int) -> None:
-    """Count interim live passes the running step started late (a no-op outside a step)."""
-    collector = _active.get()
-    if collector is not None and n:
-        collector.count_passes_late(n)
-
-
-def count_passes_skipped(n: int) -> None:
-    """Count interim live passes the running step skipped over silence (a no-op outside a step)."""
-    collector = _active.get()
-    if collector is not None and n:
-        collector.count_passes_skipped(n)
-
-
-def count_pass_run(encoded_seconds: float) -> None:
-    """Count a live pass the running step started, which encodes `encoded_seconds` of audio
-    (padding included; a no-op outside a step)."""
-    collector = _active.get()
-    if collector is not None:
-        collector.count_pass_run(encoded_seconds)
-
-
-def count_speech_recovered(seconds: float) -> None:
-    """Count speech no decoded word covered that gets one more decode (a no-op outside a step)."""
-    collector = _active.get()
-    if collector is not None and seconds:
-        collector.count_speech_coverage(seconds, 0.0)
-
-
-def count_speech_uncovered(seconds: float) -> None:
-    """Count speech still without words after its extra decode (a no-op outside a step)."""
-    collector = _active.get()
-    if collector is not None and seconds:
-        collector.count_speech_coverage(0.0, seconds)
 
 
 @contextlib.contextmanager
@@ -283,7 +196,6 @@ def shared_stage_timer(stage: str, live_fraction: float) -> Iterator[None]:
             collector.observe_stage(f"offline.{stage}", seconds * (1 - live_fraction))
 
 
-__all__ = ["MAX_SAMPLES_PER_SERIES", "STAGES", "EngineMetrics", "MetricsSnapshot", "count_pass_run",
-           "count_passes_shed", "count_passes_skipped", "count_speech_recovered", "count_speech_uncovered",
-           "shared_stage_timer", "stage_timer"]
+__all__ = ["MAX_SAMPLES_PER_SERIES", "STAGES", "EngineMetrics", "MetricsSnapshot", "shared_stage_timer",
+           "stage_timer"]
 

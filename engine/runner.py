@@ -47,7 +47,9 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class RunnerStats:
-    """Counters and gauges a runner reports after each step (0 where the family has no such thing)."""
+    """Counters and gauges a runner reports after each step (0 where the family has no such thing).
+    Counters (`*_total`) are absolute totals over the runner's life; the server replays their
+    increase."""
 
     streams: int = 0
     """Live streams the runner holds state for."""
@@ -60,6 +62,28 @@ class RunnerStats:
     decode_slots_used: int = 0
     decode_slots_capacity: int = 0
     """Autoregressive decode rows in flight / the most allowed (0: no ceiling, one-shot decoding)."""
+    # A re-decoding family's live passes (Whisper: each re-encodes its stream's window and decodes it)
+    stream_passes_total: int = 0
+    """Passes started over live streams' windows (finals included, and interim passes a final
+    supersedes before they run)."""
+    stream_encoded_seconds_total: float = 0.0
+    """Audio those passes encoded, padding included (s). Over the live audio fed it is how often
+    each second is encoded again; per pass it is what one pass costs the encoder."""
+    stream_passes_shed_total: int = 0
+    """Interim passes not run because the engine was behind their cadence (shed before a final is
+    delayed)."""
+    stream_passes_late_total: int = 0
+    """Interim passes that waited half their pass period or more to be encoded: the engine is near
+    its streams' cadence before it sheds a pass (engine/models/whisper/window.py `late`)."""
+    stream_passes_skipped_total: int = 0
+    """Interim passes not run because the VAD heard no speech since the last one and every word
+    was committed."""
+    # Speech coverage (Whisper: engine/models/whisper/coverage.py)
+    speech_recovered_seconds_total: float = 0.0
+    """Speech (s) the VAD heard that no decoded word covered, decoded once more (a window that
+    ended early, or was judged silent)."""
+    speech_uncovered_seconds_total: float = 0.0
+    """Speech (s) still without words after that extra decode."""
 
     @property
     def kv_usage(self) -> float:

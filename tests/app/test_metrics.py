@@ -210,19 +210,17 @@ def test_engine_counters_replay_absolute_totals_once() -> None:
     collector.count_outputs(3)
     collector.count_finished(tokens=7, search_overflow=True)
     collector.count_audio(2.5)
-    collector.count_passes_shed(2)
-    collector.count_passes_late(3)
-    collector.count_passes_skipped(5)
-    collector.count_pass_run(4.0)
-    collector.count_pass_run(6.0)
-    collector.count_speech_coverage(1.5, 0.0)
-    collector.count_speech_coverage(0.5, 0.25)
     collector.observe_stage("streaming.encode", 0.01)
     collector.observe_stage("streaming.encode", 0.02)  # over the cap of one: dropped and counted
-    s.export(collector.drain(), RunnerStats(), running=0, waiting=0)
-    s.export(collector.drain(), RunnerStats(), running=0, waiting=0)  # nothing new: nothing added
+    # a re-decoding family's counts travel in its runner's stats, totals as well
+    runner = RunnerStats(stream_passes_shed_total=2, stream_passes_late_total=3, stream_passes_skipped_total=5,
+                         stream_passes_total=2,
+                         stream_encoded_seconds_total=10.0, speech_recovered_seconds_total=2.0,
+                         speech_uncovered_seconds_total=0.25)
+    assert s.export(collector.drain(), runner, running=0, waiting=0) == (2, 3)  # shed and late since the last
+    assert s.export(collector.drain(), runner, running=0, waiting=0) == (0, 0)  # nothing new: nothing added
     collector.count_outputs(1)
-    s.export(collector.drain(), RunnerStats(), running=0, waiting=0)
+    s.export(collector.drain(), runner, running=0, waiting=0)
     assert _value(m, "oasr_engine_outputs_total") == 4
     assert _value(m, "oasr_engine_tokens_generated_total") == 7
     assert _value(m, "oasr_engine_search_overflow_total") == 1

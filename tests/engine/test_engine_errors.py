@@ -133,7 +133,7 @@ def test_duplicate_request_id_is_refused(isolated_engine: Any, good: list[Clip])
 
 
 def _poisoned_mel(engine: Any, audio: np.ndarray) -> torch.Tensor:
-    from engine.models.whisper.features import pad_window
+    from engine.log_mel import pad_window
 
     mel = engine.runner.features([audio])[0]
     return pad_window(mel[:, : mel.shape[1] - 1], 0)

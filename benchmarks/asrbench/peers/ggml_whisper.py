@@ -29,28 +29,15 @@ GGML_MAGIC = 0x67676D6C
 F32_NAMES = ("encoder.conv1.bias", "encoder.conv2.bias", "encoder.positional_embedding", "decoder.positional_embedding")
 
 
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's printable-unicode-to-byte table (BPE vocabularies spell bytes with it)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs, strict=True)}
-
-
 def convert(src: Path, dst: Path) -> Path:
-    from engine.models.whisper.features import N_FFT, mel_filters
+    from engine.byte_bpe import piece_bytes
+    from engine.log_mel import N_FFT, mel_filters
     from engine.models.whisper.loader import load_checkpoint
 
     ckpt = load_checkpoint(str(src))
     d = ckpt.dims
     vocab: dict[str, int] = json.loads(Path(ckpt.tokenizer_file).read_text())["model"]["vocab"]  # type: ignore[arg-type]
-    decoder = _byte_decoder()
-    tokens = [bytes(decoder[c] for c in tok) for tok, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    tokens = [piece_bytes(tok) for tok, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
     filters = mel_filters(d.n_mels).astype(np.float32)
     tmp = dst.with_name(dst.name + ".tmp")
     dst.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """NeMo's CTC head (ConvASRDecoder: a 1x1 convolution to vocabulary + blank, blank last) and its
 decoding through the engine's shared CTC search (greedy, and the `ctc_prefix_beam_search`
-operator with keyword biasing; state carried across chunks: engine/models/wenet/ctc.py's
-`CTCState`, which puts blank at id 0).
+operator with keyword biasing; state carried across chunks: engine/ctc_prefix.py's `CTCState`,
+which puts blank at id 0).
 
 The shared search expects blank first, so `CtcDecoder` moves NeMo's last column to the front
 and maps the ids back (keyword tries are built in the shifted ids); both are O(V) per frame,
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from engine.models.wenet.ctc import CTCState
+from engine.ctc_prefix import CTCState
 from engine.ops import ContextTrie
 
 KEYWORD_BEAM = 4

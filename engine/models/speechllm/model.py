@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from engine.models.whisper.features import HOP_LENGTH, N_FRAMES, LogMelExtractor
+from engine.log_mel import HOP_LENGTH, N_FRAMES, LogMelExtractor
 from engine.ops.paged_attention import paged_attention
 
 ENCODER_CONV_STRIDE = 2

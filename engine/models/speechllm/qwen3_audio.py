@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from engine.log_mel import HOP_LENGTH, N_FFT, mel_filters
 from engine.models.speechllm.model import EncoderLayer
-from engine.models.whisper.features import HOP_LENGTH, N_FFT, mel_filters
 
 MIN_SAMPLES = 8000
 """Clips shorter than 0.5 s (at 16 kHz) are zero-padded to it first (the reference does, masks included)."""

@@ -26,6 +26,7 @@ from engine.cache import BlockPool, KVSpec, plan_pool, pool_details
 from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError, UnsupportedError
+from engine.log_mel import N_SAMPLES
 from engine.metrics import stage_timer
 from engine.models.speechllm.checkpoint import SpeechLLMCheckpoint, load_checkpoint
 from engine.models.speechllm.info import DECODE_METHODS, SAMPLE_RATE, Sizes, model_info
@@ -40,7 +41,6 @@ from engine.models.speechllm.options import SpeechLLMOptions
 from engine.models.speechllm.prompt import ASR_TEXT, LANGUAGE_NAMES, PromptSpec, Qwen3ASRPrompt
 from engine.models.speechllm.rows import SharedBlocks
 from engine.models.speechllm.search import BeamSearch, GreedySearch, Hypothesis
-from engine.models.whisper.features import N_SAMPLES
 from engine.request import Request, error_output
 from engine.runner import ModelInfo, RunnerStats
 from engine.types import Alternative, DecodingOptions, FinishReason, RequestOutput

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from tokenizers import Tokenizer
 
+from engine.byte_bpe import piece_bytes
 from engine.errors import CheckpointError
-from engine.models.whisper.tokenizer import _unicode_to_byte
 
 
 class QwenTokenizer:
@@ -33,5 +33,4 @@ class QwenTokenizer:
         """The exact bytes of a text token (a piece may hold part of a UTF-8 character)."""
         if token in self.special:
             return b""
-        table = _unicode_to_byte()
-        return bytes(table[ch] for ch in self.tokenizer.id_to_token(token) or "" if ch in table)
+        return piece_bytes(self.tokenizer.id_to_token(token) or "")

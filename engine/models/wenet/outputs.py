@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.ctc_prefix import CTCState
 from engine.models.wenet.checkpoint import WenetCheckpoint
-from engine.models.wenet.ctc import CTCState, Detokenizer
+from engine.models.wenet.ctc import Detokenizer
 from engine.models.wenet.decoder import rescore
 from engine.request import Request
 from engine.types import FinishReason, RequestOutput, Segment

@@ -21,6 +21,7 @@ import torch
 
 from engine.cache import BlockPool, BlockTable, KVSpec, plan_pool, pool_details
 from engine.config import EngineConfig
+from engine.ctc_prefix import CTCState, advance_batch
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError
 from engine.fbank import join_tail
@@ -28,7 +29,7 @@ from engine.languages import vocabulary_language
 from engine.metrics import stage_timer
 from engine.models.wenet.checkpoint import WenetCheckpoint, load_checkpoint
 from engine.models.wenet.config import RIGHT_CONTEXT, SUBSAMPLING, encoder_frame_seconds
-from engine.models.wenet.ctc import CTCState, Detokenizer, advance_batch
+from engine.models.wenet.ctc import Detokenizer
 from engine.models.wenet.info import (
     ATTENTION_RESCORING,
     decode_method,

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from engine.cache import BlockTable
-from engine.models.wenet.ctc import CTCState
+from engine.ctc_prefix import CTCState
 from engine.request import Request
 
 

@@ -26,8 +26,8 @@ from typing import Protocol
 import numpy as np
 from torch import Tensor
 
+from engine.log_mel import SAMPLE_RATE
 from engine.models.whisper.coverage import SpeechCoverage
-from engine.models.whisper.features import SAMPLE_RATE
 from engine.models.whisper.offline import OfflineTranscription, uses_audio_padding
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.window import WindowJob, WindowResult, WindowUpdate

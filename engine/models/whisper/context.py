@@ -24,7 +24,8 @@ import math
 import torch
 from torch import Tensor
 
-from engine.models.whisper.features import ENCODER_STRIDE, N_FRAMES
+from engine.log_mel import N_FRAMES
+from engine.models.whisper.features import ENCODER_STRIDE
 from engine.models.whisper.model import AttentionContext, AudioEncoder, TextDecoder
 
 CONTEXT_TAIL_FRAMES = 100  # 1 s of padding encoded after the audio: the speech's end is heard as an end

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.metrics import count_speech_recovered, count_speech_uncovered
+from engine.models.whisper.totals import WhisperTotals
 from engine.vad import SAMPLE_RATE, WINDOW_SAMPLES, VoiceActivityModel, speech_probs
 
 logger = logging.getLogger(__name__)
@@ -90,9 +90,11 @@ def _clip(runs: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[f
 class SpeechCoverage:
     """One request's (or stream's) coverage bookkeeping: which audio already had its extra decode."""
 
-    def __init__(self, vad: VoiceActivityModel | None):
-        """`vad` None: coverage is off (every verdict is 'go on')."""
+    def __init__(self, vad: VoiceActivityModel | None, totals: WhisperTotals | None = None):
+        """`vad` None: coverage is off (every verdict is 'go on'); `totals`: the runner's counts,
+        which the seconds recovered and left uncovered are added to."""
         self.vad = vad
+        self.totals = totals
         self.retried_until = 0.0  # s: speech before this has had its one extra decode
         self.recovered_s = 0.0
         self.uncovered_s = 0.0
@@ -128,8 +130,10 @@ class SpeechCoverage:
     def _count(self, verdict: Verdict) -> None:
         if verdict.recovered_s:
             self.recovered_s += verdict.recovered_s
-            count_speech_recovered(verdict.recovered_s)
+            if self.totals is not None:
+                self.totals.speech_recovered_s += verdict.recovered_s
             logger.debug("re-decoding %.2f s of speech no word covered", verdict.recovered_s)
         if verdict.uncovered_s:
             self.uncovered_s += verdict.uncovered_s
-            count_speech_uncovered(verdict.uncovered_s)
+            if self.totals is not None:
+                self.totals.speech_uncovered_s += verdict.uncovered_s

@@ -17,8 +17,8 @@ from typing import Any
 from engine.capabilities import Capabilities
 from engine.config import EngineConfig
 from engine.errors import CheckpointError
+from engine.log_mel import SAMPLE_RATE
 from engine.models.whisper import native
-from engine.models.whisper.features import SAMPLE_RATE
 from engine.models.whisper.loader import detect_format, read_ct2_shapes
 from engine.models.whisper.options import WhisperOptions
 from engine.models.whisper.tokenizer import LANGUAGES

@@ -14,10 +14,10 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from engine.log_mel import EDGE_FRAMES, FRAMES_PER_SECOND, N_FRAMES, pad_window, padding_value
 from engine.models.whisper.alignment import align_words
 from engine.models.whisper.context import fit_frames
 from engine.models.whisper.coverage import SpeechCoverage
-from engine.models.whisper.features import EDGE_FRAMES, FRAMES_PER_SECOND, N_FRAMES, pad_window, padding_value
 from engine.models.whisper.owner import WindowedTranscription
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.transcript import (
@@ -38,7 +38,7 @@ FALLBACK_SEED_STRIDE = 1009  # seeds of a window's fallback attempts: seed + str
 
 
 def uses_audio_padding(fit_context: bool) -> bool:
-    """Whether an offline request's features follow the reference's padding (features.py).
+    """Whether an offline request's features follow the reference's padding (engine/log_mel.py).
     30 s windows do, as openai/whisper and Transformers compute them (our transcripts then agree
     with Transformers' to 0.61 % WER on the dev set, float32). 'fit' windows keep faster-whisper's
     constant padding: the encoded silence completing them is computed once for that constant, and

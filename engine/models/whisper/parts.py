@@ -12,11 +12,11 @@ from torch import Tensor
 from engine.config import EngineConfig
 from engine.device import resolve_device, resolve_dtype
 from engine.errors import InvalidRequestError, UnsupportedError
+from engine.log_mel import LogMelExtractor
 from engine.models.whisper.build import build_model
 from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.decoding import TokenRules
 from engine.models.whisper.describe import WhisperSize
-from engine.models.whisper.features import LogMelExtractor
 from engine.models.whisper.model import Whisper, WhisperDims
 from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.models.whisper.window import WindowJob

@@ -13,7 +13,6 @@ import time
 from collections import deque
 from collections.abc import Container
 
-from engine.metrics import count_passes_late
 from engine.models.whisper.batch import DecodeBatch
 from engine.models.whisper.decoding import DecodeGroup
 from engine.models.whisper.window import WindowJob, WindowResult
@@ -51,6 +50,8 @@ class WindowPlanner:
         self.steps_since_encode = 0
         self.offline_floor_at = -math.inf
         """Monotonic time an overdue offline window last went ahead of a final pass."""
+        self.passes_late = 0
+        """Interim live passes taken for encoding late (WindowJob.late), over the planner's life."""
 
     def has_work(self) -> bool:
         return bool(self.encode_queue or self.prefill_queue or self.deferred or self.encoding)
@@ -176,7 +177,7 @@ class WindowPlanner:
         if jobs:
             self.steps_since_encode = 0
             now = time.monotonic()
-            count_passes_late(sum(job.late(now) for job in jobs))
+            self.passes_late += sum(job.late(now) for job in jobs)
         return jobs
 
     def take_join(self, batch: DecodeBatch, active: Container[str]) -> list[WindowJob]:

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
+from engine.log_mel import N_SAMPLES, SAMPLE_RATE, LogMelExtractor
 from engine.metrics import shared_stage_timer, stage_timer
 from engine.models.whisper.batch import DecodeBatch
 from engine.models.whisper.context import ContextEncoder
@@ -26,7 +27,6 @@ from engine.models.whisper.coverage import SpeechCoverage
 from engine.models.whisper.decoding import DecodeGroup
 from engine.models.whisper.describe import whisper_info
 from engine.models.whisper.encoder_thread import EncoderThread
-from engine.models.whisper.features import N_SAMPLES, SAMPLE_RATE, LogMelExtractor
 from engine.models.whisper.int8 import int8_kernel
 from engine.models.whisper.longform import SegmentedTranscription, window_request
 from engine.models.whisper.model import Whisper, WhisperDims
@@ -37,6 +37,7 @@ from engine.models.whisper.planning import WindowPlanner
 from engine.models.whisper.stream_passes import StreamPassPicker
 from engine.models.whisper.streaming import StreamingTranscription
 from engine.models.whisper.tokenizer import WhisperTokenizer
+from engine.models.whisper.totals import WhisperTotals
 from engine.models.whisper.window import WindowJob, WindowOwner, WindowResult
 from engine.request import Request, error_output
 from engine.runner import ModelInfo, RunnerStats
@@ -77,6 +78,7 @@ class WhisperRunner:
         self.vad = _load_vad() if vad_wanted else None
         gate = SilenceGate(self.vad) if gate_wanted and self.vad is not None else None
         self.stream_passes = StreamPassPicker(self.step_samples, gate)
+        self.totals = WhisperTotals()  # what stats() reports beside the picker's shed and skipped passes
         # a second core encodes beside the decoder (encoder_thread.py); with one, the engine
         # thread alternates between them
         use_thread = self.parts.device.type == "cpu" and torch.get_num_threads() > DECODE_THREADS
@@ -127,7 +129,14 @@ class WhisperRunner:
 
     def stats(self) -> RunnerStats:
         return RunnerStats(streams=len(self.streams), decode_slots_used=self.batch.num_rows,
-                           decode_slots_capacity=self.planner.max_rows)
+                           decode_slots_capacity=self.planner.max_rows,
+                           stream_passes_total=self.totals.passes,
+                           stream_encoded_seconds_total=self.totals.encoded_s,
+                           stream_passes_shed_total=self.stream_passes.passes_shed,
+                           stream_passes_late_total=self.planner.passes_late,
+                           stream_passes_skipped_total=self.stream_passes.passes_skipped,
+                           speech_recovered_seconds_total=self.totals.speech_recovered_s,
+                           speech_uncovered_seconds_total=self.totals.speech_uncovered_s)
 
     # ---- admission ----
 
@@ -146,7 +155,7 @@ class WhisperRunner:
         for r in (r for r in requests if r.streaming):
             stream = StreamingTranscription(r, self.parts, self.options.stream_window_s,
                                             fit_context=self.options.stream_encoder_context == "fit",
-                                            coverage=self._coverage())
+                                            coverage=self._coverage(), totals=self.totals)
             self.active[r.request_id] = stream
             self.streams[r.request_id] = stream
         # offline requests are collated (features, window plan) by the next execute(), where
@@ -238,7 +247,7 @@ class WhisperRunner:
 
     def _coverage(self) -> SpeechCoverage:
         """A request's coverage bookkeeping (coverage.py); without the VAD or the option, it is off."""
-        return SpeechCoverage(self.vad if self.options.speech_coverage else None)
+        return SpeechCoverage(self.vad if self.options.speech_coverage else None, self.totals)
 
     def release(self, request: Request) -> None:
         self.collating = [r for r in self.collating if r is not request]

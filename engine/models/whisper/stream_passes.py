@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from engine.metrics import count_passes_shed, count_passes_skipped
 from engine.models.whisper.planning import WindowPlanner
 from engine.models.whisper.streaming import StreamingTranscription
 from engine.models.whisper.window import WindowJob
@@ -75,7 +74,6 @@ class StreamPassPicker:
             if rid in speech_ends and stream.may_skip_pass(speech_ends[rid]):
                 stream.skip_pass(speech_ends[rid])
                 self.passes_skipped += 1
-                count_passes_skipped(1)
                 continue
             audio = stream.window_audio()
             if audio.size:
@@ -106,7 +104,6 @@ class StreamPassPicker:
         periods = (stream.new_samples + stream.request.pending_samples) // stream.pass_samples(self.step_samples)
         shed = max(0, periods - self._shed_periods.get(rid, 0))
         self.passes_shed += shed
-        count_passes_shed(shed)
         self._shed_periods[rid] = max(periods, self._shed_periods.get(rid, 0))
 
     def forget(self, request_id: str) -> None:

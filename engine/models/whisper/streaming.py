@@ -25,15 +25,15 @@ from itertools import pairwise, takewhile
 import numpy as np
 import torch
 
-from engine.metrics import count_pass_run
+from engine.log_mel import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
 from engine.models.whisper.alignment import align_words
 from engine.models.whisper.catchup import CatchUpRound, plan_cut
 from engine.models.whisper.context import fit_frames
 from engine.models.whisper.coverage import SpeechCoverage
-from engine.models.whisper.features import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
 from engine.models.whisper.owner import WindowedTranscription
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.stream_output import attach_word_logprobs, stream_output
+from engine.models.whisper.totals import WhisperTotals
 from engine.models.whisper.transcript import (
     COMPRESSION_RATIO_THRESHOLD,
     compression_ratio,
@@ -84,11 +84,13 @@ compute; more agreeing passes: fewer committed mistakes, later commits. No delay
 
 class StreamingTranscription(WindowedTranscription):
     def __init__(self, request: Request, parts: WhisperParts, window_s: float, fit_context: bool,
-                 coverage: SpeechCoverage | None = None):
+                 coverage: SpeechCoverage | None = None, totals: WhisperTotals | None = None):
         """`window_s`: longest uncommitted window re-decoded per pass; `fit_context`: encode a
         pass's window plus silence ('fit', context.py) instead of a zero-padded 30 s window;
-        `coverage`: speech no word covers gets one more pass (coverage.py); None: off."""
+        `coverage`: speech no word covers gets one more pass (coverage.py); None: off; `totals`:
+        the runner's counts, which each pass and the audio it encodes are added to."""
         super().__init__(request, parts)
+        self.totals = totals or WhisperTotals()
         self.coverage = coverage or SpeechCoverage(None)
         self.window_cap = int(window_s * SAMPLE_RATE)  # samples
         self.fit_context = fit_context
@@ -241,7 +243,7 @@ class StreamingTranscription(WindowedTranscription):
         self.in_flight = True
         self.new_samples = 0
         self.passes += 1
-        count_pass_run(length / FRAMES_PER_SECOND)
+        self.totals.count_pass(length / FRAMES_PER_SECOND)
         return job
 
     # ---- WindowJob owner interface ----

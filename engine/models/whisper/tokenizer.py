@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from tokenizers import Tokenizer
 
+from engine.byte_bpe import piece_bytes
 from engine.errors import CheckpointError
 
 LANGUAGES = ["en", "zh", "de", "es", "ru", "ko", "fr", "ja", "pt", "tr", "pl", "ca", "nl", "ar", "sv", "it", "id", "hi", "fi", "vi", "he", "uk", "el", "ms", "cs", "ro", "da", "hu", "ta", "no", "th", "ur", "hr", "bg", "lt", "la", "mi", "ml", "cy", "sk", "te", "fa", "lv", "bn", "sr", "az", "sl", "kn", "et", "mk", "br", "eu", "is", "hy", "ne", "mn", "bs", "kk", "sq", "sw", "gl", "mr", "pa", "si", "km", "sn", "yo", "so", "af", "oc", "ka", "be", "tg", "sd", "gu", "am", "yi", "lo", "uz", "fo", "ht", "ps", "tk", "nn", "mt", "sa", "lb", "my", "bo", "tl", "mg", "as", "tt", "haw", "ln", "ha", "ba", "jw", "su", "yue"]
@@ -58,9 +59,7 @@ class WhisperTokenizer:
         which `decode_token` would show as U+FFFD)."""
         if token >= self.eot:
             return b""
-        piece = self.tokenizer.id_to_token(token) or ""
-        table = _unicode_to_byte()
-        return bytes(table[ch] for ch in piece if ch in table)
+        return piece_bytes(self.tokenizer.id_to_token(token) or "")
 
     def sot_sequence(self, language: str | None, task: str, timestamps: bool) -> list[int]:
         seq = [self.sot]
@@ -90,17 +89,3 @@ class WhisperTokenizer:
                 word_tokens[-1].append(t)
         return words, word_tokens
 
-
-@functools.cache
-def _unicode_to_byte() -> dict[str, int]:
-    """GPT-2's byte-level alphabet, reversed: the printable character each byte is stored as in
-    tokenizer.json -> the byte."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars = list(printable)
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return {chr(c): b for b, c in zip(printable, chars)}

@@ -9,7 +9,8 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-from engine.models.whisper.features import ENCODER_STRIDE, FRAMES_PER_SECOND, SECONDS_PER_TOKEN
+from engine.log_mel import FRAMES_PER_SECOND
+from engine.models.whisper.features import ENCODER_STRIDE, SECONDS_PER_TOKEN
 from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.models.whisper.window import WindowResult
 

@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from engine.models.wenet.ctc import BLANK_ID, CTCState, Detokenizer
+from engine.ctc_prefix import BLANK_ID, CTCState
+from engine.models.wenet.ctc import Detokenizer
 from engine.models.wenet.testing import units_list
 
 

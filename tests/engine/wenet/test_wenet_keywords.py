@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from engine.ctc_prefix import CTCState
 from engine.errors import InvalidRequestError
-from engine.models.wenet.ctc import CTCState
 from engine.models.wenet.keywords import KeywordSpeller
 from engine.models.wenet.runner import WenetRunner
 from engine.models.wenet.testing import drive_alone, record_log_probs, units_list

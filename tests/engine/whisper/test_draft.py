@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import torch
 
+from engine.log_mel import N_FRAMES, pad_window
 from engine.models.whisper.batch import DecodeBatch
 from engine.models.whisper.decoding import DecodeGroup
-from engine.models.whisper.features import N_FRAMES, pad_window
 from engine.types import DecodingOptions
 from tests.conftest import Clip
 

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from faster_whisper.feature_extractor import FeatureExtractor
 
-from engine.models.whisper.features import LogMelExtractor
+from engine.log_mel import LogMelExtractor
 from tests.conftest import Clip
 
 TOLERANCE = 1e-4  # max abs difference of normalized log-mel values
@@ -45,7 +45,7 @@ def test_audio_padding_matches_the_reference_features(clips: list[Clip]) -> None
     the audio is followed by zeros, so a padded 30 s window ends in the clip's floor, not 0."""
     from transformers import WhisperFeatureExtractor
 
-    from engine.models.whisper.features import EDGE_FRAMES, N_FRAMES, pad_window, padding_value
+    from engine.log_mel import EDGE_FRAMES, N_FRAMES, pad_window, padding_value
 
     ours = LogMelExtractor(80, torch.device("cpu"))
     reference = WhisperFeatureExtractor(feature_size=80)

@@ -115,7 +115,7 @@ def test_a_long_session_fed_in_stalls_keeps_its_window_bounded(clips: list[Clip]
     encodes more than one window nor carries more than its prompt budget, and every utterance
     is in the final."""
     from engine import ASREngine, EngineConfig
-    from engine.models.whisper.features import N_FRAMES
+    from engine.log_mel import N_FRAMES
     from engine.models.whisper.streaming import PROMPT_CHARS
 
     ids = ["libri_61-70968-0000", "jfk_inaugural", "mfa_thoughts", "libri_2412-153948-0000", "cv_en_22058264",

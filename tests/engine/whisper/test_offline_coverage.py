@@ -56,9 +56,9 @@ def test_speech_after_an_early_end_of_text_is_decoded_again(engine: Any, clips: 
     by_id = {c.id: c for c in clips}
     audio = np.concatenate([by_id["libri_61-70968-0000"].audio, np.zeros(5 * 16000, np.float32),
                             by_id["mfa_thoughts"].audio])
-    before = engine.metrics.drain()
+    before = engine.runner.stats()
     out = engine.transcribe_outputs(audio)[0]
-    after = engine.metrics.drain()
+    after = engine.runner.stats()
     spoken = " ".join(_spoken(out.text))
     assert spoken.startswith("he began") and "left" in spoken and spoken.endswith("thoughts about that thing"), out.text
     recovered = after.speech_recovered_seconds_total - before.speech_recovered_seconds_total

@@ -410,10 +410,10 @@ def test_passes_over_pauses_are_skipped_without_changing_the_transcript(live_eng
     audio = np.concatenate([_session(clips, ("mfa_thoughts", "cv_en_22058264")), np.zeros(3 * 16000, np.float32)])
     picker = live_engine.runner.stream_passes
     skipped_before = picker.passes_skipped
-    counted_before = live_engine.metrics.drain().stream_passes_skipped_total
+    counted_before = live_engine.runner.stats().stream_passes_skipped_total
     gated = stream_at_pace(live_engine, audio)
     skipped = picker.passes_skipped - skipped_before
-    assert live_engine.metrics.drain().stream_passes_skipped_total - counted_before == skipped
+    assert live_engine.runner.stats().stream_passes_skipped_total - counted_before == skipped
     every = ASREngine(EngineConfig(quantization="none", service_mode="streaming", max_batch_size=1,
                                    family_options={"whisper": {"skip_silent_passes": False}}))
     try:
@@ -432,7 +432,7 @@ def test_live_passes_and_the_audio_they_encode_are_counted(live_engine: Any, cli
     heard: the window plus at least a second of tail, rounded up to whole seconds."""
     clip = next(c for c in clips if c.text and 3.0 <= c.duration <= 8.0)
     runner = live_engine.runner
-    before = live_engine.metrics.drain()
+    before = runner.stats()
     seen: list[int] = []
 
     def passes_so_far(rid: str, fed: int) -> None:
@@ -440,7 +440,7 @@ def test_live_passes_and_the_audio_they_encode_are_counted(live_engine: Any, cli
             seen.append(runner.streams[rid].passes)
 
     stream_at_pace(live_engine, clip.audio, after_block=passes_so_far)
-    after = live_engine.metrics.drain()
+    after = runner.stats()
     passes = after.stream_passes_total - before.stream_passes_total
     encoded = after.stream_encoded_seconds_total - before.stream_encoded_seconds_total
     assert seen and seen[-1] < passes <= seen[-1] + 1, (seen, passes)  # the last block brings the final pass
