@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Generic, Protocol, TypeVar
+
+import numpy as np
+import torch
 
 from engine.config import EngineConfig
 from engine.metrics import stage_timer
@@ -41,6 +45,8 @@ class StreamJob(Protocol):
 
 
 J = TypeVar("J", bound=StreamJob)
+X = TypeVar("X")
+F = TypeVar("F")
 
 
 class ChunkedStreamRunner(ABC, Generic[J]):
@@ -103,6 +109,33 @@ class ChunkedStreamRunner(ABC, Generic[J]):
     def _fail(self, job: J, stage: str, exc: Exception) -> RequestOutput:
         self.release(job.request)
         return error_output(job.request, stage, exc)
+
+    # ---- featurizing, for the hook ----
+
+    def _samples(self, job: J, audio: np.ndarray, outputs: list[RequestOutput]) -> torch.Tensor | None:
+        """`audio` as a float32 tensor of its own (inputs may be read-only), or None after failing
+        the job ('features') when it is not mono 1-D samples."""
+        try:
+            if audio.ndim != 1:
+                raise ValueError(f"expected mono 1-D audio, got shape {audio.shape}")
+            return torch.tensor(audio, dtype=torch.float32)
+        except (ValueError, TypeError, RuntimeError) as exc:
+            outputs.append(self._fail(job, "features", exc))
+            return None
+
+    def _features(self, jobs: list[J], inputs: list[X], compute: Callable[[list[X]], Sequence[F]],
+                  outputs: list[RequestOutput]) -> list[tuple[J, F]]:  # fmt: skip
+        """Each job's new features from one batched call over `inputs` (one per job); when it
+        fails, every one of them fails ('features') and none is returned."""
+        if not jobs:
+            return []
+        try:
+            feats = compute(inputs)
+        except Exception as exc:
+            logger.exception("features failed for %d streams", len(jobs))
+            outputs.extend(self._fail(j, "features", exc) for j in jobs)
+            return []
+        return list(zip(jobs, feats, strict=True))
 
     # ---- hooks ----
 

@@ -20,7 +20,6 @@ The stream table, the pick and release are the chunked-stream skeleton's (engine
 from __future__ import annotations
 
 import logging
-import math
 
 import numpy as np
 import torch
@@ -38,7 +37,8 @@ from engine.models.paraformer.stream import OnlineStream
 from engine.request import Request
 from engine.runner import ModelInfo
 from engine.streaming.chunked import ChunkedStreamRunner
-from engine.types import DecodingOptions, FinishReason, RequestOutput, Segment
+from engine.streaming.outputs import final_output, logprob_fields, partial_output
+from engine.types import DecodingOptions, FinishReason, RequestOutput
 
 logger = logging.getLogger(__name__)
 
@@ -125,27 +125,14 @@ class ParaformerOnlineRunner(ChunkedStreamRunner[OnlineStream]):
         for stream in list(self._jobs.values()):
             if not stream.has_pending_audio():
                 continue
-            audio = stream.take_audio()
-            try:
-                if audio.ndim != 1:
-                    raise ValueError(f"expected mono 1-D audio, got shape {audio.shape}")
-                new = torch.tensor(audio, dtype=torch.float32)  # copies: inputs may be read-only
-            except (ValueError, TypeError, RuntimeError) as exc:
-                outputs.append(self._fail(stream, "features", exc))
+            new = self._samples(stream, stream.take_audio(), outputs)
+            if new is None:
                 continue
             stream.samples += len(new)
             wave, stream.wave_tail = join_tail(stream.wave_tail, new, self.frontend.opts)
             todo.append(stream)
             waves.append(wave)
-        if not todo:
-            return
-        try:
-            fbanks = self.frontend.fbanks(waves)
-        except Exception as exc:
-            logger.exception("fbank failed for %d streams", len(todo))
-            outputs.extend(self._fail(s, "features", exc) for s in todo)
-            return
-        for stream, f in zip(todo, fbanks, strict=True):
+        for stream, f in self._features(todo, waves, self.frontend.fbanks, outputs):
             if len(f):
                 stream.fbank = torch.cat([stream.fbank, f])
                 stream.fbank_total += len(f)
@@ -189,30 +176,11 @@ class ParaformerOnlineRunner(ChunkedStreamRunner[OnlineStream]):
     # ---- outputs ----
 
     def _partial(self, stream: OnlineStream) -> RequestOutput:
-        req, tokens = stream.request, stream.tokens
-        text = self.spelling.text(tokens)
-        committed = self.spelling.text(tokens[: self.spelling.stable_prefix(tokens)])
-        if not text.startswith(committed):  # the text rules are prefix-stable at word ends; guard anyway
-            committed = ""
-        return RequestOutput(request_id=req.request_id, text=text, tokens=list(tokens), committed=committed,
-                             tentative=text[len(committed) :], duration=req.duration)  # fmt: skip
+        tokens, spell = stream.tokens, self.spelling.text
+        return partial_output(stream.request, spell(tokens), tokens, spell(tokens[: self.spelling.stable_prefix(tokens)]))
 
     def _final_output(self, stream: OnlineStream, reason: FinishReason) -> RequestOutput:
         req, tokens, logprobs = stream.request, stream.tokens, stream.logprobs
-        text = self.spelling.text(tokens)
-        avg = sum(logprobs) / len(logprobs) if logprobs else 0.0
-        opts = req.decoding
-        return RequestOutput(
-            request_id=req.request_id,
-            text=text,
-            tokens=list(tokens),
-            finished=True,
-            finish_reason=reason,
-            segments=[Segment(id=0, start=0.0, end=req.duration, text=text, tokens=list(tokens), avg_logprob=avg)],
-            duration=req.duration,
-            committed=text,
-            confidence=math.exp(avg) if logprobs else None,
-            token_logprobs=list(logprobs) if opts.logprobs else None,
-            token_bytes=[self.spelling.token(t).encode("utf-8") for t in tokens] if opts.logprobs else None,
-        )
+        return final_output(req, self.spelling.text(tokens), tokens, reason, logprobs=logprobs,
+                            **logprob_fields(req, tokens, logprobs, self.spelling.token_bytes))  # fmt: skip
 

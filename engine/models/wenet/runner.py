@@ -241,28 +241,13 @@ class WenetRunner(ChunkedStreamRunner[WenetStream]):
                 stream.offline_audio = rest if len(rest) else None
             else:
                 audio = stream.request.take_pending_audio()
-            try:
-                if audio.ndim != 1:
-                    raise ValueError(f"expected mono 1-D audio, got shape {audio.shape}")
-                new = (
-                    torch.tensor(audio, dtype=torch.float32) * AUDIO_SCALE
-                )  # copies: inputs may be read-only
-            except (ValueError, TypeError, RuntimeError) as exc:
-                outputs.append(self._fail(stream, "features", exc))
+            new = self._samples(stream, audio, outputs)
+            if new is None:
                 continue
-            wave, stream.wave_tail = join_tail(stream.wave_tail, new, self.fbank.opts)
+            wave, stream.wave_tail = join_tail(stream.wave_tail, new * AUDIO_SCALE, self.fbank.opts)
             todo.append(stream)
             waves.append(wave)
-        if not todo:
-            return
-        try:
-            feats = self.fbank(waves)
-        except Exception as exc:
-            logger.exception("fbank failed for %d streams", len(todo))
-            for stream in todo:
-                outputs.append(self._fail(stream, "features", exc))
-            return
-        for stream, f in zip(todo, feats, strict=True):
+        for stream, f in self._features(todo, waves, self.fbank, outputs):
             if len(f):
                 f = self.model.encoder.normalize(f)
                 stream.feats = torch.cat([stream.feats, f]) if len(stream.feats) else f

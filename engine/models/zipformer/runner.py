@@ -221,15 +221,7 @@ class ZipformerRunner(ChunkedStreamRunner[_Job]):
             if ended:
                 w = np.concatenate([w, fb.finish()])
             windows.append(w)
-        if not jobs:
-            return
-        try:
-            feats = self.featurizer.compute(windows)
-        except Exception as exc:
-            logger.exception("features failed for %d streams", len(jobs))
-            outputs += [self._fail(j, "features", exc) for j in jobs]
-            return
-        for job, f in zip(jobs, feats, strict=True):
+        for job, f in self._features(jobs, windows, self.featurizer.compute, outputs):
             s = job.stream
             assert s is not None
             s.feats = torch.cat([s.feats, f])
