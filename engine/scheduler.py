@@ -54,6 +54,10 @@ such `p`, it admits nothing and reports the time the oldest waiting request star
 (`next_admit_time`). A starved request is the escape valve: while one waits, nothing
 is snapped, so a hold lasts at most `max_wait_time`. Each hold costs up to
 `max_wait_time` of latency on a draining queue, which is why it is off by default.
+
+Once admitted, a chunked stream is stepped whenever it has a chunk ready; `pick_streams` chooses
+which of the ready ones one step advances: least recently advanced first, up to
+`max_batch_size`, so a stream left out of a full step goes first in the next one.
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from engine.config import EngineConfig
 
-__all__ = ["POLICIES", "Scheduler", "SchedulerOutput", "WaitingRequest", "length_bucket"]
+__all__ = ["POLICIES", "Scheduler", "SchedulerOutput", "WaitingRequest", "length_bucket", "pick_streams"]
 
 Policy = Literal["fcfs", "window", "bucket", "sjf"]
 POLICIES: tuple[Policy, ...] = ("fcfs", "window", "bucket", "sjf")
@@ -85,6 +89,18 @@ def length_bucket(length: float) -> int:
     padding under 2× (under the default 4× cap) at every length; sub-second requests share
     one bucket because their padding is cheap in absolute terms."""
     return max(0, math.frexp(length)[1])
+
+
+def pick_streams(last_advanced: Sequence[int], max_batch_size: int) -> list[int]:
+    """The ready streams one step advances, as indices into `last_advanced` (each ready stream's
+    step number when it last advanced; -1: never): least recently advanced first, ties in the
+    order given (the runner's admission order), at most `max_batch_size`. A stream that does not
+    fit this step has the oldest mark in the next, so every ready stream advances within
+    ceil(ready / max_batch_size) steps."""
+    if max_batch_size < 1:
+        raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+    order = sorted(range(len(last_advanced)), key=last_advanced.__getitem__)  # stable: ties keep order
+    return order[:max_batch_size]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Live transcription: the commit policy (torch-free) and, alongside it, the streaming runner."""
+"""Live transcription: the commit policy (torch-free), and the chunked-stream runner skeleton
+(chunked.py) with the partial and final outputs its families report (outputs.py)."""
 
 from __future__ import annotations
 

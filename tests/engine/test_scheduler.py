@@ -11,7 +11,7 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
-from engine.scheduler import POLICIES, Scheduler, WaitingRequest, length_bucket
+from engine.scheduler import POLICIES, Scheduler, WaitingRequest, length_bucket, pick_streams
 
 NOW = 100.0
 
@@ -394,3 +394,41 @@ def test_scheduler_does_not_import_torch() -> None:
     root = Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+# ---- pick_streams: which ready streams one step advances ----
+
+
+def test_pick_streams_takes_the_least_recently_advanced_first() -> None:
+    assert pick_streams([5, 2, -1, 4], max_batch_size=2) == [2, 1]
+    assert pick_streams([5, 2, -1, 4], max_batch_size=16) == [2, 1, 3, 0]
+
+
+def test_pick_streams_breaks_ties_in_the_order_given() -> None:
+    # never-advanced streams (-1) and streams advanced together go in admission order
+    assert pick_streams([-1, -1, -1], max_batch_size=2) == [0, 1]
+    assert pick_streams([3, 1, 3, 1], max_batch_size=3) == [1, 3, 0]
+
+
+def test_pick_streams_with_nothing_ready() -> None:
+    assert pick_streams([], max_batch_size=4) == []
+
+
+def test_pick_streams_rejects_an_empty_batch() -> None:
+    with pytest.raises(ValueError, match="max_batch_size"):
+        pick_streams([0], max_batch_size=0)
+
+
+@pytest.mark.parametrize(("streams", "max_batch_size"), [(7, 3), (10, 4), (5, 5), (9, 1)])
+def test_pick_streams_advances_every_ready_stream_within_its_share_of_steps(streams: int, max_batch_size: int) -> None:
+    """Streams always ready, stepped as a runner steps them: each advances once in every
+    ceil(streams / max_batch_size) steps, and no step leaves a slot empty while one waits."""
+    last = [-1] * streams
+    rounds = -(-streams // max_batch_size)
+    for step in range(4 * rounds):
+        picked = pick_streams(last, max_batch_size)
+        assert len(picked) == min(streams, max_batch_size) and len(set(picked)) == len(picked)
+        for i in picked:
+            last[i] = step
+        if step >= rounds - 1:  # every stream advanced within the last `rounds` steps
+            assert min(last) > step - rounds

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from engine.models.nemo.ctc import CtcDecoder
 from engine.models.nemo.tokenizer import Tokenizer
 from engine.ops.malsd import MalsdBeam
 from engine.ops.transducer_beam import BeamHypothesis
 from engine.request import Request
-from engine.types import Alternative, FinishReason, RequestOutput, Segment
+from engine.streaming.outputs import final_output, logprob_fields, partial_output
+from engine.types import Alternative, FinishReason, RequestOutput
 
 
 @dataclass
@@ -50,13 +50,8 @@ class OutputBuilder:
             if with_tentative.startswith(committed):  # else (a byte-fallback piece split) show committed only
                 tokens, logprobs = tokens + tentative.tokens, logprobs + tentative.logprobs
         text = self.tokenizer.text(tokens)
-        if not text.startswith(committed):  # SentencePiece decoding is prefix-stable; guard anyway
-            committed = ""
-        return RequestOutput(
-            request_id=req.request_id, text=text, tokens=list(tokens), committed=committed,
-            tentative=text[len(committed) :], duration=req.duration,
-            **self._logprobs(req, tokens, logprobs),
-        )  # fmt: skip
+        return partial_output(req, text, tokens, committed,
+                              **logprob_fields(req, tokens, logprobs, self.tokenizer.token_bytes))  # fmt: skip
 
     def final(
         self, req: Request, hyp: Hypothesis | None, ctc: CtcDecoder | None, reason: FinishReason,
@@ -66,39 +61,17 @@ class OutputBuilder:
         tokens, frames, logprobs = _best(hyp, ctc, None, ranked)
         text = self.tokenizer.text(tokens)
         opts = req.decoding
-        mean_lp = sum(logprobs) / len(logprobs) if logprobs else 0.0
         nbest = []
         if ctc is not None and opts.beam_size > 1:
             nbest = [Alternative(self.tokenizer.text(t), conf) for t, conf in ctc.nbest(opts.n_best)]
         elif ranked and opts.beam_size > 1:
             nbest = [Alternative(self.tokenizer.text(h.tokens), _confidence(h)) for h in ranked[: opts.n_best]]
-        return RequestOutput(
-            request_id=req.request_id,
-            text=text,
-            tokens=list(tokens),
-            finished=True,
-            finish_reason=reason,
-            words=self.tokenizer.words(tokens, frames, logprobs, self.frame_seconds)
-            if opts.word_timestamps
-            else None,
-            segments=[
-                Segment(
-                    id=0, start=0.0, end=req.duration, text=text, tokens=list(tokens), avg_logprob=mean_lp
-                )
-            ],
-            nbest=nbest,
-            duration=req.duration,
-            committed=text,
-            confidence=math.exp(mean_lp) if logprobs else None,
+        words = self.tokenizer.words(tokens, frames, logprobs, self.frame_seconds) if opts.word_timestamps else None
+        return final_output(
+            req, text, tokens, reason, logprobs=logprobs, words=words, nbest=nbest,
             timestamps=[round(f * self.frame_seconds, 3) for f in frames],
-            **self._logprobs(req, tokens, logprobs),
-        )
-
-    def _logprobs(self, req: Request, tokens: list[int], logprobs: list[float]) -> dict[str, Any]:
-        """`token_logprobs` and `token_bytes` when the request asks for log-probabilities."""
-        if not req.decoding.logprobs:
-            return {}
-        return {"token_logprobs": list(logprobs), "token_bytes": self.tokenizer.token_bytes(tokens)}
+            **logprob_fields(req, tokens, logprobs, self.tokenizer.token_bytes),
+        )  # fmt: skip
 
 
 def _best(

@@ -10,6 +10,7 @@ Per `execute()`:
    `max_batch_size`) advances by one chunk (cache-aware) or one window (buffered) in one forward,
    then one batched decode; partial outputs, or the final one when its input is exhausted.
 A stream's state (KV blocks, state slot) is released when it finishes, fails or is aborted.
+The job table, the pick and release are the chunked-stream skeleton's (engine/streaming/chunked.py).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from engine.models.nemo.outputs import Hypothesis, OutputBuilder
 from engine.models.nemo.state_slots import StateSlots
 from engine.request import Request, error_output
 from engine.runner import ModelInfo, RunnerStats
+from engine.streaming.chunked import ChunkedStreamRunner
 from engine.types import DecodingOptions, FinishReason, RequestOutput
 
 logger = logging.getLogger(__name__)
@@ -58,11 +60,12 @@ class _Job:
     """A buffered stream's right-context tokens of its last step (shown, never committed)."""
 
 
-class NemoRunner:
+class NemoRunner(ChunkedStreamRunner[_Job]):
     def __init__(
         self, ckpt: NemoCheckpoint, config: EngineConfig, options: NemoOptions, device: torch.device
     ) -> None:
-        self.ckpt, self.config, self.options, self.device = ckpt, config, options, device
+        super().__init__(config)
+        self.ckpt, self.options, self.device = ckpt, options, device
         cfg = ckpt.config
         enc = cfg.encoder
         self.sample_rate = cfg.mel.sample_rate
@@ -105,9 +108,6 @@ class NemoRunner:
         self.decoder = BatchDecoder(ckpt.model, self.method, self.slots, tr_cfg.max_symbols if tr_cfg else 0,
                                     tr_cfg.beam_max_symbols if tr_cfg else 0)  # fmt: skip
         self.outputs = OutputBuilder(ckpt.tokenizer, self.frame_seconds)
-        self._jobs: dict[str, _Job] = {}
-        self._step = 0
-        self.streams_stepped = 0
 
     @classmethod
     def from_config(cls, config: EngineConfig, options: NemoOptions | None = None) -> NemoRunner:
@@ -170,8 +170,7 @@ class NemoRunner:
                     job.buf = self._long_offline_stream(req)
                 else:
                     job.buf = self._buffered_stream(req.decoding)
-            req.runner_state = job
-            self._jobs[req.request_id] = job
+            self._register(job)
         return failed
 
     def _buffered_stream(self, options: DecodingOptions) -> BufferedStream:
@@ -200,7 +199,8 @@ class NemoRunner:
         return self.look_ahead if self.look_ahead is not None else self.ckpt.config.encoder.att_context_sizes[0]
 
     def has_work(self) -> bool:
-        return any(self._needs_ingest(j) or self._ready(j) or self._exhausted(j) for j in self._jobs.values())
+        return any(j.mode == "offline" or self._needs_ingest(j) or self._ready(j) or self._exhausted(j)
+                   for j in self._jobs.values())  # fmt: skip
 
     def _needs_ingest(self, job: _Job) -> bool:
         """Audio waiting, or a cache-aware stream whose end of input has not been turned into frames."""
@@ -211,23 +211,14 @@ class NemoRunner:
             req.input_finished and job.ca is not None and not job.ca.finished
         )
 
-    def release(self, request: Request) -> None:
-        job = self._jobs.pop(request.request_id, None)
-        if job is None:
-            return
+    def _free(self, job: _Job) -> None:
         if job.ca is not None and self.pool is not None:
             job.ca.table.release(self.pool)
         if job.decode.slot is not None:
             self.slots.free(job.decode.slot)
-        request.runner_state = None
 
-    def shutdown(self) -> None:
-        for job in list(self._jobs.values()):
-            self.release(job.request)
-
-    def stats(self) -> RunnerStats:
+    def _cache_stats(self) -> RunnerStats:
         return RunnerStats(
-            streams=sum(1 for j in self._jobs.values() if j.request.streaming),
             kv_blocks_used=self.pool.num_blocks - self.pool.num_free if self.pool else 0,
             kv_blocks_capacity=self.pool.num_blocks if self.pool else 0,
             decode_slots_used=self.slots.num_slots - self.slots.num_free,
@@ -236,24 +227,21 @@ class NemoRunner:
 
     # ---- one engine step ----
 
-    def execute(self) -> list[RequestOutput]:
-        self._step += 1
+    def _before_streams(self) -> list[RequestOutput]:
+        """The offline batch, then the streams whose input is exhausted (no step left)."""
         outputs: list[RequestOutput] = []
-        with stage_timer("streaming.features"):
-            self._ingest(outputs)
         offline = [j for j in self._jobs.values() if j.mode == "offline"][: self.config.max_batch_size]
         if offline:
             outputs += self._run_offline(offline)
-        ready = sorted((j for j in self._jobs.values() if j.mode != "offline" and self._ready(j)),
-                       key=lambda j: j.last_advanced)  # fmt: skip
-        done = [j for j in self._jobs.values() if j.mode != "offline" and self._exhausted(j)]
-        outputs += [self._finish(j, "stop") for j in done]
-        batch = ready[: self.config.max_batch_size]
-        self.streams_stepped = len(batch)
+        done = [j for j in self._jobs.values() if self._exhausted(j)]
+        return outputs + [self._finish(j, "stop") for j in done]
+
+    def _run_streams(self, batch: list[_Job]) -> list[RequestOutput]:
+        outputs: list[RequestOutput] = []
         for kind in (True, False):  # cache-aware chunks and buffered windows are separate forwards
             group = [j for j in batch if (j.ca is not None) == kind]
             if group:
-                outputs += self._run_streams(group)
+                outputs += self._run_group(group)
         return outputs
 
     @staticmethod
@@ -263,7 +251,7 @@ class NemoRunner:
 
     def _ready(self, job: _Job) -> bool:
         if job.mode == "offline":
-            return True
+            return False
         if job.ca is not None:
             assert self.geometry is not None
             return job.ca.next_chunk(self.geometry) is not None
@@ -279,7 +267,7 @@ class NemoRunner:
         assert job.buf is not None
         return job.buf.schedule.finished_all(job.buf.received)
 
-    def _ingest(self, outputs: list[RequestOutput]) -> None:
+    def _featurize(self, outputs: list[RequestOutput]) -> None:
         for job in list(self._jobs.values()):
             req = job.request
             if not self._needs_ingest(job):
@@ -320,7 +308,7 @@ class NemoRunner:
             return [self._fail(j, "encode", exc) for j in jobs]
         return [self._finish(j, "stop") for j in jobs]
 
-    def _run_streams(self, batch: list[_Job]) -> list[RequestOutput]:
+    def _run_group(self, batch: list[_Job]) -> list[RequestOutput]:
         try:
             if batch[0].ca is not None:
                 assert self.ca_encoder is not None and self.geometry is not None
@@ -367,18 +355,8 @@ class NemoRunner:
         for k, i in enumerate(rows):
             batch[i].tentative = Hypothesis(result.tokens[k], result.frames[k], result.logprobs[k])
 
-    def _finish(self, job: _Job, reason: FinishReason) -> RequestOutput:
-        try:
-            out = self.outputs.final(job.request, job.decode.hyp, job.decode.ctc, reason, job.decode.beam)
-        except Exception as exc:
-            logger.exception("output failed for request %s", job.request.request_id)
-            return self._fail(job, "postprocess", exc)
-        self.release(job.request)
-        return out
-
-    def _fail(self, job: _Job, stage: str, exc: Exception) -> RequestOutput:
-        self.release(job.request)
-        return error_output(job.request, stage, f"{type(exc).__name__}: {exc}")
+    def _final_output(self, job: _Job, reason: FinishReason) -> RequestOutput:
+        return self.outputs.final(job.request, job.decode.hyp, job.decode.ctc, reason, job.decode.beam)
 
 
 def _pad(frames: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

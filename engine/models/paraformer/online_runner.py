@@ -14,12 +14,12 @@ Chunk boundaries fall every `chunk x lfr_n x frame_shift` samples of a stream (9
 for FunASR's 600 ms), however the audio arrives, so a stream's tokens are those FunASR's
 `generate` returns when fed the same audio in chunks of that size. Offline requests take the
 same path with all their audio queued at once (FunASR runs paraformer-online that way too).
+The stream table, the pick and release are the chunked-stream skeleton's (engine/streaming/chunked.py).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 
 import numpy as np
 import torch
@@ -34,21 +34,23 @@ from engine.models.paraformer.online import ChunkGeometry, ChunkInput, ChunkResu
 from engine.models.paraformer.options import ParaformerOptions
 from engine.models.paraformer.spelling import Spelling
 from engine.models.paraformer.stream import OnlineStream
-from engine.request import Request, error_output
-from engine.runner import ModelInfo, RunnerStats
-from engine.types import DecodingOptions, FinishReason, RequestOutput, Segment
+from engine.request import Request
+from engine.runner import ModelInfo
+from engine.streaming.chunked import ChunkedStreamRunner
+from engine.streaming.outputs import final_output, logprob_fields, partial_output
+from engine.types import DecodingOptions, FinishReason, RequestOutput
 
 logger = logging.getLogger(__name__)
 
 
 
-class ParaformerOnlineRunner:
+class ParaformerOnlineRunner(ChunkedStreamRunner[OnlineStream]):
     supports_streaming = True
 
     def __init__(self, ckpt: ParaformerCheckpoint, config: EngineConfig, device: torch.device,
                  options: ParaformerOptions | None = None) -> None:  # fmt: skip
+        super().__init__(config)
         self.ckpt = ckpt
-        self.config = config
         self.device = device
         self.options = options or ParaformerOptions()
         left, chunk, ahead = self.options.chunk_size
@@ -61,9 +63,6 @@ class ParaformerOnlineRunner:
         self.stream_chunk_samples = chunk * self.frame_samples
         """One chunk's audio: a stream advances by this much per step."""
         self.spelling = Spelling.of(ckpt)
-        self.streams_stepped = 0
-        self._streams: dict[str, OnlineStream] = {}
-        self._step = 0
 
     # ---- ModelRunner protocol ----
 
@@ -71,14 +70,11 @@ class ParaformerOnlineRunner:
         return online_info(self.ckpt.config, self.ckpt.weights_path, self.spelling.kind, self.options,
                            sum(p.numel() for p in self.ckpt.model.parameters()))
 
-    def stats(self) -> RunnerStats:
-        return RunnerStats(streams=len(self._streams))
-
     def check_options(self, options: DecodingOptions, streaming: bool) -> None:
         """Everything it cannot serve is left out of `info.ONLINE_CAPABILITIES` and refused at admission."""
 
     def free_slots(self) -> int:
-        return max(self.options.max_streams - len(self._streams), 0)
+        return max(self.options.max_streams - len(self._jobs), 0)
 
     def admit(self, requests: list[Request]) -> list[RequestOutput]:
         dim = self.frontend.dim
@@ -91,47 +87,30 @@ class ParaformerOnlineRunner:
                 feats=torch.zeros(0, dim, device=self.device),
                 offline_audio=None if req.streaming else (req.audio if req.audio is not None else np.zeros(0)),
             )  # fmt: skip
-            req.runner_state = stream
-            self._streams[req.request_id] = stream
+            self._register(stream)
         return []
 
     def has_work(self) -> bool:
-        return any(s.has_pending_audio() or self._ready(s) is not None for s in self._streams.values())
-
-    def release(self, request: Request) -> None:
-        if self._streams.pop(request.request_id, None) is not None:
-            request.runner_state = None
-
-    def shutdown(self) -> None:
-        for stream in list(self._streams.values()):
-            self.release(stream.request)
+        return any(s.has_pending_audio() or self._ready(s) for s in self._jobs.values())
 
     # ---- one engine step ----
 
-    def execute(self) -> list[RequestOutput]:
-        self._step += 1
-        outputs: list[RequestOutput] = []
-        with stage_timer("streaming.features"):
-            self._featurize(outputs)
-        ready = [(s, final) for s in self._streams.values() if (final := self._ready(s)) is not None]
-        ready.sort(key=lambda sf: sf[0].last_advanced)
-        batch = ready[: self.config.max_batch_size]
-        self.streams_stepped = sum(1 for s, _ in batch if s.request.streaming)
-        if not batch:
-            return outputs
-        inputs = [self._chunk(s, final) for s, final in batch]
+    def _run_streams(self, batch: list[OnlineStream]) -> list[RequestOutput]:
+        finals = [self._next_chunk(s) is True for s in batch]
+        inputs = [self._chunk(s, final) for s, final in zip(batch, finals, strict=True)]
         try:
             with stage_timer("streaming.encode"):
                 results = run_chunks(self.ckpt.model, self.geometry, inputs)
         except Exception as exc:
             logger.exception("paraformer-online chunk of %d streams failed", len(batch))
-            return outputs + [self._fail(s, "encode", exc) for s, _ in batch]
+            return [self._fail(s, "encode", exc) for s in batch]
         with stage_timer("streaming.decode"):
-            for (stream, final), result in zip(batch, results, strict=True):
-                outputs.append(self._advance(stream, final, result))
-        return outputs
+            return [self._advance(s, final, r) for s, final, r in zip(batch, finals, results, strict=True)]
 
-    def _ready(self, stream: OnlineStream) -> bool | None:
+    def _ready(self, stream: OnlineStream) -> bool:
+        return self._next_chunk(stream) is not None
+
+    def _next_chunk(self, stream: OnlineStream) -> bool | None:
         """None: nothing to run; False: a whole chunk; True: the final chunk."""
         due = stream.samples >= (stream.chunks + 1) * self.stream_chunk_samples
         # a chunk's LFR frames are all computable once its audio has arrived (the last one's right
@@ -143,30 +122,17 @@ class ParaformerOnlineRunner:
     def _featurize(self, outputs: list[RequestOutput]) -> None:
         todo: list[OnlineStream] = []
         waves: list[torch.Tensor] = []
-        for stream in list(self._streams.values()):
+        for stream in list(self._jobs.values()):
             if not stream.has_pending_audio():
                 continue
-            audio = stream.take_audio()
-            try:
-                if audio.ndim != 1:
-                    raise ValueError(f"expected mono 1-D audio, got shape {audio.shape}")
-                new = torch.tensor(audio, dtype=torch.float32)  # copies: inputs may be read-only
-            except (ValueError, TypeError, RuntimeError) as exc:
-                outputs.append(self._fail(stream, "features", exc))
+            new = self._samples(stream, stream.take_audio(), outputs)
+            if new is None:
                 continue
             stream.samples += len(new)
             wave, stream.wave_tail = join_tail(stream.wave_tail, new, self.frontend.opts)
             todo.append(stream)
             waves.append(wave)
-        if not todo:
-            return
-        try:
-            fbanks = self.frontend.fbanks(waves)
-        except Exception as exc:
-            logger.exception("fbank failed for %d streams", len(todo))
-            outputs.extend(self._fail(s, "features", exc) for s in todo)
-            return
-        for stream, f in zip(todo, fbanks, strict=True):
+        for stream, f in self._features(todo, waves, self.frontend.fbanks, outputs):
             if len(f):
                 stream.fbank = torch.cat([stream.fbank, f])
                 stream.fbank_total += len(f)
@@ -210,35 +176,11 @@ class ParaformerOnlineRunner:
     # ---- outputs ----
 
     def _partial(self, stream: OnlineStream) -> RequestOutput:
-        req, tokens = stream.request, stream.tokens
-        text = self.spelling.text(tokens)
-        committed = self.spelling.text(tokens[: self.spelling.stable_prefix(tokens)])
-        if not text.startswith(committed):  # the text rules are prefix-stable at word ends; guard anyway
-            committed = ""
-        return RequestOutput(request_id=req.request_id, text=text, tokens=list(tokens), committed=committed,
-                             tentative=text[len(committed) :], duration=req.duration)  # fmt: skip
+        tokens, spell = stream.tokens, self.spelling.text
+        return partial_output(stream.request, spell(tokens), tokens, spell(tokens[: self.spelling.stable_prefix(tokens)]))
 
-    def _finish(self, stream: OnlineStream, reason: FinishReason) -> RequestOutput:
+    def _final_output(self, stream: OnlineStream, reason: FinishReason) -> RequestOutput:
         req, tokens, logprobs = stream.request, stream.tokens, stream.logprobs
-        self.release(req)
-        text = self.spelling.text(tokens)
-        avg = sum(logprobs) / len(logprobs) if logprobs else 0.0
-        opts = req.decoding
-        return RequestOutput(
-            request_id=req.request_id,
-            text=text,
-            tokens=list(tokens),
-            finished=True,
-            finish_reason=reason,
-            segments=[Segment(id=0, start=0.0, end=req.duration, text=text, tokens=list(tokens), avg_logprob=avg)],
-            duration=req.duration,
-            committed=text,
-            confidence=math.exp(avg) if logprobs else None,
-            token_logprobs=list(logprobs) if opts.logprobs else None,
-            token_bytes=[self.spelling.token(t).encode("utf-8") for t in tokens] if opts.logprobs else None,
-        )
-
-    def _fail(self, stream: OnlineStream, stage: str, exc: Exception) -> RequestOutput:
-        self.release(stream.request)
-        return error_output(stream.request, stage, exc)
+        return final_output(req, self.spelling.text(tokens), tokens, reason, logprobs=logprobs,
+                            **logprob_fields(req, tokens, logprobs, self.spelling.token_bytes))  # fmt: skip
 

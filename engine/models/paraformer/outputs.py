@@ -12,7 +12,9 @@ from engine.models.paraformer.model import Recognized
 from engine.models.paraformer.spelling import Spelling
 from engine.models.paraformer.timestamps import token_spans
 from engine.request import Request
-from engine.types import RequestOutput, Segment, Word
+from engine.streaming.outputs import final_output as finished_output
+from engine.streaming.outputs import logprob_fields
+from engine.types import RequestOutput, Word
 
 
 @dataclass(eq=False)
@@ -41,7 +43,6 @@ def final_output(req: Request, pieces: list[tuple[Piece, Recognized]], spelling:
         logprobs += rec.logprobs
     opts = req.decoding
     words = spelling.words(tokens, spans)
-    avg = sum(logprobs) / len(logprobs) if logprobs else 0.0
     word_list = None
     if opts.word_timestamps:
         word_list = [
@@ -49,18 +50,6 @@ def final_output(req: Request, pieces: list[tuple[Piece, Recognized]], spelling:
                  confidence=sum(math.exp(logprobs[k]) for k in g) / len(g) if g else 0.0)
             for w, g, (a, b) in zip(words.words, words.groups, words.spans or [], strict=False)
         ]  # fmt: skip
-    return RequestOutput(
-        request_id=req.request_id,
-        text=words.text,
-        tokens=tokens,
-        finished=True,
-        finish_reason="stop",
-        words=word_list,
-        segments=[Segment(id=0, start=0.0, end=req.duration, text=words.text, tokens=list(tokens), avg_logprob=avg)],
-        duration=req.duration,
-        committed=words.text,
-        confidence=math.exp(avg) if logprobs else None,
-        timestamps=[a / 1000 for a, _ in spans],
-        token_logprobs=list(logprobs) if opts.logprobs else None,
-        token_bytes=[spelling.token(t).encode("utf-8") for t in tokens] if opts.logprobs else None,
-    )
+    return finished_output(req, words.text, tokens, "stop", logprobs=logprobs, words=word_list,
+                           timestamps=[a / 1000 for a, _ in spans],
+                           **logprob_fields(req, tokens, logprobs, spelling.token_bytes))  # fmt: skip

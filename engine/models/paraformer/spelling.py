@@ -29,8 +29,9 @@ class Spelling:
     def kind(self) -> str:
         return "sentencepiece" if self.sentencepiece is not None else "char"
 
-    def token(self, token_id: int) -> str:
-        return self.vocab[token_id]
+    def token_bytes(self, tokens: list[int]) -> list[bytes]:
+        """Each token's vocabulary entry as UTF-8 (what `token_bytes` reports)."""
+        return [self.vocab[t].encode("utf-8") for t in tokens]
 
     def text(self, tokens: list[int]) -> str:
         pieces = [self.vocab[t] for t in tokens]

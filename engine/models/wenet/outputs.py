@@ -13,7 +13,8 @@ from engine.models.wenet.checkpoint import WenetCheckpoint
 from engine.models.wenet.ctc import Detokenizer
 from engine.models.wenet.decoder import rescore
 from engine.request import Request
-from engine.types import FinishReason, RequestOutput, Segment
+from engine.streaming.outputs import final_output, partial_output
+from engine.types import FinishReason, RequestOutput
 
 
 @dataclass(frozen=True)
@@ -27,18 +28,7 @@ class OutputBuilder:
 
     def partial(self, req: Request, ctc: CTCState) -> RequestOutput:
         hyp = ctc.best()
-        text = self.detok.text(hyp.tokens)
-        committed = self.detok.text(ctc.stable_tokens())
-        if not text.startswith(committed):  # detokenization is prefix-stable; guard anyway
-            committed = ""
-        return RequestOutput(
-            request_id=req.request_id,
-            text=text,
-            tokens=list(hyp.tokens),
-            committed=committed,
-            tentative=text[len(committed) :],
-            duration=req.duration,
-        )
+        return partial_output(req, self.detok.text(hyp.tokens), hyp.tokens, self.detok.text(ctc.stable_tokens()))
 
     def rescore(self, ctc: CTCState, encoder_out: list[torch.Tensor] | None) -> None:
         """Reorder the CTC n-best by attention rescoring against the whole encoder output."""
@@ -57,23 +47,9 @@ class OutputBuilder:
     def final(self, req: Request, ctc: CTCState, reason: FinishReason) -> RequestOutput:
         """The finished search's best hypothesis (call `ctc.finalize()` and `rescore` first)."""
         hyp = ctc.best()
-        text = self.detok.text(hyp.tokens)
         opts = req.decoding
-        duration = req.duration
-        avg_logprob = hyp.score / ctc.frames if ctc.frames else 0.0
-        return RequestOutput(
-            request_id=req.request_id,
-            text=text,
-            tokens=list(hyp.tokens),
-            finished=True,
-            finish_reason=reason,
+        return final_output(  # the search's score per frame: CTC has no per-token log-probabilities
+            req, self.detok.text(hyp.tokens), hyp.tokens, reason, avg_logprob=hyp.score / ctc.frames if ctc.frames else 0.0,
             words=self.detok.words(hyp, self.frame_seconds) if opts.word_timestamps else None,
-            segments=[
-                Segment(
-                    id=0, start=0.0, end=duration, text=text, tokens=list(hyp.tokens), avg_logprob=avg_logprob
-                )
-            ],
             nbest=self.detok.nbest(ctc, opts.n_best),
-            duration=duration,
-            committed=text,
-        )
+        )  # fmt: skip

@@ -8,7 +8,8 @@ Per engine step (`execute`):
 3. forward: one batched paged-attention chunk forward; K/V land in the streams' blocks;
 4. decode: CTC greedy per stream, prefix beam search of every beam-searching stream in one
    operator call (engine.ops), partial or final outputs.
-Offline requests take the same path with all their audio queued at once.
+Offline requests take the same path with all their audio queued at once. The stream table, the
+pick and release are the chunked-stream skeleton's (engine/streaming/chunked.py).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from engine.models.wenet.stream import WenetStream
 from engine.ops.fbank import KaldiFbank
 from engine.request import Request, error_output
 from engine.runner import ModelInfo, RunnerStats
+from engine.streaming.chunked import ChunkedStreamRunner
 from engine.types import DecodingOptions, FinishReason, RequestOutput
 
 logger = logging.getLogger(__name__)
@@ -66,14 +68,14 @@ MIN_WINDOW = RIGHT_CONTEXT + 1
 """Feature frames that yield one encoder frame (the smallest flushable window)."""
 
 
-class WenetRunner:
+class WenetRunner(ChunkedStreamRunner[WenetStream]):
     supports_streaming = True
 
     def __init__(
         self, ckpt: WenetCheckpoint, config: EngineConfig, device: torch.device, options: WenetOptions | None = None
     ) -> None:
+        super().__init__(config)
         self.ckpt = ckpt
-        self.config = config
         self.device = device
         self.options = options or WenetOptions()
         self.model = ckpt.model
@@ -114,9 +116,6 @@ class WenetRunner:
         num_blocks = self.pool_plan.num_blocks
         self.pool = BlockPool(spec, num_blocks, block_size, device)
         self.stream_ceiling = max_stream_blocks or num_blocks
-        self._streams: dict[str, WenetStream] = {}
-        self._step = 0
-        self.streams_stepped = 0
         self.kv_exhausted_total = 0
         """Streams that hit the KV ceiling (finished 'length' or had history recycled)."""
         self.kv_recycled_blocks_total = 0
@@ -183,29 +182,20 @@ class WenetRunner:
                 else (req.audio if req.audio is not None else np.zeros(0)),
                 encoder_out=[] if self.rescoring and beam > 1 else None,
             )
-            req.runner_state = stream
-            self._streams[req.request_id] = stream
+            self._register(stream)
         return failed
 
     def has_work(self) -> bool:
         return any(
             s.has_pending_audio() or s.input_done or len(s.feats) >= self.window
-            for s in self._streams.values()
+            for s in self._jobs.values()
         )
 
-    def release(self, request: Request) -> None:
-        stream = self._streams.pop(request.request_id, None)
-        if stream is not None:
-            stream.table.release(self.pool)
-            request.runner_state = None
+    def _free(self, stream: WenetStream) -> None:
+        stream.table.release(self.pool)
 
-    def shutdown(self) -> None:
-        for stream in list(self._streams.values()):
-            self.release(stream.request)
-
-    def stats(self) -> RunnerStats:
+    def _cache_stats(self) -> RunnerStats:
         return RunnerStats(
-            streams=len(self._streams),
             kv_blocks_used=self.pool.num_blocks - self.pool.num_free,
             kv_blocks_capacity=self.pool.num_blocks,
             kv_exhausted_total=self.kv_exhausted_total,
@@ -214,24 +204,21 @@ class WenetRunner:
 
     # ---- one engine step ----
 
-    def execute(self) -> list[RequestOutput]:
-        self._step += 1
-        outputs: list[RequestOutput] = []
-        with stage_timer("streaming.features"):
-            self._featurize(outputs)
-        ready = []
-        for stream in list(self._streams.values()):
+    def _before_streams(self) -> list[RequestOutput]:
+        """Streams whose input ended with less than one encoder frame of features left finish."""
+        done = [s for s in self._jobs.values() if s.input_done and len(s.feats) < MIN_WINDOW]
+        return [self._finish(s, "stop") for s in done]
+
+    def _ready(self, stream: WenetStream) -> bool:
+        return len(stream.feats) >= self.window or (stream.input_done and len(stream.feats) >= MIN_WINDOW)
+
+    def _run_streams(self, ready: list[WenetStream]) -> list[RequestOutput]:
+        """Reserve each picked stream's KV blocks for its chunk (a stream at its ceiling finishes
+        with 'length'), then one batched forward of the others."""
+        outputs, batch = [], []
+        for stream in ready:
             n = len(stream.feats)
-            if n >= self.window:
-                ready.append((stream, self.chunk_size))
-            elif stream.input_done:
-                if n >= MIN_WINDOW:
-                    ready.append((stream, subsampled_length(n)))  # final partial window
-                else:
-                    outputs.append(self._finish(stream, "stop"))
-        ready.sort(key=lambda sc: sc[0].last_advanced)
-        batch = []
-        for stream, c in ready[: self.config.max_batch_size]:
+            c = self.chunk_size if n >= self.window else subsampled_length(n)  # else a final partial window
             if self._reserve(stream, c):
                 batch.append((stream, c))
             else:
@@ -244,7 +231,7 @@ class WenetRunner:
     def _featurize(self, outputs: list[RequestOutput]) -> None:
         todo: list[WenetStream] = []
         waves: list[torch.Tensor] = []
-        for stream in list(self._streams.values()):
+        for stream in list(self._jobs.values()):
             if not stream.has_pending_audio():
                 continue
             if stream.offline_audio is not None:
@@ -255,28 +242,13 @@ class WenetRunner:
                 stream.offline_audio = rest if len(rest) else None
             else:
                 audio = stream.request.take_pending_audio()
-            try:
-                if audio.ndim != 1:
-                    raise ValueError(f"expected mono 1-D audio, got shape {audio.shape}")
-                new = (
-                    torch.tensor(audio, dtype=torch.float32) * AUDIO_SCALE
-                )  # copies: inputs may be read-only
-            except (ValueError, TypeError, RuntimeError) as exc:
-                outputs.append(self._fail(stream, "features", exc))
+            new = self._samples(stream, audio, outputs)
+            if new is None:
                 continue
-            wave, stream.wave_tail = join_tail(stream.wave_tail, new, self.fbank.opts)
+            wave, stream.wave_tail = join_tail(stream.wave_tail, new * AUDIO_SCALE, self.fbank.opts)
             todo.append(stream)
             waves.append(wave)
-        if not todo:
-            return
-        try:
-            feats = self.fbank(waves)
-        except Exception as exc:
-            logger.exception("fbank failed for %d streams", len(todo))
-            for stream in todo:
-                outputs.append(self._fail(stream, "features", exc))
-            return
-        for stream, f in zip(todo, feats, strict=True):
+        for stream, f in self._features(todo, waves, self.fbank, outputs):
             if len(f):
                 f = self.model.encoder.normalize(f)
                 stream.feats = torch.cat([stream.feats, f]) if len(stream.feats) else f
@@ -410,19 +382,9 @@ class WenetRunner:
     def _partial(self, stream: WenetStream) -> RequestOutput:
         return self.outputs.partial(stream.request, stream.ctc)
 
-    def _finish(self, stream: WenetStream, reason: FinishReason) -> RequestOutput:
+    def _final_output(self, stream: WenetStream, reason: FinishReason) -> RequestOutput:
+        """The finished search, its n-best attention-rescored when the model has a decoder."""
         with stage_timer("streaming.finalize"):
-            req = stream.request
-            try:
-                stream.ctc.finalize()
-                self.outputs.rescore(stream.ctc, stream.encoder_out)
-            except Exception as exc:
-                logger.exception("attention rescoring failed for request %s", req.request_id)
-                return self._fail(stream, "postprocess", exc)
-            out = self.outputs.final(req, stream.ctc, reason)
-            self.release(req)
-            return out
-
-    def _fail(self, stream: WenetStream, stage: str, exc: Exception) -> RequestOutput:
-        self.release(stream.request)
-        return error_output(stream.request, stage, f"{type(exc).__name__}: {exc}")
+            stream.ctc.finalize()
+            self.outputs.rescore(stream.ctc, stream.encoder_out)
+            return self.outputs.final(stream.request, stream.ctc, reason)

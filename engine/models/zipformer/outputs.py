@@ -12,7 +12,8 @@ from engine.models.zipformer.transducer import GreedyState
 from engine.ops.modified_beam import ModifiedBeam
 from engine.ops.transducer_beam import BeamHypothesis
 from engine.request import Request
-from engine.types import Alternative, FinishReason, RequestOutput, Segment
+from engine.streaming.outputs import final_output, logprob_fields, partial_output
+from engine.types import Alternative, FinishReason, RequestOutput
 
 
 @dataclass(frozen=True)
@@ -24,17 +25,13 @@ class OutputBuilder:
     def partial(self, req: Request, hyp: GreedyState, beam: ModifiedBeam | None = None) -> RequestOutput:
         """Greedy tokens never change once emitted: all of the text is committed. Under a beam the
         best hypothesis shows, and the tokens every hypothesis shares are committed."""
+        committed = None
         if beam is not None:
-            best = _as_greedy(beam.hypotheses()[0])
-            text, committed = self.tokenizer.text(best.tokens), self.tokenizer.text(beam.stable_tokens())
-            if not text.startswith(committed):  # SentencePiece decoding is prefix-stable; guard anyway
-                committed = ""
-            return RequestOutput(request_id=req.request_id, text=text, tokens=list(best.tokens), committed=committed,
-                                 tentative=text[len(committed) :], duration=req.duration,
-                                 **self._logprobs(req, best))  # fmt: skip
+            hyp = _as_greedy(beam.hypotheses()[0])
+            committed = self.tokenizer.text(beam.stable_tokens())
         text = self.tokenizer.text(hyp.tokens)
-        return RequestOutput(request_id=req.request_id, text=text, tokens=list(hyp.tokens), committed=text,
-                             duration=req.duration, **self._logprobs(req, hyp))  # fmt: skip
+        return partial_output(req, text, hyp.tokens, text if committed is None else committed,
+                              **self._logprobs(req, hyp))  # fmt: skip
 
     def final(self, req: Request, hyp: GreedyState, reason: FinishReason, beam: ModifiedBeam | None = None
               ) -> RequestOutput:  # fmt: skip
@@ -47,23 +44,14 @@ class OutputBuilder:
                 nbest = [Alternative(self.tokenizer.text(h.tokens), math.exp(h.score / (len(h.tokens) + norm)))
                          for h in ranked[: req.decoding.n_best]]  # fmt: skip
         text = self.tokenizer.text(hyp.tokens)
-        mean_lp = sum(hyp.logprobs) / len(hyp.logprobs) if hyp.logprobs else 0.0
         words = (self.tokenizer.words(hyp.tokens, hyp.frames, hyp.logprobs, self.frame_seconds)
                  if req.decoding.word_timestamps else None)  # fmt: skip
-        return RequestOutput(
-            request_id=req.request_id, text=text, tokens=list(hyp.tokens), finished=True, finish_reason=reason,
-            words=words,
-            segments=[Segment(id=0, start=0.0, end=req.duration, text=text, tokens=list(hyp.tokens),
-                              avg_logprob=mean_lp)],
-            nbest=nbest, duration=req.duration, committed=text,
-            confidence=math.exp(mean_lp) if hyp.logprobs else None,
-            timestamps=[round(f * self.frame_seconds, 3) for f in hyp.frames], **self._logprobs(req, hyp),
-        )  # fmt: skip
+        return final_output(req, text, hyp.tokens, reason, logprobs=hyp.logprobs, words=words, nbest=nbest,
+                            timestamps=[round(f * self.frame_seconds, 3) for f in hyp.frames],
+                            **self._logprobs(req, hyp))  # fmt: skip
 
     def _logprobs(self, req: Request, hyp: GreedyState) -> dict[str, Any]:
-        if not req.decoding.logprobs:
-            return {}
-        return {"token_logprobs": list(hyp.logprobs), "token_bytes": self.tokenizer.token_bytes(hyp.tokens)}
+        return logprob_fields(req, hyp.tokens, hyp.logprobs, self.tokenizer.token_bytes)
 
 
 def _as_greedy(h: BeamHypothesis) -> GreedyState:

@@ -10,6 +10,7 @@ Per `execute()`:
    encoder forward, rows scattered back, one batched greedy decode (and one batched modified beam
    search for the requests with a beam); then a partial, or the final output when its padded end
    has been read.
+The job table, the pick and release are the chunked-stream skeleton's (engine/streaming/chunked.py).
 
 A request with beam_size > 1 (or keywords) is decoded by icefall's modified beam search
 (engine/ops/modified_beam.py through beam.py's ZipformerNet), its hypothesis set carried across
@@ -52,6 +53,7 @@ from engine.models.zipformer.transducer import GreedyState, greedy_decode
 from engine.ops.modified_beam import ModifiedBeam, modified_beam_search
 from engine.request import Request, error_output
 from engine.runner import ModelInfo, RunnerStats
+from engine.streaming.chunked import ChunkedStreamRunner
 from engine.types import DecodingOptions, FinishReason, RequestOutput
 
 logger = logging.getLogger(__name__)
@@ -90,10 +92,11 @@ class _Job:
     last_advanced: int = -1
 
 
-class ZipformerRunner:
+class ZipformerRunner(ChunkedStreamRunner[_Job]):
     def __init__(self, ckpt: ZipformerCheckpoint, config: EngineConfig, options: ZipformerOptions,
                  device: torch.device) -> None:  # fmt: skip
-        self.ckpt, self.config, self.options, self.device = ckpt, config, options, device
+        super().__init__(config)
+        self.ckpt, self.options, self.device = ckpt, options, device
         self.model = ckpt.model
         if config.decode_method not in (None, *DECODE_METHODS):
             raise InvalidRequestError(f"decode_method {config.decode_method!r} is not offered by this zipformer model "
@@ -109,9 +112,6 @@ class ZipformerRunner:
         self.featurizer = Featurizer(device)
         self.outputs = OutputBuilder(ckpt.tokenizer, self.frame_seconds)
         self.net = ZipformerNet(self.model.decoder, self.model.joiner)
-        self._jobs: dict[str, _Job] = {}
-        self._step = 0
-        self.streams_stepped = 0
 
     @classmethod
     def from_config(cls, config: EngineConfig, options: ZipformerOptions | None = None) -> ZipformerRunner:
@@ -167,46 +167,25 @@ class ZipformerRunner:
                     continue
                 job.mode = "stream"
                 job.stream = _Stream(FbankStream(), slot, torch.zeros(0, 80))
-            req.runner_state = job
-            self._jobs[req.request_id] = job
+            self._register(job)
         return failed
 
     def has_work(self) -> bool:
         return any(j.mode == "offline" or self._needs_ingest(j) or self._ready(j) for j in self._jobs.values())
 
-    def release(self, request: Request) -> None:
-        job = self._jobs.pop(request.request_id, None)
-        if job is None:
-            return
+    def _free(self, job: _Job) -> None:
         if job.stream is not None:
             self.slots.free(job.stream.slot)
-        request.runner_state = None
 
-    def shutdown(self) -> None:
-        for job in list(self._jobs.values()):
-            self.release(job.request)
-
-    def stats(self) -> RunnerStats:
-        streams = sum(1 for j in self._jobs.values() if j.mode == "stream")
-        return RunnerStats(streams=streams, decode_slots_used=self.slots.num_slots - self.slots.num_free,
+    def _cache_stats(self) -> RunnerStats:
+        return RunnerStats(decode_slots_used=self.slots.num_slots - self.slots.num_free,
                            decode_slots_capacity=self.slots.num_slots)  # fmt: skip
 
     # ---- one engine step ----
 
-    def execute(self) -> list[RequestOutput]:
-        self._step += 1
-        outputs: list[RequestOutput] = []
-        with stage_timer("streaming.features"):
-            self._ingest(outputs)
+    def _before_streams(self) -> list[RequestOutput]:
         offline = [j for j in self._jobs.values() if j.mode == "offline"][: self.config.max_batch_size]
-        if offline:
-            outputs += self._run_offline(offline)
-        ready = sorted((j for j in self._jobs.values() if self._ready(j)), key=lambda j: j.last_advanced)
-        batch = ready[: self.config.max_batch_size]
-        self.streams_stepped = len(batch)
-        if batch:
-            outputs += self._run_streams(batch)
-        return outputs
+        return self._run_offline(offline) if offline else []
 
     def _needs_ingest(self, job: _Job) -> bool:
         s, req = job.stream, job.request
@@ -224,7 +203,7 @@ class ZipformerRunner:
             return s.pos < s.total + self.geometry.end_padding
         return s.feats.shape[0] >= self.geometry.window
 
-    def _ingest(self, outputs: list[RequestOutput]) -> None:
+    def _featurize(self, outputs: list[RequestOutput]) -> None:
         jobs = [j for j in self._jobs.values() if self._needs_ingest(j)]
         windows = []
         for job in jobs:
@@ -242,15 +221,7 @@ class ZipformerRunner:
             if ended:
                 w = np.concatenate([w, fb.finish()])
             windows.append(w)
-        if not jobs:
-            return
-        try:
-            feats = self.featurizer.compute(windows)
-        except Exception as exc:
-            logger.exception("features failed for %d streams", len(jobs))
-            outputs += [self._fail(j, "features", exc) for j in jobs]
-            return
-        for job, f in zip(jobs, feats, strict=True):
+        for job, f in self._features(jobs, windows, self.featurizer.compute, outputs):
             s = job.stream
             assert s is not None
             s.feats = torch.cat([s.feats, f])
@@ -340,18 +311,8 @@ class ZipformerRunner:
         s.pos += geo.hop
         return w
 
-    def _finish(self, job: _Job, reason: FinishReason) -> RequestOutput:
-        try:
-            out = self.outputs.final(job.request, job.hyp, reason, job.beam)
-        except Exception as exc:
-            logger.exception("output failed for request %s", job.request.request_id)
-            return self._fail(job, "postprocess", exc)
-        self.release(job.request)
-        return out
-
-    def _fail(self, job: _Job, stage: str, exc: Exception) -> RequestOutput:
-        self.release(job.request)
-        return error_output(job.request, stage, exc)
+    def _final_output(self, job: _Job, reason: FinishReason) -> RequestOutput:
+        return self.outputs.final(job.request, job.hyp, reason, job.beam)
 
 
 def _windows_of(req: Request) -> np.ndarray:
