@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from app.realtime.config import TranscriptionConfig
 from app.realtime.events import ProtocolError
-from app.requests import ModelNotFound, OptionsChecker, admit_options, check_model
+from app.requests import ModelNotFound, OptionsChecker, admit_options, build_options, check_model
 from engine import DecodingOptions
 from engine.errors import InvalidRequestError
 
 
 def decoding_options(tc: TranscriptionConfig, *, logprobs: bool, engine: OptionsChecker,
                      served_model_name: str | None, param: str) -> DecodingOptions:
-    """The session's options as `engine` admits them (app/requests.py: the model's capabilities,
-    a language, keywords past its prompt budget), or a ProtocolError naming `param`."""
+    """The session's options, built by the one builder (app/requests.build_options) and admitted by
+    `engine` (the model's capabilities, a language, keywords past its prompt budget), or a
+    ProtocolError naming `param`."""
     try:
         check_model(served_model_name, tc.model or None)
     except ModelNotFound as exc:
@@ -28,10 +29,9 @@ def decoding_options(tc: TranscriptionConfig, *, logprobs: bool, engine: Options
                                 "(language or a one-entry languages), or none to detect it",
                                 code="unsupported_value", param=f"{param}.languages")
         language = tc.languages[0]
-    options = DecodingOptions(task="transcribe", language=language.lower() if language else None, prompt=tc.prompt,
-                              keywords=tc.keywords, logprobs=logprobs, delay=tc.delay,
-                              stream_context=tc.stream_context)
     try:
+        options = build_options(language=language, prompt=tc.prompt, keywords=tc.keywords, logprobs=logprobs,
+                                delay=tc.delay, stream_context=tc.stream_context)
         options = admit_options(engine, options, streaming=True)
     except InvalidRequestError as exc:
         raise ProtocolError(str(exc), code="invalid_value", param=param) from exc
