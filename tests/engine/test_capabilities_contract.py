@@ -89,7 +89,7 @@ def test_defaults_and_values_a_model_does_anyway_are_served_by_the_most_restrict
 
 
 def test_the_first_refused_option_is_named_in_the_tables_order() -> None:
-    with pytest.raises(UnsupportedError, match="^temperature is"):
+    with pytest.raises(UnsupportedError, match=r"^temperature is"):
         check(Capabilities(), DecodingOptions(temperature=0.5, delay="low", max_new_tokens=8))
-    with pytest.raises(UnsupportedError, match="^max_new_tokens is"):
+    with pytest.raises(UnsupportedError, match=r"^max_new_tokens is"):
         check(Capabilities(), DecodingOptions(delay="low", max_new_tokens=8))
