@@ -61,12 +61,13 @@ def pick_model(names: Sequence[str], model: str | None, *, served_model_name: st
 
 def build_options(*, task: str | None = None, language: str | None = None, prompt: str | None = None,
                   temperature: float | None = None, beam_size: int | None = None, n_best: int | None = None,
-                  **more: Any) -> DecodingOptions:
+                  language_param: str = "language", **more: Any) -> DecodingOptions:
     """The one way a surface's parameters become DecodingOptions, range-checked; InvalidRequestError
     names the first bad value. Any field may be given (`more` takes the rest of DecodingOptions'
     fields by name); None, and a surface's empty value for prompt, language and task, mean the
     field's default, so a client that sends every field at its zero value asks for nothing. The
-    language goes through the one normaliser (`engine.languages.language_code`: 'en-US' -> 'en')."""
+    language goes through the one normaliser (`engine.languages.language_code`: 'en-US' -> 'en'),
+    whose refusal names the surface's parameter `language_param`."""
     beam = beam_size or 1
     if n_best is not None and n_best > 1:
         beam = max(beam, n_best)  # alternatives are the beam's n-best list
@@ -75,7 +76,7 @@ def build_options(*, task: str | None = None, language: str | None = None, promp
         raise InvalidRequestError(f"task must be 'transcribe' or 'translate', got {task!r}")
     task_name: Task = "translate" if task == "translate" else "transcribe"
     given = {name: value for name, value in more.items() if value is not None}
-    options = DecodingOptions(task=task_name, language=language_code(language), prompt=prompt or None,
+    options = DecodingOptions(task=task_name, language=language_code(language, language_param), prompt=prompt or None,
                               temperature=float(temperature) if temperature is not None else 0.0,
                               beam_size=beam, n_best=n_best or 1, **given)
     options.validate()

@@ -20,15 +20,15 @@ MIN_LETTER_UNITS = 20
 """Fewer units with letters than this (a toy vocabulary) say nothing about a language."""
 
 
-def language_code(tag: str | None) -> str | None:
+def language_code(tag: str | None, name: str = "language") -> str | None:
     """A request's language -> the ISO 639 code models know: a BCP-47 tag keeps its primary
     subtag, lower-cased ('en-US' -> 'en', 'pt_BR' -> 'pt'); None or blank means detect.
-    InvalidRequestError for anything that is not a language tag."""
+    InvalidRequestError naming the surface's parameter `name` for anything that is not a tag."""
     if tag is None or not tag.strip():
         return None
     match = _TAG.match(tag.strip())
     if match is None:
-        raise InvalidRequestError(f"language {tag!r} is not a BCP-47 language tag such as 'en' or 'en-US'")
+        raise InvalidRequestError(f"{name} {tag!r} is not a BCP-47 language tag such as 'en' or 'en-US'")
     return match["primary"].lower()
 
 

@@ -83,6 +83,7 @@ def decoding_options(config: pb.RecognitionConfig) -> DecodingOptions:
     return build_options(
         task="translate" if ext.task == pb.DecodingExtensions.TRANSLATE else "transcribe",
         language=config.language_code,
+        language_param="language_code",
         prompt=ext.prompt,
         temperature=ext.temperature,
         beam_size=ext.beam_size,
