@@ -12,6 +12,7 @@ engine's runner.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -59,6 +60,12 @@ def pick_model(names: Sequence[str], model: str | None, *, served_model_name: st
     raise ModelNotFound(model, names)
 
 
+OPTION_FIELDS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(DecodingOptions))
+"""`DecodingOptions`' field names: a surface's parameter of the same name passes through as it is
+(Google's DecodingExtensions, a realtime session's transcription), so a new option reaches them
+without a line here or in their converters."""
+
+
 def build_options(*, task: str | None = None, language: str | None = None, prompt: str | None = None,
                   temperature: float | None = None, beam_size: int | None = None, n_best: int | None = None,
                   language_param: str = "language", **more: Any) -> DecodingOptions:
@@ -89,5 +96,5 @@ def admit_options(engine: OptionsChecker, options: DecodingOptions, *, streaming
     return engine.validate_options(options, streaming)
 
 
-__all__ = ["OPENAI_MODEL_NAMES", "PROVIDER_MODEL_NAMES", "ModelNotFound", "OptionsChecker", "admit_options", "build_options",
+__all__ = ["OPENAI_MODEL_NAMES", "OPTION_FIELDS", "PROVIDER_MODEL_NAMES", "ModelNotFound", "OptionsChecker", "admit_options", "build_options",
            "check_model", "pick_model"]

@@ -6,9 +6,18 @@ secret never carries a configuration its session would refuse.
 
 from __future__ import annotations
 
+import dataclasses
+
 from app.realtime.config import TranscriptionConfig
 from app.realtime.events import ProtocolError
-from app.requests import ModelNotFound, OptionsChecker, admit_options, build_options, check_model
+from app.requests import (
+    OPTION_FIELDS,
+    ModelNotFound,
+    OptionsChecker,
+    admit_options,
+    build_options,
+    check_model,
+)
 from engine import DecodingOptions
 from engine.errors import InvalidRequestError
 
@@ -30,8 +39,9 @@ def decoding_options(tc: TranscriptionConfig, *, logprobs: bool, engine: Options
                                 code="unsupported_value", param=f"{param}.languages")
         language = tc.languages[0]
     try:
-        options = build_options(language=language, prompt=tc.prompt, keywords=tc.keywords, logprobs=logprobs,
-                                delay=tc.delay, stream_context=tc.stream_context)
+        # the session's fields named like an option pass through (prompt, keywords, delay, ...)
+        named = {f.name: getattr(tc, f.name) for f in dataclasses.fields(tc) if f.name in OPTION_FIELDS}
+        options = build_options(**{**named, "language": language}, logprobs=logprobs)
         options = admit_options(engine, options, streaming=True)
     except InvalidRequestError as exc:
         raise ProtocolError(str(exc), code="invalid_value", param=param) from exc
