@@ -1,7 +1,8 @@
 """What every surface asks of a request before any engine work, in one place and one wording:
 is the named model served here, which `DecodingOptions` do the surface's parameters mean, and
 will the engine take them (ranges, the model's declared capabilities, the family's own checks,
-all through `ASREngine.validate_options`).
+all through `ASREngine.validate_options`). `build_options` is the one place any surface's
+parameters become `DecodingOptions`.
 
 Surface-neutral: it raises the engine's errors (InvalidRequestError, UnsupportedError) and
 `ModelNotFound`; each surface renders them in its own protocol (HTTP status and envelope, gRPC
@@ -11,12 +12,14 @@ engine's runner.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from app.errors import ModelNotFound
 from engine import DecodingOptions
 from engine.errors import InvalidRequestError
+from engine.languages import language_code
 from engine.types import Task
 
 
@@ -57,32 +60,32 @@ def pick_model(names: Sequence[str], model: str | None, *, served_model_name: st
     raise ModelNotFound(model, names)
 
 
-def language_code(code: str | None) -> str | None:
-    """A request's language -> the ISO 639-1 code models know: BCP-47 ('en-US', 'pt_BR') keeps its
-    primary subtag, lower-cased; empty means detect. InvalidRequestError for anything else."""
-    if code is None or not code.strip():
-        return None
-    primary = code.strip().replace("_", "-").split("-")[0].lower()
-    if not primary.isalpha() or not 2 <= len(primary) <= 3:
-        raise InvalidRequestError(f"language {code!r} is not a language code such as 'en' or 'en-US'")
-    return primary
+OPTION_FIELDS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(DecodingOptions))
+"""`DecodingOptions`' field names: a surface's parameter of the same name passes through as it is
+(Google's DecodingExtensions, a realtime session's transcription), so a new option reaches them
+without a line here or in their converters."""
 
 
-def build_options(*, task: str = "transcribe", language: str | None = None, prompt: str | None = None,
-                  temperature: float | None = None, word_timestamps: bool = False, beam_size: int | None = None,
-                  n_best: int | None = None, logprobs: bool = False, **more: Any) -> DecodingOptions:
-    """DecodingOptions from a surface's parameters (None: the default), range-checked;
-    InvalidRequestError names the first bad value. `more` passes other DecodingOptions fields."""
+def build_options(*, task: str | None = None, language: str | None = None, prompt: str | None = None,
+                  temperature: float | None = None, beam_size: int | None = None, n_best: int | None = None,
+                  language_param: str = "language", **more: Any) -> DecodingOptions:
+    """The one way a surface's parameters become DecodingOptions, range-checked; InvalidRequestError
+    names the first bad value. Any field may be given (`more` takes the rest of DecodingOptions'
+    fields by name); None, and a surface's empty value for prompt, language and task, mean the
+    field's default, so a client that sends every field at its zero value asks for nothing. The
+    language goes through the one normaliser (`engine.languages.language_code`: 'en-US' -> 'en'),
+    whose refusal names the surface's parameter `language_param`."""
     beam = beam_size or 1
     if n_best is not None and n_best > 1:
         beam = max(beam, n_best)  # alternatives are the beam's n-best list
-    task_name: Task = "translate" if task == "translate" else "transcribe"
+    task = task or "transcribe"
     if task not in ("transcribe", "translate"):
         raise InvalidRequestError(f"task must be 'transcribe' or 'translate', got {task!r}")
-    options = DecodingOptions(task=task_name, language=language_code(language), prompt=prompt or None,
+    task_name: Task = "translate" if task == "translate" else "transcribe"
+    given = {name: value for name, value in more.items() if value is not None}
+    options = DecodingOptions(task=task_name, language=language_code(language, language_param), prompt=prompt or None,
                               temperature=float(temperature) if temperature is not None else 0.0,
-                              word_timestamps=word_timestamps, beam_size=beam, n_best=n_best or 1,
-                              logprobs=logprobs, **more)
+                              beam_size=beam, n_best=n_best or 1, **given)
     options.validate()
     return options
 
@@ -93,5 +96,5 @@ def admit_options(engine: OptionsChecker, options: DecodingOptions, *, streaming
     return engine.validate_options(options, streaming)
 
 
-__all__ = ["OPENAI_MODEL_NAMES", "PROVIDER_MODEL_NAMES", "ModelNotFound", "OptionsChecker", "admit_options", "build_options", "check_model",
-           "language_code", "pick_model"]
+__all__ = ["OPENAI_MODEL_NAMES", "OPTION_FIELDS", "PROVIDER_MODEL_NAMES", "ModelNotFound", "OptionsChecker", "admit_options", "build_options",
+           "check_model", "pick_model"]

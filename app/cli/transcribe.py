@@ -76,16 +76,16 @@ def _run_with_progress(engine: Any, samples: Any, options: Any, seconds: float, 
 def _transcribe_local(args: argparse.Namespace, files: list[Path]) -> Iterator[_Transcript]:
     from app.audio import AudioError, decode_audio
     from app.formats import to_srt, to_verbose_json, to_vtt, usage
-    from engine import ASREngine, DecodingOptions, EngineConfig
+    from app.requests import build_options
+    from engine import ASREngine, EngineConfig
     from engine.errors import EngineError, InvalidRequestError
 
     try:
         engine = ASREngine(EngineConfig(ckpt_dir=args.ckpt_dir, device=args.device))
     except (EngineError, OSError, ValueError) as exc:
         raise CliError(f"cannot load the model: {exc}") from exc
-    options = DecodingOptions(task="transcribe", language=args.language, word_timestamps=args.word_timestamps)
-    try:
-        options.validate()
+    try:  # the servers' one builder: a BCP-47 --language ('en-US') means 'en' here too
+        options = build_options(language=args.language, word_timestamps=args.word_timestamps)
     except EngineError as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
     try:

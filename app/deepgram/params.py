@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from app.audio import MAX_CHANNELS, MAX_SAMPLE_RATE_HZ, MIN_SAMPLE_RATE_HZ
+from engine.errors import InvalidRequestError
+from engine.languages import language_code
 from engine.types import MAX_KEYWORD_CHARS, MAX_KEYWORDS
 
 Encoding = Literal["linear16", "mulaw", "alaw", "opus", "flac"]
@@ -31,7 +33,6 @@ MAX_TIME_MS = 60_000
 """Longest `endpointing` / `utterance_end_ms` accepted (the VAD's own bound)."""
 
 _BOOLEANS = {"true": True, "false": False}
-_LANGUAGE = re.compile(r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*$")
 _KEYWORD_BOOST = re.compile(r"^(?P<word>.+?)(?::(?P<boost>[+-]?\d+(?:\.\d+)?))?$")
 
 SERVED = frozenset({"encoding", "sample_rate", "channels", "interim_results", "endpointing", "utterance_end_ms",
@@ -187,12 +188,13 @@ def _endpointing(value: str | None, default_ms: int) -> int | None:
 
 
 def _language(value: str | None) -> str | None:
+    """`multi` (Deepgram's multilingual mode) detects; a tag goes through the one normaliser."""
     if value is None or value.strip().lower() == "multi":
         return None
-    tag = value.strip()
-    if not _LANGUAGE.match(tag):
-        raise QueryError(f"language must be a BCP-47 tag such as en or en-US, got {value!r}")
-    return tag.split("-")[0].lower()
+    try:
+        return language_code(value)
+    except InvalidRequestError as exc:
+        raise QueryError(str(exc)) from None
 
 
 def _keywords(keywords: list[str], keyterms: list[str]) -> tuple[str, ...]:

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 
 from app.audio import AudioEncoding, UnsupportedAudioError, parse_encoding
 from app.channels import channel_tags
 from app.google.wire import google_request_id, refuse_unsupported
-from app.requests import language_code
+from app.requests import OPTION_FIELDS, build_options
 from engine import DecodingOptions, RequestOutput
 from engine.errors import InvalidRequestError
-from engine.types import Task
 from protos.oasr.speech.v1 import speech_pb2 as pb
 
 Config = pb.RecognitionConfig
@@ -63,57 +63,46 @@ def audio_spec(config: pb.RecognitionConfig) -> AudioSpec:
     return AudioSpec(encoding, rate, config.audio_channel_count or 1)
 
 
-def language_of(code: str) -> str | None:
-    """BCP-47 ('en-US', 'pt_BR') -> the ISO 639-1 primary subtag the model knows ('en')."""
-    try:
-        return language_code(code)
-    except InvalidRequestError:
-        raise invalid(f"language_code {code!r} is not a BCP-47 language code such as 'en-US'") from None
-
-
 def alternatives_wanted(config: pb.RecognitionConfig) -> int:
     if config.max_alternatives < 0:
         raise invalid(f"max_alternatives must be >= 0, got {config.max_alternatives}")
     return max(1, config.max_alternatives)
 
 
+PASSED_THROUGH = tuple(f for f in pb.DecodingExtensions.DESCRIPTOR.fields
+                      if f.name in OPTION_FIELDS and f.name not in ("task", "stream_context"))
+"""DecodingExtensions fields that are DecodingOptions fields of the same name and type; task (an
+enum) and stream_context (a message) are converted."""
+
+
+def passed_through(ext: pb.DecodingExtensions) -> dict[str, Any]:
+    """The extension's plain fields by name: a proto3 zero (or an unset `optional`) is not set."""
+    return {f.name: (getattr(ext, f.name) if ext.HasField(f.name) else None) if f.has_presence
+            else getattr(ext, f.name) or None for f in PASSED_THROUGH}
+
+
 def decoding_options(config: pb.RecognitionConfig) -> DecodingOptions:
-    """RecognitionConfig (+ DecodingExtensions) -> DecodingOptions, validated.
+    """RecognitionConfig (+ DecodingExtensions) -> DecodingOptions through the one builder
+    (app/requests.build_options), validated. Proto3 zero values are "not set", so a client that
+    sends every field at its default asks for nothing.
 
-    Google's speech_contexts phrases become the request's keywords; the extension's
-    stream_context and delay pass through to the engine, which checks them against the model.
-
+    Google's speech_contexts phrases become the request's keywords; the extension's fields pass
+    through by name (`passed_through`) to the engine, which checks them against the model.
     max_alternatives > 1 turns on beam search with at least that many beams, since the
     alternatives are the beam's n-best list."""
     refuse_unsupported(config)
     ext = config.decoding
-    n_alt = alternatives_wanted(config)
-    beam = max(ext.beam_size, 1)
-    if n_alt > 1:
-        beam = max(beam, n_alt)
-    task: Task = "translate" if ext.task == pb.DecodingExtensions.TRANSLATE else "transcribe"
-    keywords = tuple(phrase for context in config.speech_contexts for phrase in context.phrases)
     window = ext.stream_context
-    stream_context = (window.left, window.chunk, window.right) if ext.HasField("stream_context") else None
-    options = DecodingOptions(
-        beam_size=beam,
-        temperature=float(ext.temperature),
-        prompt=ext.prompt or None,
-        task=task,
-        top_k=ext.top_k or None,
-        top_p=float(ext.top_p) or None,
-        max_new_tokens=ext.max_new_tokens or None,
-        seed=ext.seed if ext.HasField("seed") else None,
-        language=language_of(config.language_code),
+    return build_options(
+        task="translate" if ext.task == pb.DecodingExtensions.TRANSLATE else "transcribe",
+        language=config.language_code,
+        language_param="language_code",
+        n_best=alternatives_wanted(config),
         word_timestamps=config.enable_word_time_offsets or config.enable_word_confidence,
-        keywords=keywords,
-        stream_context=stream_context,
-        delay=ext.delay or None,  # type: ignore[arg-type]
+        keywords=tuple(phrase for context in config.speech_contexts for phrase in context.phrases),
+        stream_context=(window.left, window.chunk, window.right) if ext.HasField("stream_context") else None,
+        **passed_through(ext),
     )
-    if n_alt > 1:
-        options = replace(options, n_best=n_alt)
-    options.validate()
-    return options
 
 
 # ----------------------------------------------------------------------------- results

@@ -6,17 +6,27 @@ secret never carries a configuration its session would refuse.
 
 from __future__ import annotations
 
+import dataclasses
+
 from app.realtime.config import TranscriptionConfig
 from app.realtime.events import ProtocolError
-from app.requests import ModelNotFound, OptionsChecker, admit_options, check_model
+from app.requests import (
+    OPTION_FIELDS,
+    ModelNotFound,
+    OptionsChecker,
+    admit_options,
+    build_options,
+    check_model,
+)
 from engine import DecodingOptions
 from engine.errors import InvalidRequestError
 
 
 def decoding_options(tc: TranscriptionConfig, *, logprobs: bool, engine: OptionsChecker,
                      served_model_name: str | None, param: str) -> DecodingOptions:
-    """The session's options as `engine` admits them (app/requests.py: the model's capabilities,
-    a language, keywords past its prompt budget), or a ProtocolError naming `param`."""
+    """The session's options, built by the one builder (app/requests.build_options) and admitted by
+    `engine` (the model's capabilities, a language, keywords past its prompt budget), or a
+    ProtocolError naming `param`."""
     try:
         check_model(served_model_name, tc.model or None)
     except ModelNotFound as exc:
@@ -28,10 +38,10 @@ def decoding_options(tc: TranscriptionConfig, *, logprobs: bool, engine: Options
                                 "(language or a one-entry languages), or none to detect it",
                                 code="unsupported_value", param=f"{param}.languages")
         language = tc.languages[0]
-    options = DecodingOptions(task="transcribe", language=language.lower() if language else None, prompt=tc.prompt,
-                              keywords=tc.keywords, logprobs=logprobs, delay=tc.delay,
-                              stream_context=tc.stream_context)
     try:
+        # the session's fields named like an option pass through (prompt, keywords, delay, ...)
+        named = {f.name: getattr(tc, f.name) for f in dataclasses.fields(tc) if f.name in OPTION_FIELDS}
+        options = build_options(**{**named, "language": language}, logprobs=logprobs)
         options = admit_options(engine, options, streaming=True)
     except InvalidRequestError as exc:
         raise ProtocolError(str(exc), code="invalid_value", param=param) from exc

@@ -52,8 +52,8 @@ from app.realtime.events import ProtocolError
 from app.realtime.options import decoding_options
 from app.realtime.semantic import base_silence_ms, silence_for
 from app.realtime.update import parse_beta_update, parse_ga_update
-from app.requests import ModelNotFound
-from engine import DecodingOptions, RequestOutput
+from app.requests import ModelNotFound, build_options
+from engine import RequestOutput
 from engine.errors import EngineError, EngineShutdownError
 from engine.vad import TurnSettings
 
@@ -108,7 +108,7 @@ class RealtimeSession:
         self._served_model_name = None if models is not None else served_model_name  # the pool checks names
         self._models = models
         self.beta = beta
-        self.live = LiveSession(service, self._on_event, options=DecodingOptions(task="transcribe"), vad=vad_batcher,
+        self.live = LiveSession(service, self._on_event, options=build_options(), vad=vad_batcher,
                                 new_turn_id=lambda: ev.new_id("item"), on_turn_done=self._turn_done,
                                 label=f"session {self.id}")
         default = SessionConfig(turn_detection=vad.detection() if self.live.vad_available else None)

@@ -24,7 +24,6 @@ from app.google.convert import (
     audio_spec,
     billed,
     decoding_options,
-    language_of,
     recognize_response,
 )
 from app.grpc.audio import PcmChunker
@@ -82,13 +81,13 @@ def test_unknown_encoding_number_rejected() -> None:
 @pytest.mark.parametrize(("code", "iso"), [("en-US", "en"), ("pt_BR", "pt"), ("DE", "de"), ("yue-Hant-HK", "yue"),
                                            ("", None), ("  ", None)])
 def test_language_code_bcp47_to_primary_subtag(code: str, iso: str | None) -> None:
-    assert language_of(code) == iso
+    assert decoding_options(pb.RecognitionConfig(language_code=code)).language == iso
 
 
 @pytest.mark.parametrize("code", ["e1", "x", "english-US", "-US"])
 def test_bad_language_code_rejected(code: str) -> None:
     with pytest.raises(InvalidRequestError, match="language_code"):
-        language_of(code)
+        decoding_options(pb.RecognitionConfig(language_code=code))
 
 
 def test_max_alternatives_turns_on_beam_search() -> None:

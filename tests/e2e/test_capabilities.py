@@ -117,6 +117,11 @@ ASKS: dict[str, Ask] = {
                            google={"enableWordTimeOffsets": True}),
     "stream_context": Ask("stream_context", google={"decoding": {"streamContext": {"left": 8, "chunk": 4, "right": 2}}},
                           realtime={"stream_context": [8, 4, 2]}),
+    "top_k": Ask("top_k", google={"decoding": {"topK": 5}}),
+    "top_p": Ask("top_p", google={"decoding": {"topP": 0.5}}),
+    "seed": Ask("seed", google={"decoding": {"seed": 7}}),
+    "max_new_tokens": Ask("max_new_tokens", google={"decoding": {"maxNewTokens": 8}}),
+    "delay": Ask("delay", google={"decoding": {"delay": "low"}}, realtime={"delay": "low"}),
 }
 
 
@@ -127,7 +132,9 @@ def lacked(card: dict[str, Any]) -> list[str]:
     if caps["max_beam_size"] == 1:
         out.append("beam_size")
     flags = {"temperature": "sampling", "prompt": "prompt", "keywords": "keywords", "logprobs": "logprobs",
-             "translate": "translate", "word_timestamps": "word_timestamps", "stream_context": "stream_context"}
+             "translate": "translate", "word_timestamps": "word_timestamps", "stream_context": "stream_context",
+             "top_k": "sampling", "top_p": "sampling", "seed": "sampling", "max_new_tokens": "max_new_tokens",
+             "delay": "delay"}
     out += [option for option, cap in flags.items() if not caps[cap]]
     if not caps["language"] and card["languages"] != ["fr"]:
         out.append("language")
@@ -249,3 +256,61 @@ def test_every_family_in_the_table_is_in_this_test() -> None:
     from engine.families import family_names
 
     assert sorted(FAMILIES) == sorted(family_names())
+
+
+# ------------------------------------------------------------------ what clients send unasked
+
+
+def test_the_client_sdks_default_requests_are_served_by_every_family(family_server: ServerProcess) -> None:
+    """The official SDKs send fields at their defaults (the Google client's zero values, the
+    openai SDK's `temperature=0`, Deepgram's live parameters): none may trip a capability refusal,
+    on any family. A language goes only to a model that declares it."""
+    import openai
+    from deepgram import AsyncDeepgramClient, DeepgramClientEnvironment
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import speech_v1 as speech
+    from google.cloud.speech_v1.services.speech.transports import SpeechGrpcTransport
+
+    card = model_card(family_server)
+    english = card["languages"] == ["en"] or card["capabilities"]["language"]
+    language = {"language": "en"} if english else {}
+
+    sdk = openai.OpenAI(base_url=family_server.base_url + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT_S)
+    out = sdk.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV), temperature=0.0, prompt="",
+                                          response_format="json", **language)
+    assert isinstance(out.text, str)
+
+    config = speech.RecognitionConfig(encoding=speech.RecognitionConfig.AudioEncoding.LINEAR16, sample_rate_hertz=16000,
+                                      max_alternatives=1, language_code="en-US" if english else "")
+    audio = speech.RecognitionAudio(content=WAV)
+    with grpc.insecure_channel(family_server.grpc_target) as channel:
+        clients = {"grpc": speech.SpeechClient(transport=SpeechGrpcTransport(channel=channel)),
+                   "rest": speech.SpeechClient(transport="rest", credentials=AnonymousCredentials(),
+                                               client_options=ClientOptions(api_endpoint=family_server.base_url))}
+        for transport, client in clients.items():
+            response = client.recognize(config=config, audio=audio, timeout=TIMEOUT_S)
+            assert isinstance(response, speech.RecognizeResponse), transport
+
+    if not card["streaming_enabled"]:
+        return
+
+    async def listen() -> list[Any]:
+        env = DeepgramClientEnvironment(base=family_server.base_url, production=family_server.ws_url,
+                                        agent=family_server.ws_url, agent_rest=family_server.base_url)
+        client = AsyncDeepgramClient(api_key="x", environment=env)
+        received = []
+        # what livekit-plugins-deepgram sends, less what needs a VAD model here (vad_events, endpointing)
+        async with client.listen.v1.connect(model="nova-3", encoding="linear16", sample_rate="16000", channels="1",
+                                            interim_results="true", punctuate="true", smart_format="false",
+                                            profanity_filter="false", numerals="false", mip_opt_out="false",
+                                            language="en-US" if english else "multi") as conn:
+            await conn.send_media(WAV[44:])
+            await conn.send_close_stream()
+            async for message in conn:
+                received.append(message)
+        return received
+
+    messages = asyncio.run(asyncio.wait_for(listen(), TIMEOUT_S))
+    assert not [m for m in messages if m.type == "Error"], messages
+    assert messages and messages[-1].type == "Metadata", messages

@@ -44,11 +44,13 @@ def max_beam(method: str) -> int:
     return MAX_CTC_BEAM if method == "ctc" else MAX_TRANSDUCER_BEAM
 
 
-def capabilities(beam: int, streaming_kind: str | None) -> Capabilities:
+def capabilities(beam: int, streaming_kind: str | None, presets: bool) -> Capabilities:
     """Beam search (`beam` > 1) brings n-best lists and keyword biasing; only buffered streaming
-    takes a per-stream (left, chunk, right) window."""
+    takes a per-stream (left, chunk, right) window, and a `delay` when its trained choices give
+    named presets (cache-aware streaming runs its one look-ahead)."""
+    buffered = streaming_kind == "buffered"
     return Capabilities(max_beam_size=beam, max_n_best=beam, keywords=beam > 1, logprobs=True,
-                        word_timestamps=True, stream_context=streaming_kind == "buffered")
+                        word_timestamps=True, stream_context=buffered, delay=buffered and presets)
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,7 @@ def model_info(cfg: ModelConfig, s: NemoSettings, parameters: int = 0) -> ModelI
         streaming_styles=(s.streaming_kind,) if s.streaming_kind else (),
         decode_methods=decode_methods(cfg),
         decode_method=s.method,
-        capabilities=capabilities(beam, s.streaming_kind),
+        capabilities=capabilities(beam, s.streaming_kind, bool(s.presets)),
         checkpoint_format="nemo",
         parameters=parameters,
         details={

@@ -79,7 +79,7 @@ class Sizes:
 def capabilities(options: SpeechLLMOptions) -> Capabilities:
     beams = options.max_beam_size
     return Capabilities(max_beam_size=beams, max_n_best=beams, prompt=True, keywords=True, logprobs=True,
-                        language=True)
+                        language=True, max_new_tokens=True)
 
 
 def model_info(name: str, model_type: str, weights: tuple[str, ...], sizes: Sizes, config: EngineConfig,

@@ -72,7 +72,8 @@ def whisper_info(size: WhisperSize, *, checkpoint_format: str, config: EngineCon
         decode_method="autoregressive",
         capabilities=Capabilities(
             max_beam_size=MAX_BEAM_SIZE, max_n_best=MAX_N_BEST, sampling=True, prompt=True, keywords=True,
-            logprobs=True, language=multilingual, translate=multilingual, word_timestamps=True),
+            logprobs=True, language=multilingual, translate=multilingual, word_timestamps=True, max_new_tokens=True,
+            no_speech=True, previous_text=True, delay=True),
         checkpoint_format=checkpoint_format,
         parameters=parameters,
         details={
