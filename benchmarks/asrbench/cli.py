@@ -11,6 +11,7 @@
     report RUN [RUN ...]          Markdown + CSV (+ --plots)
     recompute RUN                 re-derive summaries from raw records
     save-baseline RUN --name N    copy a run to <results root>/baselines/N
+    engine {rtf,lockstep,paced} --family F   one family's model in process (engine_bench/)
 """
 
 from __future__ import annotations
@@ -161,6 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["engine"]:  # its own parser: engine workloads take no profile, dataset or backend
+        from benchmarks.asrbench.engine_bench.cli import main as engine_main
+
+        return engine_main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
