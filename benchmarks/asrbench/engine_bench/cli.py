@@ -8,7 +8,6 @@ import argparse
 import itertools
 import json
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -31,12 +30,11 @@ DEFAULT_CLIPS = ("libri_2412-153948-0000",)
 
 def clip_audio(clip_id: str) -> np.ndarray:
     """16 kHz mono samples of a clip of the shared dev set (../shared/data/speech, or $OASR_SPEECH_DATA)."""
-    data = Path(os.environ.get("OASR_SPEECH_DATA", DEV_MANIFEST.parent))
-    for line in (data / "manifest.jsonl").read_text().splitlines():
+    for line in DEV_MANIFEST.read_text().splitlines():
         row = json.loads(line) if line.strip() else {}
         if row.get("id") == clip_id:
-            return decode_file(data / str(row["audio"]))
-    raise SystemExit(f"no clip {clip_id!r} in {data / 'manifest.jsonl'}")
+            return decode_file(DEV_MANIFEST.parent / str(row["audio"]))
+    raise SystemExit(f"no clip {clip_id!r} in {DEV_MANIFEST}")
 
 
 def _family_option(text: str) -> tuple[str, str, Any]:

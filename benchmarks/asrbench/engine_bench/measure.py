@@ -47,6 +47,14 @@ class StepClock(LoopObserver):
         return [s for s in self.streams if s]
 
 
+def step_until_idle(engine: ASREngine, deliver: Callable[[list[RequestOutput]], object],
+                    observer: LoopObserver | None = None) -> None:
+    """Step `engine` through the loop until it has nothing it can do now (every stream waits for
+    audio, or all is done); a failed step raises (StepClock) instead of failing the requests."""
+    drive(engine, deliver, stop=lambda: not engine.has_work(),  # type: ignore[arg-type]
+          observer=observer or StepClock(engine))
+
+
 def _checked(outputs: list[RequestOutput]) -> list[RequestOutput]:
     for out in outputs:
         if out.is_error:
@@ -107,7 +115,7 @@ def lockstep(engine: ASREngine, audios: list[np.ndarray], tick_s: float | None =
         for rid, audio in zip(ids, audios, strict=True):
             if off < len(audio):
                 engine.feed_chunk(rid, audio[off:off + piece], is_last=off + piece >= len(audio))
-        drive(engine, deliver, stop=lambda: not engine.has_work(), observer=clock)
+        step_until_idle(engine, deliver, clock)
     drive(engine, deliver, stop=lambda: len(finals) == len(ids), observer=clock)
     seconds = sum(len(a) for a in audios) / SAMPLE_RATE
     cpu = sum(clock.cpu)
