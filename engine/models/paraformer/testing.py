@@ -1,7 +1,7 @@
 """Writes a random-weight Paraformer shaped like FunASR's paraformer-large (offline) or
 paraformer-zh-streaming (online) as a FunASR model directory (`config.yaml`, `model.pt`,
-`tokens.json`): for benchmarks that need a realistic-size model. The transcripts are meaningless;
-every tensor has its real shape and every step its real cost."""
+`tokens.json`, `am.mvn`): for benchmarks that need a realistic-size model. The transcripts are
+meaningless; every tensor has its real shape and every step its real cost."""
 
 from __future__ import annotations
 
@@ -58,4 +58,8 @@ def write_realistic(ckpt_dir: str, online: bool = False, seed: int = 0) -> str:
         yaml.safe_dump(raw, f)
     with open(os.path.join(ckpt_dir, "tokens.json"), "w") as f:
         json.dump(["<blank>", "<s>", "</s>", *(f"t{i}" for i in range(3, VOCAB - 1)), "<unk>"], f)
+    dim = raw["frontend_conf"]["n_mels"] * raw["frontend_conf"]["lfr_m"]
+    with open(os.path.join(ckpt_dir, "am.mvn"), "w") as f:  # CMVN near a log-mel's scale, as released models have
+        f.write(f"<Nnet>\n<Splice> {dim} {dim}\n[ 0 ]\n<AddShift> {dim} {dim}\n<LearnRateCoef> 0 [ {' -8.0' * dim} ]\n"
+                f"<Rescale> {dim} {dim}\n<LearnRateCoef> 0 [ {' 0.25' * dim} ]\n</Nnet>\n")
     return ckpt_dir
