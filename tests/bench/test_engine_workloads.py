@@ -101,6 +101,7 @@ def test_cli_sweeps_and_appends_records(tmp_path: Path, capsys: pytest.CaptureFi
     lines = [json.loads(line) for line in records.read_text().splitlines()]
     assert [(r["row"]["streams"], r["row"]["max_batch_size"]) for r in lines] == [(1, 2), (2, 2), (1, 1), (2, 1)]
     assert {r["family"] for r in lines} == {"zipformer"} and "tiny_streaming" in lines[0]["model"]
+    assert lines[0]["command"].startswith("python -m benchmarks.asrbench engine lockstep --family zipformer")
     out = capsys.readouterr().out
     assert "| streams | max batch size |" in out and out.count("\n| ") >= 5  # header + 4 rows
 

@@ -8,6 +8,7 @@ import argparse
 import itertools
 import json
 import logging
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -127,7 +128,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv_used = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv_used)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
     clips = [clip_audio(c) for c in args.clips]
@@ -146,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
             if args.records:
-                record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "measurement": args.measurement,
+                record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                          "command": shlex.join(["python", "-m", "benchmarks.asrbench", "engine", *argv_used]),
+                          "measurement": args.measurement,
                           "family": args.family, "model": model, "threads": args.threads,
                           "quantization": args.quantization, "row": row}
                 with args.records.open("a") as f:
