@@ -26,7 +26,7 @@ from engine.errors import InvalidRequestError, UnsupportedError
 
 SAMPLE_RATE = measure.SAMPLE_RATE
 DEFAULT_CLIPS = ("libri_2412-153948-0000",)
-"""A 13 s LibriSpeech dev clip; `rtf --clips` may name several, cycled over the batch."""
+"""An 11.7 s LibriSpeech dev clip; `rtf --clips` may name several, cycled over the batch."""
 
 
 def clip_audio(clip_id: str) -> np.ndarray:
@@ -65,7 +65,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     sweep.add_argument("--sessions", type=int, nargs="+", default=[1, 4], help="paced: streams")
     sweep.add_argument("--batch-sizes", type=int, nargs="+", default=[None],
                        help="EngineConfig.max_batch_size per point (default: the largest batch / session count)")
-    sweep.add_argument("--repeat", type=int, default=1, help="runs per point; the one with the least CPU is kept")
+    sweep.add_argument("--repeat", type=int, default=1, help="runs per point; the one with the least CPU (paced: the lowest partial p95) is kept")
     parser.add_argument("--tick-ms", type=int, default=None, help="lockstep: audio fed per tick (default one step's)")
     parser.add_argument("--stagger-s", type=float, default=0.1, help="paced: start offset between sessions")
     cfg = parser.add_argument_group("engine")
