@@ -8,18 +8,19 @@ alike; printed: every repeat's times and ratio, then the median ratio and its sp
          a FastConformer-sized generated transducer (vocab 1024, LSTM 640, joint 640);
 - rnnt-small: the same with a small transducer (vocab 256, LSTM 128, joint 128), where the
          loop's per-step overhead rather than the GEMMs dominates;
-- wenet: one WeNet streaming engine step of 32 streams (a generated 12-block d=256 U2++
-         Conformer, 640 ms chunks over 5 s of history), paged attention operator vs the
-         reference attention (gather + dense masked softmax);
-- attention: the paged attention of one such layer alone (32 streams x 16 queries, 4 heads of
+- attention: the paged attention of one WeNet streaming layer (reference: gather + dense masked
+         softmax) (32 streams x 16 queries, 4 heads of
          64, 256 frames of history in 16-frame blocks), operator vs reference;
+- int8:  quantize / dequantize rows around one int32 GEMM of Whisper tiny.en's MLP shape;
 - fbank: Kaldi fbank of 32 streams' 640 ms chunks, the C++ kernel vs engine/fbank.py's torch
          path (why the engine keeps torch on CPU).
 
-    python -m benchmarks.kernels [--cases ctc rnnt wenet fbank int8] [--repeats 3] [--threads 1] [--cpu-time]
+    python -m benchmarks.kernels [--cases ctc rnnt attention fbank int8] [--repeats 3] [--threads 1] [--cpu-time]
 
 --cpu-time measures process CPU time instead of wall time (with --threads 1: the time this
-process computed, less disturbed by other processes competing for the cores).
+process computed, less disturbed by other processes competing for the cores). What the operators
+save in a whole engine step: `python -m benchmarks.asrbench engine lockstep --family wenet`, with
+and without engine._C.
 """
 
 from __future__ import annotations
@@ -27,33 +28,26 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
-import engine.models.wenet.model as wenet_model
-from engine.config import EngineConfig
-from engine.models.wenet.runner import WenetRunner
-from engine.models.wenet.testing import CheckpointSpec, write_checkpoint
 from engine.ops import (
     BeamState,
     TransducerWeights,
     ctc_prefix_beam_search,
     extension_status,
+    int8_rows,
+    paged_attention,
     rnnt_greedy_label_loop,
 )
 from engine.ops.fbank import KaldiFbank, kaldi_fbank_batched
-from engine.request import Request
-from engine.types import DecodingOptions
 
 SAMPLE_RATE = 16000  # Hz
 CHUNK_FRAMES = 16  # WeNet encoder frames per chunk: 640 ms
 CHUNK_SAMPLES = CHUNK_FRAMES * 4 * 160
-WENET = CheckpointSpec(output_size=256, attention_heads=4, linear_units=2048, num_blocks=12, cnn_module_kernel=15)
 
 Case = Callable[[bool], float]
 """Runs one side (True: extension) and returns its seconds."""
@@ -95,54 +89,6 @@ def rnnt_case(vocab: int = 1024, hidden: int = 640) -> Case:
     return run
 
 
-@contextmanager
-def attention_path(use_extension: bool) -> Iterator[None]:
-    """Route WeNet's streaming attention to the operator or to the reference for one step."""
-    original = wenet_model.paged_attention
-
-    def routed(*args: object) -> torch.Tensor:
-        return original(*args, use_extension=use_extension)  # type: ignore[arg-type]
-
-    wenet_model.paged_attention = routed  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        wenet_model.paged_attention = original
-
-
-def wenet_case(ckpt: str, history_chunks: int = 8) -> Case:
-    rng = np.random.default_rng(0)
-    audio = (rng.standard_normal(SAMPLE_RATE * 60) * 0.1).astype(np.float32)
-    sides: dict[bool, tuple[WenetRunner, list[Request], list[int]]] = {}
-    for ext in (True, False):
-        config = EngineConfig(ckpt_dir=ckpt, service_mode="streaming", chunk_size=CHUNK_FRAMES, max_batch_size=32,
-                              device="cpu", max_num_blocks=32 * 48)  # fmt: skip
-        runner = WenetRunner.from_config(config)
-        reqs = [Request(f"s{i}", True, DecodingOptions(), SAMPLE_RATE) for i in range(32)]
-        assert not runner.admit(reqs)
-        fed = [1200]  # the first window needs 3 extra fbank frames: then each chunk is one step
-        for req in reqs:
-            req.append_audio(audio[:1200])
-        sides[ext] = (runner, reqs, fed)
-
-    def step(ext: bool) -> float:
-        runner, reqs, fed = sides[ext]
-        for req in reqs:
-            req.append_audio(audio[fed[0] : fed[0] + CHUNK_SAMPLES])
-        fed[0] += CHUNK_SAMPLES
-        with attention_path(ext):
-            t0 = clock()
-            outs = runner.execute()
-            elapsed = clock() - t0
-        assert len(outs) == 32 and runner.streams_stepped == 32
-        return elapsed
-
-    for _ in range(history_chunks):
-        for ext in (True, False):
-            step(ext)
-    return step
-
-
 def attention_case(history: int = 256) -> Case:
     g = torch.Generator().manual_seed(0)
     blocks = history // CHUNK_FRAMES + 1
@@ -158,7 +104,7 @@ def attention_case(history: int = 256) -> Case:
             randn(32, 4, CHUNK_FRAMES, history + CHUNK_FRAMES), 0.125, CHUNK_FRAMES)  # fmt: skip
 
     def run(ext: bool) -> float:
-        return timed(lambda: wenet_model.paged_attention(*args, use_extension=ext))  # type: ignore[arg-type]
+        return timed(lambda: paged_attention(*args, use_extension=ext))  # type: ignore[arg-type]
 
     return run
 
@@ -179,20 +125,17 @@ def fbank_case() -> Case:
 def int8_linear_case(rows: int = 6000, inputs: int = 384, outputs: int = 1536) -> Case:
     """An int8 layer of Whisper tiny.en's encoder MLP over 20 windows of 300 positions: the row
     kernels (quantize, dequantize) against their torch references around the same int32 GEMM."""
-    from engine.models.whisper.int8 import Int8Linear
-    from engine.ops import int8_rows
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randint(-127, 128, (outputs, inputs), dtype=torch.int8, generator=g)
+    col_scale, bias = torch.rand(outputs, generator=g) * 1e-3, torch.randn(outputs, generator=g)
+    x = torch.randn(rows, inputs, generator=g)
 
-    torch.manual_seed(0)
-    layer = Int8Linear(torch.randn(outputs, inputs) * 0.05, torch.randn(outputs))
-    x = torch.randn(rows, inputs)
-    fused = int8_rows._fused
+    def layer(ext: bool) -> torch.Tensor:
+        q, row_scale = int8_rows.quantize_rows(x, use_extension=ext)
+        return int8_rows.dequantize_rows(torch._int_mm(q, weight.t()), row_scale, col_scale, bias, use_extension=ext)
 
     def run(ext: bool) -> float:
-        int8_rows._fused = lambda device, use_extension: ext  # type: ignore[assignment]
-        try:
-            return timed(lambda: layer(x))
-        finally:
-            int8_rows._fused = fused  # type: ignore[assignment]
+        return timed(lambda: layer(ext))
 
     return run
 
@@ -211,8 +154,7 @@ def measure(name: str, case: Case, repeats: int, inner: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", nargs="+", default=["ctc", "rnnt", "rnnt-small", "wenet", "attention", "fbank",
-                                                         "int8"])
+    parser.add_argument("--cases", nargs="+", default=["ctc", "rnnt", "rnnt-small", "attention", "fbank", "int8"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--cpu-time", action="store_true", help="time with process CPU time, not wall time")
@@ -227,24 +169,21 @@ def main() -> None:
     if not status.loaded:
         raise SystemExit(f"engine._C is not loaded: {status.detail}")
     print(f"{torch.get_num_threads()} torch threads, {'CPU' if args.cpu_time else 'wall'} time; {status.detail}")
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in args.cases:
-            if name == "ctc":
-                measure(name, ctc_case(), args.repeats, 1)
-            elif name == "rnnt":
-                measure(name, rnnt_case(), args.repeats, 1)
-            elif name == "rnnt-small":
-                measure(name, rnnt_case(vocab=256, hidden=128), args.repeats, 1)
-            elif name == "wenet":
-                measure(name, wenet_case(write_checkpoint(tmp, WENET)), args.repeats, 4)
-            elif name == "attention":
-                measure(name, attention_case(), args.repeats, 10)
-            elif name == "fbank":
-                measure(name, fbank_case(), args.repeats, 5)
-            elif name == "int8":
-                measure(name, int8_linear_case(), args.repeats, 5)
-            else:
-                raise SystemExit(f"unknown case {name!r}")
+    for name in args.cases:
+        if name == "ctc":
+            measure(name, ctc_case(), args.repeats, 1)
+        elif name == "rnnt":
+            measure(name, rnnt_case(), args.repeats, 1)
+        elif name == "rnnt-small":
+            measure(name, rnnt_case(vocab=256, hidden=128), args.repeats, 1)
+        elif name == "attention":
+            measure(name, attention_case(), args.repeats, 10)
+        elif name == "fbank":
+            measure(name, fbank_case(), args.repeats, 5)
+        elif name == "int8":
+            measure(name, int8_linear_case(), args.repeats, 5)
+        else:
+            raise SystemExit(f"unknown case {name!r}")
 
 
 if __name__ == "__main__":

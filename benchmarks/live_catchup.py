@@ -33,9 +33,11 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.asrbench.engine_bench.measure import StepClock, step_until_idle
 from benchmarks.asrbench.stats import wer
 from benchmarks.session_coverage import DATA, SAMPLE_RATE, _manifest, load
 from engine import ASREngine, EngineConfig, RequestOutput
+from engine.loop import drive
 
 PAUSE_S = 1.0
 MODES = ("offline", "attached", "burst", "paced")
@@ -60,24 +62,27 @@ def recording(minutes: float, seed: int = 0, data: Path = DATA) -> tuple[np.ndar
 
 
 def _drive(engine: ASREngine, rid: str, feed: Callable[[], bool]) -> tuple[RequestOutput, int, float]:
-    """Feed by `feed` (False once all is fed) and step until idle after each feed; the final
-    output, the steps taken and the stream's longest window (s)."""
-    steps, final, peak = 0, None, 0.0
+    """Feed by `feed` (False once all is fed) and step until idle after each feed (engine/loop.py);
+    the final output, the steps taken and the stream's longest window (s)."""
+    clock = StepClock(engine)
+    final: RequestOutput | None = None
+    peak = 0.0
+
+    def deliver(outs: list[RequestOutput]) -> None:
+        nonlocal final, peak
+        final = next((o for o in outs if o.request_id == rid and o.finished), final)
+        stream = engine.runner.streams.get(rid)  # type: ignore[attr-defined]
+        if stream is not None:
+            peak = max(peak, stream.window.size / SAMPLE_RATE)
+
     more = True
     while final is None:
         if more:
             more = feed()
-        while final is None and engine.has_work():
-            for out in engine.step():
-                if out.request_id == rid and out.finished:
-                    final = out
-            steps += 1
-            stream = engine.runner.streams.get(rid)  # type: ignore[attr-defined]
-            if stream is not None:
-                peak = max(peak, stream.window.size / SAMPLE_RATE)
-        if final is None and not more and not engine.has_work():
+        step_until_idle(engine, deliver, clock)
+        if final is None and not more:
             raise RuntimeError("the stream went idle without a final")
-    return final, steps, peak
+    return final, len(clock.cpu), peak
 
 
 def run_mode(engine: ASREngine, mode: str, audio: np.ndarray, tick_ms: int) -> tuple[str, int, float]:
@@ -105,12 +110,11 @@ def run_mode(engine: ASREngine, mode: str, audio: np.ndarray, tick_ms: int) -> t
 
 
 def _offline(engine: ASREngine, rid: str) -> tuple[str, int, float]:
-    steps = 0
-    while True:
-        steps += 1
-        for out in engine.step():
-            if out.request_id == rid and out.finished:
-                return out.text, steps, 0.0
+    clock = StepClock(engine)
+    done: list[RequestOutput] = []
+    drive(engine, lambda outs: done.extend(o for o in outs if o.request_id == rid and o.finished),
+          stop=lambda: bool(done), observer=clock)
+    return done[0].text, len(clock.cpu), 0.0
 
 
 def main() -> None:

@@ -14,11 +14,8 @@ one warm-up each, in one process and interleaved `--repeat` times:
 - with `--beam`, at beam_size 5: the engine's defaults, the engine with the decoder kept in full
   precision (the quantization object `{"scheme": "auto", "ignore": "decoder.*"}`: int8 encoder
   where the default is int8) and faster-whisper int8 (`--only-beam`: only these three);
-- on a CPU with AMX (int8 layers on oneDNN's AMX matmul), the int8 defaults once more with the
-  layers as before issue 44 (`torch._int_mm`, VNNI; query, key and value as three layers), greedy
-  and at beam 5 (whose in-place row moves are this engine's either way).
 
-It prints the CPU (ISA, the int8 kernel the engine chose), then per system: wall seconds and
+It prints the CPU (ISA, the quantization and int8 kernel the engine chose, from its model card), then per system: wall seconds and
 RTFx (audio seconds / wall seconds, median of the repeats), CPU seconds (process time of all
 threads: less sensitive than wall time to other processes on a shared machine), corpus WER
 (Whisper's English normalizer), and the ratios to faster-whisper int8 of the same decoding
@@ -122,12 +119,21 @@ def corpus_wer(clips: list[Clip], hypotheses: list[str]) -> float:
     return 100.0 * float(jiwer.wer([norm(c.text) for c in clips], [norm(h) for h in hypotheses]))
 
 
-def cpu_report() -> str:
-    """The CPU, its SIMD extensions and the kernels the engine picks on it."""
-    import torch
+def default_info() -> dict[str, object]:
+    """The model card of the engine at its defaults: the quantization 'auto' chose here and why,
+    the int8 kernel (public facts of `ASREngine.info()`, not the family's internals)."""
+    from engine import ASREngine, EngineConfig
 
-    from engine.cpu_facts import host_cpu_facts
-    from engine.models.whisper.int8 import int8_gemm_kind, int8_kernel
+    engine = ASREngine(EngineConfig())
+    try:
+        return engine.info()
+    finally:
+        engine.shutdown()
+
+
+def cpu_report(info: dict[str, object]) -> str:
+    """The CPU, its SIMD extensions and what the engine chose on it."""
+    import torch
 
     model, flags = "unknown", set()
     try:
@@ -139,34 +145,16 @@ def cpu_report() -> str:
     except OSError:
         pass
     isa = ", ".join(f.upper() for f in ISA_FLAGS if f in flags) or "unknown"
-    kind = int8_gemm_kind()
-    dot = host_cpu_facts().int8_dot_product
-    gemm = ("oneDNN's int8 matmul on AMX tiles" if int8_kernel() == "amx" else f"torch._int_mm on {dot}"
-            if dot is not None else "no int8 dot products here, so the int8 products are summed exactly by float32 GEMMs")
     return (f"CPU: {model}, {os.cpu_count()} logical cores, ISA {isa}; torch {torch.__version__} "
             f"kernels {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads; "
-            f"engine int8: per-row activations × per-channel "
-            f"{'8-bit' if kind == 'vnni' else '7-bit (no VNNI: saturation-safe)'} weights, {gemm}; "
-            f"engine defaults: {'int8_w8a8' if default_is_int8() else 'float32'}")
+            f"engine defaults: {info.get('quantization')} ({info.get('quantization_reason', '')}), "
+            f"int8 kernel {info.get('int8_kernel', 'none')}")
 
 
-def engine_system(name: str, baseline: str, beam: int = 1, amx: bool = True, **config: object) -> System:
-    """`amx=False`: the int8 layers as before issue 44 even where the CPU has AMX: on
-    `torch._int_mm`, query, key and value as three layers (the layers and attentions choose when
-    they are built; the beam steps' in-place row moves are not undone)."""
-    from engine import ASREngine, EngineConfig
-    from engine.models.whisper import int8
-    from engine.models.whisper.model import MultiHeadAttention
-    from engine.types import DecodingOptions
+def engine_system(name: str, baseline: str, beam: int = 1, **config: object) -> System:
+    from engine import ASREngine, DecodingOptions, EngineConfig
 
-    available, fuse = int8.amx_int8_available, MultiHeadAttention.fuse_int8_projections
-    if not amx:
-        int8.amx_int8_available = lambda: False  # type: ignore[assignment]
-        MultiHeadAttention.fuse_int8_projections = lambda self, with_query=True: None  # type: ignore[method-assign]
-    try:
-        engine = ASREngine(EngineConfig(**config))  # type: ignore[arg-type]
-    finally:
-        int8.amx_int8_available, MultiHeadAttention.fuse_int8_projections = available, fuse  # type: ignore[method-assign]
+    engine = ASREngine(EngineConfig(**config))  # type: ignore[arg-type]
     options = DecodingOptions(beam_size=beam)
     return System(name, baseline,
                   lambda cs: [o.text for o in engine.transcribe_outputs([c.audio for c in cs], decoding=options)],
@@ -228,39 +216,18 @@ def render(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def default_is_int8() -> bool:
-    """Whether the engine's default ('auto') quantizes to int8 on this CPU."""
-    import torch
-
-    from engine.models.whisper.build import decide_layer_scheme
-    from engine.quantization import QuantizationConfig
-
-    return decide_layer_scheme(QuantizationConfig.parse("auto"), torch.device("cpu")).scheme == "int8_w8a8"
-
-
-def amx_in_use() -> bool:
-    from engine.models.whisper.int8 import int8_kernel
-
-    return int8_kernel() == "amx"
-
-
-def greedy_systems(skip_float32: bool, with_int8: bool) -> list[System]:
+def greedy_systems(skip_float32: bool, with_int8: bool, default_int8: bool) -> list[System]:
     """The greedy rows: the engine's configurations (each once: the defaults are int8 or float32)
     and faster-whisper int8 and float32."""
-    from engine.models.whisper.options import WhisperOptions
-
     fw_int8 = "faster-whisper int8, sequential"
-    default_int8 = default_is_int8()
     systems = [engine_system("oasr engine, defaults", fw_int8)]
     if not default_int8 and with_int8:
         systems.append(engine_system("oasr engine int8_w8a8", fw_int8, quantization="int8_w8a8"))
-    if default_int8 and amx_in_use():
-        systems.append(engine_system("oasr engine int8, _int_mm, q/k/v unfused", fw_int8, amx=False))
     if default_int8 and not skip_float32:
         systems.append(engine_system("oasr engine float32", fw_int8, quantization="none"))
     if not skip_float32:
         systems.append(engine_system("oasr engine float32, 30 s encoder context", fw_int8, quantization="none",
-                                     family_options={"whisper": WhisperOptions(offline_encoder_context="full")}))
+                                     family_options={"whisper": {"offline_encoder_context": "full"}}))
     return [*systems, faster_whisper_system("int8"), faster_whisper_system("float32")]
 
 
@@ -283,22 +250,22 @@ def main(argv: list[str] | None = None) -> int:
     clips = load_clips(args.manifest, args.clips)
     logger.info("%d clips, %.1f s of audio, load average %s", len(clips), sum(c.seconds for c in clips),
                 os.getloadavg())
+    info = default_info()
+    default_int8 = info.get("quantization") == "int8_w8a8"
     with_int8 = args.int8 == "always" or host_cpu_facts().int8_dot_product is not None
-    systems = [] if args.only_beam else greedy_systems(args.skip_float32, with_int8)
+    systems = [] if args.only_beam else greedy_systems(args.skip_float32, with_int8, default_int8)
     if args.beam or args.only_beam:
         fw_beam = "faster-whisper int8 beam 5, sequential"
         systems += [engine_system("oasr engine, defaults, beam 5", fw_beam, beam=5),
                     engine_system("oasr engine, beam 5, ignore=decoder.*", fw_beam, beam=5,
                                   quantization={"scheme": "auto", "ignore": "decoder.*"})]
-        if default_is_int8() and amx_in_use():
-            systems.append(engine_system("oasr engine, beam 5, _int_mm, q/k/v unfused", fw_beam, beam=5, amx=False))
         systems.append(faster_whisper_system("int8", beam=5))
     try:
         results = measure(systems, clips, args.repeat)
     finally:
         for s in systems:
             s.close()
-    print(cpu_report())
+    print(cpu_report(info))
     print(f"{len(clips)} clips, {sum(c.seconds for c in clips):.1f} s of audio, {args.repeat} interleaved runs, "
           f"load average at the end {tuple(round(x, 1) for x in os.getloadavg())}\n")
     print(render(results))

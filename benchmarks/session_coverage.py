@@ -155,7 +155,9 @@ that keeps up). uneven: blocks of UNEVEN_BLOCK_S, seeded per session (a loaded m
 
 def feed_in_blocks(engine: object, audios: Sequence[np.ndarray], blocks: Sequence[Sequence[int]]) -> list[str]:
     """Final texts of streams fed together round by round, stream k its blocks[k] (samples), each
-    round's passes run to completion."""
+    round's passes run to completion (the engine stepped by engine/loop.py)."""
+    from benchmarks.asrbench.engine_bench.measure import step_until_idle
+
     rids = [engine.add_streaming_request() for _ in audios]  # type: ignore[attr-defined]
     offsets = [0] * len(audios)
     finals: dict[str, str] = {}
@@ -166,8 +168,7 @@ def feed_in_blocks(engine: object, audios: Sequence[np.ndarray], blocks: Sequenc
             n = blocks[k][round_] if round_ < len(blocks[k]) else audio.size
             engine.feed_chunk(rid, audio[offsets[k] : offsets[k] + n], is_last=offsets[k] + n >= audio.size)  # type: ignore[attr-defined]
             offsets[k] += n
-        while engine.has_work():  # type: ignore[attr-defined]
-            finals.update((o.request_id, o.text) for o in engine.step() if o.finished)  # type: ignore[attr-defined]
+        step_until_idle(engine, lambda outs: finals.update((o.request_id, o.text) for o in outs if o.finished))  # type: ignore[arg-type]
     return [finals[rid] for rid in rids]
 
 

@@ -49,7 +49,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.metrics import BATCH_SIZE_BUCKETS
 from engine import ASREngine, EngineConfig, RequestOutput
 from engine.loop import drive
-from engine.models.whisper.options import WhisperOptions
 
 DATA = Path(os.environ.get("OASR_SPEECH_DATA", Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"))
 CHUNK_S = 0.02
@@ -459,11 +458,10 @@ def main() -> None:
             rows.append(row)
     most = "most streams in a step (bucket bound)" if args.server else "most streams in a step"
     defaults = EngineConfig()
-    whisper_defaults = WhisperOptions()
     where = f"server over /v1/realtime, turn detection {args.turn_detection}" if args.server else "in-process engine"
     print(f"\n{where}, "
           f"quantization={args.quantization or defaults.quantization}, "
-          f"context={args.encoder_context or whisper_defaults.stream_encoder_context}, "
+          f"context={args.encoder_context or 'the engine default'}, "
           f"sessions: {args.clip or f'{SESSION_CLIPS} dev clips joined by {PAUSE_S} s pauses'}\n")
     print("| max_batch_size | sessions | final p50 s | final p95 s (median run) | p95 of each run | "
           f"first partial p50 s | partial interval p50 / p95 s | steps with ≥2 streams | mean streams a step | "

@@ -11,6 +11,7 @@
     report RUN [RUN ...]          Markdown + CSV (+ --plots)
     recompute RUN                 re-derive summaries from raw records
     save-baseline RUN --name N    copy a run to <results root>/baselines/N
+    engine {rtf,lockstep,paced} --family F   one family's model in process (engine_bench/)
 """
 
 from __future__ import annotations
@@ -157,10 +158,25 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--plots", action="store_true")
     sa.add_argument("--out", "-o", dest="out")
     sa.set_defaults(fn=commands.cmd_smoke_all)
+
+    # listed here for --help; main() hands everything after `engine` to the workloads' own parser
+    en = sub.add_parser("engine", add_help=False,
+                        help="one family's model in process: rtf, lockstep or paced (engine --help)")
+    en.add_argument("args", nargs=argparse.REMAINDER)
+    en.set_defaults(fn=_engine_workloads)
     return parser
 
 
+def _engine_workloads(args: argparse.Namespace) -> int:
+    from benchmarks.asrbench.engine_bench.cli import main as engine_main
+
+    return engine_main(args.args)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["engine"]:  # its own parser: engine workloads take no profile, dataset or backend
+        return _engine_workloads(argparse.Namespace(args=argv[1:]))
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -7,6 +7,7 @@ The environment supplies paths only (never sizing; that comes from the profile):
     CKPT_DIR              default checkpoint of oasr_engine and oasr_server
     WHISPER_CKPT          default model of the transformers backend
     LJSPEECH_DIR, AUDIO_DIR, WAV_DIR   discovery of a local LJSpeech copy; audio root of manifests
+    OASR_SPEECH_DATA      the dev speech set (as the tests read it) default ../shared/data/speech
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEV_MANIFEST = REPO_ROOT.parent / "shared" / "data" / "speech" / "manifest.jsonl"
+DEV_MANIFEST = Path(os.environ.get("OASR_SPEECH_DATA", REPO_ROOT.parent / "shared" / "data" / "speech")) / "manifest.jsonl"
 """Our dev speech set: the primary dataset when no LibriSpeech copy is prepared."""
 DEFAULT_MANIFEST = DEV_MANIFEST
 

@@ -10,7 +10,7 @@ their Python references.
 | `dtw_path` | `dtw_path_reference` | Whisper word timestamps (every live pass) |
 
 Transducer beam searches run in Python only (90 %+ of their time is the prediction network and
-joint over the hypotheses, benchmarks/transducer_beam.py): `malsd.malsd_search` (NeMo's
+joint over the hypotheses, measured in benchmarks/records/history.md): `malsd.malsd_search` (NeMo's
 malsd_batch) and `modified_beam.modified_beam_search` (icefall's), over the `TransducerNet` seam
 of `transducer_beam`, with keyword biasing by `context_graph.ContextGraph`.
 

@@ -40,7 +40,8 @@ class NemoOptions:
     """Buffered streaming: a partial also decodes the window's right context from a copy of the
     decoder state and shows those tokens as tentative text after the committed ones."""
     # Costs one more greedy decode of R frames a step: +5-30 % CPU a step on a 256 x 16 model
-    # (benchmarks/nemo_capacity.py --tentative-cost); off trades that text for capacity.
+    # (benchmarks/records/history.md; `asrbench engine lockstep --family nemo-buffered`); off trades
+    # that text for capacity.
     keyword_boost: float = 3.0
     """Bonus (log-probability) per matched token of a request's keywords (contextual biasing): in
     the CTC prefix beam search, or in the RNN-T beam search (icefall's ContextGraph scoring)."""

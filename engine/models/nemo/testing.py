@@ -82,3 +82,13 @@ def write_checkpoint(
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return str(path)
+
+
+def write_realistic(ckpt_dir: str, buffered: bool = False) -> str:
+    """The benchmarks' FastConformer (`engine/synthetic.py`): d_model 256 x 16 layers, blank biased so
+    a third of the frames emit one token, cache-aware (or, `buffered`, chunked_limited_with_rc), as
+    `model.nemo` in `ckpt_dir`; returns the directory."""
+    os.makedirs(ckpt_dir, exist_ok=True)
+    write_checkpoint(os.path.join(ckpt_dir, "model.nemo"), d_model=256, n_layers=16, blank_bias=0.4, max_symbols=1,
+                     template=UNIFIED_TEMPLATE if buffered else TEMPLATE)  # fmt: skip
+    return ckpt_dir

@@ -212,3 +212,12 @@ def record_log_probs(runner: WenetRunner) -> dict[str, list[torch.Tensor]]:
 
     runner._advance_ctc = advance_and_record  # type: ignore[method-assign]
     return seen
+
+
+REALISTIC = CheckpointSpec(output_size=256, attention_heads=4, linear_units=1024, num_blocks=6, cnn_module_kernel=15)
+"""~11 M parameters: a small U2++ conformer (d 256, 6 blocks, FFN 1024)."""
+
+
+def write_realistic(ckpt_dir: str) -> str:
+    """The benchmarks' WeNet conformer (`engine/synthetic.py`) in `ckpt_dir`; returns the directory."""
+    return write_checkpoint(ckpt_dir, REALISTIC)

@@ -34,8 +34,8 @@ SILENCE_POOL_POSITIONS = 10
 """A short window's positions attend to the encoded silence after it with one key and value per
 10 positions (0.2 s), their means, scored with log(10) added so that the group weighs as its
 positions together would. The silence's keys change slowly with position, so the group's summed
-attention is close to 10 times its mean key's. Measured (int8, `python -m
-benchmarks.streaming_cpu --sessions 16`): encoder 38.7 -> 22.0 CPU-s, a pass 128 -> 99 ms.
+attention is close to 10 times its mean key's. Measured (int8, 16 sessions in lockstep: `python -m benchmarks.asrbench engine lockstep --family whisper
+--batch 16 --tick-ms 500`): encoder 38.7 -> 22.0 CPU-s, a pass 128 -> 99 ms.
 Accuracy, exact -> pooled: dev-set offline WER 11.94 -> 11.94 % (int8), 12.44 -> 11.94 %
 (float32); live on the 25 dev clips 13.43 -> 13.43 %; live in lockstep at 16 sessions with
 400/500/600 ms ticks 9.65/10.61/9.65 -> 12.86/9.97/11.90 % (these move by a point or two with any

@@ -165,8 +165,7 @@ class NonlinAttention(nn.Module):
 def depthwise_conv1d(x: torch.Tensor, conv: nn.Conv1d, left: int, right: int) -> torch.Tensor:
     """`conv` (depthwise, no padding of its own) over x (B, C, T) zero-padded by left/right.
     Padding first and convolving unpadded is 2-7x faster in oneDNN than the conv's own padding
-    when the padding exceeds the chunk (kernel 31 on 2-16 frames; benchmarks/zipformer_capacity.py
-    notes), with the same result."""
+    when the padding exceeds the chunk (kernel 31 on 2-16 frames; benchmarks/records/history.md), with the same result."""
     return F.conv1d(F.pad(x, (left, right)), conv.weight, conv.bias, groups=conv.groups)
 
 

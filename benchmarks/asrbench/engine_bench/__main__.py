@@ -1,0 +1,3 @@
+from benchmarks.asrbench.engine_bench.cli import main
+
+raise SystemExit(main())
