@@ -130,16 +130,19 @@ class LiveGate:
             limit = min(limit, max(self.ceiling, proven + 1))
         return limit
 
-    def refusal(self) -> str | None:
-        """Why a new live session is refused now (None: admit it)."""
+    def refusal(self) -> tuple[str, int] | None:
+        """Why a new live session is refused now and the seconds to retry after (None: admit it)."""
         if self.behind():
-            return "the live sessions admitted are behind their cadence already (the engine sheds their passes)"
-        if self._clock() - self.late_at < LIVE_LATE_HOLD_S:
+            return ("the live sessions admitted are behind their cadence already (the engine sheds their passes)",
+                    LIVE_RETRY_AFTER_S)
+        late_for = self._clock() - self.late_at
+        if late_for < LIVE_LATE_HOLD_S:
             return ("the engine runs the live sessions admitted close to their cadence (a pass waited half its "
-                    "period to start)")
+                    "period to start)", max(1, math.ceil(LIVE_LATE_HOLD_S - late_for)))
         if self.open + 1 > self.limit():
             return (f"{len(self._probation)} live sessions admitted lately have not shown yet that the engine keeps "
-                    f"their cadence (an engine step {LIVE_PROVE_S:g} s after their admission without a pass shed)")
+                    f"their cadence (an engine step {LIVE_PROVE_S:g} s after their admission without a pass shed)",
+                    LIVE_RETRY_AFTER_S)
         return None
 
     def admitted(self, pid: int) -> None:
@@ -220,9 +223,10 @@ class Admission:
             return Refused(SHUTTING_DOWN, None)
         if self.max_queue_delay_secs > 0:
             if live and self._streaming:
-                why = self.live.refusal()
-                if why is not None:
-                    return Refused(f"server is overloaded: {why}", LIVE_RETRY_AFTER_S)
+                refused = self.live.refusal()
+                if refused is not None:
+                    why, retry_after = refused
+                    return Refused(f"server is overloaded: {why}", retry_after)
             else:
                 retry = self.backlog.retry_after(self.max_queue_delay_secs, priority, live_open=self.live_streams > 0)
                 if retry is not None:

@@ -156,6 +156,7 @@ def child() -> None:
     t_torch = time.perf_counter()
     import app.main
 
+    server = app.main.create_app()  # built here, as the module-level app was at import before the factory
     t_app = time.perf_counter()
 
     async def inline(func: Any, /, *args: Any, **kwargs: Any) -> Any:  # to_thread, run here for the profiler
@@ -163,7 +164,7 @@ def child() -> None:
 
     async def lifespan() -> None:
         asyncio.to_thread = inline  # type: ignore[assignment]
-        async with app.main.app.router.lifespan_context(app.main.app):
+        async with server.router.lifespan_context(server):
             pass
 
     profile = cProfile.Profile()

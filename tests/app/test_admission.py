@@ -124,7 +124,7 @@ def test_a_late_pass_holds_admission_before_any_pass_is_shed_and_marks_no_level(
         a.observe(0.1, a.live.open, 0)
     a.observe(0.1, 12, 0, passes_late=1)
     refused = a.refusal(live=True, count=False)
-    assert refused is not None and refused.retry_after == LIVE_RETRY_AFTER_S
+    assert refused is not None and refused.retry_after == LIVE_LATE_HOLD_S  # the hold, not a shed's settling
     assert "close to their cadence" in refused.message
     assert a.live.ceiling is None and not a.live.behind()  # nothing was lost: offline work is not held up
     clock.now += LIVE_LATE_HOLD_S / 2

@@ -9,6 +9,6 @@ drives it, measured three ways (docs/benchmarking.md, "Engine workloads"):
   drift against audio position, whether the point keeps up.
 
     python -m benchmarks.asrbench engine rtf --family paraformer --size realistic --batch 1 8 32
-    python -m benchmarks.asrbench engine lockstep --family zipformer --size realistic --streams 8 --batch-sizes 8 1
+    python -m benchmarks.asrbench engine lockstep --family zipformer --size realistic --batch 8 --batch-sizes 8 1
     python -m benchmarks.asrbench engine paced --family nemo --size realistic --sessions 1 4 16 --chunk-size 2
 """

@@ -195,7 +195,7 @@ class StreamingTranscription(WindowedTranscription):
                        input_ended=self.is_final_pass())
         self.catch_up = CatchUpRound(cut, self.window, self.window_start,
                                      self.fit_context and not self.options.word_timestamps,
-                                     lambda: SpeechCoverage(self.coverage.vad))
+                                     lambda: SpeechCoverage(self.coverage.vad, self.coverage.totals))
         self.new_samples = 0
         if not cut.segments:
             self.agreement.finish(None)

@@ -101,6 +101,8 @@ def test_a_live_burst_ends_with_all_words_and_never_retracts_committed_text(clip
     finally:
         engine.shutdown()
     assert rounds, "the burst never caught up"
+    # its segments' speech coverage counts in the runner's totals, as the live passes' does
+    assert all(r.coverage().totals is engine.runner.totals for r in rounds)  # type: ignore[attr-defined]
     offline_wer, live_wer = wer([reference], [str(offline)]), wer([reference], [final.text])
     assert live_wer <= offline_wer + 2.0, (live_wer, offline_wer, final.text)
     committed = [p.committed or "" for p in partials] + [final.text]
