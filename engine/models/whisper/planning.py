@@ -162,6 +162,8 @@ class WindowPlanner:
             job = self.encode_queue[0]
             if job.interim and job.audio_positions < self.n_audio_ctx:  # a short interim live pass
                 if final_waiting:
+                    for waiting in self.encode_queue:  # held back on purpose: no sign of load (WindowJob.late)
+                        waiting.held_for_final = waiting.held_for_final or waiting.interim
                     break
                 if live_frames and live_frames + job.mel.shape[1] > LIVE_ENCODE_FRAMES:
                     break

@@ -124,13 +124,17 @@ class WindowJob:
     """A live pass's request, whose received audio is the clock `patience_samples` counts in."""
     received_when_queued: int = 0  # the stream's received samples when the planner took the pass
     queued_at: float = 0.0  # time.monotonic() when the planner took it (offline windows' patience)
+    held_for_final: bool = False
+    """An interim pass the planner held back while a final pass went first: its wait is the
+    planner's choice, not the engine's load, so it is never `late` (a final is the one pass a
+    client waits on; an engine that cannot keep up with finals and interims sheds passes)."""
 
     def late(self, now: float) -> bool:
         """An interim pass taken for encoding after waiting LATE_PASS_SHARE of its pass period
         (wall time): the engine nears its streams' cadence, before any pass is overdue. Wall time,
         unlike `overdue`: it tells admission how close the engine runs to its deadlines, which a
         client's chunk size must not sway (one 1 s chunk brings two 0.5 s periods at once)."""
-        if not self.interim or self.stream_request is None or math.isinf(self.patience_samples):
+        if not self.interim or self.stream_request is None or math.isinf(self.patience_samples) or self.held_for_final:
             return False
         return now - self.queued_at >= LATE_PASS_SHARE * self.patience_samples / SAMPLE_RATE
 

@@ -148,3 +148,10 @@ def test_a_pass_taken_after_half_its_period_counts_as_late() -> None:
     offline.queued_at -= 100.0
     assert p.take_encode(idle_batch()) == [on_time, late, offline]
     assert p.passes_late == 1
+    # a pass held back while a final goes first waited by the planner's choice: not late
+    held = live_job("d", patience_samples=8000)
+    p.submit(held)
+    held.queued_at -= 0.25
+    assert p.take_encode(idle_batch(live_job("f", final=True))) == []
+    assert p.take_encode(idle_batch()) == [held]
+    assert p.passes_late == 1
