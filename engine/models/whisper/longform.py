@@ -8,6 +8,11 @@ No window is conditioned on another's text: they decode side by side, so the tex
 window is not known when it starts (faster-whisper's batched pipeline does the same). The
 request's own prompt and keywords prompt every window.
 
+A window that fails Whisper's checks tries the hotter temperatures one at a time (the same
+transcript as all at once, offline.py `fallback_width`): the other windows fill the batch
+meanwhile, and all five at once made one window's retry 25 rows, the widest the batch ran on the
+long-form benchmark recording.
+
 Progress: a partial output carries the text of the windows done so far in order (every window
 before them done too), so `stream=true` sends each window's text as soon as it can be read in
 order, and a job's progress (decoded seconds) advances.
@@ -50,7 +55,8 @@ class SegmentedTranscription:
         self.parts = parts
         self.windows = windows
         self.parts_of = [
-            OfflineTranscription(window_request(request, w), mel, parts, fit_context=fit_context, coverage=cov)
+            OfflineTranscription(window_request(request, w), mel, parts, fit_context=fit_context, coverage=cov,
+                                 fallback_width=1)
             for w, mel, cov in zip(windows, mels, coverage)
         ]
         self.done: list[RequestOutput | None] = [None] * len(windows)

@@ -35,6 +35,8 @@ from engine.request import Request
 from engine.types import Alternative, RequestOutput, Segment, Word
 
 FALLBACK_SEED_STRIDE = 1009  # seeds of a window's fallback attempts: seed + stride × window + ladder index
+ALL_AT_ONCE = None
+"""`fallback_width` of a request decoded alone: every hotter attempt of a failed window side by side."""
 
 
 def uses_audio_padding(fit_context: bool) -> bool:
@@ -51,10 +53,12 @@ class OfflineTranscription(WindowedTranscription):
     """Transcribes one request's whole audio, window after window."""
 
     def __init__(self, request: Request, mel: Tensor, parts: WhisperParts, fit_context: bool = False,
-                 coverage: SpeechCoverage | None = None):
+                 coverage: SpeechCoverage | None = None, fallback_width: int | None = ALL_AT_ONCE):
         """`fit_context`: a window shorter than 30 s is encoded with the 'fit' context (context.py).
         `mel` follows the padding convention of the context (`uses_audio_padding`). `coverage`:
-        speech a window leaves without words is decoded again (coverage.py); None: off."""
+        speech a window leaves without words is decoded again (coverage.py); None: off.
+        `fallback_width`: how many hotter attempts of a failed window decode at a time (None: all
+        of them, `_fallback_jobs`); the transcript is the same whatever the width."""
         super().__init__(request, parts)
         self.coverage = coverage or SpeechCoverage(None)
         self.unprompted = False  # the next window is decoded without the previous text (a retry)
@@ -78,8 +82,10 @@ class OfflineTranscription(WindowedTranscription):
         self.window_nbest: list[tuple[list[int], float]] = []
         self.windows = 0
         self.attempts: list[WindowResult] = []  # the current window's decodes that failed the checks
-        self.fallbacks: dict[int, WindowJob] = {}  # ladder index -> attempt decoding side by side
+        self.fallbacks: dict[int, WindowJob] = {}  # ladder index -> attempt (launched or waiting its turn)
         self.fallback_results: dict[int, WindowResult] = {}
+        self.fallback_width = fallback_width
+        self.next_fallback = 1  # ladder index of the next attempt to launch
         self.ladder = temperature_ladder(self.options.temperature, self.options.temperature_fallback)
         self.generator: torch.Generator | None = None
         if self.options.temperature > 0 or self.options.temperature_fallback:
@@ -112,10 +118,11 @@ class OfflineTranscription(WindowedTranscription):
         return job
 
     def _fallback_jobs(self, first: WindowJob) -> list[WindowJob]:
-        """The window again at every hotter temperature of the ladder, decoded side by side
-        (openai/whisper tries them one after another; the first that passes is kept either way).
-        Each attempt samples from its own generator, seeded by the request's seed, the window and
-        the temperature, so what it draws does not depend on its batch mates or on timing."""
+        """The window again at every hotter temperature of the ladder, decoded `fallback_width` at
+        a time, coolest first (openai/whisper tries them one after another; the first that passes
+        is kept either way). Each attempt samples from its own generator, seeded by the request's
+        seed, the window and the temperature, so what it draws does not depend on its batch mates,
+        on timing or on how many attempts decode at once."""
         base = self.options.seed if self.options.seed is not None else 0
         jobs = []
         for index in range(1, len(self.ladder)):
@@ -136,8 +143,24 @@ class OfflineTranscription(WindowedTranscription):
             self.attempts = [result]
             self.fallbacks = {j.ladder_index: j for j in self._fallback_jobs(job)}
             self.fallback_results = {}
-            return WindowUpdate(jobs=list(self.fallbacks.values()))
+            self.next_fallback = 1
+            return WindowUpdate(jobs=self._launch_fallbacks())
         return self._accept(job, result)
+
+    def _launch_fallbacks(self) -> list[WindowJob]:
+        """The attempts to start now, coolest first: as many as keep `fallback_width` decoding.
+        Side by side (a request alone) a failed window waits for one more decode whatever the
+        ladder depth; one at a time (a long request's windows, which fill the batch anyway) it
+        decodes best_of rows rather than best_of for every temperature, and a window that passes
+        at the first hotter temperature, the common case, does the same work as openai/whisper."""
+        width = len(self.ladder) if self.fallback_width is None else self.fallback_width
+        running = sum(1 for i in range(1, self.next_fallback) if i not in self.fallback_results)
+        jobs = []
+        while self.next_fallback < len(self.ladder) and running < width:
+            jobs.append(self.fallbacks[self.next_fallback])
+            self.next_fallback += 1
+            running += 1
+        return jobs
 
     def _on_fallback_done(self, job: WindowJob, result: WindowResult) -> WindowUpdate:
         """Accept the coolest attempt that passes once every cooler one has failed; withdraw the
@@ -148,9 +171,10 @@ class OfflineTranscription(WindowedTranscription):
         for index in range(1, len(self.ladder)):
             found = self.fallback_results.get(index)
             if found is None:
-                return WindowUpdate()  # a cooler attempt is still decoding
+                return WindowUpdate(jobs=self._launch_fallbacks())  # a cooler attempt is still to decode
             if not self._fails(found):
-                withdrawn = [j for i, j in self.fallbacks.items() if i > index and i not in self.fallback_results]
+                withdrawn = [j for i, j in self.fallbacks.items()
+                             if index < i < self.next_fallback and i not in self.fallback_results]
                 return self._accept(self.fallbacks[index], found, withdrawn)
         self.attempts += [self.fallback_results[i] for i in range(1, len(self.ladder))]
         return self._accept(job, self._best_attempt())
