@@ -32,7 +32,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from benchmarks.offline import DEFAULT_MANIFEST, SAMPLE_RATE, Clip, corpus_wer, cpu_report, load_clips
+from benchmarks.offline import (
+    DEFAULT_MANIFEST,
+    SAMPLE_RATE,
+    Clip,
+    corpus_wer,
+    cpu_report,
+    default_info,
+    load_clips,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for row in rows:
             row.close()
-    print(cpu_report())
+    print(cpu_report(default_info()))
     print(f"recording: {audio_s:.1f} s ({len(clips)} dev clips per pass, {GAP_S:.0f} s pauses), "
           f"{args.repeat} interleaved run(s), load average at the end {tuple(round(x, 1) for x in os.getloadavg())}\n")
     print(render(rows, audio_s))
