@@ -43,6 +43,7 @@ from engine.admission import describe_model, described_card
 from engine.config import EngineConfig
 from engine.errors import EngineError, EngineOverloadedError, EngineShutdownError
 from engine.hub import cached_checkpoint_dir, checkpoint_dir
+from engine.memory import MIB
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,6 @@ MIN_SWEEP_S = 0.05
 MAX_SWEEP_S = 10.0
 """The TTL sweeper looks every quarter TTL, within these bounds (seconds): a model is unloaded at
 most a quarter TTL late, and a long TTL costs a wake-up every 10 s."""
-MIB = 1024 * 1024
 
 ModelState = Literal["unloaded", "loading", "loaded", "unloading", "failed"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.errors import InvalidRequestError, UnsupportedError
+from engine.errors import InvalidRequestError
 from engine.models.nemo.config import EncoderConfig
 from engine.types import DELAYS, Delay
 
@@ -119,10 +119,3 @@ def request_context(
         if presets:
             return delay_preset(presets, delay)
     return default
-
-
-def refuse_stream_context(look_ahead: tuple[int, int] | None) -> UnsupportedError:
-    how = f"cache-aware with look-ahead {list(look_ahead)}" if look_ahead else "offline only"
-    return UnsupportedError(
-        f"stream_context applies to buffered streaming (chunked_limited_with_rc checkpoints); this model is {how}"
-    )
