@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from engine.models.whisper.cache import DecoderCache
+from engine.models.whisper.cache import DecoderCache, own_storage
 from engine.models.whisper.decoding import DecodeGroup, ruled_log_softmax
 from engine.models.whisper.model import TextDecoder
 from engine.models.whisper.window import WindowJob
@@ -94,6 +94,7 @@ class DecodeBatch:
                  for i, n in enumerate(held)]
         cache.reorder_rows(torch.tensor(sources, device=self.device), max_len)
         if self.cache is None:
+            own_storage(cache)
             self.cache = cache
         else:
             self.cache.extend(cache)
@@ -198,7 +199,7 @@ class DecodeBatch:
         done = [g for g in self.groups if g.done]
         if not done:
             return []
-        keep = [i for i, g in enumerate(self.groups) if not g.done]  # a group is its cache's item i
+        keep = fill_from_tail([not g.done for g in self.groups])  # a group is its cache's item i
         self.groups = [self.groups[i] for i in keep]
         if not self.groups:
             self.cache = None
@@ -230,3 +231,13 @@ class DecodeBatch:
             if g.job is job:
                 g.done = True
                 g.result = None  # nothing to report for it
+
+
+def fill_from_tail(alive: list[bool]) -> list[int]:
+    """The order of the live entries after evicting the others: each hole among the first
+    sum(alive) places takes a live entry from beyond them, so only those move (the cache
+    compacts in place). Offline items decode alike wherever they sit (cross_attention.py), so
+    their order is free."""
+    count = sum(alive)
+    tail = [i for i in range(count, len(alive)) if alive[i]]
+    return [i if alive[i] else tail.pop() for i in range(count)]

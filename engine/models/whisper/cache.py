@@ -135,18 +135,18 @@ class DecoderCache:
                 t[moved, :, :end] = t[sources, :, :end]  # the right side is gathered first: no overlap
 
     def select_items(self, items: list[int]) -> None:
-        """Keep items `items` (in that order) with all their rows."""
+        """Keep items `items` (in that order) with all their rows, compacted in place: only the
+        items whose place changes are copied (a long request's windows leave one by one, and
+        copying every item's cross K/V, ~18 MB each, at each departure was an eighth of its
+        decode time)."""
         starts = [0]
         for n in self.item_rows:
             starts.append(starts[-1] + n)
         rows = [r for i in items for r in range(starts[i], starts[i + 1])]
-        device = self.cross_k[0].device if self.cross_k else None
-        item_index = torch.tensor(items, dtype=torch.long, device=device)
-        row_index = torch.tensor(rows, dtype=torch.long, device=device)
-        for store, index in ((self.self_k, row_index), (self.self_v, row_index), (self.cross_k, item_index),
-                             (self.cross_v, item_index)):
+        for store, index in ((self.self_k, rows), (self.self_v, rows), (self.cross_k, items),
+                             (self.cross_v, items)):
             for i, t in enumerate(store):
-                store[i] = t.index_select(0, index)
+                store[i] = compact_leading(t, index)
         self.item_rows = [self.item_rows[i] for i in items]
         self.held = [self.held[i] for i in items] if self.held else []
         self.shares_silence = [self.shares_silence[i] for i in items] if self.shares_silence else []
@@ -213,5 +213,46 @@ class DecoderCache:
             (self.cross_v, other.cross_v),
         ):
             for i in range(len(mine)):
-                mine[i] = torch.cat([mine[i], theirs[i]], dim=0)
+                mine[i] = append_leading(mine[i], theirs[i])
         self.item_rows = [*self.item_rows, *other.item_rows]
+
+
+GROWTH = 1.25
+"""Spare room a grown store keeps along its first dimension, as a share of what it holds."""
+
+
+def append_leading(held: Tensor, extra: Tensor) -> Tensor:
+    """`held` followed by `extra` along the first dimension. When `held` is the front of a
+    buffer an earlier call grew with room to spare, only `extra` is copied (joining windows one
+    at a time copied every item already held at each join); else a buffer GROWTH times the
+    result's size is allocated. The result is the front of its buffer, which nothing else views."""
+    n, m = held.shape[0], extra.shape[0]
+    rows_in_storage = held.untyped_storage().nbytes() // max(extra[0].numel() * extra.element_size(), 1) if m else n
+    if (n == 0 or n + m > rows_in_storage or held.shape[1:] != extra.shape[1:] or held.dtype != extra.dtype
+            or not held.is_contiguous() or held.storage_offset() != 0):
+        grown = extra.new_empty((int((n + m) * GROWTH) + 1, *extra.shape[1:]))
+        if n:
+            grown[:n] = held
+        out = grown[: n + m]
+    else:
+        out = held.as_strided((n + m, *held.shape[1:]), held.stride())
+    out[n:] = extra
+    return out
+
+
+def compact_leading(held: Tensor, keep: list[int]) -> Tensor:
+    """The entries `keep` of `held` along its first dimension, as its first len(keep) entries,
+    moved in place: only the entries whose place changes are copied."""
+    moved = [j for j, i in enumerate(keep) if i != j]
+    if moved:
+        to = torch.tensor(moved, dtype=torch.long, device=held.device)
+        held[to] = held.index_select(0, torch.tensor([keep[j] for j in moved], dtype=torch.long, device=held.device))
+    return held[: len(keep)]
+
+
+def own_storage(cache: DecoderCache) -> None:
+    """Give `cache` buffers of its own, with room to grow: it compacts them in place (select_items),
+    and its prefill's cross K/V may still be viewed by a job (its alignment pass)."""
+    for store in (cache.self_k, cache.self_v, cache.cross_k, cache.cross_v):
+        for i, t in enumerate(store):
+            store[i] = append_leading(t[:0], t)
