@@ -107,6 +107,9 @@ class SileroVAD:
     def __init__(self, network: Network, backend: str) -> None:
         self._network = network
         self.backend = backend
+        self.parallel_calls = backend == "onnx"
+        """Whether calls from several threads run side by side (ONNX Runtime releases the GIL
+        and runs each on its own thread; TorchScript would share the engine's torch threads)."""
 
     @classmethod
     def load(cls, backend: Backend = "auto") -> SileroVAD:

@@ -54,9 +54,11 @@ class SpeechMap:
         return bool((self.probs[first:last] >= FAINT_SPEECH_PROB).any())
 
 
-def speech_map(audio: np.ndarray, model: VoiceActivityModel) -> SpeechMap:
-    """Score a whole recording (16 kHz float32 mono)."""
-    return SpeechMap(speech_probs_in_lanes(model, audio))
+def speech_map(audio: np.ndarray, model: VoiceActivityModel, workers: int = 1) -> SpeechMap:
+    """Score a whole recording (16 kHz float32 mono), on up to `workers` threads where the
+    model's calls run beside each other (`parallel_calls`)."""
+    parallel = getattr(model, "parallel_calls", False)
+    return SpeechMap(speech_probs_in_lanes(model, audio, workers if parallel else 1))
 
 
 @dataclass(frozen=True)

@@ -365,3 +365,16 @@ def test_speech_segments_merge_and_split(silero: SileroVAD, recording: Recording
     assert speech_segments(np.zeros(0, np.float32), model=silero) == []
     with pytest.raises(InvalidRequestError, match="max_segment_s"):
         speech_segments(audio, model=silero, max_segment_s=0.5)
+
+
+def test_lanes_scored_on_several_threads_score_as_on_one(silero: SileroVAD, recording: Recording) -> None:
+    """A long recording's lanes split over threads (speech_map's `workers`) score bit for bit as
+    on one thread: each lane keeps its own state, and only the lanes beside it in a call change."""
+    from engine.vad.base import LANE_WINDOWS, speech_probs_in_lanes
+
+    audio = np.tile(recording.audio, -(-5 * LANE_WINDOWS * WINDOW_SAMPLES // recording.audio.size))  # 5+ lanes
+    one = speech_probs_in_lanes(silero, audio)
+    assert silero.parallel_calls
+    for workers in (2, 3):
+        assert np.array_equal(speech_probs_in_lanes(silero, audio, workers), one)
+    assert one.size == -(-audio.size // WINDOW_SAMPLES) and (one > 0.5).any() and (one < 0.1).any()

@@ -31,6 +31,13 @@ from engine.models.whisper.model import AttentionContext, AudioEncoder, TextDeco
 CONTEXT_TAIL_FRAMES = 100  # 1 s of padding encoded after the audio: the speech's end is heard as an end
 CONTEXT_BUCKET_FRAMES = 100  # window lengths are rounded up to whole seconds, so passes share lengths
 SILENCE_POOL_POSITIONS = 10
+CPU_FRAMES_PER_FORWARD = 1600
+"""Mel frames one encoder forward takes on a CPU (at least one window): a batch of windows runs as
+forwards of about this size. Larger forwards were slower per window on a 2-core Xeon (AMX), the
+activations of a big batch falling out of cache and into freshly mapped memory: 16 windows of
+800 frames 410 ms in one forward, 256 ms two at a time; 8 of 3000 frames ~1100 ms, ~830 ms one
+at a time; 32 of 200 frames 198 ms, 123 ms eight at a time (`tests/engine/whisper/test_encoder_batch.py`
+shows the encodings do not change)."""
 """A short window's positions attend to the encoded silence after it with one key and value per
 10 positions (0.2 s), their means, scored with log(10) added so that the group weighs as its
 positions together would. The silence's keys change slowly with position, so the group's summed
@@ -100,18 +107,26 @@ class ContextEncoder:
         by_length: dict[int, list[int]] = {}
         for i, mel in enumerate(mels):
             by_length.setdefault(int(mel.shape[1]), []).append(i)
-        for length, index in by_length.items():
-            batch = torch.stack([mels[i] for i in index])
-            if length < N_FRAMES:
-                feats = self.encoder(batch, self.silence_after(mels[index[0]], length // ENCODER_STRIDE))
-            else:
-                feats = self.encoder(batch)
-            if length < N_FRAMES:
-                fill = self.silence(mels[index[0]])[length // ENCODER_STRIDE :]
-                feats = torch.cat([feats, fill.expand(feats.shape[0], -1, -1)], dim=1)
-            for k, i in enumerate(index):
-                out[i] = feats[k]
+        for length, same in by_length.items():
+            per_forward = len(same)
+            if mels[same[0]].device.type == "cpu":
+                per_forward = max(1, CPU_FRAMES_PER_FORWARD // length)
+            for start in range(0, len(same), per_forward):
+                self._encode_same_length(mels, same[start : start + per_forward], length, out)
         return out  # type: ignore[return-value]
+
+    def _encode_same_length(self, mels: list[Tensor], index: list[int], length: int,
+                            out: list[Tensor | None]) -> None:
+        """Encode mels[i] for i in `index`, all `length` frames long, in one forward into out[i]."""
+        batch = torch.stack([mels[i] for i in index])
+        if length < N_FRAMES:
+            feats = self.encoder(batch, self.silence_after(mels[index[0]], length // ENCODER_STRIDE))
+            fill = self.silence(mels[index[0]])[length // ENCODER_STRIDE :]
+            feats = torch.cat([feats, fill.expand(feats.shape[0], -1, -1)], dim=1)
+        else:
+            feats = self.encoder(batch)
+        for k, i in enumerate(index):
+            out[i] = feats[k]
 
 
 def group_sizes(positions: int, group: int = SILENCE_POOL_POSITIONS) -> Tensor:

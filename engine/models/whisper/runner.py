@@ -239,7 +239,7 @@ class WhisperRunner:
                 or request.audio.shape[0] <= N_SAMPLES):
             return None
         try:  # timed as part of offline.collate
-            speech = speech_map(request.audio, self.vad)
+            speech = speech_map(request.audio, self.vad, workers=torch.get_num_threads())
             return speech, speech_windows(request.audio, speech, N_SAMPLES / SAMPLE_RATE)
         except Exception as exc:
             outputs.append(error_output(request, "features", exc))
