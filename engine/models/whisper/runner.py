@@ -311,7 +311,7 @@ class WhisperRunner:
         # encoder thread holds one; the per-token steps run on DECODE_THREADS
         with self._decode_threads() if thread is not None and thread.busy else nullcontext():
             self._join(self.planner.take_join(self.batch, self.active), outputs)
-        with self._decode_threads():
+        with self._decode_threads() if self._narrow_steps() else nullcontext():
             self.planner.steps_since_encode += 1
             self.streams_stepped = len({id(g.job.owner) for g in self.batch.groups if not g.done and g.job.live})
             decoding = [g.job for g in self.batch.groups if not g.done]
@@ -478,6 +478,15 @@ class WhisperRunner:
         for job, kv in zip(jobs, cross):
             if job.live:  # a live pass aligns its words over the same window (offline jobs do not keep theirs)
                 job.cross_kv = kv
+
+    def _narrow_steps(self) -> bool:
+        """Whether this step's decoding runs on DECODE_THREADS rather than every thread: while
+        the encoder thread holds a core, or live rows decode (their cadence was measured on one
+        thread, and a barrier that waits out a busy core delays each of their tokens). A batch of
+        offline windows alone takes every thread: its cross-attention over whole windows splits
+        well (601 s long-form recording, int8, quiet: 9.3-10.0 -> 7.5-8.1 s, the same transcript)."""
+        thread = self.encoder_thread
+        return (thread is not None and thread.busy) or any(g.job.live for g in self.batch.groups if not g.done)
 
     @contextlib.contextmanager
     def _decode_threads(self) -> Iterator[None]:
