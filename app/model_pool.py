@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from app.engine_service import EngineService
 from app.metrics import Metrics
+from app.passing_thread import in_passing_thread
 from app.requests import pick_model
 from engine import ASREngine
 from engine.admission import describe_model, described_card
@@ -339,7 +340,7 @@ class ModelPool:
         from the pool's plan), unload the least recently used idle model and try again."""
         while True:
             try:
-                return await asyncio.to_thread(self._make_engine, config)
+                return await in_passing_thread(lambda: self._make_engine(config))
             except EngineOverloadedError:
                 victim = self._least_recently_used(entry)
                 if victim is None:
