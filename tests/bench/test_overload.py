@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from app.admission import LIVE_LATE_HOLD_S
 from app.backlog import LIVE_RETRY_AFTER_S
 from benchmarks import overload
 from benchmarks.overload import Outcome
@@ -70,9 +71,11 @@ def test_short_overload_run_accounts_for_every_request() -> None:
         assert r["served_same_text_as_alone"] <= r["served"]
         assert r["served"] == 0 or r["accepted_p50_s"] <= r["accepted_p99_s"]
     # new realtime sessions are judged by the live gate (admitted up to the measured live capacity,
-    # its own Retry-After), never by the offline backlog this run keeps over its 0.5 s limit
+    # its own Retry-After: a shed pass's settling, or the rest of a late pass's hold), never by the
+    # offline backlog this run keeps over its 0.5 s limit
     realtime = rows["realtime"]
-    assert realtime["refused_with_retry"] == 0 or realtime["retry_after_max_s"] == LIVE_RETRY_AFTER_S, realtime
+    live_gate_hints = {LIVE_RETRY_AFTER_S, *range(1, math.ceil(LIVE_LATE_HOLD_S) + 1)}
+    assert realtime["refused_with_retry"] == 0 or realtime["retry_after_max_s"] in live_gate_hints, realtime
     live = rows["live (pre-admitted)"]
     assert live["sessions"] == 2 and live["refused"] == 0 and live["failed"] == 0, live
     assert live["turns"] >= 2 and math.isfinite(live["final_p95_s"])

@@ -15,10 +15,11 @@ from contextlib import nullcontext
 from dataclasses import replace
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
+from engine.host_load import HostLoad
 from engine.log_mel import N_SAMPLES, SAMPLE_RATE, LogMelExtractor
 from engine.metrics import shared_stage_timer, stage_timer
 from engine.models.whisper.batch import DecodeBatch
@@ -27,7 +28,7 @@ from engine.models.whisper.coverage import SpeechCoverage
 from engine.models.whisper.decoding import DecodeGroup
 from engine.models.whisper.describe import whisper_info
 from engine.models.whisper.encoder_thread import EncoderThread
-from engine.models.whisper.int8 import int8_kernel
+from engine.models.whisper.int8 import Int8Linear, int8_kernel
 from engine.models.whisper.longform import SegmentedTranscription, window_request
 from engine.models.whisper.model import Whisper, WhisperDims
 from engine.models.whisper.offline import OfflineTranscription, uses_audio_padding
@@ -83,6 +84,8 @@ class WhisperRunner:
         # thread alternates between them
         use_thread = self.parts.device.type == "cpu" and torch.get_num_threads() > DECODE_THREADS
         self.encoder_thread = EncoderThread(self.parts.context) if use_thread else None
+        self.host_load = HostLoad()
+        self.steps_exact_on_any_threads = exact_integer_decoder(self.parts.model.decoder)
         logger.info("whisper %s loaded from %s (%s) on %s/%s, quantization=%s", self.parts.model_name, self.ckpt_dir,
                     self.parts.checkpoint_format, self.parts.device, self.parts.dtype, self.parts.quantization)
 
@@ -481,12 +484,18 @@ class WhisperRunner:
 
     def _narrow_steps(self) -> bool:
         """Whether this step's decoding runs on DECODE_THREADS rather than every thread: while
-        the encoder thread holds a core, or live rows decode (their cadence was measured on one
-        thread, and a barrier that waits out a busy core delays each of their tokens). A batch of
-        offline windows alone takes every thread: its cross-attention over whole windows splits
-        well (601 s long-form recording, int8, quiet: 9.3-10.0 -> 7.5-8.1 s, the same transcript)."""
+        the encoder thread holds a core, live rows decode (their cadence was measured on one
+        thread, and a barrier that waits out a busy core delays each of their tokens), or other
+        processes keep the host's cores busy (engine/host_load.py). A batch of offline windows
+        alone on an otherwise idle host takes every thread: its cross-attention over whole
+        windows splits well (601 s long-form recording, int8, quiet: 9.3-10.0 -> 7.5-8.1 s, the
+        same transcript). Only where a step's numbers are the same on any number of threads
+        (`exact_integer_decoder`): float GEMMs round differently with the threads that split them
+        (measured: every token log-probability of 13 float32 transcripts moved), and which way a
+        step goes depends on the host's load, which no transcript may."""
         thread = self.encoder_thread
-        return (thread is not None and thread.busy) or any(g.job.live for g in self.batch.groups if not g.done)
+        return (not self.steps_exact_on_any_threads or (thread is not None and thread.busy)
+                or any(g.job.live for g in self.batch.groups if not g.done) or not self.host_load.others_idle())
 
     @contextlib.contextmanager
     def _decode_threads(self) -> Iterator[None]:
@@ -511,6 +520,16 @@ class WhisperRunner:
         logger.error("request %s failed at %s: %s", rid, stage, exc)
         self.release(state.request)
         outputs.append(error_output(state.request, stage, exc))
+
+
+def exact_integer_decoder(decoder: nn.Module) -> bool:
+    """Whether every GEMM of a decoder step is an exact int8 one (Int8Linear, int8 logits): its
+    numbers then do not depend on the threads it runs on (every other op of a step computes each
+    output element on one thread)."""
+    linears = [m for m in decoder.modules() if isinstance(m, (nn.Linear, Int8Linear))]
+    projection = getattr(decoder, "output_projection", None)
+    return (bool(linears) and all(isinstance(m, Int8Linear) for m in linears)
+            and isinstance(projection, Int8Linear))
 
 
 def _load_vad() -> VoiceActivityModel | None:

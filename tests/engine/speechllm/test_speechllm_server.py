@@ -95,7 +95,7 @@ def test_openai_json(client: httpx.Client, expected: RequestOutput) -> None:
     assert r.json()["text"] == expected.text
 
 
-def test_openai_sse_streams_one_delta_per_token(client: httpx.Client, expected: RequestOutput) -> None:
+def test_openai_sse_streams_deltas_that_add_up_to_the_text(client: httpx.Client, expected: RequestOutput) -> None:
     events = []
     with client.stream("POST", "/v1/audio/transcriptions", files={"file": ("a.wav", wav(load_clip(CLIP)))},
                        data={"model": "whisper-1", "stream": "true", "include[]": "logprobs"}) as r:
@@ -106,7 +106,10 @@ def test_openai_sse_streams_one_delta_per_token(client: httpx.Client, expected: 
     deltas = [e for e in events if e["type"] == "transcript.text.delta"]
     (done,) = [e for e in events if e["type"] == "transcript.text.done"]
     assert done["text"] == expected.text == "".join(d["delta"] for d in deltas)
-    assert len(deltas) >= len(expected.tokens) - 2  # a token ending mid-character joins the next one's delta
+    # streamed as it decodes: more than one delta (how many depends on how far the event loop is
+    # behind the engine: a newer partial replaces the one waiting, app/output_stream.py), each
+    # token's log-probability once, in order
+    assert len(deltas) >= 2
     logprobs = [lp["logprob"] for d in deltas for lp in d["logprobs"]]
     assert logprobs == pytest.approx(expected.token_logprobs, abs=1e-5)
 
