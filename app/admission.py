@@ -15,9 +15,7 @@ far less than the average, and one stream alone on an idle engine reads as 64 % 
 watched for whether the sessions it holds keep their cadence. Sessions admitted lately are on
 probation until an engine step that began LIVE_PROVE_S after their admission has shed no pass; at most as many are on probation as are proven (LIVE_START at first), so the admitted number can double every LIVE_PROVE_S while
 no pass is shed, and a shed pass (the engine behind its streams' cadence) stops admission for
-LIVE_SETTLE_S and marks the level it broke at: past it, one session at a time is tried. A late
-pass (the engine near its streams' cadence) holds admission for LIVE_LATE_HOLD_S and marks the
-level at the sessions open.
+LIVE_SETTLE_S and marks the level it broke at: past it, one session at a time is tried.
 
 Event-loop only (the bridge feeds it from its dispatch), so no lock.
 """
@@ -49,7 +47,7 @@ streams' cadence, and the sessions it admitted lately have not shown their full 
 session costs nothing until it speaks). Late passes come before shed ones: the gate stops while
 the sessions it holds still keep their cadence, not after they lost it."""
 CEILING_FORGET_S = 120.0
-"""Seconds without a shed or late pass after which the level the engine last fell behind at is forgotten
+"""Seconds without a shed pass after which the level the engine last fell behind at is forgotten
 (the machine's other load changes; a ceiling measured under it must not cap the next hour)."""
 
 
@@ -100,16 +98,9 @@ class LiveGate:
 
     def late(self, passes: int) -> None:
         """The engine started `passes` live passes late since the last report: it is near its
-        streams' cadence with the sessions open now. No new session for LIVE_LATE_HOLD_S, and the
-        level is marked at those sessions (none was lost, so all of them, where a shed marks one
-        less): past it one session at a time is tried, so sessions admitted while still silent
-        (a session costs nothing until it speaks) do not carry a burst past what the engine holds
-        (a 48-session burst, four a second, admitted 31 where 24 already missed the cadence)."""
-        if passes <= 0:
-            return
-        self.late_at = self._ceiling_at = self._clock()
-        if self.ceiling is None or self.ceiling > self.open:
-            self.ceiling = max(1, self.open)
+        streams' cadence. No new session for LIVE_LATE_HOLD_S; no level is marked (none was lost)."""
+        if passes > 0:
+            self.late_at = self._clock()
 
     def behind(self) -> bool:
         """A live pass was shed in the last LIVE_SETTLE_S."""
