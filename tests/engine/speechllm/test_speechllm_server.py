@@ -174,9 +174,12 @@ async def realtime_turn(server: ServerProcess, audio: bytes) -> list[dict]:
     return events
 
 
-def test_realtime_turn_arrives_as_per_token_deltas(server: ServerProcess, expected: RequestOutput) -> None:
+def test_realtime_turn_arrives_as_deltas_that_add_up_to_the_transcript(server: ServerProcess,
+                                                                       expected: RequestOutput) -> None:
     events = asyncio.run(realtime_turn(server, pcm16(load_clip(CLIP))))
     deltas = [e["delta"] for e in events if e["type"] == "conversation.item.input_audio_transcription.delta"]
     (completed,) = [e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed"]
     assert completed["transcript"] == expected.text == "".join(deltas)
-    assert len([d for d in deltas if d]) >= len(expected.tokens) - 2
+    # streamed as it decodes; how many deltas depends on how far the event loop is behind the
+    # engine (a newer partial replaces the one waiting, app/output_stream.py)
+    assert len([d for d in deltas if d]) >= 2
