@@ -236,8 +236,8 @@ class DecodeBatch:
 def fill_from_tail(alive: list[bool]) -> list[int]:
     """The order of the live entries after evicting the others: each hole among the first
     sum(alive) places takes a live entry from beyond them, so only those move (the cache
-    compacts in place). Offline items decode alike wherever they sit (cross_attention.py), so
-    their order is free."""
+    compacts in place). Order changes no transcript: offline items attend item by item
+    (cross_attention.py), and live items' rounding already depends on their batch mates."""
     count = sum(alive)
     tail = [i for i in range(count, len(alive)) if alive[i]]
     return [i if alive[i] else tail.pop() for i in range(count)]

@@ -31,13 +31,6 @@ from engine.models.whisper.model import AttentionContext, AudioEncoder, TextDeco
 CONTEXT_TAIL_FRAMES = 100  # 1 s of padding encoded after the audio: the speech's end is heard as an end
 CONTEXT_BUCKET_FRAMES = 100  # window lengths are rounded up to whole seconds, so passes share lengths
 SILENCE_POOL_POSITIONS = 10
-CPU_FRAMES_PER_FORWARD = 1600
-"""Mel frames one encoder forward takes on a CPU (at least one window): a batch of windows runs as
-forwards of about this size. Larger forwards were slower per window on a 2-core Xeon (AMX), the
-activations of a big batch falling out of cache and into freshly mapped memory: 16 windows of
-800 frames 410 ms in one forward, 256 ms two at a time; 8 of 3000 frames ~1100 ms, ~830 ms one
-at a time; 32 of 200 frames 198 ms, 123 ms eight at a time (`tests/engine/whisper/test_encoder_batch.py`
-shows the encodings do not change)."""
 """A short window's positions attend to the encoded silence after it with one key and value per
 10 positions (0.2 s), their means, scored with log(10) added so that the group weighs as its
 positions together would. The silence's keys change slowly with position, so the group's summed
@@ -48,6 +41,13 @@ Accuracy, exact -> pooled: dev-set offline WER 11.94 -> 11.94 % (int8), 12.44 ->
 400/500/600 ms ticks 9.65/10.61/9.65 -> 12.86/9.97/11.90 % (these move by a point or two with any
 change of a pass's numbers). A speech window's encoding moves by 2-7 % (relative norm; int8
 weights move it by ~3 %); dropping the silence instead (whisper.cpp's audio_ctx) moves it ~19 %."""
+CPU_FRAMES_PER_FORWARD = 1600
+"""Mel frames one encoder forward takes on a CPU (at least one window): a batch of windows runs as
+forwards of about this size. Larger forwards were slower per window on a 2-core Xeon (AMX), likely
+as a big batch's activations fall out of cache (glibc's mmap threshold made no difference): 16 windows of
+800 frames 410 ms in one forward, 256 ms two at a time; 8 of 3000 frames ~1100 ms, ~830 ms one
+at a time; 32 of 200 frames 198 ms, 123 ms eight at a time (`tests/engine/whisper/test_encoder_batch.py`
+shows the encodings do not change)."""
 
 
 def fit_frames(content_frames: int) -> int:
