@@ -13,9 +13,9 @@ event loop's default executor) left the engine thread's two-thread decoder steps
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -23,24 +23,15 @@ T = TypeVar("T")
 
 async def in_passing_thread(fn: Callable[[], T], name: str = "oasr-load") -> T:
     """`fn()` run on a new thread that ends when it returns; its result or exception."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: T | None, error: BaseException | None) -> None:
-        if done.cancelled():
-            return
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(result)  # type: ignore[arg-type]
+    future: Future[T] = Future()
 
     def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
         try:
-            outcome: tuple[T | None, BaseException | None] = (fn(), None)
+            future.set_result(fn())
         except BaseException as exc:  # handed to the awaiting coroutine, raised there
-            outcome = (None, exc)
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody awaits it
-            loop.call_soon_threadsafe(settle, *outcome)
+            future.set_exception(exc)
 
     threading.Thread(target=run, name=name, daemon=True).start()
-    return await done
+    return await asyncio.wrap_future(future)
