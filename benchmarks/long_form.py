@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import io
 import logging
-import multiprocessing
 import os
 import random
 import statistics
@@ -36,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.child_process import start_worker
 from benchmarks.offline import (
     DEFAULT_MANIFEST,
     SAMPLE_RATE,
@@ -110,27 +110,11 @@ def _faster_whisper_worker(connection: Connection) -> None:
 
 
 def faster_whisper_rows() -> list[Row]:
-    """faster-whisper's sequential and batched rows, run in a child process. In ours, its
-    bundled OpenMP runtime's threads made every later two-thread torch op of ours wait longer to
-    start (a 512 x 384 add on 2 threads 13 -> 89 us once faster-whisper had run; the engine's
-    long-form decode steps run on both threads), which no deployment of either has."""
-    parent, child = multiprocessing.get_context("spawn").Pipe()
-    worker = multiprocessing.get_context("spawn").Process(target=_faster_whisper_worker, args=(child,), daemon=True)
-    worker.start()
-
-    def ask(mode: str) -> Callable[[np.ndarray], tuple[str, float]]:
-        def run(audio: np.ndarray) -> tuple[str, float]:
-            parent.send((mode, audio))
-            text, wall = parent.recv()
-            return text, wall
-        return run
-
-    def close() -> None:
-        parent.send(None)
-        worker.join(timeout=30)
-
-    return [Row("faster-whisper int8, sequential", ask("sequential"), timed=True),
-            Row(BATCHED_PEER, ask("batched"), close, timed=True)]
+    """faster-whisper's sequential and batched rows, run in a child process that times itself
+    (benchmarks/child_process.py says why)."""
+    ask, close = start_worker(_faster_whisper_worker)
+    return [Row("faster-whisper int8, sequential", lambda audio: ask(("sequential", audio)), timed=True),
+            Row(BATCHED_PEER, lambda audio: ask(("batched", audio)), close, timed=True)]
 
 
 def server_rows() -> list[Row]:

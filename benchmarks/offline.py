@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import multiprocessing
 import os
 import statistics
 import time
@@ -38,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.child_process import start_worker
 
 logger = logging.getLogger(__name__)
 
@@ -183,25 +184,12 @@ def _faster_whisper_worker(connection: Connection, compute_type: str, beam: int)
 
 
 def faster_whisper_system(compute_type: str, beam: int = 1) -> System:
-    """faster-whisper over the clips one after another, in a child process that times itself: in
-    ours, its bundled OpenMP runtime slowed the engine's two-thread ops (benchmarks/long_form.py)."""
-    context = multiprocessing.get_context("spawn")
-    parent, child = context.Pipe()
-    worker = context.Process(target=_faster_whisper_worker, args=(child, compute_type, beam), daemon=True)
-    worker.start()
-
-    def run(cs: list[Clip]) -> tuple[list[str], float, float]:
-        parent.send([c.audio for c in cs])
-        texts, wall, cpu = parent.recv()
-        return texts, wall, cpu
-
-    def close() -> None:
-        parent.send(None)
-        worker.join(timeout=30)
-
+    """faster-whisper over the clips one after another, in a child process that times itself
+    (benchmarks/child_process.py says why)."""
+    ask, close = start_worker(_faster_whisper_worker, compute_type, beam)
     name = f"faster-whisper {compute_type}" + (f" beam {beam}" if beam > 1 else "") + ", sequential"
-    return System(name, f"faster-whisper int8{f' beam {beam}' if beam > 1 else ''}, sequential", run, close,
-                  timed=True)
+    return System(name, f"faster-whisper int8{f' beam {beam}' if beam > 1 else ''}, sequential",
+                  lambda cs: ask([c.audio for c in cs]), close, timed=True)
 
 
 def measure(systems: list[System], clips: list[Clip], repeat: int) -> list[Result]:
