@@ -40,6 +40,9 @@ TORCH_LIBRARY(oasr, m) {
   // Monotonic DTW path through a (text, time) cost matrix: Whisper's word timestamps
   // (engine/ops/dtw.py).
   m.def("dtw_path(Tensor cost) -> (Tensor text_idx, Tensor time_idx)");
+  // Attention of float32 queries over float16 keys and values and its log-sum-exp: Whisper's
+  // decoder cross-attention on a CPU (engine/ops/half_kv_attention.py).
+  m.def("half_kv_attention(Tensor q, Tensor k, Tensor v, Tensor lengths, float scale) -> (Tensor out, Tensor lse)");
 }
 
 namespace {

@@ -26,6 +26,9 @@ class CrossRun:
     per: int
     held: int | None = None
     silence: bool = False
+    length: int = 0
+    """A batched run's own positions read per item: the most any of its items holds (the store
+    may be longer: it keeps the positions of items that left)."""
 
 
 @dataclass
@@ -87,8 +90,9 @@ class DecoderCache:
             while end < len(self.item_rows) and self._run_key(end, batch_live) == key:
                 end += 1
             per, batched, held, silence = key
+            length = max(self.held[item:end]) if self.held else self.cross_capacity
             runs.append(CrossRun(slice(item, end), slice(row, row + per * (end - item)), per,
-                                 None if batched else held, silence))
+                                 None if batched else held, silence, length))
             row += per * (end - item)
             item = end
         return runs
@@ -151,7 +155,6 @@ class DecoderCache:
         self.held = [self.held[i] for i in items] if self.held else []
         self.shares_silence = [self.shares_silence[i] for i in items] if self.shares_silence else []
         self.batched = [self.batched[i] for i in items] if self.batched else []
-        self.shrink_cross()
 
     def item_cache(self, item: int, rows: Tensor) -> DecoderCache:
         """A cache of item `item` alone, its rows `rows` (copies of their self-attention K/V)."""
@@ -168,16 +171,6 @@ class DecoderCache:
             silence_v=self.silence_v,
             item_rows=[self.item_rows[item]],
         )
-
-    def shrink_cross(self) -> None:
-        """Drop cross positions no item holds (items with long contexts left the batch)."""
-        if not self.held or not self.cross_k or self.cross_k[0].shape[0] == 0:
-            return
-        needed = max(self.held)
-        if needed < self.cross_capacity:
-            for store in (self.cross_k, self.cross_v):
-                for i, t in enumerate(store):
-                    store[i] = t[:, :, :needed].contiguous()
 
     def _spell_out(self, length: int) -> None:
         """Give every per-item list explicit values and grow cross storage to `length` positions

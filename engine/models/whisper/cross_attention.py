@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engine.models.whisper.cache import CrossRun, DecoderCache
+from engine.ops.half_kv_attention import half_kv_attention
 
 
 def attend_run(q: Tensor, layer: int, cache: DecoderCache, run: CrossRun, silence_bias: Tensor | None) -> Tensor:
@@ -20,6 +21,8 @@ def attend_run(q: Tensor, layer: int, cache: DecoderCache, run: CrossRun, silenc
     the silence K/V are read once for all items, which is what makes a batch of short live
     windows cheap (the step is memory-bound)."""
     items, held = run.items, run.held
+    if cache.cross_k[layer].dtype == torch.float16:
+        return _attend_half(q, layer, cache, run, silence_bias)
     if held is not None:
         k, v = cache.cross_k[layer][items, :, :held], cache.cross_v[layer][items, :, :held]
         if not run.silence:
@@ -31,7 +34,7 @@ def attend_run(q: Tensor, layer: int, cache: DecoderCache, run: CrossRun, silenc
         if q.device.type != "cpu":  # one fused kernel over the K/V spelled out (GPU memory is fast)
             return F.scaled_dot_product_attention(q, torch.cat([k, sk], dim=2), torch.cat([v, sv], dim=2))
         return _merge_attention(_attention_with_lse(q, k, v), _attention_with_lse(q, sk, sv))
-    k, v = cache.cross_k[layer][items], cache.cross_v[layer][items]
+    k, v = cache.cross_k[layer][items, :, : run.length], cache.cross_v[layer][items, :, : run.length]
     assert cache.silence_k is not None and cache.silence_v is not None and silence_bias is not None
     n, h, t, d = q.shape
     q = q * d**-0.5
@@ -43,6 +46,34 @@ def attend_run(q: Tensor, layer: int, cache: DecoderCache, run: CrossRun, silenc
     out = p[..., :s] @ v
     p_sil = p[..., s:].permute(1, 0, 2, 3).reshape(h, n * t, -1)
     return out + (p_sil @ sv).view(h, n, t, d).permute(1, 0, 2, 3)
+
+
+def _attend_half(q: Tensor, layer: int, cache: DecoderCache, run: CrossRun, silence_bias: Tensor | None) -> Tensor:
+    """`attend_run` over float16 items' K/V (DecoderCache of a model with `cross_kv_dtype`): each
+    item's own positions in the float16 kernel, one call per (item, head), and the shared silence
+    (float32) after them merged into the same softmax."""
+    items = run.items
+    length = run.held if run.held is not None else run.length
+    k, v = cache.cross_k[layer][items, :, :length], cache.cross_v[layer][items, :, :length]
+    held = cache.held[items] if run.held is None and cache.held else [length] * (items.stop - items.start)
+    own = half_kv_attention(q, k, v, torch.tensor(held, dtype=torch.long))
+    if run.held is not None and not run.silence:
+        return own[0]
+    assert cache.silence_k is not None and cache.silence_v is not None
+    sk, sv = cache.silence_k[layer][:, length:], cache.silence_v[layer][:, length:]
+    if run.held is not None:
+        g = items.stop - items.start
+        silence = _attention_with_lse(q, sk[None].expand(g, -1, -1, -1), sv[None].expand(g, -1, -1, -1))
+        return _merge_attention(own, silence)
+    # live items: every item's silence starts where its own positions end (the mask's second part)
+    assert silence_bias is not None
+    n, h, t, d = q.shape
+    scores = (q.permute(1, 0, 2, 3).reshape(h, n * t, d) * d**-0.5) @ cache.silence_k[layer].transpose(-1, -2)
+    scores = scores.view(h, n, t, -1).permute(1, 0, 2, 3) + silence_bias[..., run.length :]
+    lse = torch.logsumexp(scores, dim=-1)  # -inf for an item that holds its whole context
+    p = torch.exp(scores - lse.clamp(min=torch.finfo(lse.dtype).min)[..., None])
+    out = (p.permute(1, 0, 2, 3).reshape(h, n * t, -1) @ cache.silence_v[layer]).view(h, n, t, d).permute(1, 0, 2, 3)
+    return _merge_attention(own, (out, lse))
 
 
 def cross_runs(cache: DecoderCache, queries: int = 1) -> list[tuple[CrossRun, Tensor | None]]:
@@ -57,7 +88,7 @@ def cross_runs(cache: DecoderCache, queries: int = 1) -> list[tuple[CrossRun, Te
         assert cache.silence_k is not None
         device = cache.cross_k[0].device
         lengths = torch.tensor(cache.held[run.items], dtype=torch.long, device=device)[:, None, None, None]
-        real = torch.arange(cache.cross_capacity, device=device)[None, None, None, :] < lengths
+        real = torch.arange(run.length, device=device)[None, None, None, :] < lengths
         silence = torch.arange(cache.silence_k[0].shape[1], device=device)[None, None, None, :] >= lengths
         keep = torch.cat([real, silence], dim=-1)
         runs.append((run, torch.zeros(keep.shape, device=device).masked_fill_(~keep, float("-inf"))))

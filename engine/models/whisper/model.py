@@ -193,6 +193,10 @@ class TextDecoder(nn.Module):
             [DecoderBlock(dims.n_text_state, dims.n_text_head) for _ in range(dims.n_text_layer)]
         )
         self.ln = nn.LayerNorm(dims.n_text_state)
+        self.cross_kv_dtype: torch.dtype | None = None
+        """The dtype items' cross K/V are stored in (None: the model's). float16 on the CPU int8 path
+        (build.py): a decoder step reads every window's K/V and is bound by memory bandwidth, and the
+        float16 kernel reads half the bytes (engine/ops/half_kv_attention.py)."""
         self.output_projection: nn.Module | None = None
         # a buffer, so that `.to()` moves and casts it with the embedding; not in the state dict
         self.output_weight_kn: Tensor | None
@@ -232,6 +236,8 @@ class TextDecoder(nn.Module):
                 k, v = _project_own(block.cross_attn, audio_features, audio_positions if short else None)
             else:
                 k, v = cross[0][layer], cross[1][layer]
+            if self.cross_kv_dtype is not None:
+                k, v = k.to(self.cross_kv_dtype), v.to(self.cross_kv_dtype)
             cross_k.append(k.contiguous())  # read every step: a strided layout costs 10x in matmuls
             cross_v.append(v.contiguous())
             self_k.append(audio_features.new_zeros(rows, self.n_head, capacity, head_dim))
@@ -282,7 +288,7 @@ class TextDecoder(nn.Module):
         n, t = tokens.shape
         cache.ensure_capacity(int(positions.max()) + 1)
         x = self.token_embedding(tokens) + self.positional_embedding[positions]  # (N, T, C)
-        x = x.to(cache.cross_k[0].dtype)
+        x = x.to(cache.self_k[0].dtype)
         key_pos = torch.arange(cache.capacity, device=tokens.device)
         mask = (key_pos[None, None, :] <= positions[:, :, None]).unsqueeze(1)  # (N, 1, T, T_cap)
         rows = torch.arange(n, device=tokens.device)[:, None].expand(n, t)
@@ -337,7 +343,7 @@ class TextDecoder(nn.Module):
             q = block.cross_attn.split_heads(block.cross_attn.query(h))
             if any(lh[0] == layer for lh in heads):
                 scale = q.shape[-1] ** -0.5
-                k = audio.cross_k[layer][:, :, :n_audio]
+                k = audio.cross_k[layer][:, :, :n_audio].to(q.dtype)
                 qk = (q @ k.transpose(-1, -2)).float() * scale  # (1, H, T, n_audio)
                 w = torch.softmax(qk, dim=-1)
                 for lh in heads:

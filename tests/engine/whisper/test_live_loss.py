@@ -126,4 +126,9 @@ def test_a_lone_word_between_long_pauses_survives_a_silence_trim(clips: list[Cli
     spoken = _spoken(final.text)
     assert "firefox" in spoken, final.text
     whole = spoken[-3:] == ["about", "that", "thing"] and bool({"six", "6"} & set(spoken))
-    assert whole == coverage, final.text  # without coverage: "six" or the closing words lost
+    if coverage:
+        assert whole, final.text
+    elif quantization == "none":
+        # the control: without coverage the float32 path loses "six" or the closing words here;
+        # the int8 path's own rounding (float16 cross K/V) happens to keep them on this audio
+        assert not whole, final.text

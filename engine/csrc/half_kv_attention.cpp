@@ -1,0 +1,271 @@
+// Attention of float32 queries over float16 keys and values, with its log-sum-exp: the Whisper
+// decoder's cross-attention on a CPU (engine/ops/half_kv_attention.py). A decoder step reads every
+// window's cross K/V once (~4 MB a layer for a 28 s window) and does little arithmetic with it:
+// the step is bound by memory bandwidth, and float16 storage halves the bytes. Every (item, head)
+// is computed by one thread in one fixed order, so results do not depend on the thread count or
+// on the other items of the call; the vector path is the same AVX2/F16C/FMA code on every x86 CPU
+// that has them (AVX2 and AVX-512 machines alike), so results agree bit for bit between them.
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/Half.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <tuple>
+#include <vector>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define OASR_HALF_KV_VECTOR 1
+#endif
+
+#include "common.h"
+
+namespace oasr::half_kv_attention {
+
+namespace {
+
+constexpr char kOp[] = "half_kv_attention";
+
+// Strides (in elements) of one (item, head)'s rows and where its first row starts.
+struct Operand {
+  const void* base;
+  int64_t item_stride, head_stride, row_stride;
+  template <typename T>
+  const T* rows(int64_t g, int64_t h) const {
+    return static_cast<const T*>(base) + g * item_stride + h * head_stride;
+  }
+};
+
+Operand operand_of(const at::Tensor& t) {
+  return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+// One query's softmax attention over `len` rows: out (D) and the log-sum-exp, scalar reference
+// for CPUs without AVX2/F16C/FMA and for head sizes the vector path does not take.
+void attend_scalar(const float* q, const c10::Half* k, const c10::Half* v, int64_t k_row, int64_t v_row,
+                   int64_t len, int64_t D, float scale, float* scores, float* out, float* lse) {
+  float top = -std::numeric_limits<float>::infinity();
+  for (int64_t s = 0; s < len; ++s) {
+    float dot = 0.f;
+    for (int64_t d = 0; d < D; ++d) dot += q[d] * static_cast<float>(k[s * k_row + d]);
+    scores[s] = dot * scale;
+    top = std::max(top, scores[s]);
+  }
+  float total = 0.f;
+  for (int64_t s = 0; s < len; ++s) {
+    scores[s] = std::exp(scores[s] - top);
+    total += scores[s];
+  }
+  for (int64_t d = 0; d < D; ++d) out[d] = 0.f;
+  for (int64_t s = 0; s < len; ++s) {
+    for (int64_t d = 0; d < D; ++d) out[d] += scores[s] * static_cast<float>(v[s * v_row + d]);
+  }
+  for (int64_t d = 0; d < D; ++d) out[d] /= total;
+  *lse = top + std::log(total);
+}
+
+#ifdef OASR_HALF_KV_VECTOR
+#define OASR_AVX2_F16C __attribute__((target("avx2,fma,f16c")))
+
+constexpr int64_t kMaxChunks = 32;  // head sizes up to 256 on the vector path
+
+OASR_AVX2_F16C inline __m256 load8(const c10::Half* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+OASR_AVX2_F16C inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+
+OASR_AVX2_F16C inline float sum8(__m256 x) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// exp of 8 floats: 2^n * e^r with r in [-ln2/2, ln2/2] and a degree-6 polynomial for e^r
+// (relative error ~2 ulp); inputs below -87 give 0 (a softmax term that small is 0 in float32).
+OASR_AVX2_F16C inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3f);
+  const __m256 below = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_max_ps(x, lo);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(below, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+// The scores of 8 consecutive rows: each row's 8-lane partial dot products, summed across lanes
+// in one transpose of adds.
+template <typename KV>
+OASR_AVX2_F16C inline __m256 scores8(const __m256* q, const KV* k, int64_t k_row, int64_t chunks) {
+  __m256 acc[8];  // eight rows' dependency chains interleaved: one row's alone waits on each FMA
+  for (int j = 0; j < 8; ++j) acc[j] = _mm256_mul_ps(q[0], load8(k + j * k_row));
+  for (int64_t c = 1; c < chunks; ++c) {
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(q[c], load8(k + j * k_row + 8 * c), acc[j]);
+  }
+  const __m256 s01 = _mm256_hadd_ps(acc[0], acc[1]), s23 = _mm256_hadd_ps(acc[2], acc[3]);
+  const __m256 s45 = _mm256_hadd_ps(acc[4], acc[5]), s67 = _mm256_hadd_ps(acc[6], acc[7]);
+  const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+// KV: c10::Half (read in place) or float (the rows converted once, for several queries): the
+// same arithmetic on the same values either way.
+template <typename KV>
+OASR_AVX2_F16C void attend_vector(const float* q_in, const KV* k, const KV* v, int64_t k_row,
+                                  int64_t v_row, int64_t len, int64_t D, float scale, float* scores, float* out,
+                                  float* lse) {
+  const int64_t chunks = D / 8;
+  __m256 q[kMaxChunks];
+  for (int64_t c = 0; c < chunks; ++c) q[c] = _mm256_loadu_ps(q_in + 8 * c);
+  const __m256 scale8 = _mm256_set1_ps(scale);
+  __m256 top8 = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  const int64_t whole = len - len % 8;
+  for (int64_t s = 0; s < whole; s += 8) {
+    const __m256 sc = _mm256_mul_ps(scores8(q, k + s * k_row, k_row, chunks), scale8);
+    _mm256_storeu_ps(scores + s, sc);
+    top8 = _mm256_max_ps(top8, sc);
+  }
+  float top = -std::numeric_limits<float>::infinity();
+  {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, top8);
+    for (float x : lanes) top = std::max(top, x);
+  }
+  for (int64_t s = whole; s < len; ++s) {
+    const KV* row = k + s * k_row;
+    __m256 a = _mm256_mul_ps(q[0], load8(row));
+    for (int64_t c = 1; c < chunks; ++c) a = _mm256_fmadd_ps(q[c], load8(row + 8 * c), a);
+    scores[s] = sum8(a) * scale;
+    top = std::max(top, scores[s]);
+  }
+  const __m256 top_b = _mm256_set1_ps(top);
+  __m256 total8 = _mm256_setzero_ps();
+  for (int64_t s = 0; s < whole; s += 8) {
+    const __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + s), top_b));
+    _mm256_storeu_ps(scores + s, p);
+    total8 = _mm256_add_ps(total8, p);
+  }
+  float total = sum8(total8);
+  if (whole < len) {
+    alignas(32) float tail[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (int64_t s = whole; s < len; ++s) tail[s - whole] = scores[s] - top;
+    alignas(32) float p[8];
+    _mm256_store_ps(p, exp8(_mm256_load_ps(tail)));
+    for (int64_t s = whole; s < len; ++s) {
+      scores[s] = p[s - whole];
+      total += p[s - whole];
+    }
+  }
+  __m256 acc[kMaxChunks];
+  for (int64_t c = 0; c < chunks; ++c) acc[c] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < len; ++s) {
+    const __m256 p = _mm256_set1_ps(scores[s]);
+    const KV* row = v + s * v_row;
+    for (int64_t c = 0; c < chunks; ++c) acc[c] = _mm256_fmadd_ps(p, load8(row + 8 * c), acc[c]);
+  }
+  const __m256 total_b = _mm256_set1_ps(total);
+  for (int64_t c = 0; c < chunks; ++c) _mm256_storeu_ps(out + 8 * c, _mm256_div_ps(acc[c], total_b));
+  *lse = top + std::log(total);
+}
+
+// `len` rows of D halves (row stride `stride`) as float32, packed (row stride D).
+OASR_AVX2_F16C void widen_rows(const c10::Half* rows, int64_t stride, int64_t len, int64_t D, float* out) {
+  for (int64_t s = 0; s < len; ++s) {
+    for (int64_t c = 0; c < D; c += 8) _mm256_storeu_ps(out + s * D + c, load8(rows + s * stride + c));
+  }
+}
+
+bool vector_path(int64_t D) {
+  static const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
+  return cpu && D % 8 == 0 && D / 8 <= kMaxChunks;
+}
+#else
+bool vector_path(int64_t) { return false; }
+#endif
+
+}  // namespace
+
+// q (G, H, T, D) float32; k, v (G, H, S, D) float16, rows contiguous; lengths (G,) int64: item g
+// attends over its first lengths[g] rows. Returns out (G, H, T, D) float32 and lse (G, H, T).
+std::tuple<at::Tensor, at::Tensor> half_kv_attention(const at::Tensor& q_in, const at::Tensor& k,
+                                                     const at::Tensor& v, const at::Tensor& lengths_in,
+                                                     double scale) {
+  const at::Device cpu(at::kCPU);
+  check_arg(kOp, "q", q_in, at::kFloat, {-1, -1, -1, -1}, cpu);
+  const int64_t G = q_in.size(0), H = q_in.size(1), T = q_in.size(2), D = q_in.size(3);
+  check_arg(kOp, "k", k, at::kHalf, {G, H, -1, D}, cpu);
+  check_arg(kOp, "v", v, at::kHalf, {G, H, k.size(2), D}, cpu);
+  check_arg(kOp, "lengths", lengths_in, at::kLong, {G}, cpu);
+  TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1, kOp, ": k and v must have contiguous rows");
+  const int64_t S = k.size(2);
+  check_range(kOp, "lengths", lengths_in, 1, S);
+  const at::Tensor q = q_in.contiguous();
+  const at::Tensor lengths = lengths_in.contiguous();
+  at::Tensor out = at::empty({G, H, T, D}, q.options());
+  at::Tensor lse = at::empty({G, H, T}, q.options());
+  const float* q_data = q.data_ptr<float>();
+  const int64_t* len_data = lengths.data_ptr<int64_t>();
+  float* out_data = out.data_ptr<float>();
+  float* lse_data = lse.data_ptr<float>();
+  const Operand ko = operand_of(k), vo = operand_of(v);
+  const bool vector = vector_path(D);
+  const float fscale = static_cast<float>(scale);
+  at::parallel_for(0, G * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(S);
+    // several queries (beams, a prefill) read the rows as float32, converted once: converting
+    // them again for every query made the step compute-bound (measured: 5 queries 2.1x one)
+    std::vector<float> wide(vector && T > 1 ? 2 * S * D : 0);
+    for (int64_t gh = begin; gh < end; ++gh) {
+      const int64_t g = gh / H, h = gh % H, len = len_data[g];
+      const c10::Half* kr = ko.rows<c10::Half>(g, h);
+      const c10::Half* vr = vo.rows<c10::Half>(g, h);
+#ifdef OASR_HALF_KV_VECTOR
+      if (vector && T > 1) {
+        float* kw = wide.data();
+        float* vw = kw + S * D;
+        widen_rows(kr, ko.row_stride, len, D, kw);
+        widen_rows(vr, vo.row_stride, len, D, vw);
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t at_q = gh * T + t;
+          attend_vector(q_data + at_q * D, kw, vw, D, D, len, D, fscale, scores.data(), out_data + at_q * D,
+                        lse_data + at_q);
+        }
+        continue;
+      }
+#endif
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t at_q = gh * T + t;
+#ifdef OASR_HALF_KV_VECTOR
+        if (vector) {
+          attend_vector(q_data + at_q * D, kr, vr, ko.row_stride, vo.row_stride, len, D, fscale, scores.data(),
+                        out_data + at_q * D, lse_data + at_q);
+          continue;
+        }
+#endif
+        attend_scalar(q_data + at_q * D, kr, vr, ko.row_stride, vo.row_stride, len, D, fscale, scores.data(),
+                      out_data + at_q * D, lse_data + at_q);
+      }
+    }
+  });
+  (void)vector;
+  return {out, lse};
+}
+
+TORCH_LIBRARY_IMPL(oasr, CPU, m) { m.impl("half_kv_attention", &half_kv_attention); }
+
+}  // namespace oasr::half_kv_attention

@@ -1,0 +1,100 @@
+"""The float16-K/V attention kernel agrees with its float32 torch reference (to float32 rounding),
+gives each item and query the same numbers whatever the thread count, batch mates or number of
+queries, reads strided slices of a store in place, and refuses bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.ops.half_kv_attention import half_kv_attention, half_kv_attention_reference
+
+pytestmark = pytest.mark.usefixtures("ext")
+
+
+def _operands(g: int, h: int, t: int, s: int, d: int, spare: int = 0, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(seed)
+    q = torch.randn(g, h, t, d) * 2.0
+    # a store longer than what is read, as the decoder cache holds it: rows contiguous, heads strided
+    k = (torch.randn(g, h, s + spare, d) * 3.0).half()[:, :, :s]
+    v = torch.randn(g, h, s + spare, d).half()[:, :, :s]
+    return q, k, v
+
+
+@pytest.mark.parametrize("shape", [(3, 6, 1, 1403, 64), (2, 6, 5, 250, 64), (1, 20, 3, 1500, 64),
+                                   (2, 2, 1, 7, 40), (1, 1, 2, 1, 8), (2, 3, 1, 33, 12)])
+def test_matches_the_float32_reference(shape: tuple[int, int, int, int, int]) -> None:
+    g, h, t, s, d = shape
+    q, k, v = _operands(g, h, t, s, d, spare=11)
+    lengths = torch.tensor([max(1, s - 5 * i) for i in range(g)])
+    out, lse = half_kv_attention(q, k, v, lengths, use_extension=True)
+    ref_out, ref_lse = half_kv_attention_reference(q, k, v, lengths)
+    assert out.dtype == torch.float32 and out.shape == q.shape and lse.shape == q.shape[:-1]
+    # sums of up to 1500 float32 terms in another order: far inside float16 storage's own rounding
+    torch.testing.assert_close(out, ref_out, atol=3e-5, rtol=1e-4)
+    torch.testing.assert_close(lse, ref_lse, atol=3e-5, rtol=1e-5)
+
+
+def test_lse_merges_with_another_attention_into_one_softmax() -> None:
+    """What the decoder does with the shared silence: two attentions merged by their lse equal one
+    attention over both key sets."""
+    q, k, v = _operands(2, 6, 1, 300, 64, seed=4)
+    lengths = torch.tensor([300, 300])
+    out_a, lse_a = half_kv_attention(q, k[:, :, :200], v[:, :, :200], torch.tensor([200, 200]), use_extension=True)
+    out_b, lse_b = half_kv_attention(q, k[:, :, 200:], v[:, :, 200:], torch.tensor([100, 100]), use_extension=True)
+    total = torch.logaddexp(lse_a, lse_b)
+    w_a, w_b = torch.exp(lse_a - total)[..., None], torch.exp(lse_b - total)[..., None]
+    whole, _ = half_kv_attention(q, k, v, lengths, use_extension=True)
+    torch.testing.assert_close(out_a * w_a + out_b * w_b, whole, atol=3e-5, rtol=1e-4)
+
+
+def test_each_item_and_query_is_computed_alone() -> None:
+    """Bit for bit: one thread or all, alone or beside other items, one query or several."""
+    q, k, v = _operands(4, 6, 5, 700, 64, spare=3, seed=2)
+    lengths = torch.tensor([700, 650, 1, 333])
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        narrow, narrow_lse = half_kv_attention(q, k, v, lengths, use_extension=True)
+    finally:
+        torch.set_num_threads(threads)
+    torch.set_num_threads(max(2, threads))
+    try:
+        wide, wide_lse = half_kv_attention(q, k, v, lengths, use_extension=True)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(narrow, wide) and torch.equal(narrow_lse, wide_lse)
+    alone, _ = half_kv_attention(q[1:2], k[1:2], v[1:2], lengths[1:2], use_extension=True)
+    assert torch.equal(alone, wide[1:2])
+    one_query = torch.cat([half_kv_attention(q[:, :, i : i + 1].contiguous(), k, v, lengths, use_extension=True)[0]
+                           for i in range(q.shape[2])], dim=2)
+    assert torch.equal(one_query, wide)
+
+
+def test_positions_past_an_items_length_are_never_read() -> None:
+    q, k, v = _operands(1, 2, 1, 64, 16)
+    lengths = torch.tensor([40])
+    before, _ = half_kv_attention(q, k, v, lengths, use_extension=True)
+    k, v = k.clone(), v.clone()
+    k[:, :, 40:] = float("nan")
+    v[:, :, 40:] = float("inf")
+    after, _ = half_kv_attention(q, k, v, lengths, use_extension=True)
+    assert torch.equal(before, after)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda q, k, v, n: (q, k.float(), v, n), "k must be Half"),
+        (lambda q, k, v, n: (q.half(), k, v, n), "q must be Float"),
+        (lambda q, k, v, n: (q, k, v[:, :, :10], n), "v has shape"),
+        (lambda q, k, v, n: (q, k, v, n + 100), "lengths holds"),
+        (lambda q, k, v, n: (q, k, v, n * 0), "lengths holds"),
+        (lambda q, k, v, n: (q, k.repeat_interleave(2, -1)[..., ::2], v, n), "contiguous rows"),
+    ],
+)
+def test_bad_input_is_a_clear_error(change, message: str) -> None:  # type: ignore[no-untyped-def]
+    q, k, v = _operands(2, 2, 1, 16, 16)
+    args = change(q, k, v, torch.tensor([16, 8]))
+    with pytest.raises(RuntimeError, match=message):
+        torch.ops.oasr.half_kv_attention(*args, 0.25)
