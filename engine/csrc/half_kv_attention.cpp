@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -44,25 +45,38 @@ Operand operand_of(const at::Tensor& t) {
   return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)};
 }
 
-// One query's softmax attention over `len` rows: out (D) and the log-sum-exp, scalar reference
-// for CPUs without AVX2/F16C/FMA and for head sizes the vector path does not take.
-void attend_scalar(const float* q, const c10::Half* k, const c10::Half* v, int64_t k_row, int64_t v_row,
-                   int64_t len, int64_t D, float scale, float* scores, float* out, float* lse) {
+// Rows of one (item, head): its own positions, then (n > 0) the shared tail after them.
+struct HalfRows {
+  const c10::Half* k;
+  const c10::Half* v;
+  int64_t k_row, v_row, n;
+};
+
+// One query's softmax attention over `own` then `tail`: out (D) and the log-sum-exp; the scalar
+// reference for CPUs without AVX2/F16C/FMA and for head sizes the vector path does not take.
+void attend_scalar(const float* q, const HalfRows& own, const HalfRows& tail, int64_t D, float scale,
+                   float* scores, float* out, float* lse) {
   float top = -std::numeric_limits<float>::infinity();
-  for (int64_t s = 0; s < len; ++s) {
-    float dot = 0.f;
-    for (int64_t d = 0; d < D; ++d) dot += q[d] * static_cast<float>(k[s * k_row + d]);
-    scores[s] = dot * scale;
-    top = std::max(top, scores[s]);
+  int64_t at = 0;
+  for (const HalfRows* rows : {&own, &tail}) {
+    for (int64_t s = 0; s < rows->n; ++s, ++at) {
+      float dot = 0.f;
+      for (int64_t d = 0; d < D; ++d) dot += q[d] * static_cast<float>(rows->k[s * rows->k_row + d]);
+      scores[at] = dot * scale;
+      top = std::max(top, scores[at]);
+    }
   }
   float total = 0.f;
-  for (int64_t s = 0; s < len; ++s) {
+  for (int64_t s = 0; s < at; ++s) {
     scores[s] = std::exp(scores[s] - top);
     total += scores[s];
   }
   for (int64_t d = 0; d < D; ++d) out[d] = 0.f;
-  for (int64_t s = 0; s < len; ++s) {
-    for (int64_t d = 0; d < D; ++d) out[d] += scores[s] * static_cast<float>(v[s * v_row + d]);
+  at = 0;
+  for (const HalfRows* rows : {&own, &tail}) {
+    for (int64_t s = 0; s < rows->n; ++s, ++at) {
+      for (int64_t d = 0; d < D; ++d) out[d] += scores[at] * static_cast<float>(rows->v[s * rows->v_row + d]);
+    }
   }
   for (int64_t d = 0; d < D; ++d) out[d] /= total;
   *lse = top + std::log(total);
@@ -80,10 +94,11 @@ OASR_AVX2_F16C inline __m256 load8(const c10::Half* p) {
 OASR_AVX2_F16C inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 
 OASR_AVX2_F16C inline float sum8(__m256 x) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+  // ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)): the order of scores8's transpose of adds,
+  // so a row's score does not depend on whether it falls in a block of eight
+  const __m256 pairs = _mm256_hadd_ps(x, x);
+  const __m256 quads = _mm256_hadd_ps(pairs, pairs);
+  return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(quads), _mm256_extractf128_ps(quads, 1)));
 }
 
 // exp of 8 floats: 2^n * e^r with r in [-ln2/2, ln2/2] and a degree-6 polynomial for e^r
@@ -122,36 +137,53 @@ OASR_AVX2_F16C inline __m256 scores8(const __m256* q, const KV* k, int64_t k_row
   return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
 }
 
-// KV: c10::Half (read in place) or float (the rows converted once, for several queries): the
-// same arithmetic on the same values either way.
+// One run of key/value rows: `n` rows, row strides k_row / v_row.
 template <typename KV>
-OASR_AVX2_F16C void attend_vector(const float* q_in, const KV* k, const KV* v, int64_t k_row,
-                                  int64_t v_row, int64_t len, int64_t D, float scale, float* scores, float* out,
-                                  float* lse) {
-  const int64_t chunks = D / 8;
+struct Rows {
+  const KV* k;
+  const KV* v;
+  int64_t k_row, v_row, n;
+};
+
+// The scaled scores of `rows` into scores[0, n), and their running maximum.
+template <typename KV>
+OASR_AVX2_F16C void score_rows(const __m256* q, int64_t chunks, __m256 scale8, const Rows<KV>& rows, float* scores,
+                               __m256& top8) {
+  const int64_t whole = rows.n - rows.n % 8;
+  for (int64_t s = 0; s < whole; s += 8) {
+    const __m256 sc = _mm256_mul_ps(scores8(q, rows.k + s * rows.k_row, rows.k_row, chunks), scale8);
+    _mm256_storeu_ps(scores + s, sc);
+    top8 = _mm256_max_ps(top8, sc);
+  }
+  for (int64_t s = whole; s < rows.n; ++s) {
+    const KV* row = rows.k + s * rows.k_row;
+    __m256 a = _mm256_mul_ps(q[0], load8(row));
+    for (int64_t c = 1; c < chunks; ++c) a = _mm256_fmadd_ps(q[c], load8(row + 8 * c), a);
+    scores[s] = sum8(a) * _mm256_cvtss_f32(scale8);  // sum8 adds as scores8's tree: the same score
+    top8 = _mm256_max_ps(top8, _mm256_set1_ps(scores[s]));
+  }
+}
+
+// KV: c10::Half (read in place) or float (the rows converted once, for several queries): the
+// same arithmetic on the same values either way. One softmax over `own` followed by `tail` (the
+// shared silence after an item's own positions; n = 0: none); `scores` holds both.
+template <typename KV>
+OASR_AVX2_F16C void attend_vector(const float* q_in, const Rows<KV>& own, const Rows<KV>& tail, int64_t D,
+                                  float scale, float* scores, float* out, float* lse) {
+  const int64_t chunks = D / 8, len = own.n + tail.n;
   __m256 q[kMaxChunks];
   for (int64_t c = 0; c < chunks; ++c) q[c] = _mm256_loadu_ps(q_in + 8 * c);
   const __m256 scale8 = _mm256_set1_ps(scale);
   __m256 top8 = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  const int64_t whole = len - len % 8;
-  for (int64_t s = 0; s < whole; s += 8) {
-    const __m256 sc = _mm256_mul_ps(scores8(q, k + s * k_row, k_row, chunks), scale8);
-    _mm256_storeu_ps(scores + s, sc);
-    top8 = _mm256_max_ps(top8, sc);
-  }
+  score_rows(q, chunks, scale8, own, scores, top8);
+  score_rows(q, chunks, scale8, tail, scores + own.n, top8);
   float top = -std::numeric_limits<float>::infinity();
   {
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, top8);
     for (float x : lanes) top = std::max(top, x);
   }
-  for (int64_t s = whole; s < len; ++s) {
-    const KV* row = k + s * k_row;
-    __m256 a = _mm256_mul_ps(q[0], load8(row));
-    for (int64_t c = 1; c < chunks; ++c) a = _mm256_fmadd_ps(q[c], load8(row + 8 * c), a);
-    scores[s] = sum8(a) * scale;
-    top = std::max(top, scores[s]);
-  }
+  const int64_t whole = len - len % 8;
   const __m256 top_b = _mm256_set1_ps(top);
   __m256 total8 = _mm256_setzero_ps();
   for (int64_t s = 0; s < whole; s += 8) {
@@ -161,10 +193,10 @@ OASR_AVX2_F16C void attend_vector(const float* q_in, const KV* k, const KV* v, i
   }
   float total = sum8(total8);
   if (whole < len) {
-    alignas(32) float tail[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (int64_t s = whole; s < len; ++s) tail[s - whole] = scores[s] - top;
+    alignas(32) float rest[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (int64_t s = whole; s < len; ++s) rest[s - whole] = scores[s] - top;
     alignas(32) float p[8];
-    _mm256_store_ps(p, exp8(_mm256_load_ps(tail)));
+    _mm256_store_ps(p, exp8(_mm256_load_ps(rest)));
     for (int64_t s = whole; s < len; ++s) {
       scores[s] = p[s - whole];
       total += p[s - whole];
@@ -172,10 +204,13 @@ OASR_AVX2_F16C void attend_vector(const float* q_in, const KV* k, const KV* v, i
   }
   __m256 acc[kMaxChunks];
   for (int64_t c = 0; c < chunks; ++c) acc[c] = _mm256_setzero_ps();
-  for (int64_t s = 0; s < len; ++s) {
-    const __m256 p = _mm256_set1_ps(scores[s]);
-    const KV* row = v + s * v_row;
-    for (int64_t c = 0; c < chunks; ++c) acc[c] = _mm256_fmadd_ps(p, load8(row + 8 * c), acc[c]);
+  for (const Rows<KV>* rows : {&own, &tail}) {
+    const float* p_rows = scores + (rows == &own ? 0 : own.n);
+    for (int64_t s = 0; s < rows->n; ++s) {
+      const __m256 p = _mm256_set1_ps(p_rows[s]);
+      const KV* row = rows->v + s * rows->v_row;
+      for (int64_t c = 0; c < chunks; ++c) acc[c] = _mm256_fmadd_ps(p, load8(row + 8 * c), acc[c]);
+    }
   }
   const __m256 total_b = _mm256_set1_ps(total);
   for (int64_t c = 0; c < chunks; ++c) _mm256_storeu_ps(out + 8 * c, _mm256_div_ps(acc[c], total_b));
@@ -201,10 +236,13 @@ bool vector_path(int64_t) { return false; }
 }  // namespace
 
 // q (G, H, T, D) float32; k, v (G, H, S, D) float16, rows contiguous; lengths (G,) int64: item g
-// attends over its first lengths[g] rows. Returns out (G, H, T, D) float32 and lse (G, H, T).
+// attends over its first lengths[g] rows and, with k_tail / v_tail (H, S_tail, D) float16 (shared
+// by every item: Whisper's encoded silence), over their rows from lengths[g] on, in one softmax.
+// Returns out (G, H, T, D) float32 and lse (G, H, T).
 std::tuple<at::Tensor, at::Tensor> half_kv_attention(const at::Tensor& q_in, const at::Tensor& k,
                                                      const at::Tensor& v, const at::Tensor& lengths_in,
-                                                     double scale) {
+                                                     double scale, const std::optional<at::Tensor>& k_tail,
+                                                     const std::optional<at::Tensor>& v_tail) {
   const at::Device cpu(at::kCPU);
   check_arg(kOp, "q", q_in, at::kFloat, {-1, -1, -1, -1}, cpu);
   const int64_t G = q_in.size(0), H = q_in.size(1), T = q_in.size(2), D = q_in.size(3);
@@ -212,6 +250,15 @@ std::tuple<at::Tensor, at::Tensor> half_kv_attention(const at::Tensor& q_in, con
   check_arg(kOp, "v", v, at::kHalf, {G, H, k.size(2), D}, cpu);
   check_arg(kOp, "lengths", lengths_in, at::kLong, {G}, cpu);
   TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1, kOp, ": k and v must have contiguous rows");
+  TORCH_CHECK(k_tail.has_value() == v_tail.has_value(), kOp, ": k_tail and v_tail come together");
+  const bool with_tail = k_tail.has_value();
+  int64_t S_tail = 0;
+  if (with_tail) {
+    check_arg(kOp, "k_tail", *k_tail, at::kHalf, {H, -1, D}, cpu);
+    check_arg(kOp, "v_tail", *v_tail, at::kHalf, {H, k_tail->size(1), D}, cpu);
+    TORCH_CHECK(k_tail->stride(2) == 1 && v_tail->stride(2) == 1, kOp, ": k_tail and v_tail must have contiguous rows");
+    S_tail = k_tail->size(1);
+  }
   const int64_t S = k.size(2);
   check_range(kOp, "lengths", lengths_in, 1, S);
   const at::Tensor q = q_in.contiguous();
@@ -223,26 +270,46 @@ std::tuple<at::Tensor, at::Tensor> half_kv_attention(const at::Tensor& q_in, con
   float* out_data = out.data_ptr<float>();
   float* lse_data = lse.data_ptr<float>();
   const Operand ko = operand_of(k), vo = operand_of(v);
+  const c10::Half* kt = with_tail ? k_tail->data_ptr<c10::Half>() : nullptr;
+  const c10::Half* vt = with_tail ? v_tail->data_ptr<c10::Half>() : nullptr;
+  const int64_t kt_head = with_tail ? k_tail->stride(0) : 0, kt_row = with_tail ? k_tail->stride(1) : 0;
+  const int64_t vt_head = with_tail ? v_tail->stride(0) : 0, vt_row = with_tail ? v_tail->stride(1) : 0;
   const bool vector = vector_path(D);
   const float fscale = static_cast<float>(scale);
+  const int64_t most = std::max(S, S_tail);
   at::parallel_for(0, G * H, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(S);
-    // several queries (beams, a prefill) read the rows as float32, converted once: converting
-    // them again for every query made the step compute-bound (measured: 5 queries 2.1x one)
-    std::vector<float> wide(vector && T > 1 ? 2 * S * D : 0);
+    std::vector<float> scores(most);
+    // several queries (beams, a prefill) read the rows as float32, converted once (the same
+    // values, so the same results as one query at a time)
+    std::vector<float> wide(vector && T > 1 ? 2 * most * D : 0);
     for (int64_t gh = begin; gh < end; ++gh) {
       const int64_t g = gh / H, h = gh % H, len = len_data[g];
-      const c10::Half* kr = ko.rows<c10::Half>(g, h);
-      const c10::Half* vr = vo.rows<c10::Half>(g, h);
+      const int64_t tail_n = std::max<int64_t>(0, S_tail - len);
+      const HalfRows own{ko.rows<c10::Half>(g, h), vo.rows<c10::Half>(g, h), ko.row_stride, vo.row_stride, len};
+      const HalfRows tail{tail_n ? kt + h * kt_head + len * kt_row : nullptr,
+                          tail_n ? vt + h * vt_head + len * vt_row : nullptr, kt_row, vt_row, tail_n};
 #ifdef OASR_HALF_KV_VECTOR
       if (vector && T > 1) {
         float* kw = wide.data();
-        float* vw = kw + S * D;
-        widen_rows(kr, ko.row_stride, len, D, kw);
-        widen_rows(vr, vo.row_stride, len, D, vw);
+        float* vw = kw + most * D;
+        widen_rows(own.k, own.k_row, own.n, D, kw);
+        widen_rows(own.v, own.v_row, own.n, D, vw);
+        widen_rows(tail.k, tail.k_row, tail.n, D, kw + own.n * D);
+        widen_rows(tail.v, tail.v_row, tail.n, D, vw + own.n * D);
+        const Rows<float> own_w{kw, vw, D, D, own.n}, tail_w{kw + own.n * D, vw + own.n * D, D, D, tail.n};
         for (int64_t t = 0; t < T; ++t) {
           const int64_t at_q = gh * T + t;
-          attend_vector(q_data + at_q * D, kw, vw, D, D, len, D, fscale, scores.data(), out_data + at_q * D,
+          attend_vector(q_data + at_q * D, own_w, tail_w, D, fscale, scores.data(), out_data + at_q * D,
+                        lse_data + at_q);
+        }
+        continue;
+      }
+      if (vector) {
+        const Rows<c10::Half> own_h{own.k, own.v, own.k_row, own.v_row, own.n};
+        const Rows<c10::Half> tail_h{tail.k, tail.v, tail.k_row, tail.v_row, tail.n};
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t at_q = gh * T + t;
+          attend_vector(q_data + at_q * D, own_h, tail_h, D, fscale, scores.data(), out_data + at_q * D,
                         lse_data + at_q);
         }
         continue;
@@ -250,15 +317,7 @@ std::tuple<at::Tensor, at::Tensor> half_kv_attention(const at::Tensor& q_in, con
 #endif
       for (int64_t t = 0; t < T; ++t) {
         const int64_t at_q = gh * T + t;
-#ifdef OASR_HALF_KV_VECTOR
-        if (vector) {
-          attend_vector(q_data + at_q * D, kr, vr, ko.row_stride, vo.row_stride, len, D, fscale, scores.data(),
-                        out_data + at_q * D, lse_data + at_q);
-          continue;
-        }
-#endif
-        attend_scalar(q_data + at_q * D, kr, vr, ko.row_stride, vo.row_stride, len, D, fscale, scores.data(),
-                      out_data + at_q * D, lse_data + at_q);
+        attend_scalar(q_data + at_q * D, own, tail, D, fscale, scores.data(), out_data + at_q * D, lse_data + at_q);
       }
     }
   });

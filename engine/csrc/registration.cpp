@@ -42,7 +42,9 @@ TORCH_LIBRARY(oasr, m) {
   m.def("dtw_path(Tensor cost) -> (Tensor text_idx, Tensor time_idx)");
   // Attention of float32 queries over float16 keys and values and its log-sum-exp: Whisper's
   // decoder cross-attention on a CPU (engine/ops/half_kv_attention.py).
-  m.def("half_kv_attention(Tensor q, Tensor k, Tensor v, Tensor lengths, float scale) -> (Tensor out, Tensor lse)");
+  m.def(
+      "half_kv_attention(Tensor q, Tensor k, Tensor v, Tensor lengths, float scale, Tensor? k_tail=None, "
+      "Tensor? v_tail=None) -> (Tensor out, Tensor lse)");
 }
 
 namespace {

@@ -76,7 +76,8 @@ def register() -> None:
 
     @torch.library.register_fake("oasr::half_kv_attention")
     def _half_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor,
-                           scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+                           scale: float, k_tail: torch.Tensor | None = None,
+                           v_tail: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         return q.new_empty(q.shape), q.new_empty(q.shape[:-1])
 
     @torch.library.register_fake("oasr::dtw_path")

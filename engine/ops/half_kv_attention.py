@@ -5,6 +5,7 @@ one pass per (item, head) in a fixed order). The torch reference below computes 
 softmax in float32 (the kernel's rounding differs: its sums run in another order).
 
     out, lse = half_kv_attention(q, k, v, lengths)   # q (G, H, T, D) f32; k, v (G, H, S, D) f16
+    out, _ = half_kv_attention(q, k, v, lengths, k_tail=silence_k, v_tail=silence_v)  # + (H, S', D)
 """
 
 from __future__ import annotations
@@ -23,22 +24,32 @@ def half_kv_kernel(device: torch.device) -> bool:
 
 
 def half_kv_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor,
-                                scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                                scale: float | None = None, k_tail: torch.Tensor | None = None,
+                                v_tail: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    scores = (q @ k.float().transpose(-1, -2)) * scale  # (G, H, T, S)
-    keep = torch.arange(k.shape[2], device=q.device)[None, :] < lengths[:, None]  # (G, S)
+    g, s = k.shape[0], k.shape[2]
+    keep = torch.arange(s, device=q.device)[None, :] < lengths[:, None]  # (G, S)
+    if k_tail is not None and v_tail is not None:  # item g: its rows [0, len), the tail's [len, S_tail)
+        tail_keep = torch.arange(k_tail.shape[1], device=q.device)[None, :] >= lengths[:, None]
+        k = torch.cat([k, k_tail[None].expand(g, -1, -1, -1)], dim=2)
+        v = torch.cat([v, v_tail[None].expand(g, -1, -1, -1)], dim=2)
+        keep = torch.cat([keep, tail_keep], dim=1)
+    scores = (q @ k.float().transpose(-1, -2)) * scale  # (G, H, T, S [+ S_tail])
     scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
     return torch.softmax(scores, dim=-1) @ v.float(), lse
 
 
 def half_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor,
-                      scale: float | None = None, *, use_extension: bool | None = None,
+                      scale: float | None = None, k_tail: torch.Tensor | None = None,
+                      v_tail: torch.Tensor | None = None, *, use_extension: bool | None = None,
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention (G, H, T, D) float32 of q over item g's first lengths[g] rows of k, v
-    (float16, rows contiguous), and its log-sum-exp (G, H, T); `scale` defaults to D ** -0.5."""
+    (float16, rows contiguous) and, with `k_tail`/`v_tail` (H, S_tail, D) float16 shared by every
+    item, over the tail's rows from lengths[g] on, in one softmax; and its log-sum-exp (G, H, T).
+    `scale` defaults to D ** -0.5."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     if resolve_use_extension(half_kv_kernel(q.device) if use_extension is None else use_extension):
-        out, lse = torch.ops.oasr.half_kv_attention(q, k, v, lengths, scale)
+        out, lse = torch.ops.oasr.half_kv_attention(q, k, v, lengths, scale, k_tail, v_tail)
         return out, lse
-    return half_kv_attention_reference(q, k, v, lengths, scale)
+    return half_kv_attention_reference(q, k, v, lengths, scale, k_tail, v_tail)

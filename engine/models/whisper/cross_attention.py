@@ -22,7 +22,7 @@ def attend_run(q: Tensor, layer: int, cache: DecoderCache, run: CrossRun, silenc
     windows cheap (the step is memory-bound)."""
     items, held = run.items, run.held
     if cache.cross_k[layer].dtype == torch.float16:
-        return _attend_half(q, layer, cache, run, silence_bias)
+        return _attend_half(q, layer, cache, run)
     if held is not None:
         k, v = cache.cross_k[layer][items, :, :held], cache.cross_v[layer][items, :, :held]
         if not run.silence:
@@ -48,32 +48,19 @@ def attend_run(q: Tensor, layer: int, cache: DecoderCache, run: CrossRun, silenc
     return out + (p_sil @ sv).view(h, n, t, d).permute(1, 0, 2, 3)
 
 
-def _attend_half(q: Tensor, layer: int, cache: DecoderCache, run: CrossRun, silence_bias: Tensor | None) -> Tensor:
-    """`attend_run` over float16 items' K/V (DecoderCache of a model with `cross_kv_dtype`): each
-    item's own positions in the float16 kernel, one call per (item, head), and the shared silence
-    (float32) after them merged into the same softmax."""
+def _attend_half(q: Tensor, layer: int, cache: DecoderCache, run: CrossRun) -> Tensor:
+    """`attend_run` over float16 K/V (a model with `cross_kv_dtype`): in one kernel call, each item
+    over its own positions and then, where its context goes on with the shared silence, over the
+    silence's positions after them, in one softmax per (item, head)."""
     items = run.items
     length = run.held if run.held is not None else run.length
     k, v = cache.cross_k[layer][items, :, :length], cache.cross_v[layer][items, :, :length]
     held = cache.held[items] if run.held is None and cache.held else [length] * (items.stop - items.start)
-    own = half_kv_attention(q, k, v, torch.tensor(held, dtype=torch.long))
+    lengths = torch.tensor(held, dtype=torch.long)
     if run.held is not None and not run.silence:
-        return own[0]
+        return half_kv_attention(q, k, v, lengths)[0]
     assert cache.silence_k is not None and cache.silence_v is not None
-    sk, sv = cache.silence_k[layer][:, length:], cache.silence_v[layer][:, length:]
-    if run.held is not None:
-        g = items.stop - items.start
-        silence = _attention_with_lse(q, sk[None].expand(g, -1, -1, -1), sv[None].expand(g, -1, -1, -1))
-        return _merge_attention(own, silence)
-    # live items: every item's silence starts where its own positions end (the mask's second part)
-    assert silence_bias is not None
-    n, h, t, d = q.shape
-    scores = (q.permute(1, 0, 2, 3).reshape(h, n * t, d) * d**-0.5) @ cache.silence_k[layer].transpose(-1, -2)
-    scores = scores.view(h, n, t, -1).permute(1, 0, 2, 3) + silence_bias[..., run.length :]
-    lse = torch.logsumexp(scores, dim=-1)  # -inf for an item that holds its whole context
-    p = torch.exp(scores - lse.clamp(min=torch.finfo(lse.dtype).min)[..., None])
-    out = (p.permute(1, 0, 2, 3).reshape(h, n * t, -1) @ cache.silence_v[layer]).view(h, n, t, d).permute(1, 0, 2, 3)
-    return _merge_attention(own, (out, lse))
+    return half_kv_attention(q, k, v, lengths, k_tail=cache.silence_k[layer], v_tail=cache.silence_v[layer])[0]
 
 
 def cross_runs(cache: DecoderCache, queries: int = 1) -> list[tuple[CrossRun, Tensor | None]]:

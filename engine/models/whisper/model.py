@@ -256,6 +256,8 @@ class TextDecoder(nn.Module):
         ks, vs = [], []
         for block in self.blocks:
             k, v = block.cross_attn.project_kv(silence_features[None])
+            if self.cross_kv_dtype is not None:  # read beside the items' own K/V, in the same kernel
+                k, v = k.to(self.cross_kv_dtype), v.to(self.cross_kv_dtype)
             ks.append(k[0].contiguous())
             vs.append(v[0].contiguous())
         return ks, vs

@@ -35,6 +35,23 @@ def test_matches_the_float32_reference(shape: tuple[int, int, int, int, int]) ->
     torch.testing.assert_close(lse, ref_lse, atol=3e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("queries", [1, 4])
+def test_a_shared_tail_continues_each_items_own_rows_in_one_softmax(queries: int) -> None:
+    """Whisper's 'fit' windows: item g attends over its own lengths[g] positions and then over the
+    shared encoded silence from position lengths[g] to its end (none for an item that holds all)."""
+    q, k, v = _operands(4, 6, queries, 1500, 64, seed=5)
+    torch.manual_seed(6)
+    k_tail, v_tail = (torch.randn(6, 1500, 64) * 3.0).half(), torch.randn(6, 1500, 64).half()
+    lengths = torch.tensor([1500, 1403, 250, 1])
+    out, lse = half_kv_attention(q, k, v, lengths, k_tail=k_tail, v_tail=v_tail, use_extension=True)
+    ref_out, ref_lse = half_kv_attention_reference(q, k, v, lengths, None, k_tail, v_tail)
+    torch.testing.assert_close(out, ref_out, atol=3e-5, rtol=1e-4)
+    torch.testing.assert_close(lse, ref_lse, atol=3e-5, rtol=1e-5)
+    whole = torch.cat([k[1:2, :, :1403], k_tail[None, :, 1403:]], dim=2), torch.cat([v[1:2, :, :1403], v_tail[None, :, 1403:]], dim=2)
+    spelled, _ = half_kv_attention(q[1:2], *whole, torch.tensor([1500]), use_extension=True)
+    assert torch.equal(spelled, out[1:2]), "the tail is read as if it were the item's own rows"
+
+
 def test_lse_merges_with_another_attention_into_one_softmax() -> None:
     """What the decoder does with the shared silence: two attentions merged by their lse equal one
     attention over both key sets."""
