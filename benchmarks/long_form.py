@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -81,6 +82,18 @@ def build_recording(clips: list[Clip], minutes: float, seed: int = 0) -> Clip:
             texts.append(c.text)
             total += gap.size + c.audio.size
     return Clip("long_form", np.concatenate(parts), " ".join(texts))
+
+
+def read_recording(audio_path: Path, text_path: Path) -> Clip:
+    """A recording from disk, as 16 kHz mono float32, and its reference transcript."""
+    import soundfile as sf
+    import soxr
+
+    data, rate = sf.read(str(audio_path), dtype="float32", always_2d=True)
+    mono = data.mean(axis=1)
+    if rate != SAMPLE_RATE:
+        mono = soxr.resample(mono, rate, SAMPLE_RATE).astype(np.float32)
+    return Clip(audio_path.stem, np.ascontiguousarray(mono, dtype=np.float32), text_path.read_text().strip())
 
 
 def engine_row(name: str, **whisper: object) -> Row:
@@ -181,11 +194,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="timed runs per system, interleaved")
     parser.add_argument("--server", action="store_true", help="also through a real server (upload, SSE)")
     parser.add_argument("--no-sequential", action="store_true", help="leave out the engine's sequential row")
+    parser.add_argument("--audio", type=Path, default=None,
+                        help="time this recording instead of one built from the dev clips (e.g. benchmarks/"
+                             "tts_recording.py's); its transcript is --text")
+    parser.add_argument("--text", type=Path, default=None, help="the reference transcript of --audio")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     clips = load_clips(DEFAULT_MANIFEST, None)
-    recording = build_recording(clips, args.minutes)
+    if args.audio is not None:
+        if args.text is None:
+            parser.error("--audio needs --text (its reference transcript)")
+        recording = read_recording(args.audio, args.text)
+    else:
+        recording = build_recording(clips, args.minutes)
     audio_s = recording.seconds
     rows = [engine_row("oasr engine, defaults")]
     if not args.no_sequential:
@@ -199,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows:
             row.close()
     print(cpu_report(default_info()))
-    print(f"recording: {audio_s:.1f} s ({len(clips)} dev clips per pass, {GAP_S:.0f} s pauses), "
+    source = str(args.audio) if args.audio is not None else f"{len(clips)} dev clips per pass, {GAP_S:.0f} s pauses"
+    print(f"recording: {audio_s:.1f} s ({source}), "
           f"{args.repeat} interleaved run(s), load average at the end {tuple(round(x, 1) for x in os.getloadavg())}\n")
     print(render(rows, audio_s))
     return 0

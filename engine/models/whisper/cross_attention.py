@@ -66,10 +66,11 @@ def _attend_half(q: Tensor, layer: int, cache: DecoderCache, run: CrossRun) -> T
 def cross_runs(cache: DecoderCache, queries: int = 1) -> list[tuple[CrossRun, Tensor | None]]:
     """The cache's runs (`DecoderCache.item_runs`) for `queries` positions per row, each
     batched live one with its (G, 1, 1, S + 1500) additive mask over [own positions, silence
-    positions] per item."""
+    positions] per item (float32 K/V: float16 ones are read by a kernel that needs none)."""
     runs: list[tuple[CrossRun, Tensor | None]] = []
+    half = bool(cache.cross_k) and cache.cross_k[0].dtype == torch.float16
     for run in cache.item_runs(batch_live=queries == 1):
-        if run.held is not None:
+        if run.held is not None or half:
             runs.append((run, None))
             continue
         assert cache.silence_k is not None
