@@ -17,6 +17,13 @@ probation until an engine step that began LIVE_PROVE_S after their admission has
 no pass is shed, and a shed pass (the engine behind its streams' cadence) stops admission for
 LIVE_SETTLE_S and marks the level it broke at: past it, one session at a time is tried.
 
+A session costs the engine little until it speaks (its passes over silence decode a few tokens),
+so in a burst the slow start alone learns too late: sessions arrive faster than they show their
+cost. The gate therefore also counts every session admitted lately whose stream has not decoded
+speech yet at the measured marginal cost of a speaking stream (app/backlog.py `live_cost`, the
+slope of the live share over the streams that spoke) and admits a new one only while that
+projected share stays within LIVE_MAX_SHARE.
+
 Event-loop only (the bridge feeds it from its dispatch), so no lock.
 """
 
@@ -46,6 +53,18 @@ half its pass period to be encoded, engine/models/whisper/window.py): the engine
 streams' cadence, and the sessions it admitted lately have not shown their full cost yet (a
 session costs nothing until it speaks). Late passes come before shed ones: the gate stops while
 the sessions it holds still keep their cadence, not after they lost it."""
+LIVE_MAX_SHARE = 1.0
+"""Projected share of the engine's time (app/backlog.py `live_share`, fed by its stage timers)
+past which no new live session is admitted: the share now, plus the measured marginal cost of a
+stream (`live_cost`, the slope of the share over the streams that speak) for every session
+admitted lately that has not spoken yet, and for the new one. The whole engine: a Whisper stream
+re-decodes its window at every pass, so the streams fill the engine's time well before they lose
+their cadence (16 sessions on the 2-core Xeon: share 0.98, median partial gap 0.85 s), and the
+line fitted over a burst's first speakers is steeper than the margin (one stream alone reads 0.6)."""
+LIVE_SPEAK_WAIT_S = 10.0
+"""Seconds a live session is expected to start speaking within: until then (or until its stream
+decodes speech) it is counted at the marginal cost of a stream. A session that stays silent
+longer counts as what it costs (nothing), as before it was admitted."""
 CEILING_FORGET_S = 120.0
 """Seconds without a shed pass after which the level the engine last fell behind at is forgotten
 (the machine's other load changes; a ceiling measured under it must not cap the next hour)."""
@@ -86,6 +105,9 @@ class LiveGate:
         """When the last engine step reported began: a session is proven only by a step that
         began LIVE_PROVE_S after its admission, not by time alone (under load one step outlasts
         the probation, and the passes it held up are shed, so counted, at the next step's start)."""
+        self.spoken = 0
+        """Live streams the engine reports as having decoded speech (their cost shows in the share)."""
+        self._opened: dict[int, float] = {}  # permit id -> when admitted, for every open session
 
     def shed(self, passes: int) -> None:
         """The engine shed `passes` live passes since the last report: the sessions open are more
@@ -139,19 +161,40 @@ class LiveGate:
         if late_for < LIVE_LATE_HOLD_S:
             return ("the engine runs the live sessions admitted close to their cadence (a pass waited half its "
                     "period to start)", max(1, math.ceil(LIVE_LATE_HOLD_S - late_for)))
+        projected = self.projected_share()
+        if projected is not None and projected > LIVE_MAX_SHARE:
+            return (f"live sessions would take about {projected:.0%} of the engine with the "
+                    f"{self.waiting()} admitted that have not spoken yet and a new one", LIVE_RETRY_AFTER_S)
         if self.open + 1 > self.limit():
             return (f"{len(self._probation)} live sessions admitted lately have not shown yet that the engine keeps "
                     f"their cadence (an engine step {LIVE_PROVE_S:g} s after their admission without a pass shed)",
                     LIVE_RETRY_AFTER_S)
         return None
 
+    def waiting(self) -> int:
+        """Sessions admitted within LIVE_SPEAK_WAIT_S whose streams have not decoded speech yet
+        (by count: the engine reports how many streams spoke, not which)."""
+        recent_since = self._clock() - LIVE_SPEAK_WAIT_S
+        recent = sum(1 for at in self._opened.values() if at > recent_since)
+        return max(0, min(recent, self.open - self.spoken))
+
+    def projected_share(self) -> float | None:
+        """The live share once the sessions waiting to speak and one more run, at the measured
+        marginal cost of a stream (None until it is measured)."""
+        fitted = self._backlog.live_share_at(self.spoken + self.waiting() + 1)
+        if fitted is None:
+            return None
+        cost = self._backlog.live_cost or 0.0
+        return max(fitted, self._backlog.live_share + cost * (self.waiting() + 1))
+
     def admitted(self, pid: int) -> None:
         self.open += 1
-        self._probation[pid] = self._clock()
+        self._probation[pid] = self._opened[pid] = self._clock()
 
     def released(self, pid: int) -> None:
         self.open = max(0, self.open - 1)
         self._probation.pop(pid, None)
+        self._opened.pop(pid, None)
 
 
 @dataclass
@@ -196,13 +239,16 @@ class Admission:
     # ---------------------------------------------------------------- what the engine reports
 
     def observe(self, live_seconds: float, streams: int, passes_shed: int, step_at: float | None = None,
-                *, passes_late: int = 0) -> None:
+                *, passes_late: int = 0, spoken: int | None = None) -> None:
         """One dispatch of the engine's outputs: the engine time live streams took, the live
-        streams it holds, the live passes it shed and started late since the last one, and when
-        the last step they cover began (on this admission's clock; default: now)."""
+        streams it holds (`spoken` of them have shown their cost; default: all), the live passes
+        it shed and started late since the last one, and when the last step they cover began (on
+        this admission's clock; default: now)."""
         self.live_streams = streams
+        self.live.spoken = streams if spoken is None else spoken
         self.live.checked_at = max(self.live.checked_at, self._clock() if step_at is None else step_at)
-        self.backlog.live(live_seconds, streams, passes_shed, unproven=self.live.open - self.live.proven)
+        self.backlog.live(live_seconds, streams, passes_shed, unproven=self.live.open - self.live.proven,
+                          spoken=self.live.spoken)
         self.live.shed(passes_shed)
         self.live.late(passes_late)
         if not streams and not self.live.open:
@@ -279,5 +325,5 @@ class Admission:
             self.live.released(permit.id)
 
 
-__all__ = ["CEILING_FORGET_S", "LIVE_LATE_HOLD_S", "LIVE_PROVE_S", "LIVE_START", "SHUTTING_DOWN", "Admission", "LiveGate", "Permit",
+__all__ = ["CEILING_FORGET_S", "LIVE_LATE_HOLD_S", "LIVE_MAX_SHARE", "LIVE_PROVE_S", "LIVE_SPEAK_WAIT_S", "LIVE_START", "SHUTTING_DOWN", "Admission", "LiveGate", "Permit",
            "Refused"]

@@ -124,11 +124,15 @@ class Backlog:
         self._cost_samples: deque[tuple[int, float]] = deque(maxlen=LIVE_COST_SAMPLES)  # (streams, share)
         self.live_cost: float | None = None
         """Measured marginal share of engine time one more live stream adds: the slope of the
-        live share over the number of streams open, fitted over the last LIVE_COST_SAMPLES samples
-        (None until they span two stream counts). Not the share over the streams: with batching,
-        one more stream costs far less than the average (one stream alone reads 64 %)."""
+        live share over the number of streams that have spoken, fitted over the last
+        LIVE_COST_SAMPLES samples (None until they span two stream counts). Not the share over
+        the streams: with batching, one more stream costs far less than the average (one stream
+        alone reads 64 %)."""
+        self.live_base = 0.0
+        """The fitted share at no speaking stream (with `live_cost`, the line share = base + cost * n)."""
         self._live_streams = 0  # live streams open at the engine, as last reported
         self._unproven = 0  # live sessions admitted too lately to show in the share (app/admission.py)
+        self._live_spoken = 0  # live streams whose cost shows in the share
         self.shed_at = -math.inf
         """When the engine last shed live passes (behind their cadence)."""
         self._reserved: list[float] = []  # when offline work was admitted that is not tracked yet
@@ -181,14 +185,17 @@ class Backlog:
                 step = CORRECTION_STEP * (CORRECTION_QUANTILE if late else CORRECTION_QUANTILE - 1.0)
                 self.correction = min(MAX_CORRECTION, max(1.0, self.correction + step))
 
-    def live(self, engine_seconds: float, streams: int = 0, passes_shed: int = 0, unproven: int = 0) -> None:
+    def live(self, engine_seconds: float, streams: int = 0, passes_shed: int = 0, unproven: int = 0,
+             spoken: int | None = None) -> None:
         """Engine time (s) live streams took in the steps whose outputs are being reported, how
-        many live streams the engine holds now, how many of their passes it shed for being
+        many live streams the engine holds now (`spoken` of them have shown their cost, default
+        all: the marginal cost is fitted over those), how many of their passes it shed for being
         behind their cadence, and how many live sessions were admitted too lately to show in the
         share yet (call before `sample()`)."""
         if passes_shed > 0:
             self.shed_at = self._clock()
         self._live_streams = streams
+        self._live_spoken = streams if spoken is None else spoken
         self._unproven = unproven
         self._live += engine_seconds
         if self._since is not None:
@@ -202,9 +209,13 @@ class Backlog:
             share = min(1.0, self._live / span)
             weight = 1.0 - math.exp(-span / LIVE_TAU_S)
             self.live_share += weight * (share - self.live_share)
-            if self._live_streams:
-                self._cost_samples.append((self._live_streams, share))
+            if self._live_spoken:
+                self._cost_samples.append((self._live_spoken, share))
                 self.live_cost = _slope(self._cost_samples, self.live_cost)
+                if self.live_cost is not None:  # the fitted line passes through the samples' means
+                    mean_x = sum(x for x, _ in self._cost_samples) / len(self._cost_samples)
+                    mean_y = sum(y for _, y in self._cost_samples) / len(self._cost_samples)
+                    self.live_base = mean_y - self.live_cost * mean_x
             self._live_since, self._live = now, 0.0
         if self._since is not None and now - self._since >= MIN_SAMPLE_S and self._progress > 0:
             span = now - self._since
@@ -269,6 +280,11 @@ class Backlog:
     def live_ended(self) -> None:
         """Every live session ended: none is behind any more."""
         self.shed_at = -math.inf
+
+    def live_share_at(self, streams: int) -> float | None:
+        """The share `streams` speaking streams take on the fitted line (None until it is fitted).
+        Unlike the smoothed share it does not lag a burst of streams starting to speak."""
+        return None if self.live_cost is None else self.live_base + self.live_cost * streams
 
     def live_projection(self, *, streams_open: bool = True) -> float:
         """The live share expected once the sessions admitted lately run: the measured share

@@ -123,6 +123,8 @@ class EngineService:
             "backlog_audio_s": round(self.backlog.seconds, 3),
             "live_engine_share": round(self.backlog.current_live_share(), 3),
             "live_sessions_held": self.admission.live.held,
+            "live_stream_cost": None if self.backlog.live_cost is None else round(self.backlog.live_cost, 4),
+            "live_sessions_waiting": self.admission.live.waiting(),
             "max_queue_delay_s": self.admission.max_queue_delay_secs,
         }
 
@@ -284,6 +286,6 @@ class EngineService:
                 self.series.failed(out.error_stage or "unknown")
         # the engine time live streams took (offline work did not get it), and whether they are behind
         self.admission.observe(report.live_seconds, report.streams, report.passes_shed, report.step_at,
-                               passes_late=report.passes_late)
+                               passes_late=report.passes_late, spoken=report.spoken)
         self.series.queue_delay.set(self.backlog.delay())
         self.series.route.observe(time.perf_counter() - report.sent_at)

@@ -40,6 +40,8 @@ class StepReport:
     """Engine time live streams took since the last report."""
     streams: int = 0
     """Live streams the runner held after the last step."""
+    spoken: int = 0
+    """Of them, those that have shown their cost (`RunnerStats.streams_spoken`)."""
     passes_shed: int = 0
     """Live passes shed since the last report (behind their cadence)."""
     passes_late: int = 0
@@ -72,6 +74,7 @@ class EngineThread:
         self._shed_new = 0  # live passes shed not yet handed over
         self._late_new = 0  # live passes started late not yet handed over
         self._streams = 0
+        self._spoken = 0
         self._posted_at = 0.0  # perf_counter() of the last hand-over
         self.death: str | None = None
         """Why the thread died (None while it runs): written once by the thread."""
@@ -162,6 +165,7 @@ class EngineThread:
         snapshot, stats = e.metrics.drain(), e.runner.stats()
         self._live_s += live_engine_seconds(snapshot.stage_seconds)
         self._streams = stats.streams
+        self._spoken = stats.streams if stats.streams_spoken is None else stats.streams_spoken
         passes = self.series.export(snapshot, stats, e.num_running, e.num_waiting)
         self._shed_new += passes.shed
         self._late_new += passes.late
@@ -173,8 +177,8 @@ class EngineThread:
         live_due = ((self._live_s > 0 or self._shed_new or self._late_new or idle)
                     and now - self._posted_at >= LIVE_POST_PERIOD_S)
         if (outputs or live_due) and self._loop is not None:
-            report = StepReport(outputs, now, self._live_s, self._streams, self._shed_new, self._late_new,
-                                self._step_at)
+            report = StepReport(outputs, now, self._live_s, self._streams, self._spoken, self._shed_new,
+                                self._late_new, self._step_at)
             self._live_s, self._shed_new, self._late_new, self._posted_at, self._step_at = 0.0, 0, 0, now, None
             try:
                 self._loop.call_soon_threadsafe(self._deliver_on_loop, report)

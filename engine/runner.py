@@ -53,6 +53,10 @@ class RunnerStats:
 
     streams: int = 0
     """Live streams the runner holds state for."""
+    streams_spoken: int | None = None
+    """Of them, those that have shown their cost: a re-decoding family's stream costs little until
+    its passes decode speech (Whisper: a pass has written text). None: every stream (a family
+    whose streams cost the same from their first chunk)."""
     kv_blocks_used: int = 0
     kv_blocks_capacity: int = 0
     """Blocks in the paged KV pool (0: the family keeps no paged cache)."""

@@ -9,6 +9,7 @@ from app.admission import (
     CEILING_FORGET_S,
     LIVE_LATE_HOLD_S,
     LIVE_PROVE_S,
+    LIVE_SPEAK_WAIT_S,
     LIVE_START,
     Admission,
     Permit,
@@ -188,3 +189,45 @@ def test_offline_work_over_the_queue_delay_is_refused_with_the_estimate() -> Non
     assert refused.google_body()["error"]["status"] == "RESOURCE_EXHAUSTED"
     a.max_queue_delay_secs = 0  # load admission off
     assert a.refusal() is None
+
+
+def test_a_burst_stops_near_capacity_before_the_sessions_admitted_have_spoken() -> None:
+    """Sessions opened 0.25 s apart, each speaking (costing) only 2.5 s after its admission, on an
+    engine where every speaking stream takes 6 % of its time (16 fit): the slow start alone would
+    admit them all (test above); counting the sessions that have not spoken yet at the measured
+    marginal cost stops the burst near what fits, and the refused are told to retry."""
+    clock = Clock()
+    a = admission(clock)
+    admitted_at: list[float] = []
+    refused: list[Refused] = []
+    for _ in range(48):
+        why = a.refusal(live=True, count=False)
+        if why is None:
+            a.take(live=True)
+            admitted_at.append(clock.now)
+        else:
+            refused.append(why)
+        clock.now += 0.25
+        spoken = sum(1 for at in admitted_at if clock.now - at >= 2.5)
+        a.observe(min(1.0, 0.06 * spoken) * 0.25, a.live.open, 0, spoken=spoken)
+    assert 12 <= len(admitted_at) <= 18, len(admitted_at)
+    assert refused and all(r.retry_after == LIVE_RETRY_AFTER_S and "not spoken yet" in r.reason for r in refused)
+    assert len(admitted_at) + len(refused) == 48
+
+
+def test_sessions_that_stay_silent_count_at_no_cost_after_the_speaking_wait() -> None:
+    """Sessions that have not spoken count at a speaking stream's marginal cost until
+    LIVE_SPEAK_WAIT_S after their admission; then at what they cost (nothing): a session that
+    stays silent does not hold the gate shut."""
+    clock = Clock()
+    a = admission(clock)
+    admit_all(a, 4)
+    for spoken in range(1, 5):  # four streams start speaking one after another, 15 % each
+        clock.now += 0.5
+        a.observe(0.15 * spoken * 0.5, 4, 0, spoken=spoken)
+    assert a.backlog.live_cost == pytest.approx(0.15)
+    assert len(admit_all(a, 10)) == 2  # 60 % + 15 % + 15 %: a third would make 105 %
+    assert a.live.waiting() == 2 and "not spoken yet" in a.refusal(live=True, count=False).reason
+    clock.now += LIVE_SPEAK_WAIT_S
+    a.observe(0.6 * 0.5, 6, 0, spoken=4)
+    assert a.live.waiting() == 0 and a.refusal(live=True, count=False) is None

@@ -131,7 +131,8 @@ class WhisperRunner:
             })
 
     def stats(self) -> RunnerStats:
-        return RunnerStats(streams=len(self.streams), decode_slots_used=self.batch.num_rows,
+        return RunnerStats(streams=len(self.streams), streams_spoken=sum(s.spoken for s in self.streams.values()),
+                           decode_slots_used=self.batch.num_rows,
                            decode_slots_capacity=self.planner.max_rows,
                            stream_passes_total=self.totals.passes,
                            stream_encoded_seconds_total=self.totals.encoded_s,

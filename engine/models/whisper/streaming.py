@@ -114,6 +114,9 @@ class StreamingTranscription(WindowedTranscription):
         self.heard_until = 0.0  # stream time (s) up to which the last finished pass decoded
         self.cover_due = False  # a skipped pass kept speech no word covers: the next pass runs
         self.catch_up: CatchUpRound | None = None  # the backlog round decoding, if any (catchup.py)
+        self.spoken = False
+        """A pass has decoded text: the stream's passes cost what speech costs from now on (over
+        silence they decode a few tokens; the live gate waits for this, app/admission.py)."""
 
     # ---- scheduling ----
 
@@ -287,6 +290,7 @@ class StreamingTranscription(WindowedTranscription):
         self.last_pass_tokens, self.last_pass_start = result.tokens, self.window_start
         silent = self._silent(result)
         mute = not silent and not any(t < self.parts.tokenizer.eot for t in result.tokens)
+        self.spoken = self.spoken or not (silent or mute)
         if (mute or looping) and (job.sot_index or job.forced) and not self.unprompted:
             # tiny.en, prompted with a sentence's first words over audio starting mid-sentence,
             # can answer with an empty transcript although it hears speech, and prompted with
