@@ -5,6 +5,8 @@
 // is computed by one thread in one fixed order, so results do not depend on the thread count or
 // on the other items of the call; the vector path is the same AVX2/F16C/FMA code on every x86 CPU
 // that has them (AVX2 and AVX-512 machines alike), so results agree bit for bit between them.
+// An item's own positions may go on with a tail every item shares (Whisper's encoded silence after
+// a short 'fit' window): it is read from the item's length on, in the same softmax.
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Half.h>
