@@ -22,7 +22,8 @@ so in a burst the slow start alone learns too late: sessions arrive faster than 
 cost. The gate therefore also counts every session admitted lately whose stream has not decoded
 speech yet at the measured marginal cost of a speaking stream (app/backlog.py `live_cost`, the
 slope of the live share over the streams that spoke) and admits a new one only while that
-projected share stays within LIVE_MAX_SHARE.
+projected share stays within LIVE_MAX_SHARE, from the LIVE_START sessions the slow start trusts
+on (a line fitted over a few streams on a loaded machine can say anything).
 
 Event-loop only (the bridge feeds it from its dispatch), so no lock.
 """
@@ -161,7 +162,7 @@ class LiveGate:
         if late_for < LIVE_LATE_HOLD_S:
             return ("the engine runs the live sessions admitted close to their cadence (a pass waited half its "
                     "period to start)", max(1, math.ceil(LIVE_LATE_HOLD_S - late_for)))
-        projected = self.projected_share()
+        projected = self.projected_share() if self.open >= LIVE_START else None
         if projected is not None and projected > LIVE_MAX_SHARE:
             return (f"live sessions would take about {projected:.0%} of the engine with the "
                     f"{self.waiting()} admitted that have not spoken yet and a new one", LIVE_RETRY_AFTER_S)

@@ -221,13 +221,30 @@ def test_sessions_that_stay_silent_count_at_no_cost_after_the_speaking_wait() ->
     stays silent does not hold the gate shut."""
     clock = Clock()
     a = admission(clock)
-    admit_all(a, 4)
-    for spoken in range(1, 5):  # four streams start speaking one after another, 15 % each
+    admit_all(a, LIVE_START)
+    for spoken in range(1, LIVE_START + 1):  # they start speaking one after another, 9 % each
         clock.now += 0.5
-        a.observe(0.15 * spoken * 0.5, 4, 0, spoken=spoken)
-    assert a.backlog.live_cost == pytest.approx(0.15)
-    assert len(admit_all(a, 10)) == 2  # 60 % + 15 % + 15 %: a third would make 105 %
-    assert a.live.waiting() == 2 and "not spoken yet" in a.refusal(live=True, count=False).reason
+        a.observe(0.09 * spoken * 0.5, LIVE_START, 0, spoken=spoken)
+    assert a.backlog.live_cost == pytest.approx(0.09)
+    clock.now += LIVE_PROVE_S  # proven, the share unchanged
+    a.observe(0.72 * LIVE_PROVE_S, LIVE_START, 0, spoken=LIVE_START)
+    assert len(admit_all(a, 10)) == 3  # 72 % + 3 x 9 %: a fourth would make 108 %
+    refused = a.refusal(live=True, count=False)
+    assert a.live.waiting() == 3 and refused is not None and "not spoken yet" in refused.reason
     clock.now += LIVE_SPEAK_WAIT_S
-    a.observe(0.6 * 0.5, 6, 0, spoken=4)
+    a.observe(0.72 * 0.5, LIVE_START + 3, 0, spoken=LIVE_START)
     assert a.live.waiting() == 0 and a.refusal(live=True, count=False) is None
+
+
+def test_the_sessions_the_slow_start_trusts_are_never_refused_by_projection() -> None:
+    """A steep line fitted over two streams on a loaded machine refuses none of the LIVE_START
+    sessions the slow start admits on trust."""
+    clock = Clock()
+    a = admission(clock)
+    admit_all(a, 2)
+    for spoken, share in ((1, 0.3), (2, 0.9), (1, 0.3), (2, 0.9)):
+        clock.now += 0.5
+        a.observe(share * 0.5, 2, 0, spoken=spoken)
+    assert a.backlog.live_cost is not None and a.backlog.live_cost > 0.5
+    assert a.live.projected_share() is not None and a.live.projected_share() > 1.0
+    assert len(admit_all(a)) == LIVE_START - 2

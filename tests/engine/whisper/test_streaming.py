@@ -29,7 +29,12 @@ pytestmark = pytest.mark.slow  # ~2 min: every dev clip streamed pass by pass, i
 
 STEP_SAMPLES = 8000  # 500 ms, the default WhisperOptions.stream_step_ms
 MAX_CLIP_S = 15.0  # the long-form recordings are left to the benchmark (a minute of passes each)
-WER_SLACK = 3.0  # points over offline; measured 2.0 on these clips (see the test's docstring)
+WER_SLACK = 4.5
+"""Points over offline. Measured (see the test's docstring) 1.5 on these clips for float32 and for
+int8 with float32 cross K/V; but tiny.en's live passes over "word, word, word" flip on the last
+bit: multiplying the cross K/V by (1 + 1e-5 * N(0, 1)) gave live 16.42 % and 14.43 % (two seeds,
+int8, offline unmoved at 12.44 %), float16 cross K/V (the int8 path's) 15.92 %: one clip's extra
+"word"s are six of these 201 words. The failures the bound is for cost tens of points."""
 
 
 def _live_engine(quantization: str) -> Any:
