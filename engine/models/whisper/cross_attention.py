@@ -21,7 +21,7 @@ def attend_run(q: Tensor, layer: int, cache: DecoderCache, run: CrossRun, silenc
     the silence K/V are read once for all items, which is what makes a batch of short live
     windows cheap (the step is memory-bound)."""
     items, held = run.items, run.held
-    if cache.cross_k[layer].dtype == torch.float16:
+    if _half_store(cache):
         return _attend_half(q, layer, cache, run)
     if held is not None:
         k, v = cache.cross_k[layer][items, :, :held], cache.cross_v[layer][items, :, :held]
@@ -48,6 +48,13 @@ def attend_run(q: Tensor, layer: int, cache: DecoderCache, run: CrossRun, silenc
     return out + (p_sil @ sv).view(h, n, t, d).permute(1, 0, 2, 3)
 
 
+def _half_store(cache: DecoderCache) -> bool:
+    """float16 K/V under float32 states: a model with `cross_kv_dtype` (a float16 model's K/V are
+    float16 too, and attend in float16 as they are)."""
+    return (bool(cache.cross_k) and cache.cross_k[0].dtype == torch.float16
+            and cache.self_k[0].dtype == torch.float32)
+
+
 def _attend_half(q: Tensor, layer: int, cache: DecoderCache, run: CrossRun) -> Tensor:
     """`attend_run` over float16 K/V (a model with `cross_kv_dtype`): in one kernel call, each item
     over its own positions and then, where its context goes on with the shared silence, over the
@@ -68,7 +75,7 @@ def cross_runs(cache: DecoderCache, queries: int = 1) -> list[tuple[CrossRun, Te
     batched live one with its (G, 1, 1, S + 1500) additive mask over [own positions, silence
     positions] per item (float32 K/V: float16 ones are read by a kernel that needs none)."""
     runs: list[tuple[CrossRun, Tensor | None]] = []
-    half = bool(cache.cross_k) and cache.cross_k[0].dtype == torch.float16
+    half = _half_store(cache)
     for run in cache.item_runs(batch_live=queries == 1):
         if run.held is not None or half:
             runs.append((run, None))
