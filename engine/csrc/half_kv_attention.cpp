@@ -126,8 +126,7 @@ OASR_AVX2_F16C inline __m256 exp8(__m256 x) {
 
 // The scores of 8 consecutive rows: each row's 8-lane partial dot products, summed across lanes
 // in one transpose of adds.
-template <typename KV>
-OASR_AVX2_F16C inline __m256 scores8(const __m256* q, const KV* k, int64_t k_row, int64_t chunks) {
+OASR_AVX2_F16C inline __m256 scores8(const __m256* q, const c10::Half* k, int64_t k_row, int64_t chunks) {
   __m256 acc[8];  // eight rows' dependency chains interleaved: one row's alone waits on each FMA
   for (int j = 0; j < 8; ++j) acc[j] = _mm256_mul_ps(q[0], load8(k + j * k_row));
   for (int64_t c = 1; c < chunks; ++c) {
@@ -139,17 +138,8 @@ OASR_AVX2_F16C inline __m256 scores8(const __m256* q, const KV* k, int64_t k_row
   return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
 }
 
-// One run of key/value rows: `n` rows, row strides k_row / v_row.
-template <typename KV>
-struct Rows {
-  const KV* k;
-  const KV* v;
-  int64_t k_row, v_row, n;
-};
-
 // The scaled scores of `rows` into scores[0, n), and their running maximum.
-template <typename KV>
-OASR_AVX2_F16C void score_rows(const __m256* q, int64_t chunks, __m256 scale8, const Rows<KV>& rows, float* scores,
+OASR_AVX2_F16C void score_rows(const __m256* q, int64_t chunks, __m256 scale8, const HalfRows& rows, float* scores,
                                __m256& top8) {
   const int64_t whole = rows.n - rows.n % 8;
   for (int64_t s = 0; s < whole; s += 8) {
@@ -158,7 +148,7 @@ OASR_AVX2_F16C void score_rows(const __m256* q, int64_t chunks, __m256 scale8, c
     top8 = _mm256_max_ps(top8, sc);
   }
   for (int64_t s = whole; s < rows.n; ++s) {
-    const KV* row = rows.k + s * rows.k_row;
+    const c10::Half* row = rows.k + s * rows.k_row;
     __m256 a = _mm256_mul_ps(q[0], load8(row));
     for (int64_t c = 1; c < chunks; ++c) a = _mm256_fmadd_ps(q[c], load8(row + 8 * c), a);
     scores[s] = sum8(a) * _mm256_cvtss_f32(scale8);  // sum8 adds as scores8's tree: the same score
@@ -168,8 +158,7 @@ OASR_AVX2_F16C void score_rows(const __m256* q, int64_t chunks, __m256 scale8, c
 
 // One softmax over `own` followed by `tail` (the shared silence after an item's own positions;
 // n = 0: none); `scores` holds both.
-template <typename KV>
-OASR_AVX2_F16C void attend_vector(const float* q_in, const Rows<KV>& own, const Rows<KV>& tail, int64_t D,
+OASR_AVX2_F16C void attend_vector(const float* q_in, const HalfRows& own, const HalfRows& tail, int64_t D,
                                   float scale, float* scores, float* out, float* lse) {
   const int64_t chunks = D / 8, len = own.n + tail.n;
   __m256 q[kMaxChunks];
@@ -205,11 +194,11 @@ OASR_AVX2_F16C void attend_vector(const float* q_in, const Rows<KV>& own, const 
   }
   __m256 acc[kMaxChunks];
   for (int64_t c = 0; c < chunks; ++c) acc[c] = _mm256_setzero_ps();
-  for (const Rows<KV>* rows : {&own, &tail}) {
+  for (const HalfRows* rows : {&own, &tail}) {
     const float* p_rows = scores + (rows == &own ? 0 : own.n);
     for (int64_t s = 0; s < rows->n; ++s) {
       const __m256 p = _mm256_set1_ps(p_rows[s]);
-      const KV* row = rows->v + s * rows->v_row;
+      const c10::Half* row = rows->v + s * rows->v_row;
       for (int64_t c = 0; c < chunks; ++c) acc[c] = _mm256_fmadd_ps(p, load8(row + 8 * c), acc[c]);
     }
   }
@@ -284,12 +273,9 @@ std::tuple<at::Tensor, at::Tensor> half_kv_attention(const at::Tensor& q_in, con
                           tail_n ? vt + h * vt_head + len * vt_row : nullptr, kt_row, vt_row, tail_n};
 #ifdef OASR_HALF_KV_VECTOR
       if (vector) {
-        const Rows<c10::Half> own_h{own.k, own.v, own.k_row, own.v_row, own.n};
-        const Rows<c10::Half> tail_h{tail.k, tail.v, tail.k_row, tail.v_row, tail.n};
         for (int64_t t = 0; t < T; ++t) {
           const int64_t at_q = gh * T + t;
-          attend_vector(q_data + at_q * D, own_h, tail_h, D, fscale, scores, out_data + at_q * D,
-                        lse_data + at_q);
+          attend_vector(q_data + at_q * D, own, tail, D, fscale, scores, out_data + at_q * D, lse_data + at_q);
         }
         continue;
       }
