@@ -162,10 +162,11 @@ class LiveGate:
         if late_for < LIVE_LATE_HOLD_S:
             return ("the engine runs the live sessions admitted close to their cadence (a pass waited half its "
                     "period to start)", max(1, math.ceil(LIVE_LATE_HOLD_S - late_for)))
-        projected = self.projected_share() if self.open >= LIVE_START else None
+        waiting = self.waiting()
+        projected = self.projected_share(waiting) if self.open >= LIVE_START else None
         if projected is not None and projected > LIVE_MAX_SHARE:
             return (f"live sessions would take about {projected:.0%} of the engine with the "
-                    f"{self.waiting()} admitted that have not spoken yet and a new one", LIVE_RETRY_AFTER_S)
+                    f"{waiting} admitted that have not spoken yet and a new one", LIVE_RETRY_AFTER_S)
         if self.open + 1 > self.limit():
             return (f"{len(self._probation)} live sessions admitted lately have not shown yet that the engine keeps "
                     f"their cadence (an engine step {LIVE_PROVE_S:g} s after their admission without a pass shed)",
@@ -179,14 +180,15 @@ class LiveGate:
         recent = sum(1 for at in self._opened.values() if at > recent_since)
         return max(0, min(recent, self.open - self.spoken))
 
-    def projected_share(self) -> float | None:
-        """The live share once the sessions waiting to speak and one more run, at the measured
-        marginal cost of a stream (None until it is measured)."""
-        fitted = self._backlog.live_share_at(self.spoken + self.waiting() + 1)
+    def projected_share(self, waiting: int | None = None) -> float | None:
+        """The live share once the sessions waiting to speak (`waiting()` unless given) and one
+        more run, at the measured marginal cost of a stream (None until it is measured)."""
+        waiting = self.waiting() if waiting is None else waiting
+        fitted = self._backlog.live_share_at(self.spoken + waiting + 1)
         if fitted is None:
             return None
         cost = self._backlog.live_cost or 0.0
-        return max(fitted, self._backlog.live_share + cost * (self.waiting() + 1))
+        return max(fitted, self._backlog.live_share + cost * (waiting + 1))
 
     def admitted(self, pid: int) -> None:
         self.open += 1

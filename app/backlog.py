@@ -95,16 +95,16 @@ def live_engine_seconds(stage_seconds: Mapping[str, Sequence[float]]) -> float:
     return sum(sum(times) for stage, times in stage_seconds.items() if stage.startswith("streaming."))
 
 
-def _slope(samples: Sequence[tuple[int, float]], previous: float | None) -> float | None:
-    """Least-squares slope of share over streams (at least 0), or `previous` while the samples
-    hold one stream count only (nothing says what one more adds)."""
+def _line(samples: Sequence[tuple[int, float]], previous: float | None) -> tuple[float | None, float | None]:
+    """The least-squares line of share over streams through the samples' means: its slope (at
+    least 0; `previous` while the samples hold one stream count only: nothing says what one more
+    adds) and its share at no stream (None while there is no slope)."""
     n = len(samples)
     mean_x = sum(x for x, _ in samples) / n
     mean_y = sum(y for _, y in samples) / n
     var = sum((x - mean_x) ** 2 for x, _ in samples)
-    if var <= 0:
-        return previous
-    return max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in samples) / var)
+    slope = previous if var <= 0 else max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in samples) / var)
+    return slope, None if slope is None else mean_y - slope * mean_x
 
 
 class Backlog:
@@ -211,11 +211,9 @@ class Backlog:
             self.live_share += weight * (share - self.live_share)
             if self._live_spoken:
                 self._cost_samples.append((self._live_spoken, share))
-                self.live_cost = _slope(self._cost_samples, self.live_cost)
-                if self.live_cost is not None:  # the fitted line passes through the samples' means
-                    mean_x = sum(x for x, _ in self._cost_samples) / len(self._cost_samples)
-                    mean_y = sum(y for _, y in self._cost_samples) / len(self._cost_samples)
-                    self.live_base = mean_y - self.live_cost * mean_x
+                self.live_cost, base = _line(self._cost_samples, self.live_cost)
+                if base is not None:
+                    self.live_base = base
             self._live_since, self._live = now, 0.0
         if self._since is not None and now - self._since >= MIN_SAMPLE_S and self._progress > 0:
             span = now - self._since
