@@ -45,6 +45,7 @@ from benchmarks.offline import (
     cpu_report,
     default_info,
     load_clips,
+    read_mono,
 )
 
 logger = logging.getLogger(__name__)
@@ -86,14 +87,7 @@ def build_recording(clips: list[Clip], minutes: float, seed: int = 0) -> Clip:
 
 def read_recording(audio_path: Path, text_path: Path) -> Clip:
     """A recording from disk, as 16 kHz mono float32, and its reference transcript."""
-    import soundfile as sf
-    import soxr
-
-    data, rate = sf.read(str(audio_path), dtype="float32", always_2d=True)
-    mono = data.mean(axis=1)
-    if rate != SAMPLE_RATE:
-        mono = soxr.resample(mono, rate, SAMPLE_RATE).astype(np.float32)
-    return Clip(audio_path.stem, np.ascontiguousarray(mono, dtype=np.float32), text_path.read_text().strip())
+    return Clip(audio_path.stem, read_mono(audio_path), text_path.read_text().strip())
 
 
 def engine_row(name: str, **whisper: object) -> Row:

@@ -97,24 +97,29 @@ class System:
 def load_clips(manifest: Path, count: int | None) -> list[Clip]:
     """The first `count` (default: all) single-talker clips with a reference that fit one window,
     as float32 16 kHz mono."""
-    import soundfile as sf
-    import soxr
-
     clips: list[Clip] = []
     for line in manifest.read_text().splitlines():
         row = json.loads(line)
         if row.get("text") is None or row.get("channel_texts") or float(row["duration"]) > MAX_CLIP_SECONDS:
             continue
-        data, rate = sf.read(str(manifest.parent / row["audio"]), dtype="float32", always_2d=True)
-        mono = data.mean(axis=1)
-        if rate != SAMPLE_RATE:
-            mono = soxr.resample(mono, rate, SAMPLE_RATE)
-        clips.append(Clip(row["id"], np.ascontiguousarray(mono, dtype=np.float32), row["text"]))
+        clips.append(Clip(row["id"], read_mono(manifest.parent / row["audio"]), row["text"]))
         if len(clips) == count:
             break
     if count is not None and len(clips) < count:
         raise SystemExit(f"{manifest} has only {len(clips)} usable clips, {count} requested")
     return clips
+
+
+def read_mono(path: Path) -> np.ndarray:
+    """An audio file as 16 kHz mono float32 (channels averaged)."""
+    import soundfile as sf
+    import soxr
+
+    data, rate = sf.read(str(path), dtype="float32", always_2d=True)
+    mono = data.mean(axis=1)
+    if rate != SAMPLE_RATE:
+        mono = soxr.resample(mono, rate, SAMPLE_RATE)
+    return np.ascontiguousarray(mono, dtype=np.float32)
 
 
 def corpus_wer(clips: list[Clip], hypotheses: list[str]) -> float:
