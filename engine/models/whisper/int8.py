@@ -231,6 +231,16 @@ def fuse_int8_layers(layers: Sequence[Int8Linear]) -> Int8Linear:
                                      max(layer.weight_int8_max for layer in layers))
 
 
+def exact_integer_decoder(decoder: nn.Module) -> bool:
+    """Whether every GEMM of a decoder step is an exact int8 one (Int8Linear, int8 logits): its
+    numbers then do not depend on the threads it runs on (every other op of a step computes each
+    output element on one thread)."""
+    linears = [m for m in decoder.modules() if isinstance(m, (nn.Linear, Int8Linear))]
+    projection = getattr(decoder, "output_projection", None)
+    return (bool(linears) and all(isinstance(m, Int8Linear) for m in linears)
+            and isinstance(projection, Int8Linear))
+
+
 def linear_layer_paths(module: nn.Module) -> list[str]:
     """Module paths of every nn.Linear below `module` (the layers int8 may replace)."""
     return [name for name, child in module.named_modules() if isinstance(child, nn.Linear)]

@@ -15,7 +15,7 @@ from contextlib import nullcontext
 from dataclasses import replace
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
@@ -28,7 +28,7 @@ from engine.models.whisper.coverage import SpeechCoverage
 from engine.models.whisper.decoding import DecodeGroup
 from engine.models.whisper.describe import whisper_info
 from engine.models.whisper.encoder_thread import EncoderThread
-from engine.models.whisper.int8 import Int8Linear, int8_kernel
+from engine.models.whisper.int8 import exact_integer_decoder, int8_kernel
 from engine.models.whisper.longform import SegmentedTranscription, window_request
 from engine.models.whisper.model import Whisper, WhisperDims
 from engine.models.whisper.offline import OfflineTranscription, uses_audio_padding
@@ -521,16 +521,6 @@ class WhisperRunner:
         logger.error("request %s failed at %s: %s", rid, stage, exc)
         self.release(state.request)
         outputs.append(error_output(state.request, stage, exc))
-
-
-def exact_integer_decoder(decoder: nn.Module) -> bool:
-    """Whether every GEMM of a decoder step is an exact int8 one (Int8Linear, int8 logits): its
-    numbers then do not depend on the threads it runs on (every other op of a step computes each
-    output element on one thread)."""
-    linears = [m for m in decoder.modules() if isinstance(m, (nn.Linear, Int8Linear))]
-    projection = getattr(decoder, "output_projection", None)
-    return (bool(linears) and all(isinstance(m, Int8Linear) for m in linears)
-            and isinstance(projection, Int8Linear))
 
 
 def _load_vad() -> VoiceActivityModel | None:

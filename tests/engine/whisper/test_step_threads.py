@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from engine import DecodingOptions
-from engine.models.whisper.runner import exact_integer_decoder
+from engine.models.whisper.int8 import exact_integer_decoder
 from tests.conftest import Clip
 
 
