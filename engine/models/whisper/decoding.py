@@ -152,6 +152,7 @@ class DecodeGroup:
         self.no_speech_prob = 0.0
         self.done = False
         self.result: WindowResult | None = None
+        self.checked_at = 0  # tokens (of row 0) when the rows were last checked for a loop (offline.cut_runaways)
 
     @classmethod
     def for_job(cls, job: WindowJob, rules: TokenRules, n_text_ctx: int) -> DecodeGroup:
@@ -184,6 +185,15 @@ class DecodeGroup:
     def ruled_sequences(self) -> list[list[int]]:
         """Each row's tokens as the logit rules see them: forced ones count as sampled."""
         return [self.forced + t for t in self.tokens] if self.forced else self.tokens
+
+    def candidates(self) -> list[list[int]]:
+        """Every text the window can still end as a prefix of: each row's tokens so far and the
+        beams already finished."""
+        return [*self.tokens, *(list(t) for t in self.finished_beams)]
+
+    def cut_short(self) -> None:
+        """End at the next token, as if the token budget ran out there."""
+        self.max_new_tokens = min(self.max_new_tokens, len(self.tokens[0]) + 1)
 
     def last_tokens(self) -> list[int]:
         return [t[-1] if t else self.prefix[-1] for t in self.tokens]

@@ -9,6 +9,7 @@ turns it into segments and words, and advances to where the last complete segmen
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import replace
 
 import torch
@@ -18,6 +19,7 @@ from engine.log_mel import EDGE_FRAMES, FRAMES_PER_SECOND, N_FRAMES, pad_window,
 from engine.models.whisper.alignment import align_words
 from engine.models.whisper.context import fit_frames
 from engine.models.whisper.coverage import SpeechCoverage
+from engine.models.whisper.decoding import DecodeGroup
 from engine.models.whisper.owner import WindowedTranscription
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.transcript import (
@@ -27,6 +29,7 @@ from engine.models.whisper.transcript import (
     compression_ratio,
     is_silence,
     needs_fallback,
+    runaway,
     split_segments,
     temperature_ladder,
 )
@@ -37,6 +40,22 @@ from engine.types import Alternative, RequestOutput, Segment, Word
 FALLBACK_SEED_STRIDE = 1009  # seeds of a window's fallback attempts: seed + stride × window + ladder index
 ALL_AT_ONCE = None
 """`fallback_width` of a request decoded alone: every hotter attempt of a failed window side by side."""
+RUNAWAY_CHECK_EVERY = 16
+"""Decoded tokens between two looks at a running attempt for a runaway loop (`cut_runaways`): the
+look (detokenize, gzip) costs tens of microseconds."""
+
+
+def cut_runaways(groups: Iterable[DecodeGroup]) -> None:
+    """End at their next token the offline attempts that their windows find stuck in a loop
+    (`OfflineTranscription.runs_away`), looking every RUNAWAY_CHECK_EVERY tokens."""
+    for group in groups:
+        owner = group.job.owner
+        decoded = len(group.tokens[0])
+        if group.done or not isinstance(owner, OfflineTranscription) or decoded < group.checked_at + RUNAWAY_CHECK_EVERY:
+            continue
+        group.checked_at = decoded
+        if owner.runs_away(group.job, group.candidates()):
+            group.cut_short()
 
 
 def uses_audio_padding(fit_context: bool) -> bool:
@@ -135,6 +154,22 @@ class OfflineTranscription(WindowedTranscription):
         return jobs
 
     # ---- results ----
+
+    def runs_away(self, job: WindowJob, candidates: list[list[int]]) -> bool:
+        """Whether a running attempt is stuck in a loop and a hotter attempt follows it: every
+        candidate (`candidates`: its rows' tokens so far, finished beams included) ends in a
+        runaway (the same few tokens over and over for RUNAWAY_TOKENS tokens) and its text fails
+        Whisper's compression check already. Such a decode goes on to its token limit and fails
+        that check there; ended now, it fails it now, and the next attempt starts that much sooner
+        (on the long-form benchmark recording one window's greedy "a a a ..." ran 224 tokens, the
+        last second of the recording's decode). What can differ from decoding on: a loop left
+        after RUNAWAY_TOKENS tokens (never seen), and, where every attempt fails, which is the
+        most confident (`_best_attempt` weighs the cut attempt's tokens so far)."""
+        if job.ladder_index >= len(self.ladder) - 1:
+            return False  # the last attempt: nothing would follow it
+        eot = self.parts.tokenizer.eot
+        return all(runaway([t for t in c if t < eot]) and compression_ratio(self._text_of(c)) > COMPRESSION_RATIO_THRESHOLD
+                   for c in candidates)
 
     def on_window_done(self, job: WindowJob, result: WindowResult) -> WindowUpdate:
         if job.ladder_index > 0:

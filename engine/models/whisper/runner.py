@@ -31,7 +31,7 @@ from engine.models.whisper.encoder_thread import EncoderThread
 from engine.models.whisper.int8 import exact_integer_decoder, int8_kernel
 from engine.models.whisper.longform import SegmentedTranscription, window_request
 from engine.models.whisper.model import Whisper, WhisperDims
-from engine.models.whisper.offline import OfflineTranscription, uses_audio_padding
+from engine.models.whisper.offline import OfflineTranscription, cut_runaways, uses_audio_padding
 from engine.models.whisper.options import WhisperOptions
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.planning import WindowPlanner
@@ -321,6 +321,7 @@ class WhisperRunner:
             decoding = [g.job for g in self.batch.groups if not g.done]
             with shared_stage_timer("decode", _live_share(decoding, lambda j: j.rows)) if self.batch.groups else nullcontext():
                 finished = self.batch.step(lambda g, exc: self._fail(g.job.owner, "decode", exc, outputs))
+        cut_runaways(self.batch.groups)
         for job, result in self.planner.results(finished, self.batch):
             # a live pass's result becomes its stream's partial or final (word alignment included);
             # an offline window's result advances its request to the next window

@@ -52,6 +52,20 @@ def loop_start(words: list[str], keep: int = LOOP_KEEP_REPEATS) -> int | None:
     return first
 
 
+RUNAWAY_TOKENS = 48
+RUNAWAY_MAX_PERIOD = 8
+
+
+def runaway(text_tokens: list[int]) -> bool:
+    """The last RUNAWAY_TOKENS text tokens repeat one run of at most RUNAWAY_MAX_PERIOD tokens
+    back to back (six times or more): "a a a a", "word word word", "Thank you. Thank you." as a
+    decoder writes them once it is stuck."""
+    tail = text_tokens[-RUNAWAY_TOKENS:]
+    if len(tail) < RUNAWAY_TOKENS:
+        return False
+    return any(tail[period:] == tail[:-period] for period in range(1, RUNAWAY_MAX_PERIOD + 1))
+
+
 def temperature_ladder(start: float, fallback: bool) -> tuple[float, ...]:
     if not fallback:
         return (start,)

@@ -1,0 +1,92 @@
+"""A decode stuck in a loop is ended early when a hotter attempt follows it (offline.py
+`cut_runaways`): the runaway test itself, the window's verdict, and on the real model (int8
+path) a window driven into a loop ("a a a ..." as its prompt) that is cut short and transcribed
+exactly as decoding it to its token limit does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.models.whisper import offline
+from engine.models.whisper.decoding import DecodeGroup
+from engine.models.whisper.offline import OfflineTranscription
+from engine.models.whisper.transcript import RUNAWAY_MAX_PERIOD, RUNAWAY_TOKENS, runaway
+from engine.models.whisper.window import WindowJob, WindowResult
+from engine.request import Request
+from engine.types import DecodingOptions
+from tests.conftest import Clip
+
+LOOPING_CLIP = "libri_61-70968-0000"
+LOOP_PROMPT = " ".join(["a"] * 20)
+"""A prompt that talks tiny.en into writing "a a a ..." over LOOPING_CLIP at temperature 0 (on
+both numeric paths): a real decode that runs away."""
+
+
+def phrase(length: int) -> list[int]:
+    return list(range(100, 100 + length))
+
+
+@pytest.mark.parametrize("period", [1, 3, RUNAWAY_MAX_PERIOD])
+def test_a_tail_repeating_a_short_run_is_a_runaway(period: int) -> None:
+    loop = (phrase(period) * RUNAWAY_TOKENS)[:RUNAWAY_TOKENS]
+    assert runaway([7, 8, 9, *loop])
+    assert not runaway(loop[1:])  # too short to tell
+    broken = [*loop[:-5], 999, *loop[-4:]]
+    assert not runaway(broken)
+
+
+def test_a_longer_phrase_repeated_is_not_a_runaway() -> None:
+    long_phrase = phrase(RUNAWAY_MAX_PERIOD + 1)
+    assert not runaway((long_phrase * RUNAWAY_TOKENS)[:RUNAWAY_TOKENS])
+
+
+def transcription(engine: Any) -> tuple[OfflineTranscription, WindowJob]:
+    parts = engine.runner.parts
+    audio = np.zeros(16000 * 5, dtype=np.float32)
+    request = Request(request_id="r", streaming=False, decoding=DecodingOptions(seed=3), sample_rate=16000, audio=audio)
+    owner = OfflineTranscription(request, parts.features([audio], audio_padding=False)[0], parts, fit_context=True)
+    job = owner.next_job()
+    assert job is not None
+    return owner, job
+
+
+def test_a_window_calls_an_attempt_a_runaway_only_when_every_candidate_loops_and_one_follows(engine_int8: Any) -> None:
+    tok = engine_int8.runner.parts.tokenizer
+    owner, first = transcription(engine_int8)
+    looping = [tok.timestamp_begin, *tok.encode(" a" * (RUNAWAY_TOKENS + 10))]
+    speech = [tok.timestamp_begin, *tok.encode(" the quick brown fox jumps over the lazy dog" * 2)]
+    assert owner.runs_away(first, [looping])
+    assert not owner.runs_away(first, [looping, speech])  # a beam or sample that still reads as speech
+    assert not owner.runs_away(first, [speech])
+    last = WindowJob(owner, first.mel, first.seek, first.frames, owner.ladder[-1], len(owner.ladder) - 1)
+    assert not owner.runs_away(last, [looping])  # nothing hotter would follow: it decodes to its end
+
+
+def test_a_looping_window_is_cut_short_and_transcribed_as_decoding_on_does(
+        engine_int8: Any, clips: list[Clip], monkeypatch: pytest.MonkeyPatch) -> None:
+    audio = next(c.audio for c in clips if c.id == LOOPING_CLIP)
+    decoding = DecodingOptions(prompt=LOOP_PROMPT)
+    attempts: list[tuple[int, int]] = []  # (ladder index, tokens) of every attempt decoded
+    done = OfflineTranscription.on_window_done
+
+    def record(self: OfflineTranscription, job: WindowJob, result: WindowResult) -> Any:
+        attempts.append((job.ladder_index, len(result.tokens)))
+        return done(self, job, result)
+
+    monkeypatch.setattr(OfflineTranscription, "on_window_done", record)
+    cuts: list[int] = []
+    cut_short = DecodeGroup.cut_short
+    monkeypatch.setattr(DecodeGroup, "cut_short", lambda g: (cuts.append(len(g.tokens[0])), cut_short(g)))
+    cut = engine_int8.transcribe_outputs(audio, decoding=decoding)[0]
+    cut_attempts, attempts[:] = list(attempts), []
+    monkeypatch.setattr(offline, "RUNAWAY_CHECK_EVERY", 10**9)  # never looked at: every attempt decodes to its end
+    whole = engine_int8.transcribe_outputs(audio, decoding=decoding)[0]
+
+    assert cuts, "the prompt no longer drives the window into a loop"
+    assert cut.text == whole.text and cut.segments == whole.segments
+    first_cut, first_whole = cut_attempts[0], attempts[0]
+    assert first_cut[0] == first_whole[0] == 0 and first_cut[1] < first_whole[1]  # ended early, and failed all the same
+    assert [i for i, _ in cut_attempts] == [i for i, _ in attempts]  # the same ladder walked
