@@ -9,6 +9,7 @@ sampled candidates); the batch
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -152,7 +153,8 @@ class DecodeGroup:
         self.no_speech_prob = 0.0
         self.done = False
         self.result: WindowResult | None = None
-        self.checked_at = 0  # tokens (of row 0) when the rows were last checked for a loop (offline.cut_runaways)
+        self.checked_at = 0  # tokens (of its longest row) when the rows were last checked for a loop (offline.cut_runaways)
+        self.row_budgets: dict[int, int] = {}  # sampled rows cut short: row -> its own token budget
 
     @classmethod
     def for_job(cls, job: WindowJob, rules: TokenRules, n_text_ctx: int) -> DecodeGroup:
@@ -191,9 +193,15 @@ class DecodeGroup:
         beams already finished."""
         return [*self.tokens, *(list(t) for t in self.finished_beams)]
 
-    def cut_short(self) -> None:
-        """End at the next token, as if the token budget ran out there."""
-        self.max_new_tokens = min(self.max_new_tokens, len(self.tokens[0]) + 1)
+    def cut_short(self, rows: Iterable[int] | None = None) -> None:
+        """End at the next token, as if the token budget ran out there: every row (None, and
+        always a beam's, whose rows trade places), or the sampled (or greedy) `rows` given, each
+        a candidate of its own that the others do not wait on past its cut."""
+        if rows is None or self.beam > 1:
+            self.max_new_tokens = min(self.max_new_tokens, len(self.tokens[0]) + 1)
+            return
+        for row in rows:
+            self.row_budgets[row] = min(self.row_budgets.get(row, self.max_new_tokens), len(self.tokens[row]) + 1)
 
     def last_tokens(self) -> list[int]:
         return [t[-1] if t else self.prefix[-1] for t in self.tokens]
@@ -212,10 +220,10 @@ class DecodeGroup:
         else:
             chosen = [_first_max(logits[0])]
         for row, token in enumerate(chosen):
-            if self.tokens[row] and self._complete(self.tokens[row]):
+            if self.tokens[row] and self._complete(row):
                 continue  # this candidate is complete: its row idles until the others are
             self._append(row, token, float(logprobs[row, token]))
-        if all(self._complete(t) for t in self.tokens):
+        if all(self._complete(row) for row in range(self.num_rows)):
             self._finish_sampled()
         return list(range(self.num_rows))
 
@@ -229,9 +237,9 @@ class DecodeGroup:
         for j in range(logits.shape[0]):
             token = _first_max(logits[j])
             self._append(0, token, float(logprobs[j, token]))
-            if self._complete(self.tokens[0]) or j >= len(self.draft) or token != self.draft[j]:
+            if self._complete(0) or j >= len(self.draft) or token != self.draft[j]:
                 break
-        if self._complete(self.tokens[0]):
+        if self._complete(0):
             self._finish_sampled()
 
     def _append(self, row: int, token: int, logprob: float) -> None:
@@ -239,9 +247,10 @@ class DecodeGroup:
         self.token_logprobs[row].append(logprob)
         self.sum_logprobs[row] += logprob
 
-    def _complete(self, tokens: list[int]) -> bool:
+    def _complete(self, row: int) -> bool:
         """A sampled or greedy candidate ended: end of text, or its token budget spent."""
-        return tokens[-1] == self.rules.eot or len(tokens) >= self.max_new_tokens
+        tokens = self.tokens[row]
+        return tokens[-1] == self.rules.eot or len(tokens) >= self.row_budgets.get(row, self.max_new_tokens)
 
     # ---- token selection ----
 

@@ -46,16 +46,22 @@ look (detokenize, gzip) costs tens of microseconds."""
 
 
 def cut_runaways(groups: Iterable[DecodeGroup]) -> None:
-    """End at their next token the offline attempts that their windows find stuck in a loop
-    (`OfflineTranscription.runs_away`), looking every RUNAWAY_CHECK_EVERY tokens."""
+    """End at their next token the offline candidates that their windows find stuck in a loop
+    (`OfflineTranscription.runs_away`), looking every RUNAWAY_CHECK_EVERY tokens: a greedy
+    decode's one row, each sampled row on its own (best_of rows are independent candidates, and
+    a looping one kept the others' rows in the batch until it reached the token limit), a beam
+    only once every beam, finished ones included, loops (they trade places)."""
     for group in groups:
         owner = group.job.owner
-        decoded = len(group.tokens[0])
+        decoded = max(len(tokens) for tokens in group.tokens)  # a sampled row may have ended long ago
         if group.done or not isinstance(owner, OfflineTranscription) or decoded < group.checked_at + RUNAWAY_CHECK_EVERY:
             continue
         group.checked_at = decoded
-        if owner.runs_away(group.job, group.candidates()):
-            group.cut_short()
+        if group.beam > 1:
+            if all(owner.runs_away(group.job, c) for c in group.candidates()):
+                group.cut_short()
+            continue
+        group.cut_short([row for row, tokens in enumerate(group.tokens) if owner.runs_away(group.job, tokens)])
 
 
 def uses_audio_padding(fit_context: bool) -> bool:
@@ -155,21 +161,23 @@ class OfflineTranscription(WindowedTranscription):
 
     # ---- results ----
 
-    def runs_away(self, job: WindowJob, candidates: list[list[int]]) -> bool:
-        """Whether a running attempt is stuck in a loop and a hotter attempt follows it: every
-        candidate (`candidates`: its rows' tokens so far, finished beams included) ends in a
-        runaway (the same few tokens over and over for RUNAWAY_TOKENS tokens) and its text fails
-        Whisper's compression check already. Such a decode goes on to its token limit and fails
-        that check there; ended now, it fails it now, and the next attempt starts that much sooner
-        (on the long-form benchmark recording one window's greedy "a a a ..." ran 224 tokens, the
-        last second of the recording's decode). What can differ from decoding on: a loop left
-        after RUNAWAY_TOKENS tokens (never seen), and, where every attempt fails, which is the
-        most confident (`_best_attempt` weighs the cut attempt's tokens so far)."""
+    def runs_away(self, job: WindowJob, tokens: list[int]) -> bool:
+        """Whether a candidate of a running attempt (`tokens` so far) is stuck in a loop, and a
+        hotter attempt follows the attempt: it ends in a runaway (the same few tokens over and
+        over for RUNAWAY_TOKENS tokens) and its text fails Whisper's compression check already.
+        Such a decode goes on to its token limit and fails that check there; ended now, it fails
+        it now, and the next attempt starts that much sooner (on the long-form benchmark
+        recording a window's greedy "a a a ..." ran 224 tokens, the last second of the
+        recording's decode). A greedy decode's transcript is the same either way but for a loop
+        left after RUNAWAY_TOKENS tokens (never seen). A sampled attempt's best_of pick weighs a
+        cut candidate at its cut: where it was the most confident at the token limit, another
+        candidate can be kept instead (a sampled attempt's text is a draw of the engine's own
+        seeded generators either way, never the reference's), and where every attempt fails,
+        `_best_attempt` weighs the cut ones' tokens so far."""
         if job.ladder_index >= len(self.ladder) - 1:
             return False  # the last attempt: nothing would follow it
         eot = self.parts.tokenizer.eot
-        return all(runaway([t for t in c if t < eot]) and compression_ratio(self._text_of(c)) > COMPRESSION_RATIO_THRESHOLD
-                   for c in candidates)
+        return runaway([t for t in tokens if t < eot]) and compression_ratio(self._text_of(tokens)) > COMPRESSION_RATIO_THRESHOLD
 
     def on_window_done(self, job: WindowJob, result: WindowResult) -> WindowUpdate:
         if job.ladder_index > 0:
