@@ -5,7 +5,7 @@ process holds, that wait is a scheduler slice. A decoder step is a hundred-odd s
 busy host it pays that wait a hundred times: the 601 s long-form recording decoded in 7.5-8.1 s
 with its offline steps on both cores of an idle 2-core host, and in 45-99 s with one other
 busy process (34 s on one thread). The runner widens a step only while the other cores are free
-(engine/models/whisper/runner.py `_narrow_steps`). Only speed depends on it: a step's numbers are
+(engine/models/whisper/step_threads.py `StepThreads.narrow`). Only speed depends on it: a step's numbers are
 the same on one thread or two.
 """
 

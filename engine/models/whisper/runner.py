@@ -8,9 +8,8 @@ batch (batch.py) run next, and the runner runs it and routes results and errors.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
 
@@ -19,7 +18,6 @@ from torch import Tensor
 
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
-from engine.host_load import HostLoad
 from engine.log_mel import N_SAMPLES, SAMPLE_RATE, LogMelExtractor
 from engine.metrics import shared_stage_timer, stage_timer
 from engine.models.whisper.batch import DecodeBatch
@@ -35,6 +33,7 @@ from engine.models.whisper.offline import OfflineTranscription, cut_runaways, us
 from engine.models.whisper.options import WhisperOptions
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.planning import WindowPlanner
+from engine.models.whisper.step_threads import DECODE_THREADS, StepThreads
 from engine.models.whisper.stream_passes import StreamPassPicker
 from engine.models.whisper.streaming import StreamingTranscription
 from engine.models.whisper.tokenizer import WhisperTokenizer
@@ -50,7 +49,6 @@ from engine.vad.windows import SpeechMap, SpeechWindow, speech_map, speech_windo
 logger = logging.getLogger(__name__)
 
 FAILED = "failed"  # a request whose speech windows could not be found (its error is reported)
-DECODE_THREADS = 1  # torch intra-op threads for decoder steps on CPU (see WhisperRunner._decode_threads)
 
 
 class WhisperRunner:
@@ -84,8 +82,7 @@ class WhisperRunner:
         # thread alternates between them
         use_thread = self.parts.device.type == "cpu" and torch.get_num_threads() > DECODE_THREADS
         self.encoder_thread = EncoderThread(self.parts.context) if use_thread else None
-        self.host_load = HostLoad()
-        self.steps_exact_on_any_threads = exact_integer_decoder(self.parts.model.decoder)
+        self.step_threads = StepThreads(self.parts.device, exact_integer_decoder(self.parts.model.decoder))
         logger.info("whisper %s loaded from %s (%s) on %s/%s, quantization=%s", self.parts.model_name, self.ckpt_dir,
                     self.parts.checkpoint_format, self.parts.device, self.parts.dtype, self.parts.quantization)
 
@@ -313,9 +310,11 @@ class WhisperRunner:
                     self._encode(jobs, outputs)
         # a prefill's large matmuls (the cross K/V of whole windows) take every thread unless the
         # encoder thread holds one; the per-token steps run on DECODE_THREADS
-        with self._decode_threads() if thread is not None and thread.busy else nullcontext():
+        with self.step_threads.narrowed() if thread is not None and thread.busy else nullcontext():
             self._join(self.planner.take_join(self.batch, self.active), outputs)
-        with self._decode_threads() if self._narrow_steps() else nullcontext():
+        narrow = self.step_threads.narrow(encoder_busy=thread is not None and thread.busy,
+                                          live_rows=any(g.job.live for g in self.batch.groups if not g.done))
+        with self.step_threads.narrowed() if narrow else nullcontext():
             self.planner.steps_since_encode += 1
             self.streams_stepped = len({id(g.job.owner) for g in self.batch.groups if not g.done and g.job.live})
             decoding = [g.job for g in self.batch.groups if not g.done]
@@ -483,37 +482,6 @@ class WhisperRunner:
         for job, kv in zip(jobs, cross):
             if job.live:  # a live pass aligns its words over the same window (offline jobs do not keep theirs)
                 job.cross_kv = kv
-
-    def _narrow_steps(self) -> bool:
-        """Whether this step's decoding runs on DECODE_THREADS rather than every thread: while
-        the encoder thread holds a core, live rows decode (their cadence was measured on one
-        thread, and a barrier that waits out a busy core delays each of their tokens), or other
-        processes keep the host's cores busy (engine/host_load.py). A batch of offline windows
-        alone on an otherwise idle host takes every thread: its cross-attention over whole
-        windows splits well (601 s long-form recording, int8, quiet: 9.3-10.0 -> 7.5-8.1 s, the
-        same transcript). Only where a step's numbers are the same on any number of threads
-        (`exact_integer_decoder`): float GEMMs round differently with the threads that split them
-        (measured: every token log-probability of 13 float32 transcripts moved), and which way a
-        step goes depends on the host's load, which no transcript may."""
-        thread = self.encoder_thread
-        return (not self.steps_exact_on_any_threads or (thread is not None and thread.busy)
-                or any(g.job.live for g in self.batch.groups if not g.done) or not self.host_load.others_idle())
-
-    @contextlib.contextmanager
-    def _decode_threads(self) -> Iterator[None]:
-        """Run the decoder's per-token work on DECODE_THREADS intra-op threads (CPU). A step is a
-        hundred-odd tiny ops; with several OpenMP threads each op ends in a barrier that waits a
-        whole scheduler slice whenever another process or the server's own threads hold a core.
-        The encoder's large matmuls keep every thread."""
-        before = torch.get_num_threads()
-        if self.parts.device.type != "cpu" or before <= DECODE_THREADS:
-            yield
-            return
-        torch.set_num_threads(DECODE_THREADS)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(before)
 
     def _fail(self, state: WindowOwner, stage: str, exc: Exception, outputs: list[RequestOutput]) -> None:
         rid = state.request.request_id
