@@ -40,7 +40,7 @@ from engine.types import Alternative, RequestOutput, Segment, Word
 FALLBACK_SEED_STRIDE = 1009  # seeds of a window's fallback attempts: seed + stride × window + ladder index
 ALL_AT_ONCE = None
 """`fallback_width` of a request decoded alone: every hotter attempt of a failed window side by side."""
-RUNAWAY_CHECK_EVERY = 16
+RUNAWAY_CHECK_EVERY = 8
 """Decoded tokens between two looks at a running attempt for a runaway loop (`cut_runaways`): the
 look (detokenize, gzip) costs tens of microseconds."""
 
@@ -163,13 +163,13 @@ class OfflineTranscription(WindowedTranscription):
 
     def runs_away(self, job: WindowJob, tokens: list[int]) -> bool:
         """Whether a candidate of a running attempt (`tokens` so far) is stuck in a loop, and a
-        hotter attempt follows the attempt: it ends in a runaway (the same few tokens over and
-        over for RUNAWAY_TOKENS tokens) and its text fails Whisper's compression check already.
+        hotter attempt follows the attempt: it ends in a runaway (`runaway`: the same few tokens
+        over and over) and its text fails Whisper's compression check already.
         Such a decode goes on to its token limit and fails that check there; ended now, it fails
         it now, and the next attempt starts that much sooner (on the long-form benchmark
         recording a window's greedy "a a a ..." ran 224 tokens, the last second of the
         recording's decode). A greedy decode's transcript is the same either way but for a loop
-        left after RUNAWAY_TOKENS tokens (never seen). A sampled attempt's best_of pick weighs a
+        left after that many repeats (never seen). A sampled attempt's best_of pick weighs a
         cut candidate at its cut: where it was the most confident at the token limit, another
         candidate can be kept instead (a sampled attempt's text is a draw of the engine's own
         seeded generators either way, never the reference's), and where every attempt fails,

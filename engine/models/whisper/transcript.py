@@ -52,18 +52,22 @@ def loop_start(words: list[str], keep: int = LOOP_KEEP_REPEATS) -> int | None:
     return first
 
 
-RUNAWAY_TOKENS = 48
 RUNAWAY_MAX_PERIOD = 8
+RUNAWAY_REPEATS = 6
+RUNAWAY_MIN_TOKENS = 24
 
 
 def runaway(text_tokens: list[int]) -> bool:
-    """The last RUNAWAY_TOKENS text tokens repeat one run of at most RUNAWAY_MAX_PERIOD tokens
-    back to back (six times or more): "a a a a", "word word word", "Thank you. Thank you." as a
-    decoder writes them once it is stuck."""
-    tail = text_tokens[-RUNAWAY_TOKENS:]
-    if len(tail) < RUNAWAY_TOKENS:
-        return False
-    return any(tail[period:] == tail[:-period] for period in range(1, RUNAWAY_MAX_PERIOD + 1))
+    """The text tokens end in one run of at most RUNAWAY_MAX_PERIOD tokens repeated back to back
+    RUNAWAY_REPEATS times, over RUNAWAY_MIN_TOKENS tokens at least: "a a a a ...", "word word
+    word ...", "Thank you. Thank you. ..." as a decoder writes them once it is stuck (speech
+    repeats a word three times now and then, not two dozen)."""
+    for period in range(1, RUNAWAY_MAX_PERIOD + 1):
+        span = max(RUNAWAY_MIN_TOKENS, RUNAWAY_REPEATS * period)
+        tail = text_tokens[-span:]
+        if len(tail) == span and tail[period:] == tail[:-period]:
+            return True
+    return False
 
 
 def temperature_ladder(start: float, fallback: bool) -> tuple[float, ...]:

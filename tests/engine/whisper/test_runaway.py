@@ -13,7 +13,7 @@ import pytest
 from engine.models.whisper import offline
 from engine.models.whisper.decoding import DecodeGroup
 from engine.models.whisper.offline import OfflineTranscription
-from engine.models.whisper.transcript import RUNAWAY_MAX_PERIOD, RUNAWAY_TOKENS, runaway
+from engine.models.whisper.transcript import RUNAWAY_MAX_PERIOD, RUNAWAY_MIN_TOKENS, RUNAWAY_REPEATS, runaway
 from engine.models.whisper.window import WindowJob, WindowResult
 from engine.request import Request
 from engine.types import DecodingOptions
@@ -31,7 +31,8 @@ def phrase(length: int) -> list[int]:
 
 @pytest.mark.parametrize("period", [1, 3, RUNAWAY_MAX_PERIOD])
 def test_a_tail_repeating_a_short_run_is_a_runaway(period: int) -> None:
-    loop = (phrase(period) * RUNAWAY_TOKENS)[:RUNAWAY_TOKENS]
+    span = max(RUNAWAY_MIN_TOKENS, RUNAWAY_REPEATS * period)
+    loop = (phrase(period) * span)[:span]
     assert runaway([7, 8, 9, *loop])
     assert not runaway(loop[1:])  # too short to tell
     broken = [*loop[:-5], 999, *loop[-4:]]
@@ -40,7 +41,11 @@ def test_a_tail_repeating_a_short_run_is_a_runaway(period: int) -> None:
 
 def test_a_longer_phrase_repeated_is_not_a_runaway() -> None:
     long_phrase = phrase(RUNAWAY_MAX_PERIOD + 1)
-    assert not runaway((long_phrase * RUNAWAY_TOKENS)[:RUNAWAY_TOKENS])
+    assert not runaway(long_phrase * RUNAWAY_REPEATS * 2)
+
+
+def test_a_word_said_a_few_times_is_not_a_runaway() -> None:
+    assert not runaway([*phrase(20), *[5] * (RUNAWAY_MIN_TOKENS - 1)])  # "no, no, no" is three
 
 
 def transcription(engine: Any) -> tuple[OfflineTranscription, WindowJob]:
@@ -56,7 +61,7 @@ def transcription(engine: Any) -> tuple[OfflineTranscription, WindowJob]:
 def test_a_window_calls_a_candidate_a_runaway_only_when_it_loops_and_an_attempt_follows(engine_int8: Any) -> None:
     tok = engine_int8.runner.parts.tokenizer
     owner, first = transcription(engine_int8)
-    looping = [tok.timestamp_begin, *tok.encode(" a" * (RUNAWAY_TOKENS + 10))]
+    looping = [tok.timestamp_begin, *tok.encode(" a" * (RUNAWAY_MIN_TOKENS + 10))]
     speech = [tok.timestamp_begin, *tok.encode(" the quick brown fox jumps over the lazy dog" * 2)]
     assert owner.runs_away(first, looping)
     assert not owner.runs_away(first, speech)
