@@ -271,6 +271,7 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
         errors: list[str] = []
         refused: list[int] = []  # sessions the server's live admission refused (503)
         unhinted: list[int] = []  # ...of them, refused without a Retry-After
+        reasons: list[str] = []  # ...the server's words for each refusal
         lock = threading.Lock()
         t0 = time.perf_counter() + 0.5
         chunk = int(CHUNK_S * SAMPLE_RATE)
@@ -285,6 +286,7 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
                     raise
                 with lock:
                     refused.append(k)
+                    reasons.append((exc.response.body or b"").decode("utf-8", "replace")[:300])
                     if exc.response.headers.get("retry-after") is None:
                         unhinted.append(k)
                 return
@@ -331,6 +333,7 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
     row["refused"] = len(refused)
     row["deltas_join_to_completed"] = f"{joined_match[0]} of {joined_match[1]}"
     row["refused_unhinted"] = len(unhinted)
+    row["refusal_reasons"] = sorted(set(reasons))
     row["passes_shed"] = int(after["passes_shed"] - before["passes_shed"])
     row["passes_late"] = int(after["passes_late"] - before["passes_late"])
     row["passes_skipped"] = int(after["passes_skipped"] - before["passes_skipped"])
