@@ -312,11 +312,11 @@ class WhisperRunner:
         # encoder thread holds one; the per-token steps run on DECODE_THREADS
         with self.step_threads.narrowed() if thread is not None and thread.busy else nullcontext():
             self._join(self.planner.take_join(self.batch, self.active), outputs)
+        self.streams_stepped = len({id(g.job.owner) for g in self.batch.groups if not g.done and g.job.live})
         narrow = self.step_threads.narrow(encoder_busy=thread is not None and thread.busy,
-                                          live_rows=any(g.job.live for g in self.batch.groups if not g.done))
+                                          live_rows=self.streams_stepped > 0)
         with self.step_threads.narrowed() if narrow else nullcontext():
             self.planner.steps_since_encode += 1
-            self.streams_stepped = len({id(g.job.owner) for g in self.batch.groups if not g.done and g.job.live})
             decoding = [g.job for g in self.batch.groups if not g.done]
             with shared_stage_timer("decode", _live_share(decoding, lambda j: j.rows)) if self.batch.groups else nullcontext():
                 finished = self.batch.step(lambda g, exc: self._fail(g.job.owner, "decode", exc, outputs))
