@@ -53,8 +53,10 @@ def cut_runaways(groups: Iterable[DecodeGroup]) -> None:
     only once every beam, finished ones included, loops (they trade places)."""
     for group in groups:
         owner = group.job.owner
+        if group.done or not isinstance(owner, OfflineTranscription):
+            continue
         decoded = max(len(tokens) for tokens in group.tokens)  # a sampled row may have ended long ago
-        if group.done or not isinstance(owner, OfflineTranscription) or decoded < group.checked_at + RUNAWAY_CHECK_EVERY:
+        if decoded < group.checked_at + RUNAWAY_CHECK_EVERY:
             continue
         group.checked_at = decoded
         if group.beam > 1:
