@@ -277,7 +277,7 @@ class EngineService:
             if out.finished and out.finish_reason in ("abort", "error"):
                 self.backlog.forget(out.request_id)  # left without being transcribed: no progress
             else:  # offline partials report the audio decoded so far
-                self.backlog.progress(out.request_id, out.duration, out.finished)
+                self.backlog.progress(out.request_id, out.progress_seconds, out.finished)
             stream = self._streams.get(out.request_id)
             if stream is None:
                 continue  # its handler already left (disconnect); the engine was told to abort

@@ -199,6 +199,15 @@ class RequestOutput:
     search_overflow: bool = False
     """The decoder's search hit a capacity limit it could not recover from: the transcript may be
     missing words. Counted by `oasr_engine_search_overflow_total`."""
+    decoded: float | None = None
+    """Offline partial outputs: seconds of the request's audio decoded so far, in any order (a long
+    recording's windows decode side by side and finish out of order, while `text` and `duration`
+    cover only what can be read in order); None: `duration`."""
+
+    @property
+    def progress_seconds(self) -> float:
+        """Seconds of the request's audio done: what progress (a job's percent, the queue's rate) counts."""
+        return self.duration if self.decoded is None else self.decoded
 
     @property
     def is_error(self) -> bool:

@@ -66,7 +66,7 @@ def _run_with_progress(engine: Any, samples: Any, options: Any, seconds: float, 
                     continue
                 if out.finished:
                     final.append(out)
-                bar.n = bar.total if out.finished else min(round(out.duration, 1), bar.total)
+                bar.n = bar.total if out.finished else min(round(out.progress_seconds, 1), bar.total)
                 bar.refresh()
 
         drive(engine, show, stop=lambda: bool(final))

@@ -172,7 +172,7 @@ async def _run_channels(service: EngineService, runtime: JobRuntime, channels: l
                     finals[i] = out
                     decoded[i] = totals[i]
                 else:
-                    decoded[i] = min(out.duration, totals[i])
+                    decoded[i] = min(out.progress_seconds, totals[i])
             percent = min(99, int(100 * sum(decoded) / sum(totals)))
             if percent > reported:
                 reported = percent

@@ -139,6 +139,7 @@ class DecodeBatch:
         pieces: list[Tensor] = []
         seqs: list[list[int]] = []
         flags: list[bool] = []
+        eot_floors: list[int | None] = []
         row = 0
         for i, g in enumerate(groups):
             if not g.done:
@@ -148,11 +149,13 @@ class DecodeBatch:
                     pieces.append(drafts[i])
                     seqs += [g.ruled_sequences()[0] + g.draft[:j] for j in range(1, len(g.draft) + 1)]
                 flags += [g.timestamps] * (len(seqs) - len(flags))
+                eot_floors += [g.eot_floor] * (len(seqs) - len(eot_floors))
             row += g.num_rows
         if not pieces:
             return list(range(row))
         rules = next(g for g in groups if not g.done).rules
-        ruled, logprobs = ruled_log_softmax(rules, torch.cat(pieces) if len(pieces) > 1 else pieces[0], seqs, flags)
+        ruled, logprobs = ruled_log_softmax(rules, torch.cat(pieces) if len(pieces) > 1 else pieces[0], seqs, flags,
+                                            eot_floors if any(f is not None for f in eot_floors) else None)
         sources: list[int] = []
         row = ruled_row = 0
         for i, g in enumerate(groups):

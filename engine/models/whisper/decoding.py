@@ -20,6 +20,15 @@ from engine.models.whisper.window import WindowJob, WindowResult, decode_rows
 from engine.types import DecodingOptions
 
 NEG_INF = float("-inf")
+EOT_HOLD_MARGIN_S = 1.0
+"""Speech (s) the VAD hears after a window's last timestamp that keeps its text from ending there
+(`speech_eot_floor`). tiny.en often ends a 30 s window's text a whole sentence before its speech
+ends (it opens a segment and writes end-of-text): openai/whisper's loop then decodes that sentence
+again as the next window, one more encoder pass and prefill on the chain of a long recording's
+window. Where the VAD cut the window at a silence after its speech, that sentence is written in
+the same decode instead. Less speech than this after the last timestamp is left to the next
+window as before (a word's tail, or speech the VAD heard and the model does not)."""
+TIMESTAMP_S = 0.02  # seconds a timestamp token stands for
 
 
 @dataclass
@@ -49,10 +58,11 @@ class TokenRules:
 
 
 def ruled_log_softmax(rules: TokenRules, logits: Tensor, seqs: list[list[int]],
-                      timestamps: list[bool]) -> tuple[Tensor, Tensor]:
+                      timestamps: list[bool], eot_floors: list[int | None] | None = None) -> tuple[Tensor, Tensor]:
     """Whisper's logit rules for a step of many rows at once (`seqs[i]` are row i's sampled tokens
     so far and `timestamps[i]` whether it decodes with timestamps): new float logits with the
-    rules applied, and their log-softmax.
+    rules applied, and their log-softmax. A timestamped row with an `eot_floors[i]` does not end
+    before its last timestamp reaches it (DecodeGroup.eot_floor).
 
     One call per decoder step for the whole batch: per-row calls cost about 1 ms each on a CPU,
     a quarter of a batched 8-row step of tiny.en. The rules mask whole rows' text or timestamp
@@ -74,6 +84,7 @@ def ruled_log_softmax(rules: TokenRules, logits: Tensor, seqs: list[list[int]],
     text_off: list[int] = []
     stamps_off: list[int] = []
     floors: list[int] = []
+    held: list[int] = []  # rows whose speech goes on past their last timestamp: no end of text yet
     for i, seq in enumerate(seqs):
         if not timestamps[i]:
             floors.append(tb)
@@ -81,6 +92,9 @@ def ruled_log_softmax(rules: TokenRules, logits: Tensor, seqs: list[list[int]],
         last = len(seq) >= 1 and seq[-1] >= tb
         penult = len(seq) < 2 or seq[-2] >= tb
         stamp = next((t for t in reversed(seq) if t >= tb), None)
+        eot_floor = eot_floors[i] if eot_floors else None
+        if eot_floor is not None and (stamp is None or stamp < eot_floor):
+            held.append(i)
         if last:
             # a timestamp pair is closed (penult too: next comes text) or open (next: its closing
             # timestamp or eot)
@@ -89,6 +103,7 @@ def ruled_log_softmax(rules: TokenRules, logits: Tensor, seqs: list[list[int]],
         floors.append(tb if stamp is None else stamp if last and not penult else stamp + 1)
     _fill_rows(logits[:, tb:], stamps_off)
     _fill_rows(logits[:, : rules.eot], text_off)
+    _fill_rows(logits[:, rules.eot : rules.eot + 1], held)
     stamps = logits[:, tb:]
     below_floor = torch.arange(stamps.shape[1], device=device)[None, :] < (torch.tensor(floors, device=device) - tb)[:, None]
     stamps.masked_fill_(below_floor, NEG_INF)
@@ -104,6 +119,14 @@ def ruled_log_softmax(rules: TokenRules, logits: Tensor, seqs: list[list[int]],
         logits[:, :tb].index_fill_(0, forced, NEG_INF)
         logprobs[forced] = torch.log_softmax(logits[forced], dim=-1)
     return logits, logprobs
+
+
+def speech_eot_floor(speech_until: float | None, timestamp_begin: int) -> int | None:
+    """The timestamp token before which a window whose speech runs until `speech_until` s does
+    not end its text (None: it may end anywhere): EOT_HOLD_MARGIN_S before the speech ends."""
+    if speech_until is None or speech_until <= EOT_HOLD_MARGIN_S:
+        return None
+    return timestamp_begin + math.floor((speech_until - EOT_HOLD_MARGIN_S) / TIMESTAMP_S)
 
 
 def _fill_rows(columns: Tensor, rows: list[int]) -> None:
@@ -128,6 +151,7 @@ class DecodeGroup:
         generator: torch.Generator | None,
         forced: list[int] | None = None,
         draft: list[int] | None = None,
+        eot_floor: int | None = None,
     ):
         self.job = job
         self.prefix = prefix
@@ -139,6 +163,8 @@ class DecodeGroup:
         self.max_new_tokens = max_new_tokens
         self.generator = generator
         self.forced = forced or []  # text tokens at the end of the prefix, ruled as if sampled
+        self.eot_floor = eot_floor
+        """Timestamp token before which no row ends its text (`speech_eot_floor`; None: any time)."""
         self.beam = options.beam_size if temperature == 0.0 else 1
         # a sampled window draws best_of independent candidates and keeps the most likely one
         self.num_rows = decode_rows(options, temperature)
@@ -176,6 +202,7 @@ class DecodeGroup:
             max_new_tokens=max(1, max_new),
             forced=job.forced,
             draft=job.draft,
+            eot_floor=speech_eot_floor(job.speech_until, rules.timestamp_begin) if not job.forced else None,
             generator=job.generator if job.generator is not None else job.owner.generator,
         )
 

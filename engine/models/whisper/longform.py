@@ -13,9 +13,16 @@ transcript as all at once, offline.py `fallback_width`): the other windows fill 
 meanwhile, and all five at once made one window's retry 25 rows, the widest the batch ran on the
 long-form benchmark recording.
 
-Progress: a partial output carries the text of the windows done so far in order (every window
-before them done too), so `stream=true` sends each window's text as soon as it can be read in
-order, and a job's progress (decoded seconds) advances.
+A window's speech runs to its end (the VAD cut it at the silence after), so its text does not end
+while more than a second of that speech is left after its last timestamp (decoding.py
+`EOT_HOLD_MARGIN_S`): tiny.en often ends a 30 s window's text a sentence early, and openai/whisper's
+loop decodes that sentence again as a window of its own, after the first decode, on the recording's
+critical path (the long-form benchmark's dev recording: 46 window decodes, 27 with the hold).
+
+Progress: whenever a window is done, a partial output carries the text of the windows done so far
+in order (every window before them done too), so `stream=true` sends each window's text as soon as
+it can be read in order, and `decoded` the seconds of the recording decoded in any order (windows
+decoded side by side finish out of order): a job's progress advances with every window.
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.window import WindowJob, WindowResult, WindowUpdate, attach_logprobs
 from engine.request import Request
 from engine.types import Alternative, RequestOutput, Segment, Word
-from engine.vad.windows import SpeechMap, SpeechWindow
+from engine.vad.base import SAMPLE_RATE
+from engine.vad.windows import PAD_MS, SpeechMap, SpeechWindow
 
 
 def window_request(request: Request, window: SpeechWindow) -> Request:
@@ -56,7 +64,7 @@ class SegmentedTranscription:
         self.windows = windows
         self.parts_of = [
             OfflineTranscription(window_request(request, w), mel, parts, fit_context=fit_context, coverage=cov,
-                                 fallback_width=1)
+                                 fallback_width=1, speech_until=w.samples / SAMPLE_RATE - PAD_MS / 1000)
             for w, mel, cov in zip(windows, mels, coverage)
         ]
         self.done: list[RequestOutput | None] = [None] * len(windows)
@@ -77,21 +85,28 @@ class SegmentedTranscription:
         part = job.owner
         assert isinstance(part, OfflineTranscription)
         update = part.on_window_done(job, result)
-        if update.output is not None and update.output.finished:
+        finished = update.output is not None and update.output.finished
+        if finished:
             self.done[self.parts_of.index(part)] = update.output
-        update.output = self._output()
+        update.output = self._output() if finished else None  # a window's retry or remainder: nothing new
         return update
 
-    def _output(self) -> RequestOutput | None:
-        """The finished output once every window is done; a partial when more windows can be read
-        in order than the last partial carried; else None."""
+    def _output(self) -> RequestOutput:
+        """The finished output once every window is done; else a partial: the text of the windows
+        that can be read in order, and how much of the recording is decoded in any order."""
         ready = next((i for i, d in enumerate(self.done) if d is None), len(self.done))
         if ready == len(self.done):
             return self.finish()
-        if ready <= self.reported:
-            return None
-        self.reported = ready
-        return self._stitched(ready, finished=False)
+        self.reported = max(self.reported, ready)
+        out = self._stitched(self.reported, finished=False)
+        out.decoded = self._decoded_seconds()
+        return out
+
+    def _decoded_seconds(self) -> float:
+        """Seconds of the recording decoded: each done window counts from the previous window's
+        end (the silence left out before it included) to its own end."""
+        ends = [0.0, *(w.end for w in self.windows)]
+        return sum(ends[i + 1] - ends[i] for i, d in enumerate(self.done) if d is not None)
 
     def finish(self) -> RequestOutput:
         return self._stitched(len(self.windows), finished=True)

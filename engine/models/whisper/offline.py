@@ -19,7 +19,7 @@ from engine.log_mel import EDGE_FRAMES, FRAMES_PER_SECOND, N_FRAMES, pad_window,
 from engine.models.whisper.alignment import align_words
 from engine.models.whisper.context import fit_frames
 from engine.models.whisper.coverage import SpeechCoverage
-from engine.models.whisper.decoding import DecodeGroup
+from engine.models.whisper.decoding import EOT_HOLD_MARGIN_S, DecodeGroup
 from engine.models.whisper.owner import WindowedTranscription
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.transcript import (
@@ -80,16 +80,21 @@ class OfflineTranscription(WindowedTranscription):
     """Transcribes one request's whole audio, window after window."""
 
     def __init__(self, request: Request, mel: Tensor, parts: WhisperParts, fit_context: bool = False,
-                 coverage: SpeechCoverage | None = None, fallback_width: int | None = ALL_AT_ONCE):
+                 coverage: SpeechCoverage | None = None, fallback_width: int | None = ALL_AT_ONCE,
+                 speech_until: float | None = None):
         """`fit_context`: a window shorter than 30 s is encoded with the 'fit' context (context.py).
         `mel` follows the padding convention of the context (`uses_audio_padding`). `coverage`:
         speech a window leaves without words is decoded again (coverage.py); None: off.
         `fallback_width`: how many hotter attempts of a failed window decode at a time (None: all
-        of them, `_fallback_jobs`); the transcript is the same whatever the width."""
+        of them, `_fallback_jobs`); the transcript is the same whatever the width.
+        `speech_until`: where (s into the audio) the VAD hears the speech end, for audio cut at
+        a silence after it (a long recording's window); each window's text does not end well
+        before it (WindowJob.speech_until)."""
         super().__init__(request, parts)
         self.coverage = coverage or SpeechCoverage(None)
         self.unprompted = False  # the next window is decoded without the previous text (a retry)
         self.fit_context = fit_context
+        self.speech_until = speech_until
         self.mel = mel
         if uses_audio_padding(fit_context):
             self.content_frames = mel.shape[1] - EDGE_FRAMES
@@ -141,6 +146,8 @@ class OfflineTranscription(WindowedTranscription):
         length = fit_frames(frames) if self.fit_context else N_FRAMES
         window = pad_window(self.mel, self.seek, length, self.pad_value)
         job = WindowJob(self, window, self.seek, frames, self.ladder[0], 0)
+        if self.speech_until is not None:
+            job.speech_until = self.speech_until - self.seek / FRAMES_PER_SECOND
         job.refresh_prefix()
         return job
 
@@ -157,6 +164,7 @@ class OfflineTranscription(WindowedTranscription):
             generator.manual_seed(base + FALLBACK_SEED_STRIDE * (self.windows + 1) + index)
             job = WindowJob(self, first.mel, first.seek, first.frames, self.ladder[index], index,
                             audio_features=first.audio_features, generator=generator)
+            job.speech_until = first.speech_until
             job.refresh_prefix()
             jobs.append(job)
         return jobs
@@ -245,6 +253,12 @@ class OfflineTranscription(WindowedTranscription):
             advance = job.frames
         else:
             raw, advance = split_segments(result.tokens, tok, window_start, job.frames)
+            if job.speech_until is not None and job.speech_until - advance / FRAMES_PER_SECOND < EOT_HOLD_MARGIN_S:
+                # its text was free to end there (decoding.py): what is left is the speech's last
+                # moment and the padding after it, not a sentence to decode again as a window of
+                # its own (tiny.en wrote "word word ..." over such 0.4 s windows); speech the VAD
+                # hears there without words is still decoded again (coverage.py)
+                advance = job.frames
             kept = self._add_segments(job, raw, result)
             covered = max([covered, *(seg.end for seg in kept)])
             if result.temperature <= PROMPT_RESET_TEMPERATURE:

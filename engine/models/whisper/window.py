@@ -114,6 +114,11 @@ class WindowJob:
     positions accepts them up to the first it does not choose (DecodeGroup.accept_draft)."""
     generator: torch.Generator | None = None
     """This job's own sampling generator (fallback attempts); None uses the owner's."""
+    speech_until: float | None = None
+    """Seconds from the window's start to where the VAD hears its speech end (a long recording's
+    window, cut at silences: speech runs to its end); None: not known. The decoder does not end
+    the window's text while that much speech is left after its last timestamp (decoding.py
+    `eot_floor`)."""
     patience_samples: float = math.inf
     """An interim live pass still waiting to be encoded after its stream has received this much
     more audio (its pass period) means the engine is behind its streams' cadence

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from engine.models.whisper.decoding import TokenRules, ruled_log_softmax
@@ -89,3 +90,28 @@ def test_a_loop_is_cut_after_three_repeats_of_its_phrase_and_speech_is_kept() ->
     assert looped[: loop_start(looped)] == said  # "word. Word. Word." and no more: the loop cut
     assert loop_start(["a", "b", "c", "a", "b", "c", "a", "b", "c", "a", "b", "c", "d"]) == 9  # a phrase loops too
     assert loop_start(["no", "no", "no"]) is None
+
+
+def test_a_row_whose_speech_goes_on_does_not_end_before_its_floor() -> None:
+    """A long recording's window (speech until its end) keeps writing while its last timestamp is
+    before the row's end-of-text floor (decoding.speech_eot_floor); a row beside it without a
+    floor, and the same row once a timestamp reaches the floor, may end."""
+    text_heavy = torch.zeros(3, V)
+    text_heavy[:, :TB] = 5.0
+    seqs = [[TB + 3, 1, TB + 7, TB + 7], [TB + 3, 1, TB + 7, TB + 7], [TB + 3, 1, TB + 20, TB + 20]]
+    out = ruled_log_softmax(rules(), text_heavy, seqs, [True, True, True], [TB + 15, None, TB + 15])[0]
+    assert allowed(out[0]) == set(range(0, EOT)) - {11}, "the floor holds: text only"
+    assert allowed(out[1]) == set(range(0, EOT + 1)) - {11}, "no floor: text or end"
+    assert allowed(out[2]) == set(range(0, EOT + 1)) - {11}, "past the floor: text or end"
+    # after a closing timestamp below the floor: the next segment opens, no end
+    closing = ruled_log_softmax(rules(), text_heavy[:1], [[TB + 3, 1, TB + 7]], [True], [TB + 15])[0]
+    assert allowed(closing[0]) == set(range(TB + 7, V))
+
+
+def test_the_floor_is_a_margin_before_the_speech_ends() -> None:
+    from engine.models.whisper.decoding import EOT_HOLD_MARGIN_S, TIMESTAMP_S, speech_eot_floor
+
+    assert speech_eot_floor(None, TB) is None
+    assert speech_eot_floor(EOT_HOLD_MARGIN_S, TB) is None, "too little speech to hold anything"
+    floor = speech_eot_floor(10.0, TB)
+    assert floor is not None and (floor - TB) * TIMESTAMP_S == pytest.approx(10.0 - EOT_HOLD_MARGIN_S, abs=TIMESTAMP_S)
