@@ -22,12 +22,15 @@ from engine.types import DecodingOptions
 NEG_INF = float("-inf")
 EOT_HOLD_MARGIN_S = 1.0
 """Speech (s) the VAD hears after a window's last timestamp that keeps its text from ending there
-(`speech_eot_floor`). tiny.en often ends a 30 s window's text a whole sentence before its speech
-ends (it opens a segment and writes end-of-text): openai/whisper's loop then decodes that sentence
-again as the next window, one more encoder pass and prefill on the chain of a long recording's
-window. Where the VAD cut the window at a silence after its speech, that sentence is written in
-the same decode instead. Less speech than this after the last timestamp is left to the next
-window as before (a word's tail, or speech the VAD heard and the model does not)."""
+on a timestamp pair (`speech_eot_floor`). tiny.en often ends a 30 s window's text a whole sentence
+before its speech ends (it opens a segment and writes end-of-text): openai/whisper's loop then
+decodes that sentence again as the next window, one more encoder pass and prefill on the chain
+of a long recording's window. Where the VAD cut the window at a silence after its speech, that
+sentence is written in the same decode instead. Only that end is held: an end after text or after
+a single closing timestamp takes the whole window (no remainder), and holding it made a prompted
+window, written as one segment without inner timestamps, loop to the token limit. Less speech
+than this after the last timestamp is left as before (a word's tail, or speech the VAD heard and
+the model does not)."""
 TIMESTAMP_S = 0.02  # seconds a timestamp token stands for
 
 
@@ -62,7 +65,7 @@ def ruled_log_softmax(rules: TokenRules, logits: Tensor, seqs: list[list[int]],
     """Whisper's logit rules for a step of many rows at once (`seqs[i]` are row i's sampled tokens
     so far and `timestamps[i]` whether it decodes with timestamps): new float logits with the
     rules applied, and their log-softmax. A timestamped row with an `eot_floors[i]` does not end
-    before its last timestamp reaches it (DecodeGroup.eot_floor).
+    on a timestamp pair below it (DecodeGroup.eot_floor).
 
     One call per decoder step for the whole batch: per-row calls cost about 1 ms each on a CPU,
     a quarter of a batched 8-row step of tiny.en. The rules mask whole rows' text or timestamp
@@ -84,7 +87,7 @@ def ruled_log_softmax(rules: TokenRules, logits: Tensor, seqs: list[list[int]],
     text_off: list[int] = []
     stamps_off: list[int] = []
     floors: list[int] = []
-    held: list[int] = []  # rows whose speech goes on past their last timestamp: no end of text yet
+    held: list[int] = []  # rows that would end on a timestamp pair well before their speech ends
     for i, seq in enumerate(seqs):
         if not timestamps[i]:
             floors.append(tb)
@@ -93,7 +96,10 @@ def ruled_log_softmax(rules: TokenRules, logits: Tensor, seqs: list[list[int]],
         penult = len(seq) < 2 or seq[-2] >= tb
         stamp = next((t for t in reversed(seq) if t >= tb), None)
         eot_floor = eot_floors[i] if eot_floors else None
-        if eot_floor is not None and (stamp is None or stamp < eot_floor):
+        if eot_floor is not None and last and penult and stamp is not None and stamp < eot_floor:
+            # an end right after a timestamp pair leaves the window's audio from that timestamp
+            # to be decoded again (openai/whisper's seek); after text, or a single closing
+            # timestamp, an end takes the whole window and is left free
             held.append(i)
         if last:
             # a timestamp pair is closed (penult too: next comes text) or open (next: its closing
@@ -164,7 +170,8 @@ class DecodeGroup:
         self.generator = generator
         self.forced = forced or []  # text tokens at the end of the prefix, ruled as if sampled
         self.eot_floor = eot_floor
-        """Timestamp token before which no row ends its text (`speech_eot_floor`; None: any time)."""
+        """Timestamp token below which no row ends its text on a timestamp pair (`speech_eot_floor`;
+        None: any time)."""
         self.beam = options.beam_size if temperature == 0.0 else 1
         # a sampled window draws best_of independent candidates and keeps the most likely one
         self.num_rows = decode_rows(options, temperature)

@@ -14,10 +14,11 @@ meanwhile, and all five at once made one window's retry 25 rows, the widest the 
 long-form benchmark recording.
 
 A window's speech runs to its end (the VAD cut it at the silence after), so its text does not end
-while more than a second of that speech is left after its last timestamp (decoding.py
-`EOT_HOLD_MARGIN_S`): tiny.en often ends a 30 s window's text a sentence early, and openai/whisper's
-loop decodes that sentence again as a window of its own, after the first decode, on the recording's
-critical path (the long-form benchmark's dev recording: 46 window decodes, 27 with the hold).
+on a timestamp pair while more than a second of that speech is left after it (decoding.py
+`EOT_HOLD_MARGIN_S`): tiny.en often ends a 30 s window's text a sentence early that way, and
+openai/whisper's loop decodes that sentence again as a window of its own, after the first decode,
+on the recording's critical path (the long-form benchmark's dev recording: 46 window decodes, 27
+with the hold).
 
 Progress: whenever a window is done, a partial output carries the text of the windows done so far
 in order (every window before them done too), so `stream=true` sends each window's text as soon as

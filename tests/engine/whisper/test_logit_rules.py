@@ -93,9 +93,9 @@ def test_a_loop_is_cut_after_three_repeats_of_its_phrase_and_speech_is_kept() ->
 
 
 def test_a_row_whose_speech_goes_on_does_not_end_before_its_floor() -> None:
-    """A long recording's window (speech until its end) keeps writing while its last timestamp is
-    before the row's end-of-text floor (decoding.speech_eot_floor); a row beside it without a
-    floor, and the same row once a timestamp reaches the floor, may end."""
+    """A long recording's window (speech until its end) does not end on a timestamp pair below
+    the row's end-of-text floor (decoding.speech_eot_floor: that end would leave the rest of the
+    window to be decoded again); a row beside it without a floor, and a pair at the floor, may."""
     text_heavy = torch.zeros(3, V)
     text_heavy[:, :TB] = 5.0
     seqs = [[TB + 3, 1, TB + 7, TB + 7], [TB + 3, 1, TB + 7, TB + 7], [TB + 3, 1, TB + 20, TB + 20]]
@@ -103,9 +103,11 @@ def test_a_row_whose_speech_goes_on_does_not_end_before_its_floor() -> None:
     assert allowed(out[0]) == set(range(0, EOT)) - {11}, "the floor holds: text only"
     assert allowed(out[1]) == set(range(0, EOT + 1)) - {11}, "no floor: text or end"
     assert allowed(out[2]) == set(range(0, EOT + 1)) - {11}, "past the floor: text or end"
-    # after a closing timestamp below the floor: the next segment opens, no end
+    # an end after text, or after a single closing timestamp, takes the whole window: not held
+    inside = ruled_log_softmax(rules(), text_heavy[:1], [[TB + 3, 1]], [True], [TB + 15])[0]
+    assert EOT in allowed(inside[0])
     closing = ruled_log_softmax(rules(), text_heavy[:1], [[TB + 3, 1, TB + 7]], [True], [TB + 15])[0]
-    assert allowed(closing[0]) == set(range(TB + 7, V))
+    assert allowed(closing[0]) == set(range(TB + 7, V)) | {EOT}
 
 
 def test_the_floor_is_a_margin_before_the_speech_ends() -> None:
