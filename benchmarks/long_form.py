@@ -2,8 +2,11 @@
 
 `python -m benchmarks.long_form` builds a recording of at least `--minutes` (default 9) from the
 dev clips (benchmarks/offline.py's `load_clips`), each pass over them in a new seeded order,
-joined by 1 s pauses of digital silence, then times, after one warm-up each on a short clip, in
-one process and interleaved `--repeat` times:
+joined by 1 s pauses of digital silence, then times, after one untimed warm-up run each (of the
+recording itself by default, `--warm-up recording`: the first long recording a process sees pays
+one-time costs, kernels for new shapes and buffers grown, on both sides, 0.5-1.5 s of a 7-9 s run
+here; `--warm-up clip` warms up on the shortest dev clip instead, as before), in one process and
+interleaved `--repeat` times:
 
 - the engine API (`transcribe_outputs` of the one recording) at its defaults (long-form windows
   decoded in parallel, engine/models/whisper/longform.py) and with `offline_long_form='sequential'`
@@ -159,7 +162,7 @@ def server_rows() -> list[Row]:
 
 def measure(rows: list[Row], recording: Clip, warm: Clip, repeat: int) -> None:
     for row in rows:
-        row.run(warm.audio)
+        row.run(warm.audio)  # untimed
     for _ in range(repeat):
         for row in rows:
             start = time.perf_counter()
@@ -192,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="time this recording instead of one built from the dev clips (e.g. benchmarks/"
                              "tts_recording.py's); its transcript is --text")
     parser.add_argument("--text", type=Path, default=None, help="the reference transcript of --audio")
+    parser.add_argument("--warm-up", choices=("recording", "clip"), default="recording",
+                        help="each system's untimed first run: the recording itself, or the shortest dev clip")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
@@ -210,13 +215,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.server:
         rows += server_rows()
     try:
-        measure(rows, recording, min(clips, key=lambda c: c.seconds), args.repeat)
+        warm = recording if args.warm_up == "recording" else min(clips, key=lambda c: c.seconds)
+        measure(rows, recording, warm, args.repeat)
     finally:
         for row in rows:
             row.close()
     print(cpu_report(default_info()))
     source = str(args.audio) if args.audio is not None else f"{len(clips)} dev clips per pass, {GAP_S:.0f} s pauses"
-    print(f"recording: {audio_s:.1f} s ({source}), "
+    print(f"recording: {audio_s:.1f} s ({source}), warm-up on the {args.warm_up}, "
           f"{args.repeat} interleaved run(s), load average at the end {tuple(round(x, 1) for x in os.getloadavg())}\n")
     print(render(rows, audio_s))
     return 0
