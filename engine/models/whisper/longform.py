@@ -69,7 +69,6 @@ class SegmentedTranscription:
             for w, mel, cov in zip(windows, mels, coverage)
         ]
         self.done: list[RequestOutput | None] = [None] * len(windows)
-        self.reported = 0  # windows whose text a partial output has carried
 
     def first_jobs(self) -> list[WindowJob]:
         """Every window's first job (an empty window, which has none, is done at once)."""
@@ -98,8 +97,7 @@ class SegmentedTranscription:
         ready = next((i for i, d in enumerate(self.done) if d is None), len(self.done))
         if ready == len(self.done):
             return self.finish()
-        self.reported = max(self.reported, ready)
-        out = self._stitched(self.reported, finished=False)
+        out = self._stitched(ready, finished=False)
         out.decoded = self._decoded_seconds()
         return out
 
