@@ -155,7 +155,7 @@ class DecodeBatch:
             return list(range(row))
         rules = next(g for g in groups if not g.done).rules
         ruled, logprobs = ruled_log_softmax(rules, torch.cat(pieces) if len(pieces) > 1 else pieces[0], seqs, flags,
-                                            eot_floors if any(f is not None for f in eot_floors) else None)
+                                            eot_floors)
         sources: list[int] = []
         row = ruled_row = 0
         for i, g in enumerate(groups):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from engine.models.whisper.features import SECONDS_PER_TOKEN
 from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.models.whisper.window import WindowJob, WindowResult, decode_rows
 from engine.types import DecodingOptions
@@ -31,7 +32,6 @@ a single closing timestamp takes the whole window (no remainder), and holding it
 window, written as one segment without inner timestamps, loop to the token limit. Less speech
 than this after the last timestamp is left as before (a word's tail, or speech the VAD heard and
 the model does not)."""
-TIMESTAMP_S = 0.02  # seconds a timestamp token stands for
 
 
 @dataclass
@@ -132,7 +132,7 @@ def speech_eot_floor(speech_until: float | None, timestamp_begin: int) -> int | 
     not end its text (None: it may end anywhere): EOT_HOLD_MARGIN_S before the speech ends."""
     if speech_until is None or speech_until <= EOT_HOLD_MARGIN_S:
         return None
-    return timestamp_begin + math.floor((speech_until - EOT_HOLD_MARGIN_S) / TIMESTAMP_S)
+    return timestamp_begin + math.floor((speech_until - EOT_HOLD_MARGIN_S) / SECONDS_PER_TOKEN)
 
 
 def _fill_rows(columns: Tensor, rows: list[int]) -> None:

@@ -111,9 +111,10 @@ def test_a_row_whose_speech_goes_on_does_not_end_before_its_floor() -> None:
 
 
 def test_the_floor_is_a_margin_before_the_speech_ends() -> None:
-    from engine.models.whisper.decoding import EOT_HOLD_MARGIN_S, TIMESTAMP_S, speech_eot_floor
+    from engine.models.whisper.decoding import EOT_HOLD_MARGIN_S, speech_eot_floor
+    from engine.models.whisper.features import SECONDS_PER_TOKEN
 
     assert speech_eot_floor(None, TB) is None
     assert speech_eot_floor(EOT_HOLD_MARGIN_S, TB) is None, "too little speech to hold anything"
     floor = speech_eot_floor(10.0, TB)
-    assert floor is not None and (floor - TB) * TIMESTAMP_S == pytest.approx(10.0 - EOT_HOLD_MARGIN_S, abs=TIMESTAMP_S)
+    assert floor is not None and (floor - TB) * SECONDS_PER_TOKEN == pytest.approx(10.0 - EOT_HOLD_MARGIN_S, abs=SECONDS_PER_TOKEN)
