@@ -19,11 +19,14 @@ LIVE_SETTLE_S and marks the level it broke at: past it, one session at a time is
 
 A session costs the engine little until it speaks (its passes over silence decode a few tokens),
 so in a burst the slow start alone learns too late: sessions arrive faster than they show their
-cost. The gate therefore also counts every session admitted lately whose stream has not decoded
-speech yet at the measured marginal cost of a speaking stream (app/backlog.py `live_cost`, the
-slope of the live share over the streams that spoke) and admits a new one only while that
-projected share stays within LIVE_MAX_SHARE, from the LIVE_START sessions the slow start trusts
-on (a line fitted over a few streams on a loaded machine can say anything).
+cost. The gate therefore also counts every session admitted lately whose stream has not spoken
+yet (no pass of it has run over speech the VAD hears, or decoded text) at the measured marginal
+cost of a speaking stream (app/backlog.py `live_cost`, the slope of the live share over the
+streams that spoke, at most their average share) and admits a new one only while the live share
+now (`live_share_now`, its last sample while it rises) plus that cost for each of them and the new
+one stays within LIVE_MAX_SHARE, from the LIVE_START sessions the slow start trusts on (a line
+fitted over a few streams on a loaded machine can say anything). A share sampled at the whole
+engine refuses outright: it is capped there, so it says nothing of what one more stream costs.
 
 Event-loop only (the bridge feeds it from its dispatch), so no lock.
 """
@@ -55,9 +58,9 @@ streams' cadence, and the sessions it admitted lately have not shown their full 
 session costs nothing until it speaks). Late passes come before shed ones: the gate stops while
 the sessions it holds still keep their cadence, not after they lost it."""
 LIVE_MAX_SHARE = 1.1
-"""Projected share of the engine's time (app/backlog.py `live_share`, fed by its stage timers)
+"""Projected share of the engine's time (app/backlog.py `live_share_now`, fed by its stage timers)
 past which no new live session is admitted: the share now, plus the measured marginal cost of a
-stream (`live_cost`, the slope of the share over the streams that speak) for every session
+stream (`live_cost`, the slope of the share over the streams that speak, at most their average) for every session
 admitted lately that has not spoken yet, and for the new one. A tenth over the whole engine: a
 Whisper stream re-decodes its window at every pass, so the streams fill the engine's time well
 before they lose their cadence (the measured share saturates, 0.98 at 16 sessions on the 2-core
@@ -69,7 +72,7 @@ admission anyway. At 1.0 the 16th of 16 sessions was refused in three of six run
 (gap 0.83 and 0.97 s), and a 48-session burst still stopped at 15 (benchmarks/streaming_capacity.py)."""
 LIVE_SPEAK_WAIT_S = 10.0
 """Seconds a live session is expected to start speaking within: until then (or until its stream
-decodes speech) it is counted at the marginal cost of a stream. A session that stays silent
+speaks) it is counted at the marginal cost of a stream. A session that stays silent
 longer counts as what it costs (nothing), as before it was admitted."""
 CEILING_FORGET_S = 120.0
 """Seconds without a shed pass after which the level the engine last fell behind at is forgotten
@@ -169,6 +172,9 @@ class LiveGate:
                     "period to start)", max(1, math.ceil(LIVE_LATE_HOLD_S - late_for)))
         waiting = self.waiting()
         projected = self.projected_share(waiting) if self.open >= LIVE_START else None
+        if projected is not None and self._backlog.live_share_now >= 1.0:
+            # a share capped at the whole engine says nothing of what one more stream costs
+            return ("live sessions take all of the engine's time", LIVE_RETRY_AFTER_S)
         if projected is not None and projected > LIVE_MAX_SHARE:
             return (f"live sessions would take about {projected:.0%} of the engine with the "
                     f"{waiting} admitted that have not spoken yet and a new one", LIVE_RETRY_AFTER_S)
@@ -189,11 +195,10 @@ class LiveGate:
         """The live share once the sessions waiting to speak (`waiting()` unless given) and one
         more run, at the measured marginal cost of a stream (None until it is measured)."""
         waiting = self.waiting() if waiting is None else waiting
-        fitted = self._backlog.live_share_at(self.spoken + waiting + 1)
-        if fitted is None:
+        cost = self._backlog.live_cost
+        if cost is None:
             return None
-        cost = self._backlog.live_cost or 0.0
-        return max(fitted, self._backlog.live_share + cost * (waiting + 1))
+        return self._backlog.live_share_now + cost * (waiting + 1)
 
     def admitted(self, pid: int) -> None:
         self.open += 1

@@ -95,16 +95,14 @@ def live_engine_seconds(stage_seconds: Mapping[str, Sequence[float]]) -> float:
     return sum(sum(times) for stage, times in stage_seconds.items() if stage.startswith("streaming."))
 
 
-def _line(samples: Sequence[tuple[int, float]], previous: float | None) -> tuple[float | None, float | None]:
-    """The least-squares line of share over streams through the samples' means: its slope (at
-    least 0; `previous` while the samples hold one stream count only: nothing says what one more
-    adds) and its share at no stream (None while there is no slope)."""
+def _slope(samples: Sequence[tuple[int, float]], previous: float | None) -> float | None:
+    """The slope of the least-squares line of share over streams (at least 0; `previous` while
+    the samples hold one stream count only: nothing says what one more adds)."""
     n = len(samples)
     mean_x = sum(x for x, _ in samples) / n
     mean_y = sum(y for _, y in samples) / n
     var = sum((x - mean_x) ** 2 for x, _ in samples)
-    slope = previous if var <= 0 else max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in samples) / var)
-    return slope, None if slope is None else mean_y - slope * mean_x
+    return previous if var <= 0 else max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in samples) / var)
 
 
 class Backlog:
@@ -125,11 +123,15 @@ class Backlog:
         self.live_cost: float | None = None
         """Measured marginal share of engine time one more live stream adds: the slope of the
         live share over the number of streams that have spoken, fitted over the last
-        LIVE_COST_SAMPLES samples (None until they span two stream counts). Not the share over
-        the streams: with batching, one more stream costs far less than the average (one stream
-        alone reads 64 %)."""
-        self.live_base = 0.0
-        """The fitted share at no speaking stream (with `live_cost`, the line share = base + cost * n)."""
+        LIVE_COST_SAMPLES samples (None until they span two stream counts), and never more than
+        the share a speaking stream takes on average now (`live_share_now` over them). Not the
+        average itself: with batching, one more stream costs far less than the average (one
+        stream alone reads 64 %). For the same reason the share is concave in the streams, so
+        what one more adds is at most the average, which a line fitted over a burst's first few
+        speakers can exceed (0.16 a stream over 3-6 speakers, against an average of 0.15 then
+        and 0.06 once sixteen spoke: benchmarks/streaming_capacity.py)."""
+        self._slope: float | None = None  # the fitted slope `live_cost` is bounded from
+        self._last_share = 0.0  # the last live-share sample, unsmoothed
         self._live_streams = 0  # live streams open at the engine, as last reported
         self._unproven = 0  # live sessions admitted too lately to show in the share (app/admission.py)
         self._live_spoken = 0  # live streams whose cost shows in the share
@@ -209,11 +211,13 @@ class Backlog:
             share = min(1.0, self._live / span)
             weight = 1.0 - math.exp(-span / LIVE_TAU_S)
             self.live_share += weight * (share - self.live_share)
-            if self._live_spoken:
-                self._cost_samples.append((self._live_spoken, share))
-                self.live_cost, base = _line(self._cost_samples, self.live_cost)
-                if base is not None:
-                    self.live_base = base
+            self._last_share = share
+            spoken = self._live_spoken
+            if spoken:
+                self._cost_samples.append((spoken, share))
+                self._slope = _slope(self._cost_samples, self._slope)
+                average = self.live_share_now / spoken
+                self.live_cost = None if self._slope is None else min(self._slope, average)
             self._live_since, self._live = now, 0.0
         if self._since is not None and now - self._since >= MIN_SAMPLE_S and self._progress > 0:
             span = now - self._since
@@ -262,6 +266,13 @@ class Backlog:
         share = max(self.current_live_share(), self.live_projection(streams_open=self._live_streams > 0))
         return self.rate * (1.0 - min(share, MAX_LIVE_SHARE))
 
+    @property
+    def live_share_now(self) -> float:
+        """The live share without the smoothing's lag while it rises: the last sample's share when
+        above the smoothed one (a burst of streams starting to speak shows in it a sample later,
+        not LIVE_TAU_S later)."""
+        return max(self.live_share, self._last_share)
+
     def current_live_share(self) -> float:
         """The live share as last measured. It changes only when live time is reported (the
         engine's bridge reports at least every quarter second while streams run, and once a
@@ -278,11 +289,6 @@ class Backlog:
     def live_ended(self) -> None:
         """Every live session ended: none is behind any more."""
         self.shed_at = -math.inf
-
-    def live_share_at(self, streams: int) -> float | None:
-        """The share `streams` speaking streams take on the fitted line (None until it is fitted).
-        Unlike the smoothed share it does not lag a burst of streams starting to speak."""
-        return None if self.live_cost is None else self.live_base + self.live_cost * streams
 
     def live_projection(self, *, streams_open: bool = True) -> float:
         """The live share expected once the sessions admitted lately run: the measured share

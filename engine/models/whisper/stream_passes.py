@@ -75,6 +75,8 @@ class StreamPassPicker:
                 stream.skip_pass(speech_ends[rid])
                 self.passes_skipped += 1
                 continue
+            if speech_ends.get(rid) is not None:
+                stream.spoken = True  # its pass runs over speech: it costs what speech costs from now on
             audio = stream.window_audio()
             if audio.size:
                 passes.append((stream, audio))

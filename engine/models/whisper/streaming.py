@@ -115,8 +115,9 @@ class StreamingTranscription(WindowedTranscription):
         self.cover_due = False  # a skipped pass kept speech no word covers: the next pass runs
         self.catch_up: CatchUpRound | None = None  # the backlog round decoding, if any (catchup.py)
         self.spoken = False
-        """A pass has decoded text: the stream's passes cost what speech costs from now on (over
-        silence they decode a few tokens; the live gate waits for this, app/admission.py)."""
+        """A pass started over audio the VAD hears speech in, or decoded text: the stream's passes
+        cost what speech costs from now on (over silence they decode a few tokens or are skipped;
+        the live gate counts the streams that have not, app/admission.py)."""
 
     # ---- scheduling ----
 
