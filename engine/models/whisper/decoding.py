@@ -127,10 +127,16 @@ def ruled_log_softmax(rules: TokenRules, logits: Tensor, seqs: list[list[int]],
     return logits, logprobs
 
 
+def text_may_end_at(speech_until: float | None, seconds: float) -> bool:
+    """Whether a window whose speech runs until `speech_until` s (None: not known) may end its text
+    at `seconds` into it: within EOT_HOLD_MARGIN_S of the speech's end, or anywhere when unknown."""
+    return speech_until is None or speech_until - seconds < EOT_HOLD_MARGIN_S
+
+
 def speech_eot_floor(speech_until: float | None, timestamp_begin: int) -> int | None:
     """The timestamp token before which a window whose speech runs until `speech_until` s does
-    not end its text (None: it may end anywhere): EOT_HOLD_MARGIN_S before the speech ends."""
-    if speech_until is None or speech_until <= EOT_HOLD_MARGIN_S:
+    not end its text (None: it may end anywhere): where `text_may_end_at` starts to hold."""
+    if speech_until is None or speech_until <= EOT_HOLD_MARGIN_S:  # too little speech to hold anything
         return None
     return timestamp_begin + math.floor((speech_until - EOT_HOLD_MARGIN_S) / SECONDS_PER_TOKEN)
 

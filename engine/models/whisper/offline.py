@@ -19,7 +19,7 @@ from engine.log_mel import EDGE_FRAMES, FRAMES_PER_SECOND, N_FRAMES, pad_window,
 from engine.models.whisper.alignment import align_words
 from engine.models.whisper.context import fit_frames
 from engine.models.whisper.coverage import SpeechCoverage
-from engine.models.whisper.decoding import EOT_HOLD_MARGIN_S, DecodeGroup
+from engine.models.whisper.decoding import DecodeGroup, text_may_end_at
 from engine.models.whisper.owner import WindowedTranscription
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.transcript import (
@@ -253,7 +253,7 @@ class OfflineTranscription(WindowedTranscription):
             advance = job.frames
         else:
             raw, advance = split_segments(result.tokens, tok, window_start, job.frames)
-            if job.speech_until is not None and job.speech_until - advance / FRAMES_PER_SECOND < EOT_HOLD_MARGIN_S:
+            if job.speech_until is not None and text_may_end_at(job.speech_until, advance / FRAMES_PER_SECOND):
                 # its text was free to end there (decoding.py): what is left is the speech's last
                 # moment and the padding after it, not a sentence to decode again as a window of
                 # its own (tiny.en wrote "word word ..." over such 0.4 s windows); speech the VAD
