@@ -304,7 +304,7 @@ class RealtimeSession:
                                 f"this session's model {self.rate} Hz; open a new session for it",
                                 code="unsupported_value", param=f"{param}.model")
         try:
-            return service, service.admission.take(live=True)
+            return service, await service.admission.take_live()
         except Refused as exc:
             raise ProtocolError(f"model {config.transcription.model!r}: {exc.message}", code="server_busy",
                                 error_type=ev.SERVER_ERROR_TYPE) from exc

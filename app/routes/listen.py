@@ -76,7 +76,7 @@ async def listen(websocket: WebSocket) -> None:
         await _deny(websocket, str(exc))
         return
     try:
-        permit = service.admission.take(live=True)
+        permit = await service.admission.take_live()
     except Refused as exc:  # admitted live sessions keep their cadence; a full or draining server says so
         await _deny(websocket, exc.message, exc.retry_after)
         return

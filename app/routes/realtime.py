@@ -107,7 +107,7 @@ async def realtime(websocket: WebSocket) -> None:
         await _deny(websocket, to_api_error(exc))
         return
     try:
-        permit = service.admission.take(live=True)
+        permit = await service.admission.take_live()
     except Refused as exc:
         await _deny(websocket, exc)
         return

@@ -257,3 +257,78 @@ def test_the_sessions_the_slow_start_trusts_are_never_refused_by_projection() ->
     assert a.backlog.live_cost is not None and a.backlog.live_cost > 0.3
     assert a.live.projected_share() is not None and a.live.projected_share() > 1.0
     assert len(admit_all(a)) == LIVE_START - 2
+
+
+class _Waits:
+    """A live session's wait on the test's clock: each poll moves it and lets the engine report
+    (`report(now)`) what it did meanwhile."""
+
+    def __init__(self, clock: Clock, report: object) -> None:
+        self.clock, self.report, self.polls = clock, report, 0
+
+    async def __call__(self, seconds: float) -> None:
+        self.polls += 1
+        self.clock.now += seconds
+        self.report()  # type: ignore[operator]
+
+
+def _with_unshown_sessions(clock: Clock, report: object) -> Admission:
+    """LIVE_START sessions of which two speak (a steep line: 30 % then 70 %), six not yet: a new
+    session is refused for their unshown cost."""
+    from app.admission import Admission
+
+    waits = _Waits(clock, report)
+    busy: list[int] = []
+    a = Admission(max_inflight=1000, max_queue_delay_secs=30.0, clock=clock, sleep=waits,
+                  on_busy=lambda: busy.append(1))
+    a.waits, a.busy = waits, busy  # type: ignore[attr-defined]
+    admit_all(a, LIVE_START)
+    for _ in range(2):
+        for spoken, share in ((1, 0.3), (2, 0.7)):
+            clock.now += 0.5
+            a.observe(share * 0.5, LIVE_START, 0, spoken=spoken)
+    return a
+
+
+async def test_a_live_session_refused_for_unshown_cost_waits_for_it_to_show() -> None:
+    """The sessions admitted lately start speaking while the new one waits on its upgrade, and
+    the line settles: it is admitted, not refused and told to come back in ten seconds."""
+    from app.admission import LIVE_ADMIT_WAIT_S
+
+    clock = Clock()
+    spoken = [2]
+
+    def report() -> None:
+        spoken[0] = min(LIVE_START, spoken[0] + 1)  # one more speaks every poll
+        a.observe(0.7 * 0.25, LIVE_START, 0, spoken=spoken[0])
+
+    a = _with_unshown_sessions(clock, report)
+    refused = a.refusal(live=True, count=False)
+    assert refused is not None and refused.unshown and "not spoken yet" in refused.reason
+    started = clock.now
+    permit = await a.take_live()
+    assert permit.live and a.live.open == LIVE_START + 1
+    assert 0 < clock.now - started <= LIVE_ADMIT_WAIT_S and a.busy == []  # type: ignore[attr-defined]
+
+
+async def test_a_live_session_still_unshown_after_the_wait_is_refused_once_with_retry_after() -> None:
+    from app.admission import LIVE_ADMIT_WAIT_S
+
+    clock = Clock()
+    a = _with_unshown_sessions(clock, lambda: None)  # nobody starts speaking
+    started = clock.now
+    with pytest.raises(Refused) as info:
+        await a.take_live()
+    assert info.value.retry_after == LIVE_RETRY_AFTER_S and "not spoken yet" in info.value.reason
+    assert LIVE_ADMIT_WAIT_S - 0.25 <= clock.now - started <= LIVE_ADMIT_WAIT_S
+    assert a.busy == [1]  # type: ignore[attr-defined]
+
+
+async def test_a_live_session_refused_for_a_shed_pass_does_not_wait() -> None:
+    clock = Clock()
+    a = _with_unshown_sessions(clock, lambda: None)
+    a.observe(0.5, LIVE_START, 3, spoken=2)  # the engine shed passes: behind, whatever shows later
+    with pytest.raises(Refused) as info:
+        await a.take_live()
+    assert not info.value.unshown and "behind their cadence" in info.value.reason
+    assert a.waits.polls == 0  # type: ignore[attr-defined]

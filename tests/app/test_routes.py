@@ -690,8 +690,12 @@ async def upgrade(app: Any, path: str) -> list[dict[str, Any]]:
 
 def clocked(h: Harness, clock: list[float]) -> Admission:
     """The harness's engine admitted on a clock the test moves (load admission on)."""
+    async def sleep(seconds: float) -> None:  # a live session's wait moves the test's clock, not the test's
+        clock[0] += seconds
+        await asyncio.sleep(0)
+
     h.service.admission = Admission(h.service.admission.max_inflight, 30.0,
-                                    on_busy=h.service.series.requests_busy.inc, clock=lambda: clock[0])
+                                    on_busy=h.service.series.requests_busy.inc, clock=lambda: clock[0], sleep=sleep)
     return h.service.admission
 
 
