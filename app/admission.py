@@ -28,6 +28,11 @@ one stays within LIVE_MAX_SHARE, from the LIVE_START sessions the slow start tru
 fitted over a few streams on a loaded machine can say anything). A share sampled at the whole
 engine refuses outright: it is capped there, so it says nothing of what one more stream costs.
 
+A live session refused only for what the sessions admitted lately have not shown yet (the
+projection over those not spoken, or the probation) waits on its upgrade up to LIVE_ADMIT_WAIT_S
+before it is refused (`take_live`): their cost shows within seconds, and in a burst the estimate
+is roughest just then. Refusals for late or shed passes, permits or draining do not wait.
+
 Event-loop only (the bridge feeds it from its dispatch), so no lock.
 """
 
@@ -81,8 +86,8 @@ of sessions admitted lately that has not shown yet (`Refused.unshown`). Sessions
 apart on the 2-core Xeon: the 16th arrives 3.75 s in, as six streams start speaking and the live
 share jumps within one sample from 0.35 to 0.8-0.9; the projection from there exceeds the bound
 for two to three seconds, until the sessions admitted before it speak and the share's slope
-settles (traced, benchmarks/streaming_capacity.py). With this wait 16 of 16 were admitted in five
-runs of five (before it, about six arrivals in ten were admitted at once); counting a stream at the
+settles (traced, benchmarks/streaming_capacity.py). With this wait 16 of 16 were admitted in four
+runs of four (before it, about six arrivals in ten were admitted at once); counting a stream at the
 speakers' average near the whole engine as well (a flattened line there) made the 16th wait out
 even 6 s in two runs of five, so it is not done."""
 LIVE_ADMIT_POLL_S = 0.25
