@@ -352,16 +352,12 @@ class Admission:
         has not shown yet, the session waits up to LIVE_ADMIT_WAIT_S for it to show (their passes
         over speech start within seconds) before it is refused: in a burst the estimate is roughest
         in the seconds the sessions just admitted start to speak."""
-        polls = math.floor(LIVE_ADMIT_WAIT_S / LIVE_ADMIT_POLL_S)
-        for poll in itertools.count():
+        for _ in range(math.floor(LIVE_ADMIT_WAIT_S / LIVE_ADMIT_POLL_S)):
             refused = self.refusal(live=True, count=False)
-            if refused is None:
-                return self.take(live=True)
-            if not refused.unshown or poll >= polls:
-                self._on_busy()
-                raise refused
+            if refused is None or not refused.unshown:
+                break
             await self._sleep(LIVE_ADMIT_POLL_S)
-        raise AssertionError("unreachable")
+        return self.take(live=True)  # admitted, or refused (and counted) once
 
     @contextlib.asynccontextmanager
     async def admit(self, *, live: bool = False) -> AsyncIterator[Permit]:

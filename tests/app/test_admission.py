@@ -4,6 +4,7 @@ test moves, permits, and the one refusal type."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 
@@ -263,31 +264,28 @@ class _Waits:
     """A live session's wait on the test's clock: each poll moves it and lets the engine report
     (`report(now)`) what it did meanwhile."""
 
-    def __init__(self, clock: Clock, report: object) -> None:
+    def __init__(self, clock: Clock, report: Callable[[], None]) -> None:
         self.clock, self.report, self.polls = clock, report, 0
 
     async def __call__(self, seconds: float) -> None:
         self.polls += 1
         self.clock.now += seconds
-        self.report()  # type: ignore[operator]
+        self.report()
 
 
-def _with_unshown_sessions(clock: Clock, report: object) -> Admission:
+def _with_unshown_sessions(clock: Clock, report: Callable[[], None]) -> tuple[Admission, _Waits, list[int]]:
     """LIVE_START sessions of which two speak (a steep line: 30 % then 70 %), six not yet: a new
-    session is refused for their unshown cost."""
-    from app.admission import Admission
-
+    session is refused for their unshown cost. Returns the admission, its waits and its busy count."""
     waits = _Waits(clock, report)
     busy: list[int] = []
     a = Admission(max_inflight=1000, max_queue_delay_secs=30.0, clock=clock, sleep=waits,
                   on_busy=lambda: busy.append(1))
-    a.waits, a.busy = waits, busy  # type: ignore[attr-defined]
     admit_all(a, LIVE_START)
     for _ in range(2):
         for spoken, share in ((1, 0.3), (2, 0.7)):
             clock.now += 0.5
             a.observe(share * 0.5, LIVE_START, 0, spoken=spoken)
-    return a
+    return a, waits, busy
 
 
 async def test_a_live_session_refused_for_unshown_cost_waits_for_it_to_show() -> None:
@@ -302,33 +300,33 @@ async def test_a_live_session_refused_for_unshown_cost_waits_for_it_to_show() ->
         spoken[0] = min(LIVE_START, spoken[0] + 1)  # one more speaks every poll
         a.observe(0.7 * 0.25, LIVE_START, 0, spoken=spoken[0])
 
-    a = _with_unshown_sessions(clock, report)
+    a, _, busy = _with_unshown_sessions(clock, report)
     refused = a.refusal(live=True, count=False)
     assert refused is not None and refused.unshown and "not spoken yet" in refused.reason
     started = clock.now
     permit = await a.take_live()
     assert permit.live and a.live.open == LIVE_START + 1
-    assert 0 < clock.now - started <= LIVE_ADMIT_WAIT_S and a.busy == []  # type: ignore[attr-defined]
+    assert 0 < clock.now - started <= LIVE_ADMIT_WAIT_S and busy == []
 
 
 async def test_a_live_session_still_unshown_after_the_wait_is_refused_once_with_retry_after() -> None:
     from app.admission import LIVE_ADMIT_WAIT_S
 
     clock = Clock()
-    a = _with_unshown_sessions(clock, lambda: None)  # nobody starts speaking
+    a, _, busy = _with_unshown_sessions(clock, lambda: None)  # nobody starts speaking
     started = clock.now
     with pytest.raises(Refused) as info:
         await a.take_live()
     assert info.value.retry_after == LIVE_RETRY_AFTER_S and "not spoken yet" in info.value.reason
     assert LIVE_ADMIT_WAIT_S - 0.25 <= clock.now - started <= LIVE_ADMIT_WAIT_S
-    assert a.busy == [1]  # type: ignore[attr-defined]
+    assert busy == [1]
 
 
 async def test_a_live_session_refused_for_a_shed_pass_does_not_wait() -> None:
     clock = Clock()
-    a = _with_unshown_sessions(clock, lambda: None)
+    a, waits, _ = _with_unshown_sessions(clock, lambda: None)
     a.observe(0.5, LIVE_START, 3, spoken=2)  # the engine shed passes: behind, whatever shows later
     with pytest.raises(Refused) as info:
         await a.take_live()
     assert not info.value.unshown and "behind their cadence" in info.value.reason
-    assert a.waits.polls == 0  # type: ignore[attr-defined]
+    assert waits.polls == 0
