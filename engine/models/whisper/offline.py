@@ -179,10 +179,12 @@ class OfflineTranscription(WindowedTranscription):
         it now, and the next attempt starts that much sooner (on the long-form benchmark
         recording a window's greedy "a a a ..." ran 224 tokens, the last second of the
         recording's decode). A greedy decode's transcript is the same either way but for a loop
-        left after that many repeats (never seen). A sampled attempt's best_of pick weighs a
-        cut candidate at its cut: where it was the most confident at the token limit, another
-        candidate can be kept instead (a sampled attempt's text is a draw of the engine's own
-        seeded generators either way, never the reference's), and where every attempt fails,
+        left after that many repeats (never seen). A sampled attempt's best_of pick keeps a
+        candidate that ended on its own over a cut one (DecodeGroup._finish_sampled: the cut one
+        fails the check for certain; openai/whisper ranks by log-probability alone and then fails
+        the attempt when a loop ranks first), the most likely of the cut ones only when every
+        candidate was cut (a sampled attempt's text is a draw of the engine's own seeded
+        generators either way, never the reference's); where every attempt fails,
         `_best_attempt` weighs the cut ones' tokens so far."""
         if job.ladder_index >= len(self.ladder) - 1:
             return False  # the last attempt: nothing would follow it

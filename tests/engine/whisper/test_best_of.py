@@ -45,6 +45,25 @@ def test_the_candidate_most_likely_per_token_is_kept() -> None:
     assert result.sum_logprob == -1.5 and result.avg_logprob == -0.5  # end-of-text counts in the average
 
 
+def test_a_candidate_cut_as_a_runaway_is_kept_only_when_every_candidate_was() -> None:
+    """A row cut short (offline.cut_runaways: it loops and fails the window's
+    compression check already) would fail the attempt for certain: a candidate that ended on its
+    own is kept instead, although the cut one is the more likely per token."""
+    g = group(DecodingOptions(temperature=0.5, best_of=3), 0.5)
+    step(g, [1, 2, 4], [-0.1, -0.9, -0.5])
+    g.cut_short([0])  # row 0 ends at its next token
+    step(g, [1, 3, 4], [-0.1, -0.9, -0.5])
+    step(g, [5, EOT, EOT], [-0.1, -0.9, -0.5])
+    assert g.done and len(g.tokens[0]) == 2  # the cut row: two tokens at -0.1 each
+    assert g.result is not None and g.result.tokens == [4, 4]  # -1.5 over 2 against row 0's -0.2
+
+    every = group(DecodingOptions(temperature=0.5, best_of=2), 0.5)
+    step(every, [1, 2], [-0.1, -0.9])
+    every.cut_short([0, 1])
+    step(every, [1, 2], [-0.1, -0.9])
+    assert every.done and every.result is not None and every.result.tokens == [1, 1]  # the likelier of the cut
+
+
 def test_best_of_only_widens_sampled_windows() -> None:
     options = DecodingOptions(beam_size=4, best_of=3)
     assert group(options, 0.0).num_rows == 4
