@@ -126,7 +126,9 @@ OASR_AVX2_F16C inline __m256 exp8(__m256 x) {
 
 // The scores of 8 consecutive rows: each row's 8-lane partial dot products, summed across lanes
 // in one transpose of adds.
-OASR_AVX2_F16C inline __m256 scores8(const __m256* q, const c10::Half* k, int64_t k_row, int64_t chunks) {
+template <int64_t kChunks>
+OASR_AVX2_F16C inline __m256 scores8(const __m256* q, const c10::Half* k, int64_t k_row, int64_t runtime_chunks) {
+  const int64_t chunks = kChunks > 0 ? kChunks : runtime_chunks;
   __m256 acc[8];  // eight rows' dependency chains interleaved: one row's alone waits on each FMA
   for (int j = 0; j < 8; ++j) acc[j] = _mm256_mul_ps(q[0], load8(k + j * k_row));
   for (int64_t c = 1; c < chunks; ++c) {
@@ -139,11 +141,13 @@ OASR_AVX2_F16C inline __m256 scores8(const __m256* q, const c10::Half* k, int64_
 }
 
 // The scaled scores of `rows` into scores[0, n), and their running maximum.
-OASR_AVX2_F16C void score_rows(const __m256* q, int64_t chunks, __m256 scale8, const HalfRows& rows, float* scores,
+template <int64_t kChunks>
+OASR_AVX2_F16C void score_rows(const __m256* q, int64_t runtime_chunks, __m256 scale8, const HalfRows& rows, float* scores,
                                __m256& top8) {
+  const int64_t chunks = kChunks > 0 ? kChunks : runtime_chunks;
   const int64_t whole = rows.n - rows.n % 8;
   for (int64_t s = 0; s < whole; s += 8) {
-    const __m256 sc = _mm256_mul_ps(scores8(q, rows.k + s * rows.k_row, rows.k_row, chunks), scale8);
+    const __m256 sc = _mm256_mul_ps(scores8<kChunks>(q, rows.k + s * rows.k_row, rows.k_row, chunks), scale8);
     _mm256_storeu_ps(scores + s, sc);
     top8 = _mm256_max_ps(top8, sc);
   }
@@ -158,15 +162,16 @@ OASR_AVX2_F16C void score_rows(const __m256* q, int64_t chunks, __m256 scale8, c
 
 // One softmax over `own` followed by `tail` (the shared silence after an item's own positions;
 // n = 0: none); `scores` holds both.
+template <int64_t kChunks>
 OASR_AVX2_F16C void attend_vector(const float* q_in, const HalfRows& own, const HalfRows& tail, int64_t D,
                                   float scale, float* scores, float* out, float* lse) {
-  const int64_t chunks = D / 8, len = own.n + tail.n;
+  const int64_t chunks = kChunks > 0 ? kChunks : D / 8, len = own.n + tail.n;
   __m256 q[kMaxChunks];
   for (int64_t c = 0; c < chunks; ++c) q[c] = _mm256_loadu_ps(q_in + 8 * c);
   const __m256 scale8 = _mm256_set1_ps(scale);
   __m256 top8 = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  score_rows(q, chunks, scale8, own, scores, top8);
-  score_rows(q, chunks, scale8, tail, scores + own.n, top8);
+  score_rows<kChunks>(q, chunks, scale8, own, scores, top8);
+  score_rows<kChunks>(q, chunks, scale8, tail, scores + own.n, top8);
   float top = -std::numeric_limits<float>::infinity();
   {
     alignas(32) float lanes[8];
@@ -275,7 +280,12 @@ std::tuple<at::Tensor, at::Tensor> half_kv_attention(const at::Tensor& q_in, con
       if (vector) {
         for (int64_t t = 0; t < T; ++t) {
           const int64_t at_q = gh * T + t;
-          attend_vector(q_data + at_q * D, own, tail, D, fscale, scores, out_data + at_q * D, lse_data + at_q);
+          // a head size of 64 (every Whisper model's) is unrolled: its accumulators stay in registers
+          if (D == 64) {
+            attend_vector<8>(q_data + at_q * D, own, tail, D, fscale, scores, out_data + at_q * D, lse_data + at_q);
+          } else {
+            attend_vector<0>(q_data + at_q * D, own, tail, D, fscale, scores, out_data + at_q * D, lse_data + at_q);
+          }
         }
         continue;
       }
