@@ -127,10 +127,10 @@ def ruled_log_softmax(rules: TokenRules, logits: Tensor, seqs: list[list[int]],
     return logits, logprobs
 
 
-def text_may_end_at(speech_until: float | None, seconds: float) -> bool:
-    """Whether a window whose speech runs until `speech_until` s (None: not known) may end its text
-    at `seconds` into it: within EOT_HOLD_MARGIN_S of the speech's end, or anywhere when unknown."""
-    return speech_until is None or speech_until - seconds < EOT_HOLD_MARGIN_S
+def text_may_end_at(speech_until: float, seconds: float) -> bool:
+    """Whether a window whose speech runs until `speech_until` s may end its text at `seconds`
+    into it: within EOT_HOLD_MARGIN_S of the speech's end."""
+    return speech_until - seconds < EOT_HOLD_MARGIN_S
 
 
 def speech_eot_floor(speech_until: float | None, timestamp_begin: int) -> int | None:
