@@ -3,7 +3,7 @@ waiting windows in one batch, joins them to the running decoder batch, and decod
 for every row (continuous batching).
 
 The runner is glue: the loaded parts (parts.py) are shared by every request's state
-(offline.py, streaming.py), the planner (planning.py) picks what the encoder and the decoder
+(offline.py, longform.py, streaming.py; collate.py makes offline requests ready), the planner (planning.py) picks what the encoder and the decoder
 batch (batch.py) run next, and the runner runs it and routes results and errors."""
 
 from __future__ import annotations
@@ -18,18 +18,19 @@ from torch import Tensor
 
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
-from engine.log_mel import N_SAMPLES, SAMPLE_RATE, LogMelExtractor
+from engine.log_mel import SAMPLE_RATE, LogMelExtractor
 from engine.metrics import shared_stage_timer, stage_timer
 from engine.models.whisper.batch import DecodeBatch
+from engine.models.whisper.collate import Collator
 from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.coverage import SpeechCoverage
 from engine.models.whisper.decoding import DecodeGroup
 from engine.models.whisper.describe import whisper_info
 from engine.models.whisper.encoder_thread import EncoderThread
 from engine.models.whisper.int8 import exact_integer_decoder, int8_kernel
-from engine.models.whisper.longform import SegmentedTranscription, window_request
+from engine.models.whisper.longform import SegmentedTranscription
 from engine.models.whisper.model import Whisper, WhisperDims
-from engine.models.whisper.offline import OfflineTranscription, cut_runaways, uses_audio_padding
+from engine.models.whisper.offline import cut_runaways
 from engine.models.whisper.options import WhisperOptions
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.planning import WindowPlanner
@@ -44,12 +45,8 @@ from engine.runner import ModelInfo, RunnerStats
 from engine.streaming.silence_gate import SilenceGate
 from engine.types import DecodingOptions, RequestOutput
 from engine.vad import VoiceActivityModel, load_vad_model
-from engine.vad.windows import SpeechMap, SpeechWindow, speech_map, speech_windows
 
 logger = logging.getLogger(__name__)
-
-FAILED = "failed"  # a request whose speech windows could not be found (its error is reported)
-
 
 class WhisperRunner:
     supports_streaming = True  # by re-decoding a sliding window (see streaming.py)
@@ -77,6 +74,7 @@ class WhisperRunner:
         self.vad = _load_vad() if vad_wanted else None
         gate = SilenceGate(self.vad) if gate_wanted and self.vad is not None else None
         self.stream_passes = StreamPassPicker(self.step_samples, gate)
+        self.collator = Collator(self.parts, self.options, self.vad, self._coverage)
         self.totals = WhisperTotals()  # what stats() reports beside the picker's shed and skipped passes
         # a second core encodes beside the decoder (encoder_thread.py); with one, the engine
         # thread alternates between them
@@ -168,83 +166,14 @@ class WhisperRunner:
         self.collating.extend(r for r in requests if not r.streaming)
         return []
 
-    def _offline_features(self, requests: list[Request], fits: list[bool],
-                          outputs: list[RequestOutput]) -> list[Tensor | None]:
-        """Log-mel features of offline requests in one call per padding convention (one by one
-        if a call fails: only the culprit fails)."""
-        mels: list[Tensor | None] = [None] * len(requests)
-        for audio_padding in (True, False):
-            index = [i for i, fit in enumerate(fits) if uses_audio_padding(fit) == audio_padding]
-            if not index:
-                continue
-            try:
-                batch = self.parts.features([requests[i].audio for i in index], audio_padding=audio_padding)
-                for i, mel in zip(index, batch):
-                    mels[i] = mel
-            except Exception as exc:
-                logger.warning("batched feature extraction failed (%s); retrying one by one", exc)
-                for i in index:
-                    try:
-                        mels[i] = self.parts.features([requests[i].audio], audio_padding=audio_padding)[0]
-                    except Exception as one_exc:
-                        outputs.append(error_output(requests[i], "features", one_exc))
-        return mels
-
     def _collate(self, outputs: list[RequestOutput]) -> None:
-        """Log-mel features of the admitted offline requests (a long one's: of each of its speech
-        windows) in one call; each becomes an offline transcription whose first window (a long
-        one: all of its windows) waits to be encoded."""
+        """The admitted offline requests become transcriptions whose first jobs (a long one's:
+        all of its windows') wait to be encoded (collate.py)."""
         requests, self.collating = self.collating, []
-        windows = {r.request_id: self._speech_windows(r, outputs) for r in requests}
-        requests = [r for r in requests if windows[r.request_id] != FAILED]
-        # what is featurized: the request itself, or each of its windows
-        pieces = [[r] if not isinstance(plan := windows[r.request_id], tuple) else [window_request(r, w) for w in plan[1]]
-                  for r in requests]
-        flat = [p for ps in pieces for p in ps]
-        # word timing reads cross-attention over the real audio, learnt on 30 s encodings: a
-        # request with word timestamps keeps them (measured: a 'fit' window moved a word 0.5 s
-        # into a pause of the long-form test recording)
-        fits = [self.options.offline_encoder_context == "fit" and not r.decoding.word_timestamps for r in flat]
-        mels = iter(self._offline_features(flat, fits, outputs))
-        for request, ps in zip(requests, pieces):
-            own = [next(mels) for _ in ps]
-            if any(m is None for m in own):
-                continue
-            own_mels = [m.to(self.parts.dtype) for m in own if m is not None]
-            fit = self.options.offline_encoder_context == "fit" and not request.decoding.word_timestamps
-            plan = windows[request.request_id]
-            state: OfflineTranscription | SegmentedTranscription
-            if isinstance(plan, tuple):
-                state = SegmentedTranscription(request, plan[0], plan[1], own_mels, self.parts, fit,
-                                               [self._coverage() for _ in own_mels])
-                jobs = state.first_jobs()
-            else:
-                state = OfflineTranscription(request, own_mels[0], self.parts, fit_context=fit,
-                                             coverage=self._coverage())
-                job = state.next_job()
-                jobs = [] if job is None else [job]
-            if not jobs:
-                outputs.append(state.finish())
-                continue
+        for request, state, jobs in self.collator.collate(requests, outputs):
             self.active[request.request_id] = state
             for job in jobs:
                 self.planner.submit(job)
-
-    def _speech_windows(self, request: Request,
-                        outputs: list[RequestOutput]) -> tuple[SpeechMap, list[SpeechWindow]] | str | None:
-        """A long request's speech and its windows (decoded side by side, longform.py); None: decoded
-        window after window (short, asked so, or no VAD); FAILED: the VAD failed (its error
-        output is added)."""
-        assert request.audio is not None
-        if (self.options.offline_long_form != "parallel" or self.vad is None
-                or request.audio.shape[0] <= N_SAMPLES):
-            return None
-        try:  # timed as part of offline.collate
-            speech = speech_map(request.audio, self.vad, workers=torch.get_num_threads())
-            return speech, speech_windows(request.audio, speech, N_SAMPLES / SAMPLE_RATE)
-        except Exception as exc:
-            outputs.append(error_output(request, "features", exc))
-            return FAILED
 
     def _coverage(self) -> SpeechCoverage:
         """A request's coverage bookkeeping (coverage.py); without the VAD or the option, it is off."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import replace
-from itertools import pairwise, takewhile
+from itertools import takewhile
 
 import numpy as np
 import torch
@@ -32,6 +32,7 @@ from engine.models.whisper.context import fit_frames
 from engine.models.whisper.coverage import SpeechCoverage
 from engine.models.whisper.owner import WindowedTranscription
 from engine.models.whisper.parts import WhisperParts
+from engine.models.whisper.stream_cuts import cut_after_commits, cut_in_pause
 from engine.models.whisper.stream_output import attach_word_logprobs, stream_output
 from engine.models.whisper.totals import WhisperTotals
 from engine.models.whisper.transcript import (
@@ -53,21 +54,9 @@ SILENCE_KEEP_S = 1.0  # on a silent pass, keep only this much audio (speech may 
 SILENCE_TRIM_AFTER_S = 5.0  # ...once the window is at least this long
 SILENCE_PASS_EVERY_S = 3.0  # audio without speech still gets a pass this often (speech the VAD misses)
 PASS_AFTER_SPEECH_S = 1.0  # passes are skipped once one has heard this much silence after the speech
-TRIM_AFTER_S = 4.0  # a window without a committed sentence end is trimmed in a pause after a committed word
-MIN_PAUSE_S = 0.2  # gap between two aligned words that counts as a pause (a cut there splits no word)
-PAUSE_MARKS = (".", "?", "!", ",", ";", ":")
-NO_PAUSE_TRIM_AFTER_S = 12.0  # ...and with no such pause, at the last committed word, once this long
-TRIM_KEEP_S = 1.0  # ...keeping this much audio before it, so the next pass hears whole words
-SENTENCE_END = (".", "?", "!")
-LEFT_CONTEXT_S = 1.0
-"""Audio (s) a window keeps before the end of its last committed sentence once that sentence is
-committed: the whole committed words in it are forced, so the next sentence's first word is
-decoded after a lead-in, and the rest of the sentence is dropped from the encoder's work."""
 REHEARD_TOLERANCE_S = 0.6  # a re-heard committed word ends this close to where it ended before
 EDGE_S = 0.5  # agreed words ending this close to the end of a pass's audio wait for the next pass
 UNSETTLED_TAIL_S = 1.0  # the last words of a pass, this close to its audio's end, are not forced on the final
-PAUSE_HEARD_S = 1.0  # silence a pass heard after a committed, punctuated last word: a pause in speech
-PAUSE_CUT_SLACK_S = 0.1  # ...the window is then cut before that word, at most this far past the word before
 TOKENS_PER_SECOND_CAP = 8  # fast speech is ~4 text tokens/s; the rest is room for timestamps
 
 DELAYS: dict[Delay, tuple[float, int]] = {
@@ -485,74 +474,20 @@ class StreamingTranscription(WindowedTranscription):
         return [w for w in words if (w.start + w.end) / 2 > last.end]
 
     def _collect_commits(self) -> None:
-        """Record newly committed words and trim the window in a pause after a committed word,
-        once a sentence end is committed (Whisper keeps its in-sentence context) or the window
-        is longer than TRIM_AFTER_S. A cut at a word's aligned end often lands inside the next
-        word, and tiny.en, hearing half a word after a prompt, makes one up or skips ahead."""
+        """Record newly committed words and cut the window where stream_cuts.py says."""
         new = self.agreement.take_committed()
         if not new:
             return
         self.committed_words.extend(new)
-        long = self.window.size > TRIM_AFTER_S * SAMPLE_RATE
-        if not long and not any(w.word.rstrip().endswith(SENTENCE_END) for w in new):
-            return
-        cuts = [t for t in (self._last_pause(), self._after_sentence_end()) if t is not None]
-        if cuts:
-            self._trim_to(max(cuts))
-        elif self.window.size > NO_PAUSE_TRIM_AFTER_S * SAMPLE_RATE:
-            self._trim_to(new[-1].start - TRIM_KEEP_S)
-
-    def _last_pause(self) -> float | None:
-        """Middle of the latest pause between two committed words: Whisper wrote punctuation there
-        and the aligned words leave a gap (a gap alone is often alignment jitter inside a long
-        word). The word after it is committed, so the next pass is forced with it: a window that
-        starts at an uncommitted word's onset, after a prompt ending a sentence, is decoded
-        without a lead-in, and tiny.en writes "No, or of the circumstances" for "nor of the ..."."""
-        inside = self._committed_in_window()
-        for before, after in reversed(list(pairwise(inside))):
-            if _marks_pause(before) and after.start - before.end >= MIN_PAUSE_S:
-                return (before.end + after.start) / 2
-        return None
-
-    def _after_sentence_end(self) -> float | None:
-        """Where the window may start once a sentence end is committed: at the start of the latest
-        committed word that starts LEFT_CONTEXT_S or more before that sentence's end, so the
-        window keeps whole committed words (forced on the next pass) as the lead-in of what
-        follows. Without it the window kept the whole sentence until the next one's first word
-        committed after a gap in the aligned times (which abutting words often lack), and every
-        pass re-encoded it. The cut stays before the sentence's last word: a last word in a
-        window of mostly silence is aligned up to seconds late, and a forced word the window
-        no longer holds suppresses the next ones. None: no committed sentence end in the window,
-        or too little before it to cut."""
-        inside = self._committed_in_window()
-        ends = [i for i, w in enumerate(inside) if w.word.rstrip().endswith(SENTENCE_END)]
-        if not ends:
-            return None
-        last = ends[-1]
-        keep_from = inside[last].end - LEFT_CONTEXT_S
-        starts = [i for i in range(1, last) if inside[i].start <= keep_from]
-        if not starts:
-            return None
-        first = starts[-1]
-        return max(inside[first].start, inside[first - 1].end)
+        cut = cut_after_commits(self._committed_in_window(), new, self.window.size / SAMPLE_RATE)
+        if cut is not None:
+            self._trim_to(cut)
 
     def _trim_in_pause_after_commits(self, reheard: list[Word]) -> None:
-        """The speaker paused after a punctuated committed word: this pass wrote nothing new
-        (`reheard`: its words, all committed before), nor did the one before, and it heard
-        PAUSE_HEARD_S of silence after that word. The window, which would keep the whole
-        sentence until the next word commits (`_last_pause` needs a committed word on both
-        sides), is trimmed to TRIM_KEEP_S before that word's start: the words kept are forced,
-        so a pass over the silence ends at once (a window of only silence after a prompt makes
-        tiny.en write "Yeah." or loop), and the next word has a lead-in. The cut never passes the
-        end of the word before: a lone word in a window of mostly silence is aligned up to
-        seconds late, and a forced word the window no longer holds suppresses the next ones."""
-        inside = self._committed_in_window()
-        if len(inside) < 2:
-            return
-        before, last = inside[-2:]
-        end = max([last.end, *(w.end for w in reheard)])
-        if _marks_pause(last) and self.heard_until - end >= PAUSE_HEARD_S:
-            self._trim_to(min(last.start - TRIM_KEEP_S, before.end + PAUSE_CUT_SLACK_S))
+        """A pass that wrote nothing new (`reheard`) after a pause: stream_cuts.cut_in_pause."""
+        cut = cut_in_pause(self._committed_in_window(), reheard, self.heard_until)
+        if cut is not None:
+            self._trim_to(cut)
 
     def _restart_at(self, t: float) -> None:
         """Start the window at `t` (where the words end) for a coverage retry: the last pass's
@@ -572,7 +507,3 @@ class StreamingTranscription(WindowedTranscription):
                              self.parts.tokenizer, self.language, self.request.received_samples / SAMPLE_RATE,
                              finished)
 
-
-def _marks_pause(word: Word) -> bool:
-    """The word ends in punctuation Whisper writes where the speaker pauses."""
-    return word.word.rstrip()[-1:] in PAUSE_MARKS

@@ -360,7 +360,7 @@ def test_a_pause_after_a_committed_sentence_trims_the_window_to_its_last_word(
     pass) until the next sentence's first word committed. Once a pass has heard a second of
     silence after the committed sentence end, the window keeps only its last word (forced) and
     what follows; the next sentence is still heard whole."""
-    from engine.models.whisper.streaming import TRIM_KEEP_S
+    from engine.models.whisper.stream_cuts import TRIM_KEEP_S
 
     audio = _session(clips, ("mfa_falsetto2", "mfa_thoughts"))
     next_sentence = int((2 * PAUSE_S + next(c for c in clips if c.id == "mfa_falsetto2").duration) * 16000)
@@ -385,7 +385,7 @@ def test_a_committed_sentence_end_trims_the_window_to_a_short_lead_in(live_engin
     before the sentence's end (forced), not the whole sentence. Before, the window kept it until
     the next sentence's first word was committed with a gap in the aligned times after "this.",
     and every pass meanwhile re-encoded it. The transcript is still both sentences whole."""
-    from engine.models.whisper.streaming import LEFT_CONTEXT_S, SENTENCE_END
+    from engine.models.whisper.stream_cuts import LEFT_CONTEXT_S, SENTENCE_END
 
     longest_word_s = 1.0  # the lead-in's first committed word starts at most this much earlier
     audio = _session(clips, ("mfa_falsetto2", "mfa_thoughts"), pause_s=0.4)

@@ -1,0 +1,127 @@
+"""Offline requests made ready to decode: each admitted request becomes a transcription with its
+first jobs (a long one, cut at VAD silences: all of its windows' jobs, longform.py), their log-mel
+features computed in one call per padding convention.
+
+    Collator(parts, options, vad, coverage).collate(requests, outputs) -> [(request, state, jobs)]
+
+A request whose VAD or features fail gets its error output and no state; one that needs no
+decoding (all silence) gets its finished output and no jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from engine.log_mel import N_SAMPLES, SAMPLE_RATE
+from engine.models.whisper.coverage import SpeechCoverage
+from engine.models.whisper.longform import SegmentedTranscription, window_request
+from engine.models.whisper.offline import OfflineTranscription, uses_audio_padding
+from engine.models.whisper.options import WhisperOptions
+from engine.models.whisper.parts import WhisperParts
+from engine.models.whisper.window import WindowJob
+from engine.request import Request, error_output
+from engine.types import RequestOutput
+from engine.vad import VoiceActivityModel
+from engine.vad.windows import SpeechMap, SpeechWindow, speech_map, speech_windows
+
+logger = logging.getLogger(__name__)
+
+FAILED = "failed"  # a request whose speech windows could not be found (its error is reported)
+
+Collated = tuple[Request, OfflineTranscription | SegmentedTranscription, list[WindowJob]]
+
+
+class Collator:
+    def __init__(self, parts: WhisperParts, options: WhisperOptions, vad: VoiceActivityModel | None,
+                 coverage: Callable[[], SpeechCoverage]):
+        """`vad`: cuts long requests into windows decoded side by side (None: window after
+        window); `coverage`: a new request's coverage bookkeeping."""
+        self.parts = parts
+        self.options = options
+        self.vad = vad
+        self.coverage = coverage
+
+    def collate(self, requests: list[Request], outputs: list[RequestOutput]) -> list[Collated]:
+        """Log-mel features of `requests` (a long one's: of each of its speech windows) in one
+        call; each becomes an offline transcription with the jobs that wait to be encoded first
+        (a long one: all of its windows'). Error and finished outputs go to `outputs`."""
+        windows = {r.request_id: self._speech_windows(r, outputs) for r in requests}
+        requests = [r for r in requests if windows[r.request_id] != FAILED]
+        # what is featurized: the request itself, or each of its windows
+        pieces = [[r] if not isinstance(plan := windows[r.request_id], tuple) else [window_request(r, w) for w in plan[1]]
+                  for r in requests]
+        flat = [p for ps in pieces for p in ps]
+        mels = iter(self._features(flat, [self._fits(r) for r in flat], outputs))
+        ready: list[Collated] = []
+        for request, ps in zip(requests, pieces):
+            own = [next(mels) for _ in ps]
+            if any(m is None for m in own):
+                continue
+            own_mels = [m.to(self.parts.dtype) for m in own if m is not None]
+            fit = self._fits(request)
+            plan = windows[request.request_id]
+            state: OfflineTranscription | SegmentedTranscription
+            if isinstance(plan, tuple):
+                state = SegmentedTranscription(request, plan[0], plan[1], own_mels, self.parts, fit,
+                                               [self.coverage() for _ in own_mels])
+                jobs = state.first_jobs()
+            else:
+                state = OfflineTranscription(request, own_mels[0], self.parts, fit_context=fit, coverage=self.coverage())
+                job = state.next_job()
+                jobs = [] if job is None else [job]
+            if not jobs:
+                outputs.append(state.finish())
+                continue
+            ready.append((request, state, jobs))
+        return ready
+
+    def _fits(self, request: Request) -> bool:
+        """Whether a request's windows are encoded over their audio only ('fit'). Word timing reads
+        cross-attention over the real audio, learnt on 30 s encodings: a request with word
+        timestamps keeps them (measured: a 'fit' window moved a word 0.5 s into a pause of the
+        long-form test recording)."""
+        return self.options.offline_encoder_context == "fit" and not request.decoding.word_timestamps
+
+    def _features(self, requests: list[Request], fits: list[bool], outputs: list[RequestOutput]) -> list[Tensor | None]:
+        """Log-mel features of offline requests in one call per padding convention (one by one
+        if a call fails: only the culprit fails)."""
+        mels: list[Tensor | None] = [None] * len(requests)
+        for audio_padding in (True, False):
+            index = [i for i, fit in enumerate(fits) if uses_audio_padding(fit) == audio_padding]
+            if not index:
+                continue
+            try:
+                batch = self.parts.features([requests[i].audio for i in index], audio_padding=audio_padding)
+                for i, mel in zip(index, batch):
+                    mels[i] = mel
+            except Exception as exc:
+                logger.warning("batched feature extraction failed (%s); retrying one by one", exc)
+                for i in index:
+                    try:
+                        mels[i] = self.parts.features([requests[i].audio], audio_padding=audio_padding)[0]
+                    except Exception as one_exc:
+                        outputs.append(error_output(requests[i], "features", one_exc))
+        return mels
+
+    def _speech_windows(self, request: Request,
+                        outputs: list[RequestOutput]) -> tuple[SpeechMap, list[SpeechWindow]] | str | None:
+        """A long request's speech and its windows (decoded side by side, longform.py); None: decoded
+        window after window (short, asked so, or no VAD); FAILED: the VAD failed (its error
+        output is added)."""
+        assert request.audio is not None
+        if (self.options.offline_long_form != "parallel" or self.vad is None
+                or request.audio.shape[0] <= N_SAMPLES):
+            return None
+        try:  # timed as part of offline.collate
+            speech = speech_map(request.audio, self.vad, workers=torch.get_num_threads())
+            return speech, speech_windows(request.audio, speech, N_SAMPLES / SAMPLE_RATE)
+        except Exception as exc:
+            outputs.append(error_output(request, "features", exc))
+            return FAILED
+
+
+__all__ = ["Collated", "Collator"]
