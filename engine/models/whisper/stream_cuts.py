@@ -107,5 +107,6 @@ def marks_pause(word: Word) -> bool:
     return word.word.rstrip()[-1:] in PAUSE_MARKS
 
 
-__all__ = ["LEFT_CONTEXT_S", "SENTENCE_END", "TRIM_KEEP_S", "after_sentence_end", "cut_after_commits",
-           "cut_in_pause", "last_pause", "marks_pause"]
+__all__ = ["LEFT_CONTEXT_S", "MIN_PAUSE_S", "NO_PAUSE_TRIM_AFTER_S", "PAUSE_CUT_SLACK_S", "PAUSE_HEARD_S", "PAUSE_MARKS",
+           "SENTENCE_END", "TRIM_AFTER_S", "TRIM_KEEP_S", "after_sentence_end", "cut_after_commits", "cut_in_pause",
+           "last_pause", "marks_pause"]
