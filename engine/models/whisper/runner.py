@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
+from functools import partial
 
 import torch
 from torch import Tensor
@@ -74,8 +75,12 @@ class WhisperRunner:
         self.vad = _load_vad() if vad_wanted else None
         gate = SilenceGate(self.vad) if gate_wanted and self.vad is not None else None
         self.stream_passes = StreamPassPicker(self.step_samples, gate)
-        self.collator = Collator(self.parts, self.options, self.vad, self._coverage)
         self.totals = WhisperTotals()  # what stats() reports beside the picker's shed and skipped passes
+        # a request's coverage bookkeeping (coverage.py); without the VAD or the option, it is off.
+        # Not a bound method: the collator holding one would tie the runner into a reference cycle,
+        # and an unloaded model's weights would wait for a garbage collection to be freed
+        self._coverage = partial(SpeechCoverage, self.vad if self.options.speech_coverage else None, self.totals)
+        self.collator = Collator(self.parts, self.options, self.vad, self._coverage)
         # a second core encodes beside the decoder (encoder_thread.py); with one, the engine
         # thread alternates between them
         use_thread = self.parts.device.type == "cpu" and torch.get_num_threads() > DECODE_THREADS
@@ -174,10 +179,6 @@ class WhisperRunner:
             self.active[request.request_id] = state
             for job in jobs:
                 self.planner.submit(job)
-
-    def _coverage(self) -> SpeechCoverage:
-        """A request's coverage bookkeeping (coverage.py); without the VAD or the option, it is off."""
-        return SpeechCoverage(self.vad if self.options.speech_coverage else None, self.totals)
 
     def release(self, request: Request) -> None:
         self.collating = [r for r in self.collating if r is not request]
