@@ -3,15 +3,26 @@ first jobs (a long one, cut at VAD silences: all of its windows' jobs, longform.
 features computed in one call per padding convention.
 
     Collator(parts, options, vad, coverage).collate(requests, outputs) -> [(request, state, jobs)]
+    collate_beside(collator, requests, threads)  -> Future of (that list, outputs)
 
 A request whose VAD or features fail gets its error output and no state; one that needs no
 decoding (all silence) gets its finished output and no jobs.
+
+A long request's collation (the VAD over the whole recording, then every window's features) takes
+seconds for an hour of audio: the 601 s long-form recording's took ~1 s of the engine thread. Run
+there, it stops every live stream's passes for that long. `collate_beside` runs it on a thread of
+its own that ends with it, torch on one intra-op thread there, so the engine thread keeps stepping
+meanwhile and its own parallel ops keep their spinning OpenMP workers: a second thread running
+parallel regions would make them wait for sleeping ones (app/passing_thread.py). The runner does
+so only while it has other work; an idle engine collates on its own thread, on every core.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 
 import torch
 from torch import Tensor
@@ -37,13 +48,21 @@ Collated = tuple[Request, OfflineTranscription | SegmentedTranscription, list[Wi
 
 class Collator:
     def __init__(self, parts: WhisperParts, options: WhisperOptions, vad: VoiceActivityModel | None,
-                 coverage: Callable[[], SpeechCoverage]):
+                 coverage: Callable[[], SpeechCoverage], vad_workers: int = 1):
         """`vad`: cuts long requests into windows decoded side by side (None: window after
-        window); `coverage`: a new request's coverage bookkeeping."""
+        window); `coverage`: a new request's coverage bookkeeping; `vad_workers`: threads the VAD
+        scores a recording's lanes on (a fixed number, whichever thread collates)."""
         self.parts = parts
         self.options = options
         self.vad = vad
         self.coverage = coverage
+        self.vad_workers = vad_workers
+
+    def is_long(self, request: Request) -> bool:
+        """Whether `request` is cut at VAD silences into windows (its collation takes a VAD pass)."""
+        assert request.audio is not None
+        return (self.options.offline_long_form == "parallel" and self.vad is not None
+                and request.audio.shape[0] > N_SAMPLES)
 
     def collate(self, requests: list[Request], outputs: list[RequestOutput]) -> list[Collated]:
         """Log-mel features of `requests` (a long one's: of each of its speech windows) in one
@@ -112,16 +131,39 @@ class Collator:
         """A long request's speech and its windows (decoded side by side, longform.py); None: decoded
         window after window (short, asked so, or no VAD); FAILED: the VAD failed (its error
         output is added)."""
-        assert request.audio is not None
-        if (self.options.offline_long_form != "parallel" or self.vad is None
-                or request.audio.shape[0] <= N_SAMPLES):
+        if not self.is_long(request):
             return None
+        assert request.audio is not None and self.vad is not None
         try:  # timed as part of offline.collate
-            speech = speech_map(request.audio, self.vad, workers=torch.get_num_threads())
+            speech = speech_map(request.audio, self.vad, workers=self.vad_workers)
             return speech, speech_windows(request.audio, speech, N_SAMPLES / SAMPLE_RATE)
         except Exception as exc:
             outputs.append(error_output(request, "features", exc))
             return FAILED
 
 
-__all__ = ["Collated", "Collator"]
+def collate_beside(collator: Collator, requests: list[Request],
+                   threads: int) -> Future[tuple[list[Collated], list[RequestOutput]]]:
+    """`collator.collate(requests)` on a new thread that ends with it, torch on `threads` intra-op
+    threads there: its collated requests and the outputs it gave (errors, finished ones)."""
+    future: Future[tuple[list[Collated], list[RequestOutput]]] = Future()
+
+    def run() -> None:
+        future.set_running_or_notify_cancel()
+        default = torch.get_num_threads()  # torch's default for new threads, which this sets too
+        try:
+            torch.set_num_threads(threads)
+            with torch.inference_mode():
+                outputs: list[RequestOutput] = []
+                ready = collator.collate(requests, outputs)
+            future.set_result((ready, outputs))
+        except BaseException as exc:  # handed to the engine thread, which fails these requests
+            future.set_exception(exc)
+        finally:
+            torch.set_num_threads(default)
+
+    threading.Thread(target=run, name="oasr-collate", daemon=True).start()
+    return future
+
+
+__all__ = ["Collated", "Collator", "collate_beside"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import nullcontext
 from dataclasses import replace
 from functools import partial
@@ -22,7 +23,7 @@ from engine.errors import InvalidRequestError
 from engine.log_mel import SAMPLE_RATE, LogMelExtractor
 from engine.metrics import shared_stage_timer, stage_timer
 from engine.models.whisper.batch import DecodeBatch
-from engine.models.whisper.collate import Collator
+from engine.models.whisper.collate import Collated, Collator, collate_beside
 from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.coverage import SpeechCoverage
 from engine.models.whisper.decoding import DecodeGroup
@@ -48,6 +49,11 @@ from engine.types import DecodingOptions, RequestOutput
 from engine.vad import VoiceActivityModel, load_vad_model
 
 logger = logging.getLogger(__name__)
+
+COLLATED_WAIT_S = 0.05
+"""Longest wait in one step for a long request collated beside the engine thread, when the engine
+has nothing else to do: it returns as soon as one is back, and between waits the loop admits new
+work (a live stream arriving meanwhile is stepped, not held for the collation)."""
 
 class WhisperRunner:
     supports_streaming = True  # by re-decoding a sliding window (see streaming.py)
@@ -80,7 +86,9 @@ class WhisperRunner:
         # Not a bound method: the collator holding one would tie the runner into a reference cycle,
         # and an unloaded model's weights would wait for a garbage collection to be freed
         self._coverage = partial(SpeechCoverage, self.vad if self.options.speech_coverage else None, self.totals)
-        self.collator = Collator(self.parts, self.options, self.vad, self._coverage)
+        self.collator = Collator(self.parts, self.options, self.vad, self._coverage, vad_workers=torch.get_num_threads())
+        self.collating_beside: list[tuple[list[Request], Future[tuple[list[Collated], list[RequestOutput]]]]] = []
+        """Long requests collated on a thread of their own (collate.py `collate_beside`), not yet back."""
         # a second core encodes beside the decoder (encoder_thread.py); with one, the engine
         # thread alternates between them
         use_thread = self.parts.device.type == "cpu" and torch.get_num_threads() > DECODE_THREADS
@@ -153,7 +161,8 @@ class WhisperRunner:
     def free_slots(self) -> int:
         # live streams are bounded by the server's inflight permits, not by batch slots: an idle
         # stream waiting for audio must not keep offline work out
-        return max(0, self.config.max_batch_size - (len(self.active) + len(self.collating) - len(self.streams)))
+        collating = len(self.collating) + sum(len(requests) for requests, _ in self.collating_beside)
+        return max(0, self.config.max_batch_size - (len(self.active) + collating - len(self.streams)))
 
     def admit(self, requests: list[Request]) -> list[RequestOutput]:
         for r in (r for r in requests if r.streaming):
@@ -173,15 +182,55 @@ class WhisperRunner:
 
     def _collate(self, outputs: list[RequestOutput]) -> None:
         """The admitted offline requests become transcriptions whose first jobs (a long one's:
-        all of its windows') wait to be encoded (collate.py)."""
+        all of its windows') wait to be encoded (collate.py). While the engine has other work or
+        live streams, long ones are collated beside the engine thread, on one torch thread: their
+        VAD pass and windows' features take seconds an hour, which every live stream's passes
+        would wait for. An idle engine collates them itself, on every thread, as fast as it can."""
         requests, self.collating = self.collating, []
-        for request, state, jobs in self.collator.collate(requests, outputs):
+        beside = bool(self.streams) or self._other_work()  # open streams: their next passes are due soon
+        long = [r for r in requests if self.collator.is_long(r)] if beside else []
+        if long:
+            self.collating_beside.append((long, collate_beside(self.collator, list(long), DECODE_THREADS)))
+        self._take_collated(self.collator.collate([r for r in requests if not any(r is x for x in long)], outputs))
+
+    def _collect_collated(self, outputs: list[RequestOutput]) -> None:
+        """Take the long requests collated beside the engine thread; when the engine has nothing
+        else to do, wait a little for them first (the loop then admits new work between waits)."""
+        if not self.collating_beside:
+            return
+        if not self._other_work():
+            wait([f for _, f in self.collating_beside], timeout=COLLATED_WAIT_S, return_when=FIRST_COMPLETED)
+        pending = []
+        for requests, future in self.collating_beside:
+            if not future.done():
+                pending.append((requests, future))
+                continue
+            wanted = {r.request_id for r in requests}  # those not released meanwhile
+            try:
+                ready, given = future.result()
+            except Exception as exc:
+                outputs.extend(error_output(r, "features", exc) for r in requests)
+                continue
+            outputs.extend(o for o in given if o.request_id in wanted)
+            self._take_collated([c for c in ready if c[0].request_id in wanted])
+        self.collating_beside = pending
+
+    def _take_collated(self, ready: list[Collated]) -> None:
+        for request, state, jobs in ready:
             self.active[request.request_id] = state
             for job in jobs:
                 self.planner.submit(job)
 
+    def _other_work(self) -> bool:
+        """The engine has work beside collating long requests (steps it would take meanwhile)."""
+        if self.planner.has_work() or self.batch.groups or (self.encoder_thread is not None and self.encoder_thread.busy):
+            return True
+        return any(s.ready(self.step_samples) for s in self.streams.values())
+
     def release(self, request: Request) -> None:
         self.collating = [r for r in self.collating if r is not request]
+        for requests, _ in self.collating_beside:  # its collation is dropped when it comes back
+            requests[:] = [r for r in requests if r is not request]
         self._end_stream(request.request_id)
         state = self.active.pop(request.request_id, None)
         if state is None:
@@ -193,17 +242,15 @@ class WhisperRunner:
                 self.batch.remove_job(g.job)
 
     def has_work(self) -> bool:
-        if self.collating or self.planner.has_work() or self.batch.groups:
-            return True
-        if self.encoder_thread is not None and self.encoder_thread.busy:  # a dropped window's batch
-            return True
-        return any(s.ready(self.step_samples) for s in self.streams.values())
+        # an encoder batch in flight counts even when its windows were dropped: it must be collected
+        return bool(self.collating or self.collating_beside) or self._other_work()
 
     def shutdown(self) -> None:
         if self.encoder_thread is not None:
             self.encoder_thread.shutdown()
             self.encoder_thread = None
         self.collating.clear()
+        self.collating_beside.clear()  # their threads end on their own; nothing takes their result
         self.active.clear()
         self.streams.clear()
         self.planner.clear()
@@ -223,6 +270,7 @@ class WhisperRunner:
         if self.collating:
             with stage_timer("offline.collate"):
                 self._collate(outputs)
+        self._collect_collated(outputs)
         if self.streams:
             self._start_stream_passes(outputs)
         self._collect_encoded(outputs)
