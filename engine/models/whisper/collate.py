@@ -142,15 +142,16 @@ class Collator:
             return FAILED
 
 
-def collate_beside(collator: Collator, requests: list[Request],
-                   threads: int) -> Future[tuple[list[Collated], list[RequestOutput]]]:
+def collate_beside(collator: Collator, requests: list[Request], threads: int,
+                   default_threads: int) -> Future[tuple[list[Collated], list[RequestOutput]]]:
     """`collator.collate(requests)` on a new thread that ends with it, torch on `threads` intra-op
-    threads there: its collated requests and the outputs it gave (errors, finished ones)."""
+    threads there: its collated requests and the outputs it gave (errors, finished ones).
+    `default_threads`: the engine's thread count, which torch's default for new threads (set too
+    by `torch.set_num_threads`) is left at afterwards, whatever another thread set meanwhile."""
     future: Future[tuple[list[Collated], list[RequestOutput]]] = Future()
 
     def run() -> None:
         future.set_running_or_notify_cancel()
-        default = torch.get_num_threads()  # torch's default for new threads, which this sets too
         try:
             torch.set_num_threads(threads)
             with torch.inference_mode():
@@ -160,7 +161,7 @@ def collate_beside(collator: Collator, requests: list[Request],
         except BaseException as exc:  # handed to the engine thread, which fails these requests
             future.set_exception(exc)
         finally:
-            torch.set_num_threads(default)
+            torch.set_num_threads(default_threads)
 
     threading.Thread(target=run, name="oasr-collate", daemon=True).start()
     return future

@@ -86,7 +86,8 @@ class WhisperRunner:
         # Not a bound method: the collator holding one would tie the runner into a reference cycle,
         # and an unloaded model's weights would wait for a garbage collection to be freed
         self._coverage = partial(SpeechCoverage, self.vad if self.options.speech_coverage else None, self.totals)
-        self.collator = Collator(self.parts, self.options, self.vad, self._coverage, vad_workers=torch.get_num_threads())
+        self.threads = torch.get_num_threads()  # the engine's intra-op threads, as configured at its build
+        self.collator = Collator(self.parts, self.options, self.vad, self._coverage, vad_workers=self.threads)
         self.collating_beside: list[tuple[list[Request], Future[tuple[list[Collated], list[RequestOutput]]]]] = []
         """Long requests collated on a thread of their own (collate.py `collate_beside`), not yet back."""
         # a second core encodes beside the decoder (encoder_thread.py); with one, the engine
@@ -190,7 +191,8 @@ class WhisperRunner:
         beside = bool(self.streams) or self._other_work()  # open streams: their next passes are due soon
         long = [r for r in requests if self.collator.is_long(r)] if beside else []
         if long:
-            self.collating_beside.append((long, collate_beside(self.collator, list(long), DECODE_THREADS)))
+            future = collate_beside(self.collator, list(long), DECODE_THREADS, self.threads)
+            self.collating_beside.append((long, future))
         self._take_collated(self.collator.collate([r for r in requests if not any(r is x for x in long)], outputs))
 
     def _collect_collated(self, outputs: list[RequestOutput]) -> None:
