@@ -3,8 +3,9 @@ waiting windows in one batch, joins them to the running decoder batch, and decod
 for every row (continuous batching).
 
 The runner is glue: the loaded parts (parts.py) are shared by every request's state
-(offline.py, longform.py, streaming.py; collate.py makes offline requests ready), the planner (planning.py) picks what the encoder and the decoder
-batch (batch.py) run next, and the runner runs it and routes results and errors."""
+(offline.py, longform.py, streaming.py; collate.py makes offline requests ready), the planner
+(planning.py) picks what the encoder and the decoder batch (batch.py) run next, and the runner
+runs it and routes results and errors."""
 
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ COLLATED_WAIT_S = 0.05
 """Longest wait in one step for a long request collated beside the engine thread, when the engine
 has nothing else to do: it returns as soon as one is back, and between waits the loop admits new
 work (a live stream arriving meanwhile is stepped, not held for the collation)."""
+
 
 class WhisperRunner:
     supports_streaming = True  # by re-decoding a sliding window (see streaming.py)
