@@ -1,9 +1,10 @@
 """A long upload beside a live stream: does the stream keep its partials while the upload starts?
 
 `python -m benchmarks.upload_beside_stream --minutes 30` drives an in-process engine (defaults)
-through engine/loop.py, as the server's engine thread does, while a client thread feeds it: a live stream of six dev clips joined by 0.5 s
-pauses is fed in 20 ms chunks at real time, and 3 s in an offline request of `--minutes` of dev
-clips joined by 1 s pauses (benchmarks/long_form.py's recording) arrives. It prints the stream's
+through engine/loop.py, as the server's engine thread does, while a client thread feeds it: a live
+stream of six dev clips joined by 0.5 s pauses is fed in 20 ms chunks at real time, and 3 s in an
+offline request of `--minutes` of dev clips joined by 1 s pauses (benchmarks/long_form.py's
+recording) arrives. It prints the stream's
 largest gap between two partials, its final latency after its audio ends, and when the upload
 finished. Before a long request's collation ran beside the engine thread (engine/models/whisper/
 collate.py), its VAD pass and features held every live stream for their whole duration.

@@ -2,8 +2,9 @@
 first jobs (a long one, cut at VAD silences: all of its windows' jobs, longform.py), their log-mel
 features computed in one call per padding convention.
 
-    Collator(parts, options, vad, coverage).collate(requests, outputs) -> [(request, state, jobs)]
-    collate_beside(collator, requests, threads)  -> Future of (that list, outputs)
+    Collator(parts, options, vad, coverage, vad_workers).collate(requests, outputs)
+                                                    -> [(request, state, jobs)]
+    collate_beside(collator, requests, threads, default_threads)  -> Future of (that list, outputs)
 
 A request whose VAD or features fail gets its error output and no state; one that needs no
 decoding (all silence) gets its finished output and no jobs.
@@ -48,7 +49,7 @@ Collated = tuple[Request, OfflineTranscription | SegmentedTranscription, list[Wi
 
 class Collator:
     def __init__(self, parts: WhisperParts, options: WhisperOptions, vad: VoiceActivityModel | None,
-                 coverage: Callable[[], SpeechCoverage], vad_workers: int = 1):
+                 coverage: Callable[[], SpeechCoverage], vad_workers: int):
         """`vad`: cuts long requests into windows decoded side by side (None: window after
         window); `coverage`: a new request's coverage bookkeeping; `vad_workers`: threads the VAD
         scores a recording's lanes on (a fixed number, whichever thread collates)."""

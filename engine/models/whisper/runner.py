@@ -94,7 +94,7 @@ class WhisperRunner:
         """Long requests collated on a thread of their own (collate.py `collate_beside`), not yet back."""
         # a second core encodes beside the decoder (encoder_thread.py); with one, the engine
         # thread alternates between them
-        use_thread = self.parts.device.type == "cpu" and torch.get_num_threads() > DECODE_THREADS
+        use_thread = self.parts.device.type == "cpu" and self.threads > DECODE_THREADS
         self.encoder_thread = EncoderThread(self.parts.context) if use_thread else None
         self.step_threads = StepThreads(self.parts.device, exact_integer_decoder(self.parts.model.decoder))
         logger.info("whisper %s loaded from %s (%s) on %s/%s, quantization=%s", self.parts.model_name, self.ckpt_dir,

@@ -62,6 +62,15 @@ def long_recording(clips: list[Clip]) -> np.ndarray:
     return np.concatenate(parts)
 
 
+def step_until_finished(engine: Any, outputs: dict[str, list[Any]], request_id: str) -> None:
+    """Step `engine`, collecting outputs by request, until `request_id` finishes (or MAX_STEPS)."""
+    for _ in range(MAX_STEPS):
+        for out in engine.step():
+            outputs[out.request_id].append(out)
+        if outputs[request_id] and outputs[request_id][-1].finished:
+            return
+
+
 def test_a_stream_is_decoded_while_a_long_request_is_collated_beside(engine_int8: Any, clips: list[Clip]) -> None:
     engine = engine_int8
     audio = long_recording(clips)
@@ -76,21 +85,13 @@ def stream_and_long_request(engine: Any, clips: list[Clip], audio: np.ndarray, h
     engine.feed_chunk(stream, live, is_last=True)
     long = engine.add_request(audio, streaming=False)
     outputs: dict[str, list[Any]] = {stream: [], long: []}
-    for _ in range(MAX_STEPS):
-        for out in engine.step():
-            outputs[out.request_id].append(out)
-        if outputs[stream] and outputs[stream][-1].finished:
-            break
+    step_until_finished(engine, outputs, stream)
     assert outputs[stream] and outputs[stream][-1].finished, "the stream never finished"
     assert outputs[stream][-1].text.strip(), "the stream's final has no text"
     assert held.called.is_set() and not outputs[long], "the long request moved while its VAD was held"
 
     held.release.set()
-    for _ in range(MAX_STEPS):
-        for out in engine.step():
-            outputs[out.request_id].append(out)
-        if outputs[long] and outputs[long][-1].finished:
-            break
+    step_until_finished(engine, outputs, long)
     assert outputs[long] and outputs[long][-1].finished, "the long request never finished"
     assert outputs[long][-1].text == expected  # the same transcript as collated on the engine's thread
 
