@@ -88,6 +88,27 @@ def test_each_item_and_query_is_computed_alone() -> None:
     assert torch.equal(one_query, wide)
 
 
+@pytest.mark.parametrize("head_size", [64, 40])
+@pytest.mark.parametrize("with_tail", [False, True])
+def test_many_queries_give_what_each_query_gives_alone(head_size: int, with_tail: bool) -> None:
+    """Bit for bit: a prefill's or an alignment pass's tokens (rows converted once for all the
+    queries, a block at a time) get what each token gets alone, rows past a block boundary and
+    a segment's last rows (not a whole eight) included."""
+    q, k, v = _operands(3, 2, 21, 333, head_size, spare=5, seed=4)
+    lengths = torch.tensor([333, 130, 67])
+    tail = {}
+    if with_tail:
+        k_tail = (torch.randn(2, 400, head_size) * 3.0).half()
+        tail = {"k_tail": k_tail, "v_tail": torch.randn(2, 400, head_size).half()}
+    many, many_lse = half_kv_attention(q, k, v, lengths, use_extension=True, **tail)
+    alone = [half_kv_attention(q[:, :, i : i + 1].contiguous(), k, v, lengths, use_extension=True, **tail)
+             for i in range(q.shape[2])]
+    assert torch.equal(torch.cat([out for out, _ in alone], dim=2), many)
+    assert torch.equal(torch.cat([lse for _, lse in alone], dim=2), many_lse)
+    reference, _ = half_kv_attention_reference(q, k, v, lengths, **tail)
+    torch.testing.assert_close(many, reference, atol=3e-5, rtol=1e-4)
+
+
 def test_positions_past_an_items_length_are_never_read() -> None:
     q, k, v = _operands(1, 2, 1, 64, 16)
     lengths = torch.tensor([40])
