@@ -5,6 +5,8 @@ features computed in one call per padding convention.
     Collator(parts, options, vad, coverage, vad_workers).collate(requests, outputs)
                                                     -> [(request, state, jobs)]
     collate_beside(collator, requests, threads, default_threads)  -> Future of (that list, outputs)
+    beside = CollationsBeside(collator, threads, default_threads)
+    beside.start(requests); beside.release(request); beside.take(outputs, wait_s) -> [(request, state, jobs)]
 
 A request whose VAD or features fail gets its error output and no state; one that needs no
 decoding (all silence) gets its finished output and no jobs.
@@ -23,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 import torch
 from torch import Tensor
@@ -168,4 +170,59 @@ def collate_beside(collator: Collator, requests: list[Request], threads: int,
     return future
 
 
-__all__ = ["Collated", "Collator", "collate_beside"]
+class CollationsBeside:
+    """Long requests being collated beside the engine thread (`collate_beside`), until the engine
+    thread takes them: a request released meanwhile is dropped when its collation comes back (its
+    thread cannot be stopped; its work is thrown away)."""
+
+    def __init__(self, collator: Collator, threads: int, default_threads: int):
+        """`threads`: torch's intra-op threads on a collation's thread; `default_threads`: the
+        engine's, see `collate_beside`."""
+        self.collator = collator
+        self.threads = threads
+        self.default_threads = default_threads
+        self._pending: list[tuple[list[Request], Future[tuple[list[Collated], list[RequestOutput]]]]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._pending)
+
+    def requests(self) -> int:
+        """How many requests are being collated and not released."""
+        return sum(len(requests) for requests, _ in self._pending)
+
+    def start(self, requests: list[Request]) -> None:
+        self._pending.append((list(requests), collate_beside(self.collator, list(requests), self.threads,
+                                                             self.default_threads)))
+
+    def release(self, request: Request) -> None:
+        for requests, _ in self._pending:
+            requests[:] = [r for r in requests if r is not request]
+
+    def take(self, outputs: list[RequestOutput], wait_s: float = 0.0) -> list[Collated]:
+        """The collated requests that are back (waiting up to `wait_s` for one first), their
+        error and finished outputs added to `outputs`; a collation that raised fails its requests."""
+        if self._pending and wait_s > 0:
+            wait([f for _, f in self._pending], timeout=wait_s, return_when=FIRST_COMPLETED)
+        taken: list[Collated] = []
+        pending = []
+        for requests, future in self._pending:
+            if not future.done():
+                pending.append((requests, future))
+                continue
+            wanted = {r.request_id for r in requests}  # those not released meanwhile
+            try:
+                ready, given = future.result()
+            except Exception as exc:
+                outputs.extend(error_output(r, "features", exc) for r in requests)
+                continue
+            outputs.extend(o for o in given if o.request_id in wanted)
+            taken.extend(c for c in ready if c[0].request_id in wanted)
+        self._pending = pending
+        return taken
+
+    def clear(self) -> None:
+        """Forget every collation (their threads end on their own; nothing takes their result)."""
+        self._pending.clear()
+
+
+__all__ = ["Collated", "CollationsBeside", "Collator", "collate_beside"]

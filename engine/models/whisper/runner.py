@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import nullcontext
 from dataclasses import replace
 from functools import partial
@@ -24,7 +23,7 @@ from engine.errors import InvalidRequestError
 from engine.log_mel import SAMPLE_RATE, LogMelExtractor
 from engine.metrics import shared_stage_timer, stage_timer
 from engine.models.whisper.batch import DecodeBatch
-from engine.models.whisper.collate import Collated, Collator, collate_beside
+from engine.models.whisper.collate import Collated, CollationsBeside, Collator
 from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.coverage import SpeechCoverage
 from engine.models.whisper.decoding import DecodeGroup
@@ -90,8 +89,8 @@ class WhisperRunner:
         self._coverage = partial(SpeechCoverage, self.vad if self.options.speech_coverage else None, self.totals)
         self.threads = torch.get_num_threads()  # the engine's intra-op threads, as configured at its build
         self.collator = Collator(self.parts, self.options, self.vad, self._coverage, vad_workers=self.threads)
-        self.collating_beside: list[tuple[list[Request], Future[tuple[list[Collated], list[RequestOutput]]]]] = []
-        """Long requests collated on a thread of their own (collate.py `collate_beside`), not yet back."""
+        # long requests collated on a thread of their own, not yet taken (collate.py)
+        self.collating_beside = CollationsBeside(self.collator, DECODE_THREADS, self.threads)
         # a second core encodes beside the decoder (encoder_thread.py); with one, the engine
         # thread alternates between them
         use_thread = self.parts.device.type == "cpu" and self.threads > DECODE_THREADS
@@ -164,7 +163,7 @@ class WhisperRunner:
     def free_slots(self) -> int:
         # live streams are bounded by the server's inflight permits, not by batch slots: an idle
         # stream waiting for audio must not keep offline work out
-        collating = len(self.collating) + sum(len(requests) for requests, _ in self.collating_beside)
+        collating = len(self.collating) + self.collating_beside.requests()
         return max(0, self.config.max_batch_size - (len(self.active) + collating - len(self.streams)))
 
     def admit(self, requests: list[Request]) -> list[RequestOutput]:
@@ -193,31 +192,15 @@ class WhisperRunner:
         beside = bool(self.streams) or self._other_work()  # open streams: their next passes are due soon
         long = [r for r in requests if self.collator.is_long(r)] if beside else []
         if long:
-            future = collate_beside(self.collator, list(long), DECODE_THREADS, self.threads)
-            self.collating_beside.append((long, future))
+            self.collating_beside.start(long)
         self._take_collated(self.collator.collate([r for r in requests if not any(r is x for x in long)], outputs))
 
     def _collect_collated(self, outputs: list[RequestOutput]) -> None:
         """Take the long requests collated beside the engine thread; when the engine has nothing
         else to do, wait a little for them first (the loop then admits new work between waits)."""
-        if not self.collating_beside:
-            return
-        if not self._other_work():
-            wait([f for _, f in self.collating_beside], timeout=COLLATED_WAIT_S, return_when=FIRST_COMPLETED)
-        pending = []
-        for requests, future in self.collating_beside:
-            if not future.done():
-                pending.append((requests, future))
-                continue
-            wanted = {r.request_id for r in requests}  # those not released meanwhile
-            try:
-                ready, given = future.result()
-            except Exception as exc:
-                outputs.extend(error_output(r, "features", exc) for r in requests)
-                continue
-            outputs.extend(o for o in given if o.request_id in wanted)
-            self._take_collated([c for c in ready if c[0].request_id in wanted])
-        self.collating_beside = pending
+        if self.collating_beside:
+            wait_s = 0.0 if self._other_work() else COLLATED_WAIT_S
+            self._take_collated(self.collating_beside.take(outputs, wait_s))
 
     def _take_collated(self, ready: list[Collated]) -> None:
         for request, state, jobs in ready:
@@ -233,8 +216,7 @@ class WhisperRunner:
 
     def release(self, request: Request) -> None:
         self.collating = [r for r in self.collating if r is not request]
-        for requests, _ in self.collating_beside:  # its collation is dropped when it comes back
-            requests[:] = [r for r in requests if r is not request]
+        self.collating_beside.release(request)  # its collation is dropped when it comes back
         self._end_stream(request.request_id)
         state = self.active.pop(request.request_id, None)
         if state is None:
@@ -254,7 +236,7 @@ class WhisperRunner:
             self.encoder_thread.shutdown()
             self.encoder_thread = None
         self.collating.clear()
-        self.collating_beside.clear()  # their threads end on their own; nothing takes their result
+        self.collating_beside.clear()
         self.active.clear()
         self.streams.clear()
         self.planner.clear()
