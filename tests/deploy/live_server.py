@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 import httpx
 
 from tests.deploy.manifests import ROOT
+from tests.ports import free_ports
 
 __all__ = ["LiveServer", "start_server"]
 
@@ -27,13 +27,6 @@ logger = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 180.0  # model load on a busy 2-core CI machine
 POLL_S = 0.25
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -64,7 +57,7 @@ class LiveServer:
 
 def start_server(log_path: Path, extra_env: dict[str, str] | None = None, graceful_s: int = 20) -> LiveServer:
     """Run uvicorn like the Dockerfile's CMD and wait until /readyz answers 200."""
-    http_port, grpc_port = _free_port(), _free_port()
+    http_port, grpc_port = free_ports(2)
     env = {
         **os.environ,
         "OASR_GRPC_PORT": str(grpc_port),

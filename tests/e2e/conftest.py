@@ -7,7 +7,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,13 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.ports import free_ports
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
-    with contextlib.closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
 
 
 @dataclass
@@ -68,7 +67,10 @@ def start_server(tmp_dir: Path, env: dict[str, str] | None = None, ready_timeout
                  port: int | None = None, app: tuple[str, ...] = SERVER_APP) -> ServerProcess:
     """Start uvicorn on `app` with OASR_* settings from `env` (on `port`, e.g. to restart a
     killed server where its clients reconnect); wait until /readyz is 200."""
-    port, grpc_port = port or free_port(), free_port()
+    if port is None:
+        port, grpc_port = free_ports(2)
+    else:  # a restart on the port its clients reconnect to
+        grpc_port = free_ports(1, avoid=(port,))[0]
     full_env = {**os.environ, "OASR_GRPC_PORT": str(grpc_port), "OASR_LOG_LEVEL": "info",
                 "OASR_DATA_DIR": str(tmp_dir / f"data-{port}"),  # jobs store: never the user's data dir
                 # float32 unless the test names another path: 'auto' is int8 on a VNNI/AMX CPU only
