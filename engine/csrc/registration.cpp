@@ -37,6 +37,10 @@ TORCH_LIBRARY(oasr, m) {
   m.def("quantize_rows(Tensor x) -> (Tensor q, Tensor scale)");
   m.def("quantize_rows_u8(Tensor x) -> (Tensor q, Tensor scale)");  // q + 128, for AMX int8
   m.def("dequantize_rows(Tensor acc, Tensor row_scale, Tensor col_scale, Tensor? bias=None) -> Tensor");
+  // A whole int8 linear layer for a few rows on AVX-512 VNNI (quantize, exact integer sums,
+  // dequantize in one call), bitwise the three above around an int8 GEMM; its weight packing.
+  m.def("int8_linear_rows(Tensor x, Tensor w_packed, Tensor w_offsets, Tensor col_scale, Tensor? bias=None) -> Tensor");
+  m.def("pack_int8_rows_weight(Tensor weight) -> Tensor");
   // Monotonic DTW path through a (text, time) cost matrix: Whisper's word timestamps
   // (engine/ops/dtw.py).
   m.def("dtw_path(Tensor cost) -> (Tensor text_idx, Tensor time_idx)");

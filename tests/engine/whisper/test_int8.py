@@ -4,6 +4,7 @@ half a point of float32."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -22,8 +23,12 @@ from engine.models.whisper.int8 import (
     fuse_int8_layers,
     int8_gemm_kind,
     int8_kernel,
+    quantize_linear_layers,
+    serve_few_rows,
     weight_max,
 )
+from engine.models.whisper.model import Whisper, WhisperDims
+from engine.ops.int8_rows import RowsLinear, dequantize_rows, quantize_rows
 from tests.conftest import Clip, wer
 from tests.paths import REPO
 
@@ -164,6 +169,77 @@ def test_amx_layers_are_bitwise_the_int8_gemm(k: int, n: int) -> None:
             layer.weight_packed = packed
     dense = Int8Linear(torch.rand(n, k) + 0.5, None)  # every weight near the range: 255·Σ|w| > 2**24 at K = 1536
     assert (dense.weight_packed is None) is (k == 1536)
+
+
+needs_vnni_rows = pytest.mark.skipif(RowsLinear.for_weight(torch.zeros(16, 4, dtype=torch.int8), torch.ones(16), None)
+                                     is None, reason="no AVX-512 VNNI (or no compiled kernels) here")
+
+
+@needs_vnni_rows
+@pytest.mark.parametrize(("k", "n"), [(384, 1152), (1536, 384), (40, 80)])
+def test_few_rows_kernel_is_bitwise_the_int8_gemm(k: int, n: int) -> None:
+    """A decoder step's few rows in one VNNI kernel call: the same integer sums (u8 activations,
+    the offset's 128·Σw taken back in int32) and the same dequantization as the GEMM paths, for
+    every row count it serves, loud rows (every activation at ±127) and a layer without bias
+    included; more rows than it serves take the GEMM."""
+    torch.manual_seed(5)
+    weight = torch.randn(n, k) * 0.05
+    weight[:, 0] = 1.0
+    for bias in (torch.randn(n), None):
+        layer = Int8Linear(weight, bias)
+        layer.serve_few_rows()
+        assert layer.rows_linear is not None
+        loud = torch.ones(2, k)
+        loud[1, ::2] = -1.0
+        x = torch.randn(RowsLinear.MAX_ROWS + 3, k) * torch.rand(RowsLinear.MAX_ROWS + 3, 1) * 8
+        with torch.inference_mode():
+            for rows in (*(x[:m] for m in range(1, RowsLinear.MAX_ROWS + 1)), loud, x[:5].reshape(1, 5, k)):
+                few = layer(rows)
+                kernel, layer.rows_linear = layer.rows_linear, None
+                q, scale = quantize_rows(rows.reshape(-1, k))
+                gemm = dequantize_rows(torch._int_mm(q, layer.weight_int8.t()), scale, layer.weight_scale, layer.bias)
+                assert torch.equal(few, layer(rows)) and torch.equal(few.reshape(-1, n), gemm)
+                layer.rows_linear = kernel
+            # a kernel that forgets the offset: only the calls it serves change
+            kernel = layer.rows_linear
+            assert kernel is not None
+            layer.rows_linear = dataclasses.replace(kernel, offsets=torch.zeros_like(kernel.offsets))
+            many, few = layer(x), layer(x[:2])
+            layer.rows_linear = None
+            assert torch.equal(many, layer(x)) and not torch.equal(few, layer(x[:2]))
+
+
+@needs_vnni_rows
+def test_only_the_decoders_layers_keep_a_few_rows_copy() -> None:
+    """The kernel's packed weight is one more copy: the decoder's layers (steps of a few rows)
+    get it, fused projections included; the encoder's (a window's 1500 positions) do not, nor
+    does the logits projection (its 51864 columns are not a multiple of 16: oneDNN keeps it)."""
+    model = Whisper(WhisperDims(n_mels=80, n_vocab=51864, n_audio_ctx=30, n_audio_state=64, n_audio_head=2,
+                                n_audio_layer=1, n_text_ctx=16, n_text_state=64, n_text_head=2, n_text_layer=2))
+    quantize_linear_layers(model)
+    model.decoder.quantize_output_projection()
+    for block in model.decoder.blocks:
+        block.attn.fuse_int8_projections()
+        block.cross_attn.fuse_int8_projections(with_query=False)
+    serve_few_rows(model.decoder)
+    decoder_layers = [m for m in model.decoder.modules() if isinstance(m, Int8Linear)
+                      and m is not model.decoder.output_projection]
+    assert decoder_layers and all(m.rows_linear is not None for m in decoder_layers)
+    assert all(b.attn.__dict__["fused_qkv"].rows_linear is not None for b in model.decoder.blocks)
+    assert model.decoder.output_projection.rows_linear is None
+    assert all(m.rows_linear is None for m in model.encoder.modules() if isinstance(m, Int8Linear))
+
+
+def test_few_rows_kernel_refuses_bad_input_clearly() -> None:
+    if RowsLinear.for_weight(torch.zeros(16, 4, dtype=torch.int8), torch.ones(16), None) is None:
+        pytest.skip("no AVX-512 VNNI (or no compiled kernels) here")
+    rows = RowsLinear.for_weight(torch.ones(32, 8, dtype=torch.int8), torch.ones(32), None)
+    assert rows is not None
+    with pytest.raises(RuntimeError, match="int8_linear_rows: w_packed has shape"):
+        rows(torch.zeros(2, 12))
+    with pytest.raises(RuntimeError, match="int8_linear_rows: x must be Float"):
+        rows(torch.zeros(2, 8, dtype=torch.float64))
+    assert RowsLinear.for_weight(torch.ones(24, 8, dtype=torch.int8), torch.ones(24), None) is None  # N % 16
 
 
 def test_fused_projections_are_bitwise_the_separate_layers() -> None:
