@@ -74,6 +74,15 @@ def register() -> None:
                          bias: torch.Tensor | None = None) -> torch.Tensor:
         return acc.new_empty(acc.shape, dtype=torch.float32)
 
+    @torch.library.register_fake("oasr::int8_linear_rows")
+    def _int8_linear_rows(x: torch.Tensor, w_packed: torch.Tensor, w_offsets: torch.Tensor, col_scale: torch.Tensor,
+                          bias: torch.Tensor | None = None) -> torch.Tensor:
+        return x.new_empty(x.shape[0], w_packed.shape[1])
+
+    @torch.library.register_fake("oasr::pack_int8_rows_weight")
+    def _pack_int8_rows_weight(weight: torch.Tensor) -> torch.Tensor:
+        return weight.new_empty(weight.shape[1] // 4, weight.shape[0], 4)
+
     @torch.library.register_fake("oasr::half_kv_attention")
     def _half_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor,
                            scale: float, k_tail: torch.Tensor | None = None,

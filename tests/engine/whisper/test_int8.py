@@ -230,6 +230,18 @@ def test_only_the_decoders_layers_keep_a_few_rows_copy() -> None:
     assert all(m.rows_linear is None for m in model.encoder.modules() if isinstance(m, Int8Linear))
 
 
+@needs_vnni_rows
+def test_few_rows_ops_have_schemas_and_fake_implementations() -> None:
+    weight = torch.randint(-127, 128, (32, 8), dtype=torch.int8)
+    rows = RowsLinear.for_weight(weight, torch.rand(32) + 0.1, torch.randn(32))
+    assert rows is not None
+    torch.library.opcheck(torch.ops.oasr.pack_int8_rows_weight.default, (weight,),
+                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(torch.ops.oasr.int8_linear_rows.default,
+                          (torch.randn(3, 8), rows.packed, rows.offsets, rows.col_scale, rows.bias),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
 def test_few_rows_kernel_refuses_bad_input_clearly() -> None:
     if RowsLinear.for_weight(torch.zeros(16, 4, dtype=torch.int8), torch.ones(16), None) is None:
         pytest.skip("no AVX-512 VNNI (or no compiled kernels) here")
