@@ -246,9 +246,10 @@ constexpr int64_t kBlockedQueries = 8;
 
 // Buffers of one thread for `attend_queries`.
 struct QueryScratch {
-  std::unique_ptr<float[]> scores, block, acc, top;
+  std::unique_ptr<float[]> scores, block, acc, top, totals;
   QueryScratch(int64_t T, int64_t most, int64_t D)
-      : scores(new float[T * most]), block(new float[kBlockRows * D]), acc(new float[T * D]), top(new float[T * 8]) {}
+      : scores(new float[T * most]), block(new float[kBlockRows * D]), acc(new float[T * D]), top(new float[T * 8]),
+        totals(new float[T]) {}
 };
 
 // rows[0, n) of a float16 segment into `block` as float32, D apart.
@@ -287,7 +288,7 @@ OASR_AVX2_F16C void attend_queries(const float* q_in, int64_t T, const HalfRows&
     }
     base += rows->n;
   }
-  std::unique_ptr<float[]> totals(new float[T]);
+  float* totals = scratch.totals.get();
   for (int64_t t = 0; t < T; ++t) {
     const float top = max8(_mm256_loadu_ps(scratch.top.get() + 8 * t));
     totals[t] = exp_in_place(scratch.scores.get() + t * most, len, top);

@@ -227,7 +227,7 @@ at::Tensor int8_linear_rows(const at::Tensor& x, const at::Tensor& w_packed, con
   const bool has_bias = bias.has_value() && bias->defined();
   if (has_bias) check_arg(op, "bias", *bias, at::kFloat, {N}, cpu);
   TORCH_CHECK(vnni_rows_cpu(), op, ": this CPU has no AVX-512 VNNI");
-  const at::Tensor in = x.contiguous(), w = w_packed.contiguous(), ws = w_offsets.contiguous();
+  const at::Tensor in = x.contiguous(), w = w_packed.contiguous(), wo = w_offsets.contiguous();
   const at::Tensor cs = col_scale.contiguous(), b = has_bias ? bias->contiguous() : at::Tensor();
   at::Tensor out = at::empty({M, N}, in.options());
   if (M == 0) return out;
@@ -238,7 +238,7 @@ at::Tensor int8_linear_rows(const at::Tensor& x, const at::Tensor& w_packed, con
   for (int64_t r = 0; r < M; ++r) quantize_row(src + r * K, q.get() + r * K, row_scale.get() + r, K);
 #ifdef OASR_ROWS_VNNI
   const int8_t* wp = w.data_ptr<int8_t>();
-  const int32_t* wop = ws.data_ptr<int32_t>();
+  const int32_t* wop = wo.data_ptr<int32_t>();
   const float* csp = cs.data_ptr<float>();
   const float* bp = has_bias ? b.data_ptr<float>() : nullptr;
   float* dst = out.data_ptr<float>();

@@ -57,8 +57,7 @@ def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
         block.attn.fuse_int8_projections()
         if isinstance(block, DecoderBlock):
             block.cross_attn.fuse_int8_projections(with_query=False)  # its queries read other states
-    if device.type == "cpu":
-        serve_few_rows(model.decoder)  # its steps' few rows: a kernel call each, not oneDNN's overhead
+    serve_few_rows(model.decoder)  # its steps' few rows: a kernel call each on a VNNI CPU, not oneDNN's overhead
     if device.type == "cpu" and model.decoder.output_projection is None:
         model.decoder.keep_output_weight_transposed(transposed)
     if decision.scheme == "int8_w8a8" and dtype == torch.float32 and half_kv_kernel(device):

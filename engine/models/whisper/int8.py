@@ -185,7 +185,7 @@ class Int8Linear(nn.Module):
         CPU with AVX-512 VNNI, bitwise what the paths below give: oneDNN's matmul costs ~30 us a
         call whatever the rows. Keeps one more copy of the weight (packed for that kernel), so
         only for layers that see few rows (the decoder's)."""
-        if self.weight_as_float is None and self.weight_int8.device.type == "cpu":
+        if self.weight_as_float is None:  # RowsLinear.for_weight checks the device, CPU and shape
             self.rows_linear = RowsLinear.for_weight(self.weight_int8, self.weight_scale, self.bias)
 
     @classmethod
@@ -197,7 +197,7 @@ class Int8Linear(nn.Module):
         rows = x.reshape(-1, self.in_features).float()  # (M, K)
         if rows.shape[0] == 0:
             return x.new_zeros(*lead, self.out_features)
-        if self.rows_linear is not None and rows.shape[0] <= RowsLinear.MAX_ROWS and rows.device.type == "cpu":
+        if self.rows_linear is not None and rows.shape[0] <= RowsLinear.MAX_ROWS:
             return self.rows_linear(rows.contiguous()).reshape(*lead, self.out_features).to(x.dtype)
         if self.weight_packed is not None:
             q_u8, row_scale = quantize_rows_u8(rows.contiguous())
