@@ -46,18 +46,21 @@ class DecodeBatch:
         audio_positions: list[int] | None = None,
         silence: tuple[list[Tensor], list[Tensor]] | None = None,
         shared_silence: bool = True,
+        projected: list[tuple[list[Tensor], list[Tensor]] | None] | None = None,
     ) -> list[tuple[list[Tensor], list[Tensor]]]:
         """Prefill the prompts of new groups in one forward and add their rows.
         audio_features[i] is (S, C) for groups[i]; with `audio_positions` and the `silence` K/V,
-        only its first audio_positions[i] positions are its own (context.py; `shared_silence` as
-        in TextDecoder.new_cache). Returns each group's cross K/V per layer (1, H, own
-        positions, Dh), for a later pass over the same window (word alignment)."""
+        only its first audio_positions[i] positions are its own (context.py; `shared_silence` and
+        `projected`, groups' cross K/V projected already, as in TextDecoder.new_cache). Returns
+        each group's cross K/V per layer (1, H, own positions, Dh), for a later pass over the same
+        window (word alignment)."""
         if not groups:
             return []
         feats = torch.stack(audio_features)  # (G, S, C): a group's beams share its cross K/V
         max_len = max(len(g.prefix) + len(g.draft) for g in groups)
         cache = self.decoder.new_cache(feats, capacity=max_len + 16, audio_positions=audio_positions, silence=silence,
-                                       shared_silence=shared_silence, repeats=[g.num_rows for g in groups])
+                                       shared_silence=shared_silence, repeats=[g.num_rows for g in groups],
+                                       projected=projected)
         tokens: list[list[int]] = []
         logit_rows: list[int] = []
         logit_positions: list[int] = []

@@ -211,6 +211,7 @@ class TextDecoder(nn.Module):
         shared_silence: bool = True,
         repeats: list[int] | None = None,
         cross: tuple[list[Tensor], list[Tensor]] | None = None,
+        projected: Sequence[tuple[list[Tensor], list[Tensor]] | None] | None = None,
     ) -> DecoderCache:
         """Cross K/V for each item's audio (G, S, C) and empty self-attention storage for its
         `repeats[i]` rows (its beams, which share its cross K/V; default one row per item).
@@ -222,7 +223,8 @@ class TextDecoder(nn.Module):
         one batched softmax; without it (offline) each item attends in calls with items of its
         own length only, so that its numbers do not depend on its batch mates. `cross`: the
         items' cross K/V per layer (G, H, own positions, Dh), already projected from these
-        features (a window's prefill keeps them for its alignment pass)."""
+        features (a window's prefill keeps them for its alignment pass). `projected`: per item,
+        its cross K/V from `project_cross` (computed beside the decoder), or None to project here."""
         g = audio_features.shape[0]
         rows = g if repeats is None else sum(repeats)
         head_dim = audio_features.shape[2] // self.n_head
@@ -232,7 +234,9 @@ class TextDecoder(nn.Module):
             audio_features = audio_features[:, : max(audio_positions)]
         self_k, self_v, cross_k, cross_v = [], [], [], []
         for layer, block in enumerate(self.blocks):
-            if cross is None:
+            if cross is None and projected is not None and any(p is not None for p in projected):
+                k, v = self._cross_layer(layer, audio_features, audio_positions if short else None, projected)
+            elif cross is None:
                 k, v = _project_own(block.cross_attn, audio_features, audio_positions if short else None)
             else:
                 k, v = cross[0][layer], cross[1][layer]
@@ -250,6 +254,51 @@ class TextDecoder(nn.Module):
         return DecoderCache(self_k, self_v, cross_k, cross_v, held=list(audio_positions),
                             shares_silence=[p < n_audio for p in audio_positions], batched=[shared_silence] * g,
                             silence_k=silence[0], silence_v=silence[1], item_rows=item_rows)
+
+    @property
+    def projects_cross_exactly(self) -> bool:
+        """Whether an item's cross K/V come out bitwise the same projected alone or among others
+        (int8 layers: per-row quantization and exact integer sums; a float GEMM rounds by its
+        blocking, which depends on the row count), so `project_cross` may run apart from the prefill."""
+        return all(isinstance(b.cross_attn.key, Int8Linear) and isinstance(b.cross_attn.value, Int8Linear)
+                   for b in self.blocks)
+
+    def project_cross(self, audio_features: Tensor, positions: int) -> tuple[list[Tensor], list[Tensor]]:
+        """One window's cross K/V per layer (1, H, positions, Dh), stored as `new_cache` stores
+        them, from the first `positions` of its features (S, C): what its prefill would project,
+        computed where the encoder runs (encoder_thread.py) instead of on the engine thread."""
+        features = audio_features[None, :positions]
+        ks, vs = [], []
+        for block in self.blocks:
+            k, v = block.cross_attn.project_kv(features)
+            if self.cross_kv_dtype is not None:
+                k, v = k.to(self.cross_kv_dtype), v.to(self.cross_kv_dtype)
+            ks.append(k.contiguous())
+            vs.append(v.contiguous())
+        return ks, vs
+
+    def _cross_layer(self, layer: int, audio_features: Tensor, positions: list[int] | None,
+                     projected: Sequence[tuple[list[Tensor], list[Tensor]] | None]) -> tuple[Tensor, Tensor]:
+        """Layer `layer`'s cross K/V (G, H, S, Dh) of items whose K/V were projected already
+        (`projected[i]`, from `project_cross`) and of the others, projected here; zeros past each
+        item's own positions, as `_project_own` leaves them."""
+        g, s, c = audio_features.shape
+        attn = self.blocks[layer].cross_attn
+        dtype = self.cross_kv_dtype or audio_features.dtype
+        k = audio_features.new_zeros(g, attn.n_head, s, c // attn.n_head, dtype=dtype)
+        v = torch.zeros_like(k)
+        own = [s] * g if positions is None else positions
+        for length in sorted({own[i] for i, p in enumerate(projected) if p is None}):
+            index = torch.tensor([i for i, p in enumerate(projected) if p is None and own[i] == length],
+                                 device=audio_features.device)
+            k_new, v_new = attn.project_kv(audio_features[index, :length])
+            k[index, :, :length], v[index, :, :length] = k_new.to(dtype), v_new.to(dtype)
+        for i, p in enumerate(projected):
+            if p is not None:
+                n = p[0][layer].shape[2]
+                k[i, :, :n] = p[0][layer][0]
+                v[i, :, :n] = p[1][layer][0]
+        return k, v
 
     def silence_kv(self, silence_features: Tensor) -> tuple[list[Tensor], list[Tensor]]:
         """Per layer cross K/V (H, n_audio_ctx, Dh) of the encoded silence (n_audio_ctx, C)."""

@@ -442,7 +442,8 @@ class WhisperRunner:
         parts = self.parts
         groups = [DecodeGroup.for_job(j, parts.rules, parts.dims.n_text_ctx) for j in jobs]
         cross = self.batch.join(groups, [j.audio_features for j in jobs], [j.audio_positions for j in jobs],  # type: ignore[misc]
-                                parts.silence_kv(jobs), shared_silence=shared_silence)
+                                parts.silence_kv(jobs), shared_silence=shared_silence,
+                                projected=[j.cross_kv for j in jobs])
         for job, kv in zip(jobs, cross):
             if job.live:  # a live pass aligns its words over the same window (offline jobs do not keep theirs)
                 job.cross_kv = kv

@@ -101,8 +101,9 @@ class WindowJob:
     sot_index: int = 0
     audio_features: Tensor | None = None  # (S, C) once encoded
     cross_kv: tuple[list[Tensor], list[Tensor]] | None = None
-    """Once prefilled: the window's decoder cross K/V per layer (1, H, own positions, Dh), which
-    the word-alignment pass reads instead of projecting them again."""
+    """The window's decoder cross K/V per layer (1, H, own positions, Dh): projected beside the
+    decoder once encoded (encoder_thread.py, where exact) or at its prefill; its prefill and its
+    word-alignment pass read them instead of projecting them again."""
     live: bool = False  # a pass of a live stream (interim or final)
     final: bool = False  # a live stream's last pass
     forced: list[int] = field(default_factory=list)
