@@ -15,6 +15,8 @@ realtime WebSocket session sending base64 24 kHz PCM; the batching columns then 
 server's own `oasr_engine_batch_size{mode="streaming"}` histogram on /metrics, and the partial interval is
 the gap between non-empty `delta` events (new text a stock client shows), and "deltas = completed"
 counts the items whose joined deltas are their completed transcript (OpenAI's clients concatenate them).
+The sessions' append events are encoded before the clock starts (`append_events`): the clients share
+the server's cores, and the CPU each used over the sessions is a column of its own (server / clients).
 
     python -m benchmarks.streaming_capacity --server --sessions 8 16 24          # server defaults
     python -m benchmarks.streaming_capacity --sessions 1 2 4 8 --clip libri_2412-153948-0000
@@ -42,6 +44,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil
 import soundfile as sf
 import soxr
 from prometheus_client.parser import text_string_to_metric_families
@@ -245,7 +248,7 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
     closes) to its `completed` transcript, so it includes the VAD's silence wait."""
     from websockets.exceptions import InvalidStatus
 
-    from benchmarks.asrbench.backends.realtime import RealtimeStream
+    from benchmarks.asrbench.backends.realtime import RealtimeStream, append_events
     from benchmarks.asrbench.backends.server_process import ServerProcess
 
     audios = _per_session(audio, n)
@@ -273,8 +276,8 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
         unhinted: list[int] = []  # ...of them, refused without a Retry-After
         reasons: list[str] = []  # ...the server's words for each refusal
         lock = threading.Lock()
+        events = [append_events(a, CHUNK_S) for a in audios]  # the clients' CPU goes to sending only
         t0 = time.perf_counter() + 0.5
-        chunk = int(CHUNK_S * SAMPLE_RATE)
 
         def client(k: int) -> None:
             start = t0 + k * stagger_s
@@ -291,11 +294,10 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
                         unhinted.append(k)
                 return
             opened = time.perf_counter()
-            audio = audios[k]
-            for i, off in enumerate(range(0, audio.size, chunk)):
+            for i, event in enumerate(events[k]):
                 time.sleep(max(0.0, start + i * CHUNK_S - time.perf_counter()))
-                stream.send(audio[off : off + chunk])
-            audio_end = start + audio.size / SAMPLE_RATE
+                stream.send_event(event)
+            audio_end = start + audios[k].size / SAMPLE_RATE
             stream.close_input()
             try:
                 text = stream.result(120.0)
@@ -315,10 +317,12 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
                 joined_match[1] += len(stream.completed)
 
         threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(n)]
+        server_cpu, client_cpu = _cpu_seconds(server.proc.pid), time.process_time()
         for th in threads:
             th.start()
         for th in threads:
             th.join()
+        server_cpu, client_cpu = _cpu_seconds(server.proc.pid) - server_cpu, time.process_time() - client_cpu
         after = stream_batch_histogram(server.base_url)
     finally:
         server.stop()
@@ -339,7 +343,15 @@ def run_server(n: int, audio: np.ndarray | list[np.ndarray], max_batch_size: int
     row["passes_skipped"] = int(after["passes_skipped"] - before["passes_skipped"])
     row |= pass_costs(int(after["passes"] - before["passes"]), after["encoded_s"] - before["encoded_s"], audios)
     row["turns"] = len(finals)
+    row["server_cpu_s"] = round(server_cpu, 1)
+    row["client_cpu_s"] = round(client_cpu, 1)
     return row
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds process `pid` has used (all its threads)."""
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
 
 
 def pass_costs(passes: int, encoded_s: float, audios: list[np.ndarray]) -> dict[str, object]:
@@ -469,8 +481,9 @@ def main() -> None:
     print("| max_batch_size | sessions | final p50 s | final p95 s (median run) | p95 of each run | "
           f"first partial p50 s | partial interval p50 / p95 s | steps with ≥2 streams | mean streams a step | "
           f"{most} | passes: audio s / encoded s per pass | live WER % | offline WER % | offline WER % clip by clip | "
-          f"final p95 ≤ {KEEPS_UP_P95_S} s | partials every ≤ {CADENCE_BOUND_S} s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          f"final p95 ≤ {KEEPS_UP_P95_S} s | partials every ≤ {CADENCE_BOUND_S} s |"
+          + (" CPU s: server / clients |" if args.server else ""))
+    print("|---" * (17 if args.server else 16) + "|")
     for r in rows:
         each = ", ".join(str(x) for x in r["final_p95_runs"])  # type: ignore[attr-defined]
         sessions = f"{r['sessions']} ({r['sessions'] - r['refused']} admitted)" if r.get("refused") else r["sessions"]  # type: ignore[operator]
@@ -482,7 +495,8 @@ def main() -> None:
               f"{r['steps_with_2plus_streams']} of {r['steps_with_streams']} | "
               f"{r['mean_streams_per_step']} | {r['max_streams_per_step']} | "
               f"{r['passes']}: {r['audio_s_per_pass']} / {r['encoded_s_per_pass']} | {r['live_wer']} | {r['offline_wer']} | {r['offline_clip_wer']} | "
-              f"{r['keeps_up']} | {r['keeps_cadence']} |")
+              f"{r['keeps_up']} | {r['keeps_cadence']} |"
+              + (f" {r['server_cpu_s']} / {r['client_cpu_s']} |" if args.server else ""))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,20 @@ def realtime_url(base_url: str) -> str:
         "/v1/realtime?intent=transcription"
 
 
+def append_events(audio: np.ndarray, chunk_s: float) -> list[str]:
+    """`audio` (16 kHz) as the `input_audio_buffer.append` events (JSON text, 24 kHz PCM16) of one
+    `chunk_s` each, encoded ahead of time for `RealtimeStream.send_event`: a load generator's
+    sessions then spend their CPU on sending only, not on resampling and encoding every chunk while
+    the server they measure shares the machine."""
+    wire = soxr.resample(audio, SAMPLE_RATE, WIRE_RATE).astype(np.float32)
+    step = round(chunk_s * WIRE_RATE)
+    return [_append_event(wire[off : off + step]) for off in range(0, wire.size, step)]
+
+
+def _append_event(wire: np.ndarray) -> str:
+    return json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(to_pcm16_bytes(wire)).decode("ascii")})
+
+
 def probe(base_url: str, timeout_s: float = 10.0) -> str | None:
     """None when a realtime session can be opened, else why not."""
     from websockets.sync.client import connect
@@ -82,10 +96,13 @@ class RealtimeStream(StreamSession):
     def send(self, chunk: np.ndarray) -> None:
         self._append(self._resampler.resample_chunk(chunk, last=False))
 
+    def send_event(self, event_text: str) -> None:
+        """Send one event already encoded as JSON text (`append_events`)."""
+        self._ws.send(event_text)
+
     def _append(self, wire: np.ndarray) -> None:
         if wire.size:
-            self._send({"type": "input_audio_buffer.append",
-                        "audio": base64.b64encode(to_pcm16_bytes(wire)).decode("ascii")})
+            self._ws.send(_append_event(wire))
 
     def close_input(self) -> None:
         self._append(self._resampler.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
