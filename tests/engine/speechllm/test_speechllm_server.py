@@ -180,6 +180,11 @@ def test_realtime_turn_arrives_as_deltas_that_add_up_to_the_transcript(server: S
     deltas = [e["delta"] for e in events if e["type"] == "conversation.item.input_audio_transcription.delta"]
     (completed,) = [e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed"]
     assert completed["transcript"] == expected.text == "".join(deltas)
-    # streamed as it decodes; how many deltas depends on how far the event loop is behind the
-    # engine (a newer partial replaces the one waiting, app/output_stream.py)
-    assert len([d for d in deltas if d]) >= 2
+    # every delta comes before the completed transcript. How many there are depends on how far the
+    # event loop is behind the engine (a newer partial replaces the one waiting,
+    # app/output_stream.py): on a loaded machine the whole text can come as one, so the count is no
+    # assertion here; that the engine reports a partial per token is test_speechllm_batching's
+    kinds = [e["type"] for e in events]
+    done = kinds.index("conversation.item.input_audio_transcription.completed")
+    assert any(d for d in deltas)
+    assert "conversation.item.input_audio_transcription.delta" not in kinds[done:]
