@@ -59,9 +59,9 @@ defaults), and a pass waiting longer than one more period is shed (engine/models
 stream_passes.py), so a session the engine cannot hold shows within this."""
 LIVE_LATE_HOLD_S = 2.0
 """Seconds no new live session is admitted after the engine started a live pass late (it waited
-half its pass period to be encoded, engine/models/whisper/window.py): the engine is near its
-streams' cadence, and the sessions it admitted lately have not shown their full cost yet (a
-session costs nothing until it speaks). Late passes come before shed ones: the gate stops while
+three quarters of its pass period to be encoded, engine/models/whisper/window.py): the engine is
+near its streams' cadence, and the sessions it admitted lately have not shown their full cost yet
+(a session costs nothing until it speaks). Late passes come before shed ones: the gate stops while
 the sessions it holds still keep their cadence, not after they lost it."""
 LIVE_MAX_SHARE = 1.1
 """Projected share of the engine's time (app/backlog.py `live_share_now`, fed by its stage timers)
@@ -190,8 +190,8 @@ class LiveGate:
                     LIVE_RETRY_AFTER_S, False)
         late_for = self._clock() - self.late_at
         if late_for < LIVE_LATE_HOLD_S:
-            return ("the engine runs the live sessions admitted close to their cadence (a pass waited half its "
-                    "period to start)", max(1, math.ceil(LIVE_LATE_HOLD_S - late_for)), False)
+            return ("the engine runs the live sessions admitted close to their cadence (a pass waited three "
+                    "quarters of its period to start)", max(1, math.ceil(LIVE_LATE_HOLD_S - late_for)), False)
         waiting = self.waiting()
         projected = self.projected_share(waiting) if self.open >= LIVE_START else None
         if projected is not None and self._backlog.live_share_now >= 1.0:

@@ -45,7 +45,7 @@ class StepReport:
     passes_shed: int = 0
     """Live passes shed since the last report (behind their cadence)."""
     passes_late: int = 0
-    """Live passes started half a pass period late or more since the last report (close to it)."""
+    """Live passes started three quarters of a pass period late or more since the last report (close to it)."""
     step_at: float | None = None
     """monotonic() when the last step it covers began (None: an idle engine's report, as of now)."""
 

@@ -335,7 +335,7 @@ ENGINE_METRICS: tuple[Declared, ...] = (
         "than whisper_stream_step_ms promises (count).",
         ENGINE_LABELS),
     Declared("engine_stream_passes_late", "counter", "oasr_engine_stream_passes_late_total",
-        "Interim passes of live streams that waited half their pass period or more to be encoded: "
+        "Interim passes of live streams that waited three quarters of their pass period or more to be encoded: "
         "the engine nears its streams' cadence before it sheds a pass; the server admits no new "
         "live session for a moment after one (count).",
         ENGINE_LABELS),

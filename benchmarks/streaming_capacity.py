@@ -369,7 +369,7 @@ def stream_batch_histogram(base_url: str) -> dict[str, float]:
     """The server's cumulative `oasr_engine_batch_size{mode="streaming"}` buckets by `le`, plus its sum
     (the live streams one engine step advanced together), and its `oasr_engine_stream_passes_shed_total`
     as "passes_shed" (interim passes it skipped while behind), `oasr_engine_stream_passes_late_total` as
-    "passes_late" (interim passes started half a pass period late), and its
+    "passes_late" (interim passes started three quarters of a pass period late), and its
     `oasr_engine_stream_passes_skipped_total` as "passes_skipped" (passes over silence), and the
     passes run and the audio they encoded (`oasr_engine_stream_passes_total`,
     `oasr_engine_stream_encoded_seconds_total`) as "passes" and "encoded_s", from one read of /metrics."""

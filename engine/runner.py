@@ -77,7 +77,7 @@ class RunnerStats:
     """Interim passes not run because the engine was behind their cadence (shed before a final is
     delayed)."""
     stream_passes_late_total: int = 0
-    """Interim passes that waited half their pass period or more to be encoded: the engine is near
+    """Interim passes that waited three quarters of their pass period or more to be encoded: the engine is near
     its streams' cadence before it sheds a pass (engine/models/whisper/window.py `late`)."""
     stream_passes_skipped_total: int = 0
     """Interim passes not run because the VAD heard no speech since the last one and every word

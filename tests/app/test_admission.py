@@ -119,7 +119,7 @@ def test_a_shed_pass_stops_admission_and_past_its_level_one_session_at_a_time_is
 
 
 def test_a_late_pass_holds_admission_before_any_pass_is_shed_and_marks_no_level() -> None:
-    """A pass that waited half its period to start says the engine nears its streams' cadence:
+    """A pass that waited three quarters of its period to start says the engine nears its streams' cadence:
     a burst stops there, while the sessions held still keep it, rather than at the first shed pass."""
     clock = Clock()
     a = admission(clock)

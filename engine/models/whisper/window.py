@@ -17,10 +17,14 @@ from engine.models.whisper.features import ENCODER_STRIDE, SAMPLE_RATE
 from engine.request import Request
 from engine.types import DecodingOptions, RequestOutput
 
-LATE_PASS_SHARE = 0.5
+LATE_PASS_SHARE = 0.75
 """Share of its pass period an interim pass may wait to be encoded before it counts as late
-(`WindowJob.late`): half a period is when a pass still lands before its stream's next one is
-due, with room for one more encoder batch ahead of it."""
+(`WindowJob.late`): three quarters of a period is when a pass still starts before its stream's
+next one is due, with a quarter period to spare. At half a period (until 2026-12-06) a 16-session
+burst on the 2-core Xeon started 45-99 passes late while shedding 0-55, and the late-pass hold
+(app/admission.py) refused the 16th session in four runs of seven (gap 0.75-0.93 s); at three
+quarters 16 of 16 were admitted in four runs of four (gap 0.80-0.98 s), 24 offered 17, 48
+offered 15 (benchmarks/streaming_capacity.py --server)."""
 
 if TYPE_CHECKING:
     from engine.models.whisper.tokenizer import WhisperTokenizer
