@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from engine.models.whisper.planning import OFFLINE_PATIENCE_S, WindowPlanner
-from engine.models.whisper.window import WindowJob, WindowResult
+from engine.models.whisper.window import LATE_PASS_SHARE, WindowJob, WindowResult
 
 MEL_FRAMES = 200  # a 2 s pass: a short window
 
@@ -137,13 +137,13 @@ def test_overdue_offline_windows_go_ahead_of_finals_at_most_once_per_patience() 
     assert p.take_encode(idle_batch(), live_streams=True) == [windows[1], finals[2]]
 
 
-def test_a_pass_taken_after_half_its_period_counts_as_late() -> None:
+def test_a_pass_taken_after_its_late_share_of_a_period_counts_as_late() -> None:
     p = planner()
     on_time, late, offline = live_job("a", patience_samples=8000), live_job("b", patience_samples=8000), live_job("c")
     for job in (on_time, late, offline):
         p.submit(job)
-    # b waited 0.25 s of its 0.5 s pass period (wall time); a was queued just now; c has no period
-    late.queued_at -= 0.25
+    # b waited LATE_PASS_SHARE of its 0.5 s pass period (wall time); a was queued just now; c has no period
+    late.queued_at -= LATE_PASS_SHARE * 0.5
     on_time.queued_at += 10.0  # queued "later": never late, however loaded the machine running this
     offline.queued_at -= 100.0
     assert p.take_encode(idle_batch()) == [on_time, late, offline]
@@ -151,7 +151,7 @@ def test_a_pass_taken_after_half_its_period_counts_as_late() -> None:
     # a pass held back while a final goes first waited by the planner's choice: not late
     held = live_job("d", patience_samples=8000)
     p.submit(held)
-    held.queued_at -= 0.25
+    held.queued_at -= LATE_PASS_SHARE * 0.5
     assert p.take_encode(idle_batch(live_job("f", final=True))) == []
     assert p.take_encode(idle_batch()) == [held]
     assert p.passes_late == 1
