@@ -23,8 +23,9 @@ LATE_PASS_SHARE = 0.75
 next one is due, with a quarter period to spare. At half a period (until 2026-12-06) a 16-session
 burst on the 2-core Xeon started 45-99 passes late while shedding 0-55, and the late-pass hold
 (app/admission.py) refused the 16th session in four runs of seven (gap 0.75-0.93 s); at three
-quarters 16 of 16 were admitted in four runs of four (gap 0.80-0.98 s), 24 offered 17, 48
-offered 15 (benchmarks/streaming_capacity.py --server)."""
+quarters 16 of 16 were admitted in four runs of five (gap 0.80-0.98 s; the fifth's 16th was
+refused on the share projection), 24 offered 17, 48 offered 15 and 16
+(benchmarks/streaming_capacity.py --server)."""
 
 if TYPE_CHECKING:
     from engine.models.whisper.tokenizer import WhisperTokenizer
