@@ -234,10 +234,9 @@ class TextDecoder(nn.Module):
             audio_features = audio_features[:, : max(audio_positions)]
         self_k, self_v, cross_k, cross_v = [], [], [], []
         for layer, block in enumerate(self.blocks):
-            if cross is None and projected is not None and any(p is not None for p in projected):
-                k, v = self._cross_layer(layer, audio_features, audio_positions if short else None, projected)
-            elif cross is None:
-                k, v = _project_own(block.cross_attn, audio_features, audio_positions if short else None)
+            if cross is None:
+                k, v = _project_own(block.cross_attn, audio_features, audio_positions if short else None,
+                                    [None if p is None else (p[0][layer], p[1][layer]) for p in projected or [None] * g])
             else:
                 k, v = cross[0][layer], cross[1][layer]
             if self.cross_kv_dtype is not None:
@@ -277,39 +276,11 @@ class TextDecoder(nn.Module):
             vs.append(v.contiguous())
         return ks, vs
 
-    def _cross_layer(self, layer: int, audio_features: Tensor, positions: list[int] | None,
-                     projected: Sequence[tuple[list[Tensor], list[Tensor]] | None]) -> tuple[Tensor, Tensor]:
-        """Layer `layer`'s cross K/V (G, H, S, Dh) of items whose K/V were projected already
-        (`projected[i]`, from `project_cross`) and of the others, projected here; zeros past each
-        item's own positions, as `_project_own` leaves them."""
-        g, s, c = audio_features.shape
-        attn = self.blocks[layer].cross_attn
-        dtype = self.cross_kv_dtype or audio_features.dtype
-        k = audio_features.new_zeros(g, attn.n_head, s, c // attn.n_head, dtype=dtype)
-        v = torch.zeros_like(k)
-        own = [s] * g if positions is None else positions
-        for length in sorted({own[i] for i, p in enumerate(projected) if p is None}):
-            index = torch.tensor([i for i, p in enumerate(projected) if p is None and own[i] == length],
-                                 device=audio_features.device)
-            k_new, v_new = attn.project_kv(audio_features[index, :length])
-            k[index, :, :length], v[index, :, :length] = k_new.to(dtype), v_new.to(dtype)
-        for i, p in enumerate(projected):
-            if p is not None:
-                n = p[0][layer].shape[2]
-                k[i, :, :n] = p[0][layer][0]
-                v[i, :, :n] = p[1][layer][0]
-        return k, v
-
     def silence_kv(self, silence_features: Tensor) -> tuple[list[Tensor], list[Tensor]]:
-        """Per layer cross K/V (H, n_audio_ctx, Dh) of the encoded silence (n_audio_ctx, C)."""
-        ks, vs = [], []
-        for block in self.blocks:
-            k, v = block.cross_attn.project_kv(silence_features[None])
-            if self.cross_kv_dtype is not None:  # read beside the items' own K/V, in the same kernel
-                k, v = k.to(self.cross_kv_dtype), v.to(self.cross_kv_dtype)
-            ks.append(k[0].contiguous())
-            vs.append(v[0].contiguous())
-        return ks, vs
+        """Per layer cross K/V (H, n_audio_ctx, Dh) of the encoded silence (n_audio_ctx, C), stored
+        as the items' own (read beside them, in the same kernel)."""
+        ks, vs = self.project_cross(silence_features, silence_features.shape[0])
+        return [k[0] for k in ks], [v[0] for v in vs]
 
     def _cross_attention(self, block: DecoderBlock, layer: int, h: Tensor, cache: DecoderCache,
                          runs: list[tuple[CrossRun, Tensor | None]]) -> Tensor:
@@ -444,22 +415,26 @@ class Whisper(nn.Module):
         self.decoder = TextDecoder(dims)
 
 
-def _project_own(attn: MultiHeadAttention, features: Tensor, positions: list[int] | None) -> tuple[Tensor, Tensor]:
-    """Cross K/V (G, H, S, Dh) of features (G, S, C), projecting only each item's own
-    `positions` (items of one length together); the rest is zeros, which attention masks.
-    Windows joining one live prefill differ in length by seconds (measured at 16 lockstep
-    sessions: engine CPU 89.6 -> 87.4 s, identical transcripts)."""
-    lengths = sorted(set(positions or []))
-    if len(lengths) < 2:
-        return attn.project_kv(features)
-    g, s, _ = features.shape
-    k = features.new_zeros(g, attn.n_head, s, features.shape[2] // attn.n_head)
+def _project_own(attn: MultiHeadAttention, features: Tensor, positions: list[int] | None,
+                 projected: list[tuple[Tensor, Tensor] | None]) -> tuple[Tensor, Tensor]:
+    """Cross K/V (G, H, S, Dh) of features (G, S, C): item i's from `projected[i]` (1, H, own
+    positions, Dh; `TextDecoder.project_cross`, computed beside the decoder) or projected here
+    from its own `positions` only (items of one length together); the rest is zeros, which
+    attention masks. Windows joining one live prefill differ in length by seconds (measured at 16
+    lockstep sessions: engine CPU 89.6 -> 87.4 s, identical transcripts)."""
+    g, s, c = features.shape
+    own = [s] * g if positions is None else positions
+    if all(p is None for p in projected) and len(set(own)) == 1:
+        return attn.project_kv(features[:, : own[0]])
+    stored = next((p[0].dtype for p in projected if p is not None), features.dtype)
+    k = features.new_zeros(g, attn.n_head, s, c // attn.n_head, dtype=stored)
     v = torch.zeros_like(k)
-    assert positions is not None
-    for length in lengths:
-        items = torch.tensor([i for i, p in enumerate(positions) if p == length], device=features.device)
+    for length in sorted({own[i] for i, p in enumerate(projected) if p is None}):
+        items = torch.tensor([i for i, p in enumerate(projected) if p is None and own[i] == length],
+                             device=features.device)
         k_own, v_own = attn.project_kv(features[items, :length])
-        k[items, :, :length] = k_own
-        v[items, :, :length] = v_own
+        k[items, :, :length], v[items, :, :length] = k_own.to(stored), v_own.to(stored)
+    for i, p in enumerate(projected):
+        if p is not None:
+            k[i, :, : p[0].shape[2]], v[i, :, : p[1].shape[2]] = p[0][0], p[1][0]
     return k, v
-
