@@ -1,7 +1,8 @@
 """One long recording per model family (issue 43 item 3): no error, wall, RTFx and peak RSS.
 
 Each family runs in a child process of its own, so its peak RSS (`ru_maxrss`) is its own: load the
-family's test checkpoint (the reference-written fixtures the tests use; WeNet's is generated),
+family's checkpoint (Whisper: the embedded tiny.en, real weights, int8; the others: the
+reference-written fixtures the tests use; WeNet's is generated),
 build the recording by repeating dev clips from ../shared/data/speech joined by 1 s pauses, and
 run it through the engine API as one offline request (`transcribe_outputs`). Reported: wall of the
 request, RTFx (audio seconds per wall second), peak RSS of the whole process, the RSS before the
@@ -35,6 +36,7 @@ CLIPS = ("libri_61-70968-0000", "mfa_thoughts", "libri_2412-153948-0000", "jfk_i
 RATE = 16000
 
 FAMILIES: dict[str, dict[str, object]] = {
+    "whisper": {"ckpt": None, "quantization": "int8_w8a8"},  # the embedded tiny.en
     "wenet": {"ckpt": "generated", "chunk_size": 8},
     "wenet_left16": {"ckpt": "generated", "chunk_size": 8, "num_left_chunks": 16},  # bounded left context
     "nemo_hybrid": {"ckpt": "nemo/hybrid_cache_aware"},
@@ -45,7 +47,8 @@ FAMILIES: dict[str, dict[str, object]] = {
     "paraformer": {"ckpt": "paraformer/tiny"},
     "speechllm": {"ckpt": "speechllm/qwen2_audio", "family_options": {"speechllm": {"max_new_tokens": 48}}},
 }
-"""Family run name -> its checkpoint under tests/fixtures and EngineConfig fields."""
+"""Family run name -> its checkpoint under tests/fixtures (None: the embedded default model) and
+EngineConfig fields."""
 
 
 def recording(seconds: float) -> np.ndarray:
@@ -77,22 +80,24 @@ def reset_peak() -> bool:
         return False
 
 
-def run_one(family: str, seconds: float, threads: int, family_options: dict[str, object]) -> dict[str, object]:
+def run_one(family: str, seconds: float, threads: int, family_options: dict[str, object],
+            engine_options: dict[str, object] | None = None) -> dict[str, object]:
     import torch
 
     from engine import ASREngine, EngineConfig
 
     torch.set_num_threads(threads)
-    spec = dict(FAMILIES[family])
+    spec = {**FAMILIES[family], **(engine_options or {})}
     ckpt = spec.pop("ckpt")
     if family_options:
         spec["family_options"] = {**spec.get("family_options", {}), **family_options}  # type: ignore[dict-item]
     with tempfile.TemporaryDirectory() as tmp:
+        ckpt_dir: str | None = None
         if ckpt == "generated":
             from engine.models.wenet.testing import write_checkpoint
 
             ckpt_dir = write_checkpoint(os.path.join(tmp, "wenet"))
-        else:
+        elif ckpt is not None:
             ckpt_dir = str(FIXTURES / str(ckpt))
         audio = recording(seconds)
         engine = ASREngine(EngineConfig(ckpt_dir=ckpt_dir, service_mode="offline", **spec))  # type: ignore[arg-type]
@@ -119,15 +124,19 @@ def main() -> None:
     parser.add_argument("--one", choices=sorted(FAMILIES), help=argparse.SUPPRESS)  # the child's run
     parser.add_argument("--family-options", default="{}",
                         help="JSON merged into each run's EngineConfig.family_options")
+    parser.add_argument("--engine-options", default="{}",
+                        help='JSON of EngineConfig fields for each run (e.g. {"max_decode_rows": 8})')
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(run_one(args.one, args.minutes * 60, args.threads, json.loads(args.family_options))))
+        print(json.dumps(run_one(args.one, args.minutes * 60, args.threads, json.loads(args.family_options),
+                                 json.loads(args.engine_options))))
         return
     rows = []
     for family in args.families:
         cmd = [sys.executable, "-m", "benchmarks.family_hour", "--one", family, "--minutes", str(args.minutes),
-               "--threads", str(args.threads), "--family-options", args.family_options]  # fmt: skip
+               "--threads", str(args.threads), "--family-options", args.family_options,
+               "--engine-options", args.engine_options]  # fmt: skip
         done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
         if done.returncode != 0:
             row: dict[str, object] = {"family": family, "error": done.stderr.strip().splitlines()[-1:]}

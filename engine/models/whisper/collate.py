@@ -2,7 +2,7 @@
 first jobs (a long one, cut at VAD silences: all of its windows' jobs, longform.py), their log-mel
 features computed in one call per padding convention.
 
-    Collator(parts, options, vad, coverage, vad_workers).collate(requests, outputs)
+    Collator(parts, options, vad, coverage, vad_workers, windows_in_flight).collate(requests, outputs)
                                                     -> [(request, state, jobs)]
     collate_beside(collator, requests, threads, default_threads)  -> Future of (that list, outputs)
     beside = CollationsBeside(collator, threads, default_threads)
@@ -48,18 +48,26 @@ FAILED = "failed"  # a request whose speech windows could not be found (its erro
 
 Collated = tuple[Request, OfflineTranscription | SegmentedTranscription, list[WindowJob]]
 
+FEATURES_PER_CALL = 8
+"""Pieces (requests, or a long request's windows) featurized in one call: a call's STFT holds
+every piece's spectrum at once (~10 MB for a 30 s window), so the transient stays bounded
+however many windows are featurized (the same features bit for bit as one call)."""
+
 
 class Collator:
     def __init__(self, parts: WhisperParts, options: WhisperOptions, vad: VoiceActivityModel | None,
-                 coverage: Callable[[], SpeechCoverage], vad_workers: int):
+                 coverage: Callable[[], SpeechCoverage], vad_workers: int, windows_in_flight: int):
         """`vad`: cuts long requests into windows decoded side by side (None: window after
         window); `coverage`: a new request's coverage bookkeeping; `vad_workers`: threads the VAD
-        scores a recording's lanes on (a fixed number, whichever thread collates)."""
+        scores a recording's lanes on (a fixed number, whichever thread collates);
+        `windows_in_flight`: most windows of a long request featurized and not done at once
+        (longform.py: its memory)."""
         self.parts = parts
         self.options = options
         self.vad = vad
         self.coverage = coverage
         self.vad_workers = vad_workers
+        self.windows_in_flight = windows_in_flight
 
     def is_long(self, request: Request) -> bool:
         """Whether `request` is cut at VAD silences into windows (its collation takes a VAD pass)."""
@@ -73,8 +81,9 @@ class Collator:
         (a long one: all of its windows'). Error and finished outputs go to `outputs`."""
         windows = {r.request_id: self._speech_windows(r, outputs) for r in requests}
         requests = [r for r in requests if windows[r.request_id] != FAILED]
-        # what is featurized: the request itself, or each of its windows
-        pieces = [[r] if not isinstance(plan := windows[r.request_id], tuple) else [window_request(r, w) for w in plan[1]]
+        # what is featurized: the request itself, or each of its first windows
+        pieces = [[r] if not isinstance(plan := windows[r.request_id], tuple)
+                  else [window_request(r, w) for w in plan[1][: self.windows_in_flight]]
                   for r in requests]
         flat = [p for ps in pieces for p in ps]
         mels = iter(self._features(flat, [self._fits(r) for r in flat], outputs))
@@ -88,8 +97,8 @@ class Collator:
             plan = windows[request.request_id]
             state: OfflineTranscription | SegmentedTranscription
             if isinstance(plan, tuple):
-                state = SegmentedTranscription(request, plan[0], plan[1], own_mels, self.parts, fit,
-                                               [self.coverage() for _ in own_mels])
+                state = SegmentedTranscription(request, plan[0], plan[1], own_mels, self.parts, fit, self.coverage,
+                                               self._window_features(fit), self.windows_in_flight)
                 jobs = state.first_jobs()
             else:
                 state = OfflineTranscription(request, own_mels[0], self.parts, fit_context=fit, coverage=self.coverage())
@@ -108,25 +117,35 @@ class Collator:
         long-form test recording)."""
         return self.options.offline_encoder_context == "fit" and not request.decoding.word_timestamps
 
+    def _window_features(self, fit: bool) -> Callable[[list[Request]], list[Tensor]]:
+        """How a long request's later windows are featurized, each when a window before is done."""
+        audio_padding = uses_audio_padding(fit)
+
+        def featurize(requests: list[Request]) -> list[Tensor]:
+            mels = self.parts.features([r.audio for r in requests], audio_padding=audio_padding)
+            return [m.to(self.parts.dtype) for m in mels]
+
+        return featurize
+
     def _features(self, requests: list[Request], fits: list[bool], outputs: list[RequestOutput]) -> list[Tensor | None]:
-        """Log-mel features of offline requests in one call per padding convention (one by one
-        if a call fails: only the culprit fails)."""
+        """Log-mel features of offline requests, FEATURES_PER_CALL in a call per padding
+        convention (one by one if a call fails: only the culprit fails)."""
         mels: list[Tensor | None] = [None] * len(requests)
         for audio_padding in (True, False):
-            index = [i for i, fit in enumerate(fits) if uses_audio_padding(fit) == audio_padding]
-            if not index:
-                continue
-            try:
-                batch = self.parts.features([requests[i].audio for i in index], audio_padding=audio_padding)
-                for i, mel in zip(index, batch):
-                    mels[i] = mel
-            except Exception as exc:
-                logger.warning("batched feature extraction failed (%s); retrying one by one", exc)
-                for i in index:
-                    try:
-                        mels[i] = self.parts.features([requests[i].audio], audio_padding=audio_padding)[0]
-                    except Exception as one_exc:
-                        outputs.append(error_output(requests[i], "features", one_exc))
+            same = [i for i, fit in enumerate(fits) if uses_audio_padding(fit) == audio_padding]
+            for start in range(0, len(same), FEATURES_PER_CALL):
+                index = same[start : start + FEATURES_PER_CALL]
+                try:
+                    batch = self.parts.features([requests[i].audio for i in index], audio_padding=audio_padding)
+                    for i, mel in zip(index, batch):
+                        mels[i] = mel
+                except Exception as exc:
+                    logger.warning("batched feature extraction failed (%s); retrying one by one", exc)
+                    for i in index:
+                        try:
+                            mels[i] = self.parts.features([requests[i].audio], audio_padding=audio_padding)[0]
+                        except Exception as one_exc:
+                            outputs.append(error_output(requests[i], "features", one_exc))
         return mels
 
     def _speech_windows(self, request: Request,
@@ -225,4 +244,4 @@ class CollationsBeside:
         self._pending.clear()
 
 
-__all__ = ["Collated", "CollationsBeside", "Collator", "collate_beside"]
+__all__ = ["FEATURES_PER_CALL", "Collated", "CollationsBeside", "Collator", "collate_beside"]

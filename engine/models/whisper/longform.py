@@ -20,6 +20,12 @@ openai/whisper's loop decodes that sentence again as a window of its own, after 
 on the recording's critical path (the long-form benchmark's dev recording: 46 window decodes, 27
 with the hold).
 
+Memory: a request holds at most `in_flight` windows at once (features, audio, and once encoded
+their decoder rows); the others wait as spans of the recording, and the next is featurized when
+a window is done. What a request costs is then bounded by the engine's batch, not by its length:
+with every window featurized at collation an hour of audio (120 windows) peaked 2.2 GB over the
+loaded engine and grew ~26 MB a minute (`python -m benchmarks.family_hour --families whisper`).
+
 Progress: whenever a window is done, a partial output carries the text of the windows done so far
 in order (every window before them done too), so `stream=true` sends each window's text as soon as
 it can be read in order, and `decoded` the seconds of the recording decoded in any order (windows
@@ -29,6 +35,7 @@ decoded side by side finish out of order): a job's progress advances with every 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 from torch import Tensor
@@ -51,35 +58,76 @@ def window_request(request: Request, window: SpeechWindow) -> Request:
                    arrival_time=request.arrival_time)
 
 
+WindowFeatures = Callable[[list[Request]], list[Tensor]]
+"""Window requests -> their log-mel features (the collator's, collate.py), in order."""
+
+
 class SegmentedTranscription:
     """Routes each window job's result to its window's transcription and stitches their
     transcripts into the request's output."""
 
     def __init__(self, request: Request, speech: SpeechMap, windows: list[SpeechWindow], mels: list[Tensor],
-                 parts: WhisperParts, fit_context: bool, coverage: list[SpeechCoverage]):
+                 parts: WhisperParts, fit_context: bool, coverage: Callable[[], SpeechCoverage],
+                 features: WindowFeatures, in_flight: int):
         """`speech`: the VAD's verdict on the recording; `windows`: its speech windows in order;
-        `mels`: each window's features."""
+        `mels`: the features of its first windows (at least one, at most `in_flight`);
+        `coverage`: a window's coverage bookkeeping; `features`: featurizes the later windows,
+        each when a window is done, so that at most `in_flight` are featurized and not done."""
         self.request = request
         self.speech = speech
         self.parts = parts
         self.windows = windows
-        self.parts_of = [
-            OfflineTranscription(window_request(request, w), mel, parts, fit_context=fit_context, coverage=cov,
-                                 fallback_width=1, speech_until=w.samples / SAMPLE_RATE - PAD_MS / 1000)
-            for w, mel, cov in zip(windows, mels, coverage)
-        ]
+        self.fit_context = fit_context
+        self.coverage = coverage
+        self.features = features
+        self.in_flight = in_flight
+        self.parts_of: list[OfflineTranscription | None] = [None] * len(windows)
         self.done: list[RequestOutput | None] = [None] * len(windows)
+        self._started = 0  # windows featurized so far (in order)
+        self._first = [self._start(mel) for mel in mels]
+
+    def window_requests(self, start: int, count: int) -> list[Request]:
+        """The requests windows start..start+count are decoded as (what is featurized)."""
+        return [window_request(self.request, w) for w in self.windows[start : start + count]]
+
+    def _start(self, mel: Tensor, request: Request | None = None) -> OfflineTranscription:
+        """The next window's transcription, over its features `mel`."""
+        i = self._started
+        w = self.windows[i]
+        part = OfflineTranscription(request or window_request(self.request, w), mel, self.parts,
+                                    fit_context=self.fit_context, coverage=self.coverage(), fallback_width=1,
+                                    speech_until=w.samples / SAMPLE_RATE - PAD_MS / 1000)
+        self.parts_of[i] = part
+        self._started += 1
+        return part
 
     def first_jobs(self) -> list[WindowJob]:
-        """Every window's first job (an empty window, which has none, is done at once)."""
+        """The first windows' first jobs (an empty window, which has none, is done at once, and
+        the next window is started in its place)."""
         jobs = []
-        for i, part in enumerate(self.parts_of):
-            job = part.next_job()
-            if job is None:
-                self.done[i] = part.finish()
-            else:
-                jobs.append(job)
+        for part in self._first:
+            job = self._first_job(part)
+            jobs.extend([job] if job is not None else self._next_window())
+        self._first = []
         return jobs
+
+    def _first_job(self, part: OfflineTranscription) -> WindowJob | None:
+        """A started window's first job; None: it has none and is done."""
+        job = part.next_job()
+        if job is None:
+            self.done[self.parts_of.index(part)] = part.finish()
+        return job
+
+    def _next_window(self) -> list[WindowJob]:
+        """A window is done: the first job of the next window not started yet, if any (featurized
+        now; empty windows on the way are done at once)."""
+        while self._started < len(self.windows):
+            (request,) = self.window_requests(self._started, 1)
+            (mel,) = self.features([request])
+            job = self._first_job(self._start(mel, request))
+            if job is not None:
+                return [job]
+        return []
 
     def on_window_done(self, job: WindowJob, result: WindowResult) -> WindowUpdate:
         part = job.owner
@@ -88,6 +136,7 @@ class SegmentedTranscription:
         finished = update.output is not None and update.output.finished
         if finished:
             self.done[self.parts_of.index(part)] = update.output
+            update.jobs = [*update.jobs, *self._next_window()]
         update.output = self._output() if finished else None  # a window's retry or remainder: nothing new
         return update
 
@@ -117,6 +166,7 @@ class SegmentedTranscription:
         logprobs: list[float] = []
         last_end = 0.0
         for window, part in zip(self.windows[:count], self.parts_of[:count]):
+            assert part is not None  # a window done was started
             for seg, lps in zip(part.segments, part.segment_logprobs):
                 # a segment, like a word, ends in the piece it starts in: Whisper saw only the
                 # padding of a silence left out at a seam, and its end timestamp often lands past it
@@ -132,7 +182,8 @@ class SegmentedTranscription:
         tok = self.parts.tokenizer
         text = "".join(s.text for s in segments).strip()
         tokens = [t for s in segments for t in s.tokens if t < tok.eot]
-        language = next((p.language for p in self.parts_of if p.language), self.request.decoding.language or None)
+        language = next((p.language for p in self.parts_of if p is not None and p.language),
+                        self.request.decoding.language or None)
         if not self.parts.multilingual:
             language = "en"
         out = RequestOutput(

@@ -88,7 +88,9 @@ class WhisperRunner:
         # and an unloaded model's weights would wait for a garbage collection to be freed
         self._coverage = partial(SpeechCoverage, self.vad if self.options.speech_coverage else None, self.totals)
         self.threads = torch.get_num_threads()  # the engine's intra-op threads, as configured at its build
-        self.collator = Collator(self.parts, self.options, self.vad, self._coverage, vad_workers=self.threads)
+        # a long request holds no more windows at once than the batch has rows (longform.py)
+        self.collator = Collator(self.parts, self.options, self.vad, self._coverage, vad_workers=self.threads,
+                                 windows_in_flight=self.planner.max_rows)
         # long requests collated on a thread of their own, not yet taken (collate.py)
         self.collating_beside = CollationsBeside(self.collator, DECODE_THREADS, self.threads)
         # a second core encodes beside the decoder (encoder_thread.py); with one, the engine

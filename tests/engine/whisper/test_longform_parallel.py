@@ -250,3 +250,30 @@ def test_aborting_a_long_request_drops_all_its_windows(engine: Any, recording: R
     assert not any(j.request_id == rid for j in queued)
     assert not any(g.job.request_id == rid and not g.done for g in runner.batch.groups)
     assert rid not in runner.active
+
+
+def test_a_long_request_holds_at_most_the_batch_rows_of_windows(engine: Any, recording: Recording) -> None:
+    """With a batch of two rows, the recording's windows are featurized two at a time (each when
+    one before is done): never more than two started and not done, the same transcript as with
+    every window featurized at once (exact int8: a window's decode does not depend on its
+    batchmates)."""
+    from engine import ASREngine, EngineConfig
+    from engine.models.whisper.longform import SegmentedTranscription
+
+    everything = engine.transcribe_outputs(recording.audio)[0]
+    eng = ASREngine(EngineConfig(quantization="int8_w8a8", max_decode_rows=2, max_batch_size=2))
+    try:
+        rid = eng.add_request(recording.audio)
+        most, windows, final = 0, 0, None
+        while final is None:
+            final = next((o for o in eng.step() if o.request_id == rid and o.finished), None)
+            state = eng.runner.active.get(rid)
+            if isinstance(state, SegmentedTranscription):
+                windows = len(state.windows)
+                started = [i for i, p in enumerate(state.parts_of) if p is not None]
+                most = max(most, sum(state.done[i] is None for i in started))
+    finally:
+        eng.shutdown()
+    assert windows > 2 and most == 2
+    assert final.text == everything.text and final.text
+    assert [(s.start, s.end, s.text) for s in final.segments] == [(s.start, s.end, s.text) for s in everything.segments]
