@@ -21,10 +21,11 @@ on the recording's critical path (the long-form benchmark's dev recording: 46 wi
 with the hold).
 
 Memory: a request holds at most `in_flight` windows at once (features, audio, and once encoded
-their decoder rows); the others wait as spans of the recording, and the next is featurized when
-a window is done. What a request costs is then bounded by the engine's batch, not by its length:
-with every window featurized at collation an hour of audio (120 windows) peaked 2.2 GB over the
-loaded engine and grew ~26 MB a minute (`python -m benchmarks.family_hour --families whisper`).
+their decoder rows); the others wait as spans of the recording, the next featurized when a window
+is done, and a done window keeps only its segments. What a request costs is then bounded by the
+engine's batch, not by its length: with every window featurized at collation and kept, an hour of
+audio (120 windows) peaked 2.2 GB over the loaded engine and grew ~26 MB a minute (`python -m
+benchmarks.family_hour --families whisper`).
 
 Progress: whenever a window is done, a partial output carries the text of the windows done so far
 in order (every window before them done too), so `stream=true` sends each window's text as soon as
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from torch import Tensor
 
@@ -62,6 +63,15 @@ WindowFeatures = Callable[[list[Request]], list[Tensor]]
 """Window requests -> their log-mel features (the collator's, collate.py), in order."""
 
 
+@dataclass
+class _DoneWindow:
+    """What stitching reads of a window once it is done (its features and audio are let go)."""
+
+    segments: list[Segment]
+    segment_logprobs: list[list[float]]
+    language: str | None
+
+
 class SegmentedTranscription:
     """Routes each window job's result to its window's transcription and stitches their
     transcripts into the request's output."""
@@ -80,18 +90,14 @@ class SegmentedTranscription:
         self.fit_context = fit_context
         self.coverage = coverage
         self.features = features
-        self.in_flight = in_flight
-        self.parts_of: list[OfflineTranscription | None] = [None] * len(windows)
+        self.parts_of: list[OfflineTranscription | _DoneWindow | None] = [None] * len(windows)
         self.done: list[RequestOutput | None] = [None] * len(windows)
         self._started = 0  # windows featurized so far (in order)
-        self._first = [self._start(mel) for mel in mels]
-
-    def window_requests(self, start: int, count: int) -> list[Request]:
-        """The requests windows start..start+count are decoded as (what is featurized)."""
-        return [window_request(self.request, w) for w in self.windows[start : start + count]]
+        self._first = [self._start(mel) for mel in mels[:in_flight]]
 
     def _start(self, mel: Tensor, request: Request | None = None) -> OfflineTranscription:
-        """The next window's transcription, over its features `mel`."""
+        """The next window's transcription, over its features `mel` (`request`: its window request,
+        when made already)."""
         i = self._started
         w = self.windows[i]
         part = OfflineTranscription(request or window_request(self.request, w), mel, self.parts,
@@ -115,14 +121,19 @@ class SegmentedTranscription:
         """A started window's first job; None: it has none and is done."""
         job = part.next_job()
         if job is None:
-            self.done[self.parts_of.index(part)] = part.finish()
+            self._done(part, part.finish())
         return job
+
+    def _done(self, part: OfflineTranscription, output: RequestOutput) -> None:
+        i = self.parts_of.index(part)
+        self.done[i] = output
+        self.parts_of[i] = _DoneWindow(part.segments, part.segment_logprobs, part.language)
 
     def _next_window(self) -> list[WindowJob]:
         """A window is done: the first job of the next window not started yet, if any (featurized
         now; empty windows on the way are done at once)."""
         while self._started < len(self.windows):
-            (request,) = self.window_requests(self._started, 1)
+            request = window_request(self.request, self.windows[self._started])
             (mel,) = self.features([request])
             job = self._first_job(self._start(mel, request))
             if job is not None:
@@ -135,7 +146,8 @@ class SegmentedTranscription:
         update = part.on_window_done(job, result)
         finished = update.output is not None and update.output.finished
         if finished:
-            self.done[self.parts_of.index(part)] = update.output
+            assert update.output is not None
+            self._done(part, update.output)
             update.jobs = [*update.jobs, *self._next_window()]
         update.output = self._output() if finished else None  # a window's retry or remainder: nothing new
         return update
