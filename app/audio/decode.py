@@ -15,6 +15,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from app.audio.downmix import MonoAtRate
 from app.audio.encodings import (
     _SAMPLE_WIDTH_BYTES,
     AudioEncoding,
@@ -31,7 +32,7 @@ from app.audio.limits import (
     _check_channels,
     _check_rate,
 )
-from app.audio.pcm import _HEADERLESS_CODEC, _HEADERLESS_DECODERS, _to_mono
+from app.audio.pcm import _HEADERLESS_CODEC, _HEADERLESS_DECODERS
 
 __all__ = ["DecodedAudio", "decode_audio"]
 
@@ -75,10 +76,9 @@ class DecodedAudio:
 
 @dataclass
 class _Decoded:
-    """Interleaved samples straight out of a decoder, before downmix and resampling."""
+    """What a decoder took (downmixed and resampled as it went, app/audio/downmix.py)."""
 
-    samples: np.ndarray  # (frames, channels) float32
-    rate: int
+    audio: MonoAtRate
     container: str
     codec: str
 
@@ -122,7 +122,8 @@ def _is_short_of(declared_s: float, decoded_s: float) -> bool:
 
 
 def _decode_headerless(
-    data: bytes, encoding: AudioEncoding, sample_rate: int | None, channels: int, max_seconds: float | None
+    data: bytes, encoding: AudioEncoding, sample_rate: int | None, channels: int, max_seconds: float | None,
+    audio: MonoAtRate,
 ) -> _Decoded:
     name = encoding.value
     if not sample_rate:  # None, or 0 as proto3 sends "unset"
@@ -143,7 +144,8 @@ def _decode_headerless(
     if max_seconds is not None and seconds > max_seconds:
         raise _too_long(seconds, max_seconds)
     flat = _HEADERLESS_DECODERS[encoding](data)
-    return _Decoded(flat.reshape(-1, channels), sample_rate, "raw", _HEADERLESS_CODEC[encoding])
+    audio.add(flat.reshape(-1, channels), sample_rate)
+    return _Decoded(audio, "raw", _HEADERLESS_CODEC[encoding])
 
 
 # --------------------------------------------------------------------------- container decoders
@@ -200,7 +202,7 @@ _SOUNDFILE_CODEC = {
 _FFMPEG_CODEC = {"mp3float": "mp3", "mp2float": "mp2", "aac_fixed": "aac", "libopus": "opus"}
 
 
-def _decode_with_soundfile(data: bytes, container: str, max_seconds: float | None) -> _Decoded:
+def _decode_with_soundfile(data: bytes, container: str, max_seconds: float | None, audio: MonoAtRate) -> _Decoded:
     """WAV, FLAC and Ogg/Vorbis through libsndfile (exact lengths from the header, no FFmpeg)."""
     with sf.SoundFile(io.BytesIO(data)) as f:
         rate, frames = f.samplerate, f.frames
@@ -210,17 +212,14 @@ def _decode_with_soundfile(data: bytes, container: str, max_seconds: float | Non
         if known and max_seconds is not None and frames / rate > max_seconds:
             raise _too_long(frames / rate, max_seconds)
         codec = "flac" if container == "flac" else _SOUNDFILE_CODEC.get(f.subtype, f.subtype.lower())
-        blocks: list[np.ndarray] = []
-        total = 0
         for block in f.blocks(blocksize=_SOUNDFILE_BLOCK_S * rate, dtype="float32", always_2d=True):
-            blocks.append(block)
-            total += len(block)
-            if max_seconds is not None and total / rate > max_seconds:
-                raise _too_long(total / rate, max_seconds, at_least=True)
+            audio.add(block, rate)
+            if max_seconds is not None and audio.frames / rate > max_seconds:
+                raise _too_long(audio.frames / rate, max_seconds, at_least=True)
+    total = audio.frames
     if container == "flac" and known and frames > 0 and _is_short_of(frames / rate, total / rate):
         raise _truncated(frames / rate, total / rate)
-    samples = np.concatenate(blocks) if blocks else np.zeros((0, 1), dtype=np.float32)
-    return _Decoded(samples, rate, container, codec)
+    return _Decoded(audio, container, codec)
 
 
 def _mp3_has_length_tag(data: bytes) -> bool:
@@ -266,7 +265,7 @@ def _container_name(fmt_name: str, sniffed: str | None) -> str:
 
 
 def _decode_with_ffmpeg(
-    data: bytes, sniffed: str | None, forced_format: str | None, max_seconds: float | None
+    data: bytes, sniffed: str | None, forced_format: str | None, max_seconds: float | None, audio: MonoAtRate
 ) -> _Decoded:
     """Anything FFmpeg demuxes (MP3, M4A/AAC, Ogg/Opus, WebM, ...) through PyAV."""
     try:
@@ -298,22 +297,17 @@ def _decode_with_ffmpeg(
             raise _too_long(declared, max_seconds)
         # Normalise every sample format to planar float; layout and rate stay as decoded.
         converter = av.AudioResampler(format="fltp")
-        chunks: list[np.ndarray] = []  # each (channels, n)
-        total = 0
         rate = 0
         try:
             for frame in container.decode(stream):
                 for out in converter.resample(frame):
                     rate = out.sample_rate
-                    chunk = out.to_ndarray()
-                    chunks.append(chunk)
-                    total += chunk.shape[1]
-                if max_seconds is not None and rate and total / rate > max_seconds:
+                    audio.add(out.to_ndarray().T, rate)  # (channels, n) planar -> (n, channels)
+                if max_seconds is not None and rate and audio.frames / rate > max_seconds:
                     # Stop early: a highly compressed upload must not expand into unbounded memory.
-                    raise _too_long(total / rate, max_seconds, at_least=True)
+                    raise _too_long(audio.frames / rate, max_seconds, at_least=True)
             for out in converter.resample(None):
-                chunks.append(out.to_ndarray())
-                total += out.samples
+                audio.add(out.to_ndarray().T, out.sample_rate)
         except av.FFmpegError as exc:
             logger.debug("FFmpeg failed while decoding %s/%s: %s", container.format.name, codec, exc)
             raise AudioDecodeError(
@@ -321,13 +315,13 @@ def _decode_with_ffmpeg(
                 "Upload the complete file, or re-encode it (for example to WAV or FLAC)."
             ) from exc
         name = _container_name(container.format.name, sniffed)
+    total = audio.frames
     if total == 0 or rate == 0:
         raise AudioDecodeError("The file contains no audio samples. Upload a file with audio in it.")
     _check_rate(rate, "The file's sample rate")
     if declared is not None and _is_short_of(declared, total / rate):
         raise _truncated(declared, total / rate)
-    samples = np.concatenate(chunks, axis=1).T  # (frames, channels)
-    return _Decoded(samples, rate, name, codec)
+    return _Decoded(audio, name, codec)
 
 
 def _uses_soundfile(sniffed: str | None, data: bytes) -> bool:
@@ -338,8 +332,11 @@ def _uses_soundfile(sniffed: str | None, data: bytes) -> bool:
 
 
 def _decode_container(
-    data: bytes, encoding: AudioEncoding, sniffed: str | None, max_seconds: float | None
+    data: bytes, encoding: AudioEncoding, sniffed: str | None, max_seconds: float | None,
+    target_rate: int, keep_source: bool,
 ) -> _Decoded:
+    """The container's audio; each decoder that tries gets a sink of its own (a failed try's
+    samples are dropped with it)."""
     if sniffed is not None and encoding in _DECLARED_FFMPEG_FORMAT:
         declared_format = _DECLARED_FFMPEG_FORMAT[encoding]
         if declared_format != {"webm": "matroska"}.get(sniffed, sniffed):
@@ -350,18 +347,18 @@ def _decode_container(
         _check_wav_complete(data)
     if _uses_soundfile(sniffed, data):
         try:
-            return _decode_with_soundfile(data, sniffed or "", max_seconds)
+            return _decode_with_soundfile(data, sniffed or "", max_seconds, MonoAtRate(target_rate, keep_source))
         except sf.LibsndfileError as exc:
             # libsndfile is strict (e.g. WAV holding MP3, lost FLAC sync); FFmpeg gets a second look.
             logger.debug("libsndfile could not decode %s (%s); trying FFmpeg", sniffed, exc)
     forced = None if sniffed is not None else _DECLARED_FFMPEG_FORMAT.get(encoding)
     try:
-        return _decode_with_ffmpeg(data, sniffed, forced, max_seconds)
+        return _decode_with_ffmpeg(data, sniffed, forced, max_seconds, MonoAtRate(target_rate, keep_source))
     except AudioDecodeError:
         if forced is None:
             raise
         # The declared format did not fit either: let FFmpeg probe before giving up.
-        return _decode_with_ffmpeg(data, sniffed, None, max_seconds)
+        return _decode_with_ffmpeg(data, sniffed, None, max_seconds, MonoAtRate(target_rate, keep_source))
 
 
 # --------------------------------------------------------------------------- public decode
@@ -402,45 +399,38 @@ def decode_audio(
 
     sniffed = sniff_container(data)
     if enc.headerless and sniffed not in _STRONG_MAGIC:
-        decoded = _decode_headerless(data, enc, sample_rate, channels, max_seconds)
+        decoded = _decode_headerless(data, enc, sample_rate, channels, max_seconds,
+                                     MonoAtRate(target_rate, keep_channels))
     else:
         if enc.headerless:
             logger.debug(
                 "Declared encoding %s but the body is a %s file; decoding the file", enc.value, sniffed
             )
-        decoded = _decode_container(data, enc, sniffed, max_seconds)
+        decoded = _decode_container(data, enc, sniffed, max_seconds, target_rate, keep_channels)
 
-    samples = decoded.samples
-    if samples.shape[0] == 0:
+    audio = decoded.audio
+    if audio.frames == 0:
         raise AudioDecodeError("The file contains no audio samples. Upload a file with audio in it.")
-    if not np.isfinite(samples).all():
-        raise AudioDecodeError(
-            "The audio contains NaN or infinite sample values. Send finite samples "
-            "(float audio is expected in [-1, 1])."
-        )
-    duration = samples.shape[0] / decoded.rate
+    duration = audio.frames / audio.rate
     if max_seconds is not None and duration > max_seconds:
         raise _too_long(duration, max_seconds)
-    mono = _to_mono(samples)
-    if decoded.rate != target_rate:
-        mono = soxr.resample(mono, decoded.rate, target_rate, quality=RESAMPLE_QUALITY).astype(
-            np.float32, copy=False
-        )
-    channels: tuple[np.ndarray, ...] = ()
+    mono = audio.mono()
+    per_channel: tuple[np.ndarray, ...] = ()
     if keep_channels:
-        channels = tuple(
-            np.ascontiguousarray(samples[:, c], dtype=np.float32) if decoded.rate == target_rate
-            else soxr.resample(samples[:, c], decoded.rate, target_rate, quality=RESAMPLE_QUALITY).astype(
+        samples = audio.source()
+        per_channel = tuple(
+            np.ascontiguousarray(samples[:, c], dtype=np.float32) if audio.rate == target_rate
+            else soxr.resample(samples[:, c], audio.rate, target_rate, quality=RESAMPLE_QUALITY).astype(
                 np.float32, copy=False)
             for c in range(samples.shape[1])
         )
     return DecodedAudio(
         samples=mono,
         sample_rate=target_rate,
-        source_rate=decoded.rate,
-        source_channels=samples.shape[1],
+        source_rate=audio.rate,
+        source_channels=audio.channels,
         duration=len(mono) / target_rate,
         container=decoded.container,
         codec=decoded.codec,
-        channels=channels,
+        channels=per_channel,
     )
