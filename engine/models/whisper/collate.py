@@ -1,6 +1,6 @@
 """Offline requests made ready to decode: each admitted request becomes a transcription with its
-first jobs (a long one, cut at VAD silences: all of its windows' jobs, longform.py), their log-mel
-features computed in one call per padding convention.
+first jobs (a long one, cut at VAD silences: its first windows' jobs, longform.py), their log-mel
+features computed FEATURES_PER_CALL pieces a call per padding convention.
 
     Collator(parts, options, vad, coverage, vad_workers, windows_in_flight).collate(requests, outputs)
                                                     -> [(request, state, jobs)]
@@ -97,8 +97,8 @@ class Collator:
             plan = windows[request.request_id]
             state: OfflineTranscription | SegmentedTranscription
             if isinstance(plan, tuple):
-                state = SegmentedTranscription(request, plan[0], plan[1], own_mels, self.parts, fit, self.coverage,
-                                               self._window_features(fit), self.windows_in_flight)
+                state = SegmentedTranscription(request, plan[0], plan[1], list(zip(ps, own_mels)), self.parts, fit,
+                                               self.coverage, self._window_features(fit), self.windows_in_flight)
                 jobs = state.first_jobs()
             else:
                 state = OfflineTranscription(request, own_mels[0], self.parts, fit_context=fit, coverage=self.coverage())

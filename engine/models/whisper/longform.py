@@ -76,11 +76,12 @@ class SegmentedTranscription:
     """Routes each window job's result to its window's transcription and stitches their
     transcripts into the request's output."""
 
-    def __init__(self, request: Request, speech: SpeechMap, windows: list[SpeechWindow], mels: list[Tensor],
-                 parts: WhisperParts, fit_context: bool, coverage: Callable[[], SpeechCoverage],
-                 features: WindowFeatures, in_flight: int):
+    def __init__(self, request: Request, speech: SpeechMap, windows: list[SpeechWindow],
+                 first: list[tuple[Request, Tensor]], parts: WhisperParts, fit_context: bool,
+                 coverage: Callable[[], SpeechCoverage], features: WindowFeatures, in_flight: int):
         """`speech`: the VAD's verdict on the recording; `windows`: its speech windows in order;
-        `mels`: the features of its first windows (at least one, at most `in_flight`);
+        `first`: its first windows' requests (`window_request`) and features (at least one, at
+        most `in_flight`);
         `coverage`: a window's coverage bookkeeping; `features`: featurizes the later windows,
         each when a window is done, so that at most `in_flight` are featurized and not done."""
         self.request = request
@@ -93,14 +94,13 @@ class SegmentedTranscription:
         self.parts_of: list[OfflineTranscription | _DoneWindow | None] = [None] * len(windows)
         self.done: list[RequestOutput | None] = [None] * len(windows)
         self._started = 0  # windows featurized so far (in order)
-        self._first = [self._start(mel) for mel in mels[:in_flight]]
+        self._first = [self._start(mel, window) for window, mel in first[:in_flight]]
 
-    def _start(self, mel: Tensor, request: Request | None = None) -> OfflineTranscription:
-        """The next window's transcription, over its features `mel` (`request`: its window request,
-        when made already)."""
+    def _start(self, mel: Tensor, request: Request) -> OfflineTranscription:
+        """The next window's transcription: its window `request`, over its features `mel`."""
         i = self._started
         w = self.windows[i]
-        part = OfflineTranscription(request or window_request(self.request, w), mel, self.parts,
+        part = OfflineTranscription(request, mel, self.parts,
                                     fit_context=self.fit_context, coverage=self.coverage(), fallback_width=1,
                                     speech_until=w.samples / SAMPLE_RATE - PAD_MS / 1000)
         self.parts_of[i] = part
