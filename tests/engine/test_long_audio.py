@@ -3,7 +3,7 @@
 The bound, per family: a request's peak RSS over the loaded engine is its audio plus one unit of
 work (WeNet: a chunk over the stream's KV; Zipformer: 30 s of fbank and a chunk; Paraformer:
 `max_forward_seconds` of pieces; NeMo: one buffered window, tests/engine/nemo/test_nemo_long_audio.py;
-speech-LLM: `long_form_rows` segments; Whisper: the batch's rows of windows in flight), so doubling a
+speech-LLM: `long_form_rows` segments; Whisper: `WINDOWS_IN_FLIGHT` windows), so doubling a
 file adds little more than its extra audio.
 Each measurement runs `benchmarks.family_hour` in a child process (a fresh peak), on minutes of
 audio, not an hour: the hour itself is the benchmark's (docs: `python -m benchmarks.family_hour`).

@@ -20,10 +20,10 @@ openai/whisper's loop decodes that sentence again as a window of its own, after 
 on the recording's critical path (the long-form benchmark's dev recording: 46 window decodes, 27
 with the hold).
 
-Memory: a request holds at most `in_flight` windows at once (features, audio, and once encoded
-their decoder rows); the others wait as spans of the recording, the next featurized when a window
-is done, and a done window keeps only its segments. What a request costs is then bounded by the
-engine's batch, not by its length: with every window featurized at collation and kept, an hour of
+Memory: a request holds at most `in_flight` windows at once (WINDOWS_IN_FLIGHT: features, audio,
+and once encoded their decoder rows); the others wait as spans of the recording, the next
+featurized when a window is done, and a done window keeps only its segments. What a request costs
+is then bounded, not by its length: with every window featurized at collation and kept, an hour of
 audio (120 windows) peaked 2.2 GB over the loaded engine and grew ~26 MB a minute (`python -m
 benchmarks.family_hour --families whisper`).
 
@@ -58,6 +58,14 @@ def window_request(request: Request, window: SpeechWindow) -> Request:
                    sample_rate=request.sample_rate, priority=request.priority, audio=window.audio(request.audio),
                    arrival_time=request.arrival_time)
 
+
+WINDOWS_IN_FLIGHT = 32
+"""Most windows of one long request started and not done at once (fewer where the batch has fewer
+rows). A window in the batch holds ~15 MB, mostly its decoder cross K/V (float16, 1500 positions,
+four layers): an hour of audio (120 windows) through the engine API, int8, two threads, 16 / 32 /
+64 in flight took 34.5 / 33.1 / 33.1 s at a request peak of 755 / 1167 / 1440 MiB over the loaded
+engine (`python -m benchmarks.family_hour --families whisper --threads 2`): past 32 the batch
+runs no faster, and a second long request still finds rows beside it."""
 
 WindowFeatures = Callable[[list[Request]], list[Tensor]]
 """Window requests -> their log-mel features (the collator's, collate.py), in order."""

@@ -30,7 +30,7 @@ from engine.models.whisper.decoding import DecodeGroup
 from engine.models.whisper.describe import whisper_info
 from engine.models.whisper.encoder_thread import EncoderThread
 from engine.models.whisper.int8 import exact_integer_decoder, int8_kernel
-from engine.models.whisper.longform import SegmentedTranscription
+from engine.models.whisper.longform import WINDOWS_IN_FLIGHT, SegmentedTranscription
 from engine.models.whisper.model import Whisper, WhisperDims
 from engine.models.whisper.offline import cut_runaways
 from engine.models.whisper.options import WhisperOptions
@@ -88,9 +88,9 @@ class WhisperRunner:
         # and an unloaded model's weights would wait for a garbage collection to be freed
         self._coverage = partial(SpeechCoverage, self.vad if self.options.speech_coverage else None, self.totals)
         self.threads = torch.get_num_threads()  # the engine's intra-op threads, as configured at its build
-        # a long request holds no more windows at once than the batch has rows (longform.py)
+        # a long request holds WINDOWS_IN_FLIGHT windows at once at most (longform.py)
         self.collator = Collator(self.parts, self.options, self.vad, self._coverage, vad_workers=self.threads,
-                                 windows_in_flight=self.planner.max_rows)
+                                 windows_in_flight=min(WINDOWS_IN_FLIGHT, self.planner.max_rows))
         # long requests collated on a thread of their own, not yet taken (collate.py)
         self.collating_beside = CollationsBeside(self.collator, DECODE_THREADS, self.threads)
         # a second core encodes beside the decoder (encoder_thread.py); with one, the engine
