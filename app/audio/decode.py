@@ -301,7 +301,9 @@ def _decode_with_ffmpeg(
         try:
             for frame in container.decode(stream):
                 for out in converter.resample(frame):
-                    rate = out.sample_rate
+                    if out.sample_rate != rate:  # checked before a resampler is built for it
+                        rate = out.sample_rate
+                        _check_rate(rate, "The file's sample rate")
                     audio.add(out.to_ndarray().T, rate)  # (channels, n) planar -> (n, channels)
                 if max_seconds is not None and rate and audio.frames / rate > max_seconds:
                     # Stop early: a highly compressed upload must not expand into unbounded memory.
