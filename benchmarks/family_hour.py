@@ -111,7 +111,7 @@ def run_one(family: str, seconds: float, threads: int, family_options: dict[str,
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"family": family, "audio_s": round(seconds, 1), "wall_s": round(wall, 2), "rtfx": round(seconds / wall, 1),
             "peak_rss_mib": round(peak), "loaded_rss_mib": round(loaded),
-            "request_peak_mib": round(request_peak - loaded, 1), "error": out.error,
+            "request_peak_mib": round(request_peak - loaded, 1), "fresh_peak": fresh_peak, "error": out.error,
             "finish_reason": out.finish_reason, "words": len(out.text.split()), "segments": len(out.segments)}
 
 

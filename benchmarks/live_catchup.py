@@ -91,20 +91,28 @@ class _Stretches:
         self.engine, self.rid, self.samples = engine, rid, int(minutes * 60 * SAMPLE_RATE)
         self.rows: list[Stretch] = []
         self._cpu = 0.0
-        self._passes = 0
+        self._passes = self._passes_so_far()  # the engine's count includes the modes run before
         self._peak = 0.0
         self._at = 0
         self._words = 0
 
-    def tick(self, fed: int, cpu: list[float], last: bool) -> None:
+    def _passes_so_far(self) -> int:
+        return int(self.engine.runner.stats().stream_passes_total)
+
+    def observe(self) -> None:
+        """After every step: the stream's window and committed words (the final's own commits,
+        made as the stream ends, are not seen)."""
         stream = self.engine.runner.streams.get(self.rid)  # type: ignore[attr-defined]
         if stream is not None:
             self._peak = max(self._peak, stream.window.size / SAMPLE_RATE)
             self._words = len(stream.committed_words)
+
+    def tick(self, fed: int, cpu: list[float], last: bool) -> None:
+        """After each feed, once the engine is idle: close a stretch when it is long enough."""
         if fed - self._at < self.samples and not (last and fed > self._at):
             return
         total_cpu = sum(cpu)
-        passes = self.engine.runner.stats().stream_passes_total
+        passes = self._passes_so_far()
         n, spent = int(passes - self._passes), total_cpu - self._cpu
         audio_s = (fed - self._at) / SAMPLE_RATE
         self.rows.append(Stretch(round(fed / SAMPLE_RATE / 60, 1), n, round(spent, 1),
@@ -114,10 +122,11 @@ class _Stretches:
 
 
 def _drive(engine: ASREngine, rid: str, feed: Callable[[], bool],
-           after_feed: Callable[[list[float]], None] | None = None) -> tuple[RequestOutput, int, float]:
+           after_feed: Callable[[list[float]], None] | None = None,
+           after_step: Callable[[], None] | None = None) -> tuple[RequestOutput, int, float]:
     """Feed by `feed` (False once all is fed) and step until idle after each feed (engine/loop.py),
-    then call `after_feed` with every step's CPU so far; the final output, the steps taken and
-    the stream's longest window (s)."""
+    calling `after_step` after every step and `after_feed` with every step's CPU so far once
+    idle; the final output, the steps taken and the stream's longest window (s)."""
     clock = StepClock(engine)
     final: RequestOutput | None = None
     peak = 0.0
@@ -128,6 +137,8 @@ def _drive(engine: ASREngine, rid: str, feed: Callable[[], bool],
         stream = engine.runner.streams.get(rid)  # type: ignore[attr-defined]
         if stream is not None:
             peak = max(peak, stream.window.size / SAMPLE_RATE)
+        if after_step is not None:
+            after_step()
 
     more = True
     while final is None:
@@ -163,8 +174,9 @@ def run_mode(engine: ASREngine, mode: str, audio: np.ndarray, tick_ms: int,
         engine.feed_chunk(rid, chunk, is_last=fed >= audio.size)
         return fed < audio.size
 
-    after = (lambda cpu: stretches.tick(fed, cpu, fed >= audio.size)) if mode == "paced" else None
-    final, steps, peak = _drive(engine, rid, feed, after)
+    paced = mode == "paced"
+    after = (lambda cpu: stretches.tick(fed, cpu, fed >= audio.size)) if paced else None
+    final, steps, peak = _drive(engine, rid, feed, after, stretches.observe if paced else None)
     return final.text, steps, peak, stretches.rows
 
 

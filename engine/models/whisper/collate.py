@@ -99,7 +99,11 @@ class Collator:
             if isinstance(plan, tuple):
                 state = SegmentedTranscription(request, plan[0], plan[1], list(zip(ps, own_mels)), self.parts, fit,
                                                self.coverage, self._window_features(fit), self.windows_in_flight)
-                jobs = state.first_jobs()
+                try:  # an empty first window has the next one featurized in its place
+                    jobs = state.first_jobs()
+                except Exception as exc:
+                    outputs.append(error_output(request, "features", exc))
+                    continue
             else:
                 state = OfflineTranscription(request, own_mels[0], self.parts, fit_context=fit, coverage=self.coverage())
                 job = state.next_job()
