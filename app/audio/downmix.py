@@ -3,20 +3,19 @@
 An upload was decoded whole at its own rate and channels, then downmixed and resampled: an hour
 of stereo 44.1 kHz MP3 (within the default 25 MiB and 3600 s) held ~1.3 GB of float32 samples,
 twice over while they were joined, for 230 MB kept (`decode_audio` on ten minutes of it: +495
-MiB at its peak, now +84 MiB). Downmixing each chunk and resampling it in a soxr stream keeps
-only the result: the same samples bit for bit (soxr's stream and its one-shot `resample` give
-equal output, and the per-sample downmix does not see the chunking;
-tests/app/test_audio_downmix.py).
+MiB at its peak, now +84 MiB). Downmixing each chunk and resampling it in a stream (the live
+streams' `StreamResampler`) keeps only the result: the same samples bit for bit (soxr's stream
+and its one-shot `resample` give equal output, and the per-sample downmix does not see the
+chunking; tests/app/test_audio_downmix.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
-import soxr
 
 from app.audio.errors import AudioDecodeError
-from app.audio.limits import RESAMPLE_QUALITY
 from app.audio.pcm import _to_mono
+from app.audio.stream import StreamResampler
 
 
 class MonoAtRate:
@@ -33,7 +32,7 @@ class MonoAtRate:
         """Source frames taken so far."""
         self._mono: list[np.ndarray] = []
         self._source: list[np.ndarray] = []
-        self._stream: soxr.ResampleStream | None = None
+        self._resampler: StreamResampler | None = None
 
     def add(self, chunk: np.ndarray, rate: int) -> None:
         """Take one chunk of decoded audio. Non-finite samples are an error."""
@@ -50,19 +49,14 @@ class MonoAtRate:
         self.frames += len(chunk)
         if self.keep_source:
             self._source.append(np.array(chunk, dtype=np.float32))
-        mono = _to_mono(chunk)
-        if rate != self.target_rate:
-            if self._stream is None:
-                self._stream = soxr.ResampleStream(rate, self.target_rate, 1, dtype="float32",
-                                                   quality=RESAMPLE_QUALITY)
-            mono = self._stream.resample_chunk(mono)
-        self._mono.append(mono)
+        if self._resampler is None:
+            self._resampler = StreamResampler(rate, self.target_rate)
+        self._mono.append(self._resampler.process(_to_mono(chunk)))
 
     def mono(self) -> np.ndarray:
         """Everything taken, as float32 mono at the target rate (the resampler flushed)."""
-        if self._stream is not None:
-            self._mono.append(self._stream.resample_chunk(np.zeros(0, np.float32), last=True))
-            self._stream = None
+        if self._resampler is not None:
+            self._mono.append(self._resampler.flush())
         out = np.concatenate(self._mono) if self._mono else np.zeros(0, np.float32)
         self._mono = [out]
         return out.astype(np.float32, copy=False)
