@@ -100,7 +100,7 @@ class SegmentedTranscription:
         self.coverage = coverage
         self.features = features
         self.parts_of: list[OfflineTranscription | _DoneWindow | None] = [None] * len(windows)
-        self.done: list[RequestOutput | None] = [None] * len(windows)
+        """Per window: not started (None), started, or done."""
         self._started = 0  # windows featurized so far (in order)
         self._first = [self._start(mel, window) for window, mel in first[:in_flight]]
 
@@ -129,13 +129,14 @@ class SegmentedTranscription:
         """A started window's first job; None: it has none and is done."""
         job = part.next_job()
         if job is None:
-            self._done(part, part.finish())
+            self._done(part)
         return job
 
-    def _done(self, part: OfflineTranscription, output: RequestOutput) -> None:
-        i = self.parts_of.index(part)
-        self.done[i] = output
-        self.parts_of[i] = _DoneWindow(part.segments, part.segment_logprobs, part.language)
+    def _done(self, part: OfflineTranscription) -> None:
+        self.parts_of[self.parts_of.index(part)] = _DoneWindow(part.segments, part.segment_logprobs, part.language)
+
+    def _is_done(self, i: int) -> bool:
+        return isinstance(self.parts_of[i], _DoneWindow)
 
     def _next_window(self) -> list[WindowJob]:
         """A window is done: the first job of the next window not started yet, if any (featurized
@@ -154,8 +155,7 @@ class SegmentedTranscription:
         update = part.on_window_done(job, result)
         finished = update.output is not None and update.output.finished
         if finished:
-            assert update.output is not None
-            self._done(part, update.output)
+            self._done(part)
             update.jobs = [*update.jobs, *self._next_window()]
         update.output = self._output() if finished else None  # a window's retry or remainder: nothing new
         return update
@@ -163,8 +163,8 @@ class SegmentedTranscription:
     def _output(self) -> RequestOutput:
         """The finished output once every window is done; else a partial: the text of the windows
         that can be read in order, and how much of the recording is decoded in any order."""
-        ready = next((i for i, d in enumerate(self.done) if d is None), len(self.done))
-        if ready == len(self.done):
+        ready = next((i for i in range(len(self.windows)) if not self._is_done(i)), len(self.windows))
+        if ready == len(self.windows):
             return self.finish()
         out = self._stitched(ready, finished=False)
         out.decoded = self._decoded_seconds()
@@ -174,7 +174,7 @@ class SegmentedTranscription:
         """Seconds of the recording decoded: each done window counts from the previous window's
         end (the silence left out before it included) to its own end."""
         ends = [0.0, *(w.end for w in self.windows)]
-        return sum(ends[i + 1] - ends[i] for i, d in enumerate(self.done) if d is not None)
+        return sum(ends[i + 1] - ends[i] for i in range(len(self.windows)) if self._is_done(i))
 
     def finish(self) -> RequestOutput:
         return self._stitched(len(self.windows), finished=True)
