@@ -98,7 +98,7 @@ class Collator:
             state: OfflineTranscription | SegmentedTranscription
             if isinstance(plan, tuple):
                 state = SegmentedTranscription(request, plan[0], plan[1], list(zip(ps, own_mels)), self.parts, fit,
-                                               self.coverage, self._window_features(fit), self.windows_in_flight)
+                                               self.coverage, self._window_features(fit))
                 try:  # an empty first window has the next one featurized in its place
                     jobs = state.first_jobs()
                 except Exception as exc:

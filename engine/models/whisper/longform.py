@@ -20,7 +20,7 @@ openai/whisper's loop decodes that sentence again as a window of its own, after 
 on the recording's critical path (the long-form benchmark's dev recording: 46 window decodes, 27
 with the hold).
 
-Memory: a request holds at most `in_flight` windows at once (WINDOWS_IN_FLIGHT: features, audio,
+Memory: a request holds at most WINDOWS_IN_FLIGHT windows at once (features, audio,
 and once encoded their decoder rows); the others wait as spans of the recording, the next
 featurized when a window is done, and a done window keeps only its segments. What a request costs
 is then bounded, not by its length: with every window featurized at collation and kept, an hour of
@@ -86,12 +86,11 @@ class SegmentedTranscription:
 
     def __init__(self, request: Request, speech: SpeechMap, windows: list[SpeechWindow],
                  first: list[tuple[Request, Tensor]], parts: WhisperParts, fit_context: bool,
-                 coverage: Callable[[], SpeechCoverage], features: WindowFeatures, in_flight: int):
+                 coverage: Callable[[], SpeechCoverage], features: WindowFeatures):
         """`speech`: the VAD's verdict on the recording; `windows`: its speech windows in order;
-        `first`: its first windows' requests (`window_request`) and features (at least one, at
-        most `in_flight`);
-        `coverage`: a window's coverage bookkeeping; `features`: featurizes the later windows,
-        each when a window is done, so that at most `in_flight` are featurized and not done."""
+        `first`: its first windows' requests (`window_request`) and features, as many as may be
+        in flight (at least one); `coverage`: a window's coverage bookkeeping; `features`:
+        featurizes each later window when a window is done, so that no more are in flight."""
         self.request = request
         self.speech = speech
         self.parts = parts
@@ -102,7 +101,7 @@ class SegmentedTranscription:
         self.parts_of: list[OfflineTranscription | _DoneWindow | None] = [None] * len(windows)
         """Per window: not started (None), started, or done."""
         self._started = 0  # windows featurized so far (in order)
-        self._first = [self._start(mel, window) for window, mel in first[:in_flight]]
+        self._first = [self._start(mel, window) for window, mel in first]
 
     def _start(self, mel: Tensor, request: Request) -> OfflineTranscription:
         """The next window's transcription: its window `request`, over its features `mel`."""
