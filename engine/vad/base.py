@@ -9,7 +9,6 @@ and several streams' windows can be scored in one batched call.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -81,48 +80,19 @@ def speech_probs(model: VoiceActivityModel, audio: np.ndarray) -> np.ndarray:
     return probs
 
 
-LANE_WINDOWS = 938
-"""Windows (~30 s) each lane of `speech_probs_in_lanes` scores."""
-LANE_LEAD_WINDOWS = 16
-"""Windows (~0.5 s) a lane scores before its own stretch and discards: Silero's recurrent state
-settles within them (coverage.py's VAD_LEAD_S, measured for the same reason)."""
+@runtime_checkable
+class RecordingScoringModel(Protocol):
+    """A model that also scores a whole recording at once (Silero: in batched calls)."""
+
+    def score_recording(self, audio: np.ndarray) -> np.ndarray:
+        """`speech_probs` of the recording, computed as the model likes."""
+        ...
 
 
-def speech_probs_in_lanes(model: VoiceActivityModel, audio: np.ndarray, workers: int = 1) -> np.ndarray:
-    """`speech_probs` of a long recording, its ~30 s stretches scored as parallel streams (one
-    batched model call per window position instead of one per window): a 9-minute recording
-    took 3.6 s one window at a time on 2 busy cores, as long as the whole batched transcription
-    is meant to take. Each lane starts LANE_LEAD_WINDOWS early, so its state at its own first
-    window is as settled as a whole-recording pass's. `workers` > 1 scores that many groups of
-    lanes on as many threads (a model whose calls run outside the GIL, as ONNX Runtime's do:
-    Silero keeps one core busy, and a long upload's first window waits for its whole map)."""
-    audio = as_mono_float32(audio)
-    n_windows = -(-audio.size // WINDOW_SAMPLES)
-    lanes = -(-n_windows // LANE_WINDOWS)
-    if lanes <= 1:
-        return speech_probs(model, audio)
-    lead = LANE_LEAD_WINDOWS
-    # lane i covers windows [i*LANE_WINDOWS - lead, (i+1)*LANE_WINDOWS); lane 0's lead is zeros
-    padded = np.zeros((lead + lanes * LANE_WINDOWS) * WINDOW_SAMPLES, dtype=np.float32)
-    padded[lead * WINDOW_SAMPLES : lead * WINDOW_SAMPLES + audio.size] = audio
-    windows = padded.reshape(-1, WINDOW_SAMPLES)  # (lead + lanes * LANE_WINDOWS, W)
-    probs = np.empty((lanes, LANE_WINDOWS), dtype=np.float32)
-    groups = [g for g in np.array_split(np.arange(lanes), min(max(workers, 1), lanes)) if g.size]
-    if len(groups) == 1:
-        _score_lanes(model, windows, groups[0], probs)
-    else:
-        with ThreadPoolExecutor(len(groups), thread_name_prefix="vad-lanes") as pool:
-            for done in [pool.submit(_score_lanes, model, windows, g, probs) for g in groups]:
-                done.result()
-    return probs.reshape(-1)[:n_windows]
-
-
-def _score_lanes(model: VoiceActivityModel, windows: np.ndarray, lanes: np.ndarray, probs: np.ndarray) -> None:
-    """Score `lanes` (indices) of `speech_probs_in_lanes` into their rows of `probs`."""
-    lead = LANE_LEAD_WINDOWS
-    starts = lanes * LANE_WINDOWS  # first (lead) window of each lane in `windows`
-    states = [model.initial_state() for _ in lanes]
-    for step in range(lead + LANE_WINDOWS):
-        prob, states = model.predict(windows[starts + step], states)
-        if step >= lead:
-            probs[lanes, step - lead] = prob
+def recording_speech_probs(model: VoiceActivityModel, audio: np.ndarray) -> np.ndarray:
+    """`speech_probs` of a whole recording: the model's own `score_recording` where it has one
+    (Silero's batched calls: a 10-minute recording 2.4 s window by window, 0.37 s so), else
+    window by window."""
+    if isinstance(model, RecordingScoringModel):
+        return model.score_recording(audio)
+    return speech_probs(model, audio)

@@ -17,7 +17,7 @@ from engine.vad.base import (
     WINDOW_SAMPLES,
     VoiceActivityModel,
     as_mono_float32,
-    speech_probs_in_lanes,
+    recording_speech_probs,
 )
 from engine.vad.turns import SAMPLES_PER_MS, SpeechGate, TurnSettings
 
@@ -71,7 +71,7 @@ def speech_segments(
             from engine.vad.silero import SileroVAD
 
             model = SileroVAD.load()
-        probs = speech_probs_in_lanes(model, audio)
+        probs = recording_speech_probs(model, audio)
     runs = _speech_runs(probs, settings, audio.size)
     max_samples = int(max_segment_s * SAMPLE_RATE)
     runs = [piece for run in runs for piece in _split(run, probs, max_samples - 2 * padding_ms * SAMPLES_PER_MS)]

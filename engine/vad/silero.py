@@ -11,7 +11,8 @@ loaded model serves every stream and several streams' windows are scored in one 
 Backends: ONNX Runtime (default when installed) runs on its own single thread, so VAD cost
 stays ~0.1-0.3 ms per window regardless of the torch thread pool the engine is saturating;
 TorchScript (the fallback) shares that pool, and tiny calls there slow down badly when the
-cores are busy.
+cores are busy. A whole recording (`score_recording`) is scored in large batched calls of the
+TorchScript network's pieces whichever the backend (silero_recording.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from typing import Literal
 import numpy as np
 
 from engine.errors import CheckpointError
-from engine.vad.base import SAMPLE_RATE, WINDOW_SAMPLES
+from engine.vad.base import SAMPLE_RATE, WINDOW_SAMPLES, as_mono_float32, speech_probs
+from engine.vad.silero_recording import RecordingScorer, recording_scorer
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,11 @@ CONTEXT_SAMPLES = 64
 STATE_SIZE = 128
 """LSTM width; the network's state is (2, B, STATE_SIZE) (hidden and cell)."""
 MODEL_FILES = {"onnx": "silero_vad.onnx", "torch": "silero_vad.jit"}
+CHECK_SAMPLES = 40 * WINDOW_SAMPLES + 100
+"""Samples of rising noise (1.3 s, the last window partial) the batched scorer is checked on at load."""
+RECORDING_TOLERANCE = 1e-4
+"""Largest difference from window-by-window scoring the batched scorer may show at load (the
+backends differ from each other by up to ~2e-5)."""
 
 Backend = Literal["auto", "onnx", "torch"]
 # (B, CONTEXT + WINDOW) float32, (2, B, STATE) float32 -> (B,) probabilities, (2, B, STATE) state
@@ -104,12 +111,18 @@ class SileroVAD:
 
     name = "silero"
 
-    def __init__(self, network: Network, backend: str) -> None:
+    def __init__(self, network: Network, backend: str, recording: RecordingScorer | None = None) -> None:
         self._network = network
         self.backend = backend
-        self.parallel_calls = backend == "onnx"
-        """Whether calls from several threads run side by side (ONNX Runtime releases the GIL
-        and runs each on its own thread; TorchScript would share the engine's torch threads)."""
+        self._recording = recording
+
+    def score_recording(self, audio: np.ndarray) -> np.ndarray:
+        """`speech_probs` of a whole recording (16 kHz float32 mono), in batched calls where the
+        packaged TorchScript network's pieces were found (silero_recording.py), else window by
+        window."""
+        if self._recording is None:
+            return speech_probs(self, audio)
+        return self._recording(as_mono_float32(audio))
 
     @classmethod
     def load(cls, backend: Backend = "auto") -> SileroVAD:
@@ -121,8 +134,9 @@ class SileroVAD:
         path = packaged_model_path(backend)
         try:
             network = _onnx_network(path) if backend == "onnx" else _torch_network(path)
-            model = cls(network, backend)
+            model = cls(network, backend, recording_scorer(packaged_model_path("torch")))
             model._check_shapes()
+            model._check_recording_scorer()
         except CheckpointError:
             raise
         except Exception as exc:  # a broken or changed file: name it at load, not on a live stream
@@ -135,6 +149,17 @@ class SileroVAD:
         probs, new_states = self.predict(np.zeros((2, WINDOW_SAMPLES), np.float32), states)
         if probs.shape != (2,) or new_states[0].lstm.shape != (2, STATE_SIZE):
             raise CheckpointError(f"unexpected Silero output shapes {probs.shape}, {new_states[0].lstm.shape}")
+
+    def _check_recording_scorer(self) -> None:
+        """The batched scorer must score as the network window by window (else it is not used)."""
+        if self._recording is None:
+            return
+        rng = np.random.default_rng(0)
+        audio = (rng.standard_normal(CHECK_SAMPLES) * np.linspace(0, 0.3, CHECK_SAMPLES)).astype(np.float32)
+        gap = float(np.abs(self._recording(audio) - speech_probs(self, audio)).max())
+        if gap > RECORDING_TOLERANCE:
+            logger.warning("Silero's batched scorer differs by %.2g: long recordings are scored window by window", gap)
+            self._recording = None
 
     def initial_state(self) -> SileroState:
         return SileroState(

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.vad.base import SAMPLE_RATE, WINDOW_SAMPLES, VoiceActivityModel, speech_probs_in_lanes
+from engine.vad.base import SAMPLE_RATE, WINDOW_SAMPLES, VoiceActivityModel, recording_speech_probs
 from engine.vad.segments import speech_segments
 
 PAD_MS = 300
@@ -36,6 +36,11 @@ SILENCE_MS = 500
 """Silence that separates two speech runs (live server VAD's and chunking's default)."""
 KEEP_SILENCE_S = 12.0
 """Silences shorter than this between two runs of a window stay in it (module docstring)."""
+FAINT_RUN_THRESHOLD = 0.3
+"""In a stretch the runs leave out (a long silence, or before the first run or after the last),
+speech that the VAD scores at least this (Silero's gate otherwise: 250 ms to start, 500 ms of
+silence to end) is decoded too. Silero scores falsetto speech 0.3-0.8 with dips, which its 0.5
+gate does not start on: a falsetto sentence after a 20 s pause was never decoded."""
 FAINT_SPEECH_PROB = 0.1
 """A stretch holds (faint) speech when Silero scores some 32 ms of it at least this: whispered
 speech scores 0.1-0.3 where it scores at all, digital silence and room tone ~0.01."""
@@ -54,11 +59,9 @@ class SpeechMap:
         return bool((self.probs[first:last] >= FAINT_SPEECH_PROB).any())
 
 
-def speech_map(audio: np.ndarray, model: VoiceActivityModel, workers: int = 1) -> SpeechMap:
-    """Score a whole recording (16 kHz float32 mono), on up to `workers` threads where the
-    model's calls run beside each other (`parallel_calls`)."""
-    parallel = getattr(model, "parallel_calls", False)
-    return SpeechMap(speech_probs_in_lanes(model, audio, workers if parallel else 1))
+def speech_map(audio: np.ndarray, model: VoiceActivityModel) -> SpeechMap:
+    """Score a whole recording (16 kHz float32 mono)."""
+    return SpeechMap(recording_speech_probs(model, audio))
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,11 @@ class SpeechWindow:
     @property
     def samples(self) -> int:
         return sum(e - s for s, e in self.pieces)
+
+    @property
+    def seams(self) -> list[float]:
+        """Where (s into the window's audio) one piece ends and the next begins."""
+        return [offset / SAMPLE_RATE for offset in self._offsets()[1:]]
 
     def audio(self, recording: np.ndarray) -> np.ndarray:
         """The window's audio: its pieces of `recording`, joined."""
@@ -119,6 +127,7 @@ def speech_windows(audio: np.ndarray, speech: SpeechMap, window_s: float = 30.0,
     between two runs of one window stays in it."""
     runs = speech_segments(audio, SAMPLE_RATE, probs=speech.probs, threshold=threshold,
                            silence_duration_ms=SILENCE_MS, padding_ms=PAD_MS, max_segment_s=window_s)
+    runs = _with_faint_runs(audio, speech, runs, keep_silence_s, window_s)
     limit = int(window_s * SAMPLE_RATE)
     keep = int(keep_silence_s * SAMPLE_RATE)
     windows: list[list[tuple[int, int]]] = []
@@ -149,3 +158,27 @@ def speech_windows(audio: np.ndarray, speech: SpeechMap, window_s: float = 30.0,
             windows.append([piece])
             used = size
     return [SpeechWindow(tuple(w)) for w in windows]
+
+
+def _with_faint_runs(audio: np.ndarray, speech: SpeechMap, runs: list[tuple[float, float]],
+                     keep_silence_s: float, window_s: float) -> list[tuple[float, float]]:
+    """`runs` and, in each stretch they leave out (a silence of at least `keep_silence_s`, and
+    the audio before the first run and after the last), the runs found there at
+    FAINT_RUN_THRESHOLD, in order."""
+    bounds = [0.0, *(t for run in runs for t in run), audio.size / SAMPLE_RATE]
+    gaps = [(bounds[i], bounds[i + 1]) for i in range(0, len(bounds), 2)]
+    added: list[tuple[float, float]] = []
+    for i, (start, end) in enumerate(gaps):
+        inner = 0 < i < len(gaps) - 1
+        if end - start < (keep_silence_s if inner else 0.0):
+            continue
+        first = -(-round(start * SAMPLE_RATE) // WINDOW_SAMPLES)  # whole VAD windows inside the gap
+        last = round(end * SAMPLE_RATE) // WINDOW_SAMPLES
+        if last - first < 1:
+            continue
+        offset = first * WINDOW_SAMPLES / SAMPLE_RATE
+        found = speech_segments(audio[first * WINDOW_SAMPLES : last * WINDOW_SAMPLES], SAMPLE_RATE,
+                                probs=speech.probs[first:last], threshold=FAINT_RUN_THRESHOLD,
+                                silence_duration_ms=SILENCE_MS, padding_ms=PAD_MS, max_segment_s=window_s)
+        added += [(offset + a, offset + b) for a, b in found]
+    return sorted(runs + added)

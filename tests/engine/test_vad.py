@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -367,14 +368,37 @@ def test_speech_segments_merge_and_split(silero: SileroVAD, recording: Recording
         speech_segments(audio, model=silero, max_segment_s=0.5)
 
 
-def test_lanes_scored_on_several_threads_score_as_on_one(silero: SileroVAD, recording: Recording) -> None:
-    """A long recording's lanes split over threads (speech_map's `workers`) score bit for bit as
-    on one thread: each lane keeps its own state, and only the lanes beside it in a call change."""
-    from engine.vad.base import LANE_WINDOWS, speech_probs_in_lanes
+@pytest.mark.parametrize("chunk_windows", [64, 2048])
+def test_a_recording_scored_at_once_scores_as_window_by_window(
+    silero: SileroVAD, recording: Recording, chunk_windows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Silero's batched scorer of a whole recording (the front in chunks, the LSTM state carried
+    across them) gives the probabilities of the network window by window, on both backends, its
+    last window partial, across chunk boundaries (64 windows: ~20 of them here)."""
+    from engine.vad import silero_recording
 
-    audio = np.tile(recording.audio, -(-5 * LANE_WINDOWS * WINDOW_SAMPLES // recording.audio.size))  # 5+ lanes
-    one = speech_probs_in_lanes(silero, audio)
-    assert silero.parallel_calls
-    for workers in (2, 3):
-        assert np.array_equal(speech_probs_in_lanes(silero, audio, workers), one)
-    assert one.size == -(-audio.size // WINDOW_SAMPLES) and (one > 0.5).any() and (one < 0.1).any()
+    monkeypatch.setattr(silero_recording, "CHUNK_WINDOWS", chunk_windows)
+    audio = np.concatenate([recording.audio, recording.audio[: 5 * SAMPLE_RATE + 123]])
+    for model in (silero, SileroVAD.load("torch")):
+        at_once = model.score_recording(audio)
+        assert at_once.shape == (-(-audio.size // WINDOW_SAMPLES),) and at_once.dtype == np.float32
+        np.testing.assert_allclose(at_once, speech_probs(model, audio), atol=1e-4)
+    assert (at_once > 0.9).any() and (at_once < 0.1).any()
+    assert silero.score_recording(np.zeros(0, np.float32)).shape == (0,)
+    with pytest.raises(InvalidRequestError, match="NaN"):
+        silero.score_recording(np.full(1000, np.nan, np.float32))
+
+
+def test_a_silero_release_without_the_pieces_scores_recordings_window_by_window(
+    silero: SileroVAD, recording: Recording, tmp_path: Path
+) -> None:
+    """A TorchScript file whose pieces are named otherwise gives no batched scorer (a warning,
+    not an error), and a Silero without one scores a recording one window at a time."""
+    from engine.vad.silero_recording import recording_scorer
+
+    other = tmp_path / "other.jit"
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), str(other))  # type: ignore[no-untyped-call]
+    assert recording_scorer(other) is None
+    plain = SileroVAD(silero._network, "onnx", recording=None)
+    audio = recording.audio[: 3 * SAMPLE_RATE]
+    np.testing.assert_array_equal(plain.score_recording(audio), speech_probs(silero, audio))

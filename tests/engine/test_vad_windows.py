@@ -93,3 +93,28 @@ def test_a_word_does_not_continue_over_a_left_out_silence() -> None:
     window = SpeechWindow(((16_000, 48_000), (160_000, 192_000)))  # 1-3 s and 10-12 s
     assert window.span_to_recording(1.5, 2.5) == pytest.approx((2.5, 3.0))  # ends at its piece's end
     assert window.span_to_recording(2.2, 2.6) == pytest.approx((10.2, 10.6))
+
+
+def test_faint_speech_in_a_left_out_silence_is_decoded() -> None:
+    """In a silence long enough to be left out (and before the first run), a stretch the VAD
+    scores 0.3-0.5 (falsetto, whispers: Silero's 0.5 gate does not start on it) is decoded; one
+    scored below FAINT_RUN_THRESHOLD is not, and the silence around them is still left out."""
+    from engine.vad.windows import FAINT_RUN_THRESHOLD
+
+    gap = KEEP_SILENCE_S + 30.0
+    spans = [(8.0, 12.0), (12.0 + gap, 16.0 + gap)]
+    audio, speech = scripted(spans, 16.0 + gap + 5.0)
+    probs = speech.probs.copy()
+    stretches = {"before": (2.0, 3.5, 0.4), "inside": (26.0, 28.0, 0.4), "too faint": (40.0, 41.0, FAINT_RUN_THRESHOLD - 0.1)}
+    for a, b, level in stretches.values():
+        probs[int(a * FRAMES_PER_S) : int(b * FRAMES_PER_S)] = level
+    pieces = [p for w in speech_windows(audio, SpeechMap(probs), 30.0) for p in w.pieces]
+
+    def decoded(a: float, b: float) -> bool:
+        return any(s <= a * SAMPLE_RATE and b * SAMPLE_RATE <= e for s, e in pieces)
+
+    assert decoded(*stretches["before"][:2]) and decoded(*stretches["inside"][:2]), pieces
+    assert not any(s < 40.5 * SAMPLE_RATE < e for s, e in pieces), pieces
+    assert len(pieces) == 3  # the first run with the stretch before it, the faint one, the last run
+    # without the faint stretches: the two runs only
+    assert len([p for w in speech_windows(audio, speech, 30.0) for p in w.pieces]) == 2

@@ -161,7 +161,7 @@ class Collator:
             return None
         assert request.audio is not None and self.vad is not None
         try:  # timed as part of offline.collate
-            speech = speech_map(request.audio, self.vad, workers=self.vad_workers)
+            speech = speech_map(request.audio, self.vad)
             return speech, speech_windows(request.audio, speech, N_SAMPLES / SAMPLE_RATE)
         except Exception as exc:
             outputs.append(error_output(request, "features", exc))

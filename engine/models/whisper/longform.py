@@ -109,7 +109,7 @@ class SegmentedTranscription:
         w = self.windows[i]
         part = OfflineTranscription(request, mel, self.parts,
                                     fit_context=self.fit_context, coverage=self.coverage(), fallback_width=1,
-                                    speech_until=w.samples / SAMPLE_RATE - PAD_MS / 1000)
+                                    speech_until=w.samples / SAMPLE_RATE - PAD_MS / 1000, seams=w.seams)
         self.parts_of[i] = part
         self._started += 1
         return part

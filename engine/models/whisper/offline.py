@@ -9,7 +9,7 @@ turns it into segments and words, and advances to where the last complete segmen
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 import torch
@@ -81,7 +81,7 @@ class OfflineTranscription(WindowedTranscription):
 
     def __init__(self, request: Request, mel: Tensor, parts: WhisperParts, fit_context: bool = False,
                  coverage: SpeechCoverage | None = None, fallback_width: int | None = ALL_AT_ONCE,
-                 speech_until: float | None = None):
+                 speech_until: float | None = None, seams: Sequence[float] = ()):
         """`fit_context`: a window shorter than 30 s is encoded with the 'fit' context (context.py).
         `mel` follows the padding convention of the context (`uses_audio_padding`). `coverage`:
         speech a window leaves without words is decoded again (coverage.py); None: off.
@@ -89,8 +89,10 @@ class OfflineTranscription(WindowedTranscription):
         of them, `_fallback_jobs`); the transcript is the same whatever the width.
         `speech_until`: where (s into the audio) the VAD hears the speech end, for audio cut at
         a silence after it (a long recording's window); each window's text does not end well
-        before it (WindowJob.speech_until)."""
+        before it (WindowJob.speech_until). `seams`: where (s into the audio) pieces of a
+        recording cut apart join (a long recording's window, longform.py)."""
         super().__init__(request, parts)
+        self.seams = sorted(seams)
         self.coverage = coverage or SpeechCoverage(None)
         self.unprompted = False  # the next window is decoded without the previous text (a retry)
         self.fit_context = fit_context
@@ -262,7 +264,7 @@ class OfflineTranscription(WindowedTranscription):
                 # hears there without words is still decoded again (coverage.py)
                 advance = job.frames
             kept = self._add_segments(job, raw, result)
-            covered = max([covered, *(seg.end for seg in kept)])
+            covered = max([covered, *(self._text_end(seg) for seg in kept)])
             if result.temperature <= PROMPT_RESET_TEMPERATURE:
                 # the kept segments' tokens only, as openai/whisper and faster-whisper condition:
                 # the unfinished tail after the last timestamp pair is decoded again by the next
@@ -277,6 +279,15 @@ class OfflineTranscription(WindowedTranscription):
         if nxt is None:
             return WindowUpdate(output=self.finish(), withdrawn=withdrawn or [])
         return WindowUpdate(jobs=[nxt], output=self.partial(), withdrawn=withdrawn or [])
+
+    def _text_end(self, segment: RawSegment) -> float:
+        """Where a kept segment's text ends, for coverage: at its end timestamp, or at the first
+        seam after its start, where the stitched segment ends too (longform.py). tiny.en can
+        stretch a segment's timestamps over the pieces after a seam while writing none of their
+        speech ("... on the left." timed to a window's end over 8 s of falsetto and "I hardly
+        know her"); read to its timestamp, that speech looked covered and was lost."""
+        seam = next((s for s in self.seams if s > segment.start), None)
+        return segment.end if seam is None else min(segment.end, seam)
 
     def _silent(self, job: WindowJob, result: WindowResult) -> bool:
         """Whisper's silence verdict, or a window Whisper thinks holds no speech (no-speech

@@ -23,7 +23,6 @@ class HeldVAD:
     def __init__(self, vad: Any) -> None:
         self.vad = vad
         self.name = vad.name
-        self.parallel_calls = getattr(vad, "parallel_calls", False)
         self.release = threading.Event()
         self.called = threading.Event()
 
@@ -34,6 +33,11 @@ class HeldVAD:
         self.called.set()
         assert self.release.wait(120), "the test never released the VAD"
         return self.vad.predict(windows, states)  # type: ignore[no-any-return]
+
+    def score_recording(self, audio: np.ndarray) -> np.ndarray:
+        self.called.set()
+        assert self.release.wait(120), "the test never released the VAD"
+        return self.vad.score_recording(audio)  # type: ignore[no-any-return]
 
 
 @contextlib.contextmanager

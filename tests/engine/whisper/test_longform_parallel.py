@@ -278,3 +278,20 @@ def test_a_long_request_holds_at_most_the_batch_rows_of_windows(engine: Any, rec
     assert windows > 2 and most == 2
     assert final.text == everything.text and final.text
     assert [(s.start, s.end, s.text) for s in final.segments] == [(s.start, s.end, s.text) for s in everything.segments]
+
+
+def test_speech_after_a_seam_is_decoded_where_a_segment_is_timed_over_it(
+    engine: Any, recording: Recording, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the faint runs (engine/vad/windows.py), the falsetto clips after the recording's
+    long silence join the second window's first piece at a seam; tiny.en (int8) writes none of
+    them and times that piece's last segment ("... on the left.") to the window's end. Coverage
+    reads the segment as ending at the seam, as the stitched segment does, so the speech after
+    it is decoded again: "I hardly know her" (clear speech) is not lost. With word timestamps
+    (30 s encodings): without them the same layout happens to be written whole."""
+    from engine import DecodingOptions
+    from engine.vad import windows
+
+    monkeypatch.setattr(windows, "FAINT_RUN_THRESHOLD", 0.99)
+    out = engine.transcribe_outputs(recording.audio, False, DecodingOptions(word_timestamps=True))[0]
+    assert "hardly know her" in out.text.lower(), out.text
