@@ -118,3 +118,19 @@ def test_faint_speech_in_a_left_out_silence_is_decoded() -> None:
     assert len(pieces) == 3  # the first run with the stretch before it, the faint one, the last run
     # without the faint stretches: the two runs only
     assert len([p for w in speech_windows(audio, speech, 30.0) for p in w.pieces]) == 2
+
+
+@pytest.mark.parametrize("dbfs", [-25.0, -45.0])
+def test_steady_noise_in_a_left_out_silence_is_not_decoded(dbfs: float) -> None:
+    """Silero on white noise in a long pause between two dev clips (scored as one recording):
+    under FAINT_RUN_THRESHOLD throughout (at most ~0.2), so no piece of the pause is decoded."""
+    from engine.vad.silero import SileroVAD
+    from engine.vad.windows import speech_map
+    from tests.conftest import reference_clips
+
+    first, second = (c.audio for c in sorted(reference_clips(), key=lambda c: c.id)[:2])
+    noise = np.random.default_rng(0).standard_normal(40 * SAMPLE_RATE) * 10 ** (dbfs / 20)
+    audio = np.concatenate([first, noise.astype(np.float32), second])
+    windows = speech_windows(audio, speech_map(audio, SileroVAD.load()), 30.0)
+    pause = (first.size + SAMPLE_RATE, first.size + noise.size - SAMPLE_RATE)
+    assert windows and not any(s < pause[1] and e > pause[0] for w in windows for s, e in w.pieces)
