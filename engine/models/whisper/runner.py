@@ -3,20 +3,19 @@ waiting windows in one batch, joins them to the running decoder batch, and decod
 for every row (continuous batching).
 
 The runner is glue: the loaded parts (parts.py) are shared by every request's state
-(offline.py, longform.py, streaming.py; collate.py makes offline requests ready), the planner
-(planning.py) picks what the encoder and the decoder batch (batch.py) run next, and the runner
-runs it and routes results and errors."""
+(offline.py, longform.py, streaming.py; collate.py makes offline requests ready, live_streams.py
+holds the open streams and starts their passes), the planner (planning.py) picks what the encoder
+and the decoder batch (batch.py) run next, and the runner runs it (encode_join.py: the encode and
+prefill stages) and routes results and errors."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
 from functools import partial
 
 import torch
-from torch import Tensor
 
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
@@ -26,10 +25,11 @@ from engine.models.whisper.batch import DecodeBatch
 from engine.models.whisper.collate import Collated, CollationsBeside, Collator
 from engine.models.whisper.context import ContextEncoder
 from engine.models.whisper.coverage import SpeechCoverage
-from engine.models.whisper.decoding import DecodeGroup
 from engine.models.whisper.describe import whisper_info
+from engine.models.whisper.encode_join import collect_encoded, encode, join, live_share
 from engine.models.whisper.encoder_thread import EncoderThread
 from engine.models.whisper.int8 import exact_integer_decoder, int8_kernel
+from engine.models.whisper.live_streams import LiveStreams
 from engine.models.whisper.longform import WINDOWS_IN_FLIGHT, SegmentedTranscription
 from engine.models.whisper.model import Whisper, WhisperDims
 from engine.models.whisper.offline import cut_runaways
@@ -37,11 +37,9 @@ from engine.models.whisper.options import WhisperOptions
 from engine.models.whisper.parts import WhisperParts
 from engine.models.whisper.planning import WindowPlanner
 from engine.models.whisper.step_threads import DECODE_THREADS, StepThreads
-from engine.models.whisper.stream_passes import StreamPassPicker
-from engine.models.whisper.streaming import StreamingTranscription
 from engine.models.whisper.tokenizer import WhisperTokenizer
 from engine.models.whisper.totals import WhisperTotals
-from engine.models.whisper.window import WindowJob, WindowOwner, WindowResult
+from engine.models.whisper.window import FailRequest, WindowJob, WindowOwner, WindowResult
 from engine.request import Request, error_output
 from engine.runner import ModelInfo, RunnerStats
 from engine.streaming.silence_gate import SilenceGate
@@ -70,9 +68,6 @@ class WhisperRunner:
                                      self.parts.dims.n_audio_ctx)
         self.active: dict[str, WindowOwner | SegmentedTranscription] = {}
         self.collating: list[Request] = []  # offline requests admitted since the last execute()
-        self.streams: dict[str, StreamingTranscription] = {}
-        self.step_samples = int(self.options.stream_step_ms * SAMPLE_RATE / 1000)
-        self.stream_chunk_samples = self.step_samples  # one pass's worth of new audio
         self.streams_stepped = 0
         # The silence gate only gates live passes, which an offline-mode engine never runs; speech
         # coverage needs the VAD offline too (off, an offline engine skips loading it, ~0.3 s).
@@ -81,12 +76,13 @@ class WhisperRunner:
         vad_wanted = gate_wanted or self.options.speech_coverage or self.options.offline_long_form == "parallel"
         self.vad = _load_vad() if vad_wanted else None
         gate = SilenceGate(self.vad) if gate_wanted and self.vad is not None else None
-        self.stream_passes = StreamPassPicker(self.step_samples, gate)
         self.totals = WhisperTotals()  # what stats() reports beside the picker's shed and skipped passes
         # a request's coverage bookkeeping (coverage.py); without the VAD or the option, it is off.
         # Not a bound method: the collator holding one would tie the runner into a reference cycle,
         # and an unloaded model's weights would wait for a garbage collection to be freed
         self._coverage = partial(SpeechCoverage, self.vad if self.options.speech_coverage else None, self.totals)
+        self.streams = LiveStreams(self.parts, self.options, gate, self._coverage, self.totals)
+        self.stream_chunk_samples = self.streams.step_samples  # one pass's worth of new audio
         self.threads = torch.get_num_threads()  # the engine's intra-op threads, as configured at its build
         # a long request holds WINDOWS_IN_FLIGHT windows at once at most (longform.py)
         self.collator = Collator(self.parts, self.options, self.vad, self._coverage, vad_workers=self.threads,
@@ -143,14 +139,14 @@ class WhisperRunner:
             })
 
     def stats(self) -> RunnerStats:
-        return RunnerStats(streams=len(self.streams), streams_spoken=sum(s.spoken for s in self.streams.values()),
+        return RunnerStats(streams=len(self.streams), streams_spoken=self.streams.spoken(),
                            decode_slots_used=self.batch.num_rows,
                            decode_slots_capacity=self.planner.max_rows,
                            stream_passes_total=self.totals.passes,
                            stream_encoded_seconds_total=self.totals.encoded_s,
-                           stream_passes_shed_total=self.stream_passes.passes_shed,
+                           stream_passes_shed_total=self.streams.picker.passes_shed,
                            stream_passes_late_total=self.planner.passes_late,
-                           stream_passes_skipped_total=self.stream_passes.passes_skipped,
+                           stream_passes_skipped_total=self.streams.picker.passes_skipped,
                            speech_recovered_seconds_total=self.totals.speech_recovered_s,
                            speech_uncovered_seconds_total=self.totals.speech_uncovered_s)
 
@@ -170,11 +166,7 @@ class WhisperRunner:
 
     def admit(self, requests: list[Request]) -> list[RequestOutput]:
         for r in (r for r in requests if r.streaming):
-            stream = StreamingTranscription(r, self.parts, self.options.stream_window_s,
-                                            fit_context=self.options.stream_encoder_context == "fit",
-                                            coverage=self._coverage(), totals=self.totals)
-            self.active[r.request_id] = stream
-            self.streams[r.request_id] = stream
+            self.active[r.request_id] = self.streams.open(r)
         # offline requests are collated (features, window plan) by the next execute(), where
         # the engine's step times it as offline.collate
         for r in requests:
@@ -214,12 +206,12 @@ class WhisperRunner:
         """The engine has work beside collating long requests (steps it would take meanwhile)."""
         if self.planner.has_work() or self.batch.groups or (self.encoder_thread is not None and self.encoder_thread.busy):
             return True
-        return any(s.ready(self.step_samples) for s in self.streams.values())
+        return self.streams.due()
 
     def release(self, request: Request) -> None:
         self.collating = [r for r in self.collating if r is not request]
         self.collating_beside.release(request)  # its collation is dropped when it comes back
-        self._end_stream(request.request_id)
+        self.streams.end(request.request_id)
         state = self.active.pop(request.request_id, None)
         if state is None:
             return
@@ -253,15 +245,16 @@ class WhisperRunner:
     def execute(self) -> list[RequestOutput]:
         """One step. Stages are timed as offline.* or streaming.*; a batch holding both offline
         windows and live passes is split between the two by the live share of its mel frames
-        (encoder) or rows (decoder), see `_live_share`."""
+        (encoder) or rows (decoder), see encode_join.live_share."""
         outputs: list[RequestOutput] = []
+        fail = partial(self._fail, outputs=outputs)
         if self.collating:
             with stage_timer("offline.collate"):
                 self._collate(outputs)
         self._collect_collated(outputs)
         if self.streams:
-            self._start_stream_passes(outputs)
-        self._collect_encoded(outputs)
+            self._start_stream_passes(fail, outputs)
+        collect_encoded(self.encoder_thread, self.parts, self.planner, self.batch, fail)
         thread = self.encoder_thread
         if thread is not None and not thread.busy and self.planner.may_encode_beside(self.batch):
             jobs = self.planner.take_encode(self.batch)
@@ -270,22 +263,22 @@ class WhisperRunner:
                 thread.start(jobs)
         elif thread is None or not thread.busy or self.planner.final_first():
             # a final pass does not wait for the encoder thread's batch: the client waits on it
-            jobs = self.planner.take_encode(self.batch, self._streams_live()) if self.planner.may_encode(self.batch) else []
+            jobs = self.planner.take_encode(self.batch, self.streams.live()) if self.planner.may_encode(self.batch) else []
             if jobs:
-                with shared_stage_timer("encode", _live_share(jobs, lambda j: j.mel.shape[1])):
-                    self._encode(jobs, outputs)
+                with shared_stage_timer("encode", live_share(jobs, lambda j: j.mel.shape[1])):
+                    encode(jobs, self.parts, self.planner, fail)
         # a prefill's large matmuls (the cross K/V of whole windows) take every thread unless the
         # encoder thread holds one; the per-token steps run on DECODE_THREADS
         with self.step_threads.narrowed() if thread is not None and thread.busy else nullcontext():
-            self._join(self.planner.take_join(self.batch, self.active), outputs)
+            join(self.planner.take_join(self.batch, self.active), self.parts, self.batch, fail)
         self.streams_stepped = len({id(g.job.owner) for g in self.batch.groups if not g.done and g.job.live})
         narrow = self.step_threads.narrow(encoder_busy=thread is not None and thread.busy,
                                           live_rows=self.streams_stepped > 0)
         with self.step_threads.narrowed() if narrow else nullcontext():
             self.planner.steps_since_encode += 1
             decoding = [g.job for g in self.batch.groups if not g.done]
-            with shared_stage_timer("decode", _live_share(decoding, lambda j: j.rows)) if self.batch.groups else nullcontext():
-                finished = self.batch.step(lambda g, exc: self._fail(g.job.owner, "decode", exc, outputs))
+            with shared_stage_timer("decode", live_share(decoding, lambda j: j.rows)) if self.batch.groups else nullcontext():
+                finished = self.batch.step(lambda g, exc: fail(g.job.owner, "decode", exc))
         cut_runaways(self.batch.groups)
         for job, result in self.planner.results(finished, self.batch):
             # a live pass's result becomes its stream's partial or final (word alignment included);
@@ -314,141 +307,26 @@ class WhisperRunner:
             outputs.append(update.output)
             if update.output.finished:
                 self.active.pop(job.request_id, None)
-                self._end_stream(job.request_id)
+                self.streams.end(job.request_id)
         for nxt in update.jobs:
             self.planner.submit(nxt)
 
-    def _start_stream_passes(self, outputs: list[RequestOutput]) -> None:
+    def _start_stream_passes(self, fail: FailRequest, outputs: list[RequestOutput]) -> None:
         """Every stream with enough new audio (or at its end) gets a pass; their windows'
         features are extracted in one call and they join the encoder queue together."""
         with stage_timer("streaming.schedule"):
-            passes, ended, behind = self.stream_passes.pick(self.streams.values(), self.planner, self._withdraw)
-        for stream in behind:  # the backlog decodes as offline segments (catchup.py)
-            with stage_timer("streaming.features"):  # VAD cuts and segment features
-                try:
-                    jobs, output = stream.start_catch_up(self.vad)
-                except Exception as exc:
-                    self._fail(stream, "catchup", exc, outputs)
-                    continue
-            for job in jobs:
-                self.planner.submit(job)
-            if output is not None:
-                outputs.append(output)
+            passes, ended, behind = self.streams.picker.pick(self.streams.values(), self.planner, self._withdraw)
+        self.streams.catch_up(behind, self.vad, self.planner, fail, outputs)  # the backlog decodes offline
         for stream in ended:  # nothing left to decode: the final is what is committed
             stream.final_done = True
             outputs.append(stream.on_empty_end())
             self.active.pop(stream.request.request_id, None)
-            self._end_stream(stream.request.request_id)
-        if not passes:
-            return
-        with stage_timer("streaming.features"):
-            try:
-                mels = self.parts.features([audio for _, audio in passes])
-            except Exception as exc:
-                for stream, _ in passes:
-                    self._fail(stream, "features", exc, outputs)
-                return
-        for (stream, _), mel in zip(passes, mels):
-            job = stream.make_job(mel.to(self.parts.dtype))
-            job.patience_samples = stream.pass_samples(self.step_samples)
-            job.stream_request = stream.request
-            self.planner.submit(job)
-
-    def _streams_live(self) -> bool:
-        """Some stream runs live passes that offline windows yield to; a stream catching up
-        decodes offline windows of its own, which need not yield to themselves."""
-        return any(s.catch_up is None for s in self.streams.values())
-
-    def _end_stream(self, request_id: str) -> None:
-        if self.streams.pop(request_id, None) is not None:
-            self.stream_passes.release(request_id)
+            self.streams.end(stream.request.request_id)
+        self.streams.start(passes, self.planner, fail)
 
     def _withdraw(self, job: WindowJob) -> None:
         self.planner.drop(job)
         self.batch.remove_job(job)
-
-    def _collect_encoded(self, outputs: list[RequestOutput]) -> None:
-        """Take the encoder thread's batch once it is done, or wait for it when the decoder has
-        nothing to step meanwhile. Windows dropped while it ran (a superseded pass, a released
-        request) are discarded; a failed batch is encoded again here, one window at a time."""
-        thread = self.encoder_thread
-        if thread is None or not thread.busy:
-            return
-        if not thread.done() and (self.batch.groups or self.planner.prefill_queue):
-            return
-        with stage_timer("streaming.encode"):  # the wait, not the encoder's time (the thread takes live passes only)
-            jobs, feats, exc = thread.collect()
-        wanted = self.planner.still_encoding(jobs)
-        if exc is not None:
-            logger.warning("encoder batch of %d failed (%s); retrying one by one", len(jobs), exc)
-            self._encode_one_by_one([j for j, keep in zip(jobs, wanted) if keep], outputs)
-            return
-        assert feats is not None
-        self._encoded([j for j, keep in zip(jobs, wanted) if keep], [f for f, keep in zip(feats, wanted) if keep])
-
-    def _encode(self, jobs: list[WindowJob], outputs: list[RequestOutput]) -> None:
-        """Encode `jobs` in one batch (one by one if the batch fails: only the culprit fails)."""
-        try:
-            feats: list[Tensor | None] = list(self.parts.context.encode([j.mel for j in jobs]))
-        except Exception as exc:
-            logger.warning("encoder batch of %d failed (%s); retrying one by one", len(jobs), exc)
-            self._encode_one_by_one(jobs, outputs)
-            return
-        self._encoded(jobs, feats)
-
-    def _encode_one_by_one(self, jobs: list[WindowJob], outputs: list[RequestOutput]) -> None:
-        """Encode `jobs` one at a time after their batch failed: a window that fails again fails its request."""
-        feats: list[Tensor | None] = []
-        for j in jobs:
-            try:
-                feats.append(self.parts.context.encode([j.mel])[0])
-            except Exception as one_exc:
-                feats.append(None)
-                self._fail(j.owner, "encode", one_exc, outputs)
-        self._encoded(jobs, feats)
-
-    def _encoded(self, jobs: list[WindowJob], feats: list[Tensor | None]) -> None:
-        """Encoded windows (None: failed) wait to join the decoder, their language detected."""
-        encoded = [j for j, f in zip(jobs, feats) if f is not None]
-        for j, f in zip(jobs, feats):
-            j.audio_features = f
-        needs = [j for j in encoded if j.owner.needs_language()]
-        for j, code in zip(needs, self.parts.detect_languages([j.audio_features for j in needs])):  # type: ignore[misc]
-            j.owner.set_language(code)
-            j.refresh_prefix()
-        self.planner.encoded(encoded)
-
-    def _join(self, jobs: list[WindowJob], outputs: list[RequestOutput]) -> None:
-        """Prefill `jobs` into the decoder batch: live passes together, offline windows together
-        (one by one if that fails). Live rows attend to the shared silence once for all rows;
-        offline rows hold their whole context, so no transcript depends on its batch mates."""
-        for live in (True, False):
-            group = [j for j in jobs if j.live == live]
-            if not group:
-                continue
-            # windows of one length attend in one call where they attend per length (offline rows,
-            # prefills: DecoderCache.item_runs)
-            group.sort(key=lambda j: j.audio_positions)
-            try:
-                with stage_timer("streaming.decode" if live else "offline.prefill"):  # no streaming.prefill stage
-                    self._prefill(group, shared_silence=live)
-            except Exception as exc:
-                logger.warning("prefill of %d windows failed (%s); retrying one by one", len(group), exc)
-                for j in group:
-                    try:
-                        self._prefill([j], shared_silence=live)
-                    except Exception as one_exc:
-                        self._fail(j.owner, "decode", one_exc, outputs)
-
-    def _prefill(self, jobs: list[WindowJob], shared_silence: bool) -> None:
-        parts = self.parts
-        groups = [DecodeGroup.for_job(j, parts.rules, parts.dims.n_text_ctx) for j in jobs]
-        cross = self.batch.join(groups, [j.audio_features for j in jobs], [j.audio_positions for j in jobs],  # type: ignore[misc]
-                                parts.silence_kv(jobs), shared_silence=shared_silence,
-                                projected=[j.cross_kv for j in jobs])
-        for job, kv in zip(jobs, cross):
-            if job.live:  # a live pass aligns its words over the same window (offline jobs do not keep theirs)
-                job.cross_kv = kv
 
     def _fail(self, state: WindowOwner, stage: str, exc: Exception, outputs: list[RequestOutput]) -> None:
         rid = state.request.request_id
@@ -468,9 +346,3 @@ def _load_vad() -> VoiceActivityModel | None:
         logger.warning("Silero VAD unavailable (%s): live passes run over silence, speech coverage is off", exc)
         return None
 
-
-def _live_share(jobs: list[WindowJob], weight: Callable[[WindowJob], int]) -> float:
-    """The fraction of a batch's work that is live passes, each job weighted by `weight` (its mel
-    frames for the encoder, its rows for the decoder); 0 for an empty batch."""
-    total = sum(weight(j) for j in jobs)
-    return sum(weight(j) for j in jobs if j.live) / total if total else 0.0

@@ -6,7 +6,7 @@ forced on the next pass as its lead-in.
     cut_in_pause(inside, reheard, heard_until)     -> a cut in a pause after the last word, or None
 
 `inside`: the committed words the window still holds, in order. Pure functions of the words'
-aligned times and text; the stream applies the cut (`StreamingTranscription._trim_to`).
+aligned times and text; the stream applies the cut (`StreamWindow._trim_to`, stream_window.py).
 """
 
 from __future__ import annotations

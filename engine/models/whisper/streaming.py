@@ -13,50 +13,47 @@ only while a catch-up round decodes it, and then only the audio the client sent 
 engine); a pass decodes at most that window, prompted with at most PROMPT_CHARS of committed
 text, and scans only the committed words at the window's end. What grows with the session is the
 transcript itself (the committed text and words, which the final output returns).
+
+This module runs the passes: when one is due or may be skipped, catch-up rounds, each pass's job,
+what its result commits, the final pass. The window and committed words they work on are
+stream_window.py's; what a pass starts from, stream_prefix.py's; how its result is read,
+stream_results.py's.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import replace
-from itertools import takewhile
 
-import numpy as np
 import torch
 
 from engine.log_mel import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, pad_window
-from engine.models.whisper.alignment import align_words
 from engine.models.whisper.catchup import CatchUpRound, plan_cut
 from engine.models.whisper.context import fit_frames
 from engine.models.whisper.coverage import SpeechCoverage
-from engine.models.whisper.owner import WindowedTranscription
 from engine.models.whisper.parts import WhisperParts
-from engine.models.whisper.stream_cuts import cut_after_commits, cut_in_pause
-from engine.models.whisper.stream_output import attach_word_logprobs, stream_output
-from engine.models.whisper.totals import WhisperTotals
-from engine.models.whisper.transcript import (
-    COMPRESSION_RATIO_THRESHOLD,
-    compression_ratio,
-    is_silence,
-    loop_start,
+from engine.models.whisper.stream_prefix import (
+    PROMPT_CHARS,
+    pass_draft,
+    prompt_words,
+    settled_tentative,
+    word_count,
 )
+from engine.models.whisper.stream_results import drop_reheard, looping, pass_words, silent_pass
+from engine.models.whisper.stream_window import StreamWindow
+from engine.models.whisper.totals import WhisperTotals
+from engine.models.whisper.transcript import is_silence, loop_start
 from engine.models.whisper.window import WindowJob, WindowResult, WindowUpdate
 from engine.request import Request
-from engine.streaming.local_agreement import LocalAgreement, join_words, normalize_word
+from engine.streaming.local_agreement import join_words
 from engine.types import Delay, RequestOutput, Word
 from engine.vad import VoiceActivityModel
 
-logger = logging.getLogger(__name__)
-
-PROMPT_CHARS = 200  # committed text carried as the prompt of the next pass
 SILENCE_KEEP_S = 1.0  # on a silent pass, keep only this much audio (speech may be starting)
 SILENCE_TRIM_AFTER_S = 5.0  # ...once the window is at least this long
 SILENCE_PASS_EVERY_S = 3.0  # audio without speech still gets a pass this often (speech the VAD misses)
 PASS_AFTER_SPEECH_S = 1.0  # passes are skipped once one has heard this much silence after the speech
-REHEARD_TOLERANCE_S = 0.6  # a re-heard committed word ends this close to where it ended before
 EDGE_S = 0.5  # agreed words ending this close to the end of a pass's audio wait for the next pass
-UNSETTLED_TAIL_S = 1.0  # the last words of a pass, this close to its audio's end, are not forced on the final
 TOKENS_PER_SECOND_CAP = 8  # fast speech is ~4 text tokens/s; the rest is room for timestamps
 
 DELAYS: dict[Delay, tuple[float, int]] = {
@@ -71,36 +68,32 @@ that must agree before words commit). Shorter cadence: faster partials for propo
 compute; more agreeing passes: fewer committed mistakes, later commits. No delay is 'low'."""
 
 
-class StreamingTranscription(WindowedTranscription):
+class StreamingTranscription(StreamWindow):
+    """The passes over a live stream's window (stream_window.py)."""
+
     def __init__(self, request: Request, parts: WhisperParts, window_s: float, fit_context: bool,
                  coverage: SpeechCoverage | None = None, totals: WhisperTotals | None = None):
         """`window_s`: longest uncommitted window re-decoded per pass; `fit_context`: encode a
         pass's window plus silence ('fit', context.py) instead of a zero-padded 30 s window;
         `coverage`: speech no word covers gets one more pass (coverage.py); None: off; `totals`:
         the runner's counts, which each pass and the audio it encodes are added to."""
-        super().__init__(request, parts)
+        cadence, agree = DELAYS[request.decoding.delay or "low"]
+        super().__init__(request, parts, window_s, agree)
+        self.cadence = cadence
+        """The engine's pass step is multiplied by it (the delay's pass cadence)."""
         self.totals = totals or WhisperTotals()
         self.coverage = coverage or SpeechCoverage(None)
-        self.window_cap = int(window_s * SAMPLE_RATE)  # samples
         self.fit_context = fit_context
         self.generator: torch.Generator | None = None
-        self.window = np.zeros(0, dtype=np.float32)
-        self.window_start = 0.0  # seconds of stream time at window[0]
-        self.new_samples = 0
         self.in_flight = False
         self.final_done = False
-        self.cadence, agree = DELAYS[self.options.delay or "low"]
-        """cadence: the engine's pass step is multiplied by it (the delay's pass cadence)."""
-        self.agreement = LocalAgreement(agreement=agree)
         self._forced_words: list[Word] = []  # the words a final pass is forced with (logprobs known)
         self._forced_committed = 0  # how many of the pass's first words are forced committed ones
-        self.committed_words: list[Word] = []
         self.passes = 0
         self.current_job: WindowJob | None = None  # the pass in flight
         self.last_pass_tokens: list[int] | None = None  # what the last pass decoded, forced words first
         self.last_pass_start = 0.0  # where its window started (its timestamps count from there)
         self.unprompted = False  # the last prompted pass heard speech and wrote nothing
-        self.heard_until = 0.0  # stream time (s) up to which the last finished pass decoded
         self.cover_due = False  # a skipped pass kept speech no word covers: the next pass runs
         self.catch_up: CatchUpRound | None = None  # the backlog round decoding, if any (catchup.py)
         self.spoken = False
@@ -109,13 +102,6 @@ class StreamingTranscription(WindowedTranscription):
         the live gate counts the streams that have not, app/admission.py)."""
 
     # ---- scheduling ----
-
-    def absorb(self) -> None:
-        """Move the request's pending audio into the window."""
-        chunk = self.request.take_pending_audio()
-        if chunk.size:
-            self.window = np.concatenate([self.window, chunk]) if self.window.size else chunk
-            self.new_samples += int(chunk.size)
 
     def pass_samples(self, step_samples: int) -> int:
         """New audio that makes a pass due: the engine's step times the delay's cadence."""
@@ -162,15 +148,6 @@ class StreamingTranscription(WindowedTranscription):
             else:
                 self._restart_at(verdict.retry_from)
                 self.cover_due = True
-
-    def _window_end(self) -> float:
-        return self.window_start + self.window.size / SAMPLE_RATE
-
-    def is_final_pass(self) -> bool:
-        return self.request.input_finished and not self.request.pending_audio
-
-    def window_audio(self) -> np.ndarray:
-        return self.window
 
     # ---- catch-up (catchup.py) ----
 
@@ -230,7 +207,8 @@ class StreamingTranscription(WindowedTranscription):
         job = WindowJob(self, pad_window(mel, 0, length), 0, frames, 0.0, 0, live=True)
         job.final = self.is_final_pass()
         job.forced = self._forced_tokens(job.final)
-        job.draft = self._draft(job.forced)
+        job.draft = pass_draft(self.parts.tokenizer, self.last_pass_tokens, self.last_pass_start, job.forced,
+                               self.window_start)
         self.current_job = job  # build_prefix reads its forced words
         job.refresh_prefix()
         self.in_flight = True
@@ -249,7 +227,8 @@ class StreamingTranscription(WindowedTranscription):
     def prompt_tokens(self) -> list[int]:
         tok = self.parts.tokenizer
         # prompt with committed text the window no longer holds; the rest the model hears again
-        prompt_text = "" if self.unprompted else (self.options.prompt or "") + join_words(self._prompt_words())
+        prompt_text = "" if self.unprompted else (self.options.prompt or "") + join_words(
+            prompt_words(self.committed_words, self.window_start))
         prompt = tok.encode(" " + prompt_text[-PROMPT_CHARS:].strip()) if prompt_text.strip() else []
         return prompt if self.unprompted else self.keywords + prompt
 
@@ -273,15 +252,15 @@ class StreamingTranscription(WindowedTranscription):
         self.cover_due = False
         self.current_job = None
         self.heard_until = self.window_start + job.frames / FRAMES_PER_SECOND
-        looping = self._looping(result.tokens)
+        loops = looping(self.parts.tokenizer, result.tokens)
         if job.forced:  # forced tokens were read, not chosen: their log-probabilities come from the words
             result = replace(result, tokens=job.forced + result.tokens,
                              token_logprobs=[math.nan] * len(job.forced) + result.token_logprobs)
         self.last_pass_tokens, self.last_pass_start = result.tokens, self.window_start
-        silent = self._silent(result)
+        silent = silent_pass(result, self.options.no_speech_threshold, prompted=bool(self.agreement.committed_text))
         mute = not silent and not any(t < self.parts.tokenizer.eot for t in result.tokens)
         self.spoken = self.spoken or not (silent or mute)
-        if (mute or looping) and (job.sot_index or job.forced) and not self.unprompted:
+        if (mute or loops) and (job.sot_index or job.forced) and not self.unprompted:
             # tiny.en, prompted with a sentence's first words over audio starting mid-sentence,
             # can answer with an empty transcript although it hears speech, and prompted with
             # "word, word, word," it loops: decode without prompt (or forced words)
@@ -291,8 +270,9 @@ class StreamingTranscription(WindowedTranscription):
                 return WindowUpdate([self._retry(job)])
             return WindowUpdate()
         self.unprompted = self.unprompted and mute
-        words = [] if silent else self._words(job, result)
-        if looping:  # unprompted already: the loop is the model's on this audio (live passes have no
+        words = [] if silent else pass_words(self.parts, job, result, self.options, self.language, self.window_start,
+                                             self._forced_words if job.forced else [])
+        if loops:  # unprompted already: the loop is the model's on this audio (live passes have no
             # temperature fallback); keep what precedes it, so two passes never agree on a loop
             cut = loop_start([w.word for w in words])
             words = words if cut is None else words[:cut]
@@ -323,10 +303,6 @@ class StreamingTranscription(WindowedTranscription):
                 self.unprompted = True
         return WindowUpdate(output=self._output(finished=False))
 
-    def _spoken_until(self) -> float:
-        """Stream time (s) up to which words cover the window: the last committed word's end."""
-        return max([self.window_start, *(w.end for w in self.committed_words[-1:])])
-
     def _cover_the_rest(self) -> WindowJob | None:
         """After the final pass: speech the VAD hears after the last committed word that has not
         had its extra pass yet (the pass ended its text early, or heard silence) gets one more
@@ -356,15 +332,6 @@ class StreamingTranscription(WindowedTranscription):
 
     # ---- internals ----
 
-    def _silent(self, result: WindowResult) -> bool:
-        """Whisper's no-speech probability alone decides for a live pass. Offline decoding also
-        asks for a low log-probability, but a short window left after a committed sentence makes
-        the model repeat its prompt fluently (measured: no-speech 0.9+, confident text)."""
-        prompted = bool(self.agreement.committed_text)
-        return is_silence(result, self.options.no_speech_threshold) or (
-            prompted and result.no_speech_prob > self.options.no_speech_threshold
-        )
-
     def _forced_tokens(self, final: bool) -> list[int]:
         """A pass starts from what is known of its window: the committed words still in it and,
         for the final pass, the tentative ones too, except those near the end of the audio the
@@ -374,136 +341,25 @@ class StreamingTranscription(WindowedTranscription):
         if self.unprompted:
             return []
         inside = self._committed_in_window()
-        self._forced_committed = self._word_count(inside)
+        self._forced_committed = word_count(self.parts.tokenizer, inside)
         if final:
-            settled = self.heard_until - UNSETTLED_TAIL_S
-            inside += list(takewhile(lambda w: w.end <= settled, self.agreement.tentative))
+            inside += settled_tentative(self.agreement.tentative, self.heard_until)
         self._forced_words = inside
         text = join_words(inside).strip()
         return self.parts.tokenizer.encode(" " + text) if text else []
-
-    def _draft(self, forced: list[int]) -> list[int]:
-        """What this pass will likely decode after `forced`: what the last pass decoded after
-        the same tokens (consecutive passes hear mostly the same audio; measured at 16 lockstep
-        sessions, half of the tokens passes decode are the last pass's). Without forced words a
-        pass decodes with timestamps, and a draft without them, or with timestamps counted from
-        where the window started before a trim, would fail at its first token."""
-        tok = self.parts.tokenizer
-        last = self.last_pass_tokens
-        if last is None or last[: len(forced)] != forced:
-            return []
-        rest = last[len(forced) :]
-        if forced:
-            rest = [t for t in rest if t < tok.eot]
-        elif self.window_start != self.last_pass_start or not any(t >= tok.timestamp_begin for t in rest):
-            return []  # timestamps from another window start would fail at once
-        return [*rest, tok.eot]
-
-    def _word_count(self, words: list[Word]) -> int:
-        """How many words `words` make once joined and tokenized again (as a pass reads them)."""
-        text = join_words(words).strip()
-        tok = self.parts.tokenizer
-        return len(tok.split_to_word_tokens(tok.encode(" " + text))[0]) if text else 0
-
-    def _committed_in_window(self) -> list[Word]:
-        """Committed words whose audio the window still holds (it is cut in pauses after them),
-        found from the end: a pass's work does not grow with the session's transcript. Aligned
-        ends are not in order (a lone word is aligned up to seconds late), so the search goes back
-        until a word ends a whole window before the window's start."""
-        inside: list[Word] = []
-        for w in reversed(self.committed_words):
-            if w.end > self.window_start + 1e-3:
-                inside.append(w)
-            elif w.end <= self.window_start - self.window_cap / SAMPLE_RATE:
-                break
-        return inside[::-1]
-
-    def _prompt_words(self) -> list[Word]:
-        """The committed words before the window, back to PROMPT_CHARS of text (the prompt's
-        budget), found from the end."""
-        words: list[Word] = []
-        chars = 0
-        for w in reversed(self.committed_words):
-            if w.end <= self.window_start + 1e-3:
-                words.append(w)
-                chars += len(w.word)
-                if chars >= PROMPT_CHARS:
-                    break
-        return words[::-1]
-
-    def _looping(self, tokens: list[int]) -> bool:
-        """The pass wrote the same few words over and over (Whisper's own repetition test)."""
-        tok = self.parts.tokenizer
-        text = tok.decode([t for t in tokens if t < tok.eot])
-        return compression_ratio(text) > COMPRESSION_RATIO_THRESHOLD
-
-    def _words(self, job: WindowJob, result: WindowResult) -> list[Word]:
-        tok = self.parts.tokenizer
-        text_tokens = [t for t in result.tokens if t < tok.eot]
-        if not text_tokens or job.audio_features is None:
-            return []
-        sot = tok.sot_sequence(self.language, self.options.task, timestamps=False)
-        words = align_words(self.parts.model.decoder, tok, self.parts.alignment_heads, sot[:-1], text_tokens,
-                           job.audio_features, job.frames, self.window_start, job.audio_positions,
-                           self.parts.silence_kv([job]), confidence=self.options.word_timestamps,
-                           cross=job.cross_kv)
-        if self.options.logprobs:
-            attach_word_logprobs(words, result, tok, self._forced_words if job.forced else [])
-        # punctuation alone is what tiny.en says over a pause: committing it prints ". . . ."
-        return [w for w in words if any(ch.isalnum() for ch in w.word)]
 
     def _drop_reheard(self, job: WindowJob, words: list[Word]) -> list[Word]:
         """The window still holds audio of committed words (it is trimmed in pauses after them),
         so a pass re-hears them first. A pass forced with them starts with exactly those words:
         drop them by count (their aligned times are no evidence: a lone word in a window of
         mostly silence drifts by seconds from pass to pass, and a re-heard "No." taken for a new
-        one was committed twice). An unforced pass: drop the hypothesis up to its match of the
-        last committed word in the window (matched by text near its time)."""
+        one was committed twice). An unforced pass: stream_results.drop_reheard."""
         if job.forced:
             return words[self._forced_committed :]
-        inside = self._committed_in_window()
-        if not inside or not words:
-            return words
-        last = inside[-1]
-        key = normalize_word(last.word)
-        # the occurrence nearest in time: "five five" re-heard must drop only the first "five"
-        matches = [(abs(w.end - last.end), i) for i, w in enumerate(words)
-                   if normalize_word(w.word) == key and abs(w.end - last.end) <= REHEARD_TOLERANCE_S]
-        if matches:
-            return words[min(matches)[1] + 1 :]
-        return [w for w in words if (w.start + w.end) / 2 > last.end]
-
-    def _collect_commits(self) -> None:
-        """Record newly committed words and cut the window where stream_cuts.py says."""
-        new = self.agreement.take_committed()
-        if not new:
-            return
-        self.committed_words.extend(new)
-        cut = cut_after_commits(self._committed_in_window(), new, self.window.size / SAMPLE_RATE)
-        if cut is not None:
-            self._trim_to(cut)
-
-    def _trim_in_pause_after_commits(self, reheard: list[Word]) -> None:
-        """A pass that wrote nothing new (`reheard`) after a pause: stream_cuts.cut_in_pause."""
-        cut = cut_in_pause(self._committed_in_window(), reheard, self.heard_until)
-        if cut is not None:
-            self._trim_to(cut)
+        return drop_reheard(words, self._committed_in_window())
 
     def _restart_at(self, t: float) -> None:
         """Start the window at `t` (where the words end) for a coverage retry: the last pass's
         tokens count from the old start, so they are no draft for the next."""
         self._trim_to(t)
         self.last_pass_tokens = None
-
-    def _trim_to(self, t: float) -> None:
-        cut = round((t - self.window_start) * SAMPLE_RATE)
-        cut = max(0, min(cut, self.window.size))
-        if cut:
-            self.window = self.window[cut:]
-            self.window_start += cut / SAMPLE_RATE
-
-    def _output(self, finished: bool) -> RequestOutput:
-        return stream_output(self.request.request_id, self.agreement, self.committed_words, self.options,
-                             self.parts.tokenizer, self.language, self.request.received_samples / SAMPLE_RATE,
-                             finished)
-

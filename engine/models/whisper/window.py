@@ -7,6 +7,7 @@ owners all speak in these types, and it imports none of them."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -80,6 +81,11 @@ class WindowOwner(Protocol):
     def on_window_done(self, job: WindowJob, result: WindowResult) -> WindowUpdate:
         """Take a decoded window: what to run next, what to emit, what is no longer needed."""
         ...
+
+
+FailRequest = Callable[[WindowOwner, str, Exception], None]
+"""Fails the request of a job's owner at a stage ('encode', 'decode', 'features', ...): the runner
+releases the request and reports the error."""
 
 
 @dataclass

@@ -118,7 +118,7 @@ def test_a_long_session_fed_in_stalls_keeps_its_window_bounded(clips: list[Clip]
     is in the final."""
     from engine import ASREngine, EngineConfig
     from engine.log_mel import N_FRAMES
-    from engine.models.whisper.streaming import PROMPT_CHARS
+    from engine.models.whisper.stream_prefix import PROMPT_CHARS
 
     ids = ["libri_61-70968-0000", "jfk_inaugural", "mfa_thoughts", "libri_2412-153948-0000", "cv_en_22058264",
            "mfa_surround", "mfa_long", "mfa_words"]

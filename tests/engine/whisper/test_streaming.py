@@ -413,7 +413,7 @@ def test_passes_over_pauses_are_skipped_without_changing_the_transcript(live_eng
     from engine import ASREngine, EngineConfig
 
     audio = np.concatenate([_session(clips, ("mfa_thoughts", "cv_en_22058264")), np.zeros(3 * 16000, np.float32)])
-    picker = live_engine.runner.stream_passes
+    picker = live_engine.runner.streams.picker
     skipped_before = picker.passes_skipped
     counted_before = live_engine.runner.stats().stream_passes_skipped_total
     gated = stream_at_pace(live_engine, audio)
@@ -422,7 +422,7 @@ def test_passes_over_pauses_are_skipped_without_changing_the_transcript(live_eng
     every = ASREngine(EngineConfig(quantization="none", service_mode="streaming", max_batch_size=1,
                                    family_options={"whisper": {"skip_silent_passes": False}}))
     try:
-        assert every.runner.stream_passes.gate is None
+        assert every.runner.streams.picker.gate is None
         ungated = stream_at_pace(every, audio)
     finally:
         every.shutdown()
