@@ -2,7 +2,7 @@
 first jobs (a long one, cut at VAD silences: its first windows' jobs, longform.py), their log-mel
 features computed FEATURES_PER_CALL pieces a call per padding convention.
 
-    Collator(parts, options, vad, coverage, vad_workers, windows_in_flight).collate(requests, outputs)
+    Collator(parts, options, vad, coverage, windows_in_flight).collate(requests, outputs)
                                                     -> [(request, state, jobs)]
     collate_beside(collator, requests, threads, default_threads)  -> Future of (that list, outputs)
     beside = CollationsBeside(collator, threads, default_threads)
@@ -56,17 +56,14 @@ however many windows are featurized (the same features bit for bit as one call).
 
 class Collator:
     def __init__(self, parts: WhisperParts, options: WhisperOptions, vad: VoiceActivityModel | None,
-                 coverage: Callable[[], SpeechCoverage], vad_workers: int, windows_in_flight: int):
+                 coverage: Callable[[], SpeechCoverage], windows_in_flight: int):
         """`vad`: cuts long requests into windows decoded side by side (None: window after
-        window); `coverage`: a new request's coverage bookkeeping; `vad_workers`: threads the VAD
-        scores a recording's lanes on (a fixed number, whichever thread collates);
-        `windows_in_flight`: most windows of a long request featurized and not done at once
-        (longform.py: its memory)."""
+        window); `coverage`: a new request's coverage bookkeeping; `windows_in_flight`: most
+        windows of a long request featurized and not done at once (longform.py: its memory)."""
         self.parts = parts
         self.options = options
         self.vad = vad
         self.coverage = coverage
-        self.vad_workers = vad_workers
         self.windows_in_flight = windows_in_flight
 
     def is_long(self, request: Request) -> bool:

@@ -85,7 +85,7 @@ class WhisperRunner:
         self.stream_chunk_samples = self.streams.step_samples  # one pass's worth of new audio
         self.threads = torch.get_num_threads()  # the engine's intra-op threads, as configured at its build
         # a long request holds WINDOWS_IN_FLIGHT windows at once at most (longform.py)
-        self.collator = Collator(self.parts, self.options, self.vad, self._coverage, vad_workers=self.threads,
+        self.collator = Collator(self.parts, self.options, self.vad, self._coverage,
                                  windows_in_flight=min(WINDOWS_IN_FLIGHT, self.planner.max_rows))
         # long requests collated on a thread of their own, not yet taken (collate.py)
         self.collating_beside = CollationsBeside(self.collator, DECODE_THREADS, self.threads)
