@@ -186,7 +186,10 @@ def collate_beside(collator: Collator, requests: list[Request], threads: int,
         finally:
             torch.set_num_threads(default_threads)
 
-    threading.Thread(target=run, name="oasr-collate", daemon=True).start()
+    # not a daemon: a process that exits while a long request's VAD runs here (a server drained by
+    # SIGTERM) waits for it (well under a second per 10 minutes of audio) instead of tearing torch
+    # down under it, which aborted the process ("terminate called without an active exception")
+    threading.Thread(target=run, name="oasr-collate", daemon=False).start()
     return future
 
 
