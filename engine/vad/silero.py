@@ -19,22 +19,19 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from engine.errors import CheckpointError
 from engine.vad.base import SAMPLE_RATE, WINDOW_SAMPLES, as_mono_float32, speech_probs
-from engine.vad.silero_recording import RecordingScorer, recording_scorer
+from engine.vad.silero_recording import CONTEXT_SAMPLES, RecordingScorer, load_torchscript, recording_scorer
 
 logger = logging.getLogger(__name__)
 
-CONTEXT_SAMPLES = 64
-"""Samples of the previous window the 16 kHz network sees before each window."""
 STATE_SIZE = 128
 """LSTM width; the network's state is (2, B, STATE_SIZE) (hidden and cell)."""
 MODEL_FILES = {"onnx": "silero_vad.onnx", "torch": "silero_vad.jit"}
@@ -85,13 +82,10 @@ def _onnx_network(path: Path) -> Network:
     return run
 
 
-def _torch_network(path: Path) -> Network:
+def _torch_network(wrapper: Any, path: Path) -> Network:
+    """The 16 kHz network of the loaded TorchScript file at `path` as a `Network`."""
     import torch
 
-    with warnings.catch_warnings():
-        # torch 2.9+ deprecates TorchScript loading; the package ships this format.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        wrapper = torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
     # The file's top-level module is the stateful wrapper; `_model` is its 16 kHz network.
     network = getattr(wrapper, "_model", None)
     if network is None:
@@ -133,8 +127,9 @@ class SileroVAD:
             raise ValueError(f"backend must be one of auto, {', '.join(MODEL_FILES)}; got {backend!r}")
         path = packaged_model_path(backend)
         try:
-            network = _onnx_network(path) if backend == "onnx" else _torch_network(path)
-            model = cls(network, backend, recording_scorer(packaged_model_path("torch")))
+            script = load_torchscript(packaged_model_path("torch"))  # whole recordings use it either way
+            network = _onnx_network(path) if backend == "onnx" else _torch_network(script, path)
+            model = cls(network, backend, recording_scorer(script))
             model._check_shapes()
             model._check_recording_scorer()
         except CheckpointError:

@@ -29,7 +29,7 @@ from engine.vad.base import WINDOW_SAMPLES
 logger = logging.getLogger(__name__)
 
 CONTEXT_SAMPLES = 64
-"""Samples before each window the network sees with it (the previous window's tail)."""
+"""Samples before each window the 16 kHz network sees with it (the previous window's tail)."""
 CHUNK_WINDOWS = 2048
 """Windows (~65 s) whose front runs in one call: ~5 MB of samples, so an hour is never copied
 whole (its probabilities are 450 KB)."""
@@ -38,13 +38,17 @@ RecordingScorer = Callable[[np.ndarray], np.ndarray]
 """16 kHz float32 mono -> (ceil(samples / WINDOW_SAMPLES),) float32 speech probabilities."""
 
 
-def recording_scorer(path: Path) -> RecordingScorer | None:
-    """The batched scorer of the TorchScript network at `path`; None where its pieces are not
-    where this module reads them."""
+def load_torchscript(path: Path) -> Any:
+    """The packaged TorchScript file at `path`, loaded on the CPU."""
     with warnings.catch_warnings():
         # torch 2.9+ deprecates TorchScript loading; the package ships this format.
         warnings.simplefilter("ignore", DeprecationWarning)
-        wrapper = torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
+        return torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
+
+
+def recording_scorer(wrapper: Any) -> RecordingScorer | None:
+    """The batched scorer of the loaded TorchScript file `wrapper` (`load_torchscript`); None
+    where its pieces are not where this module reads them."""
     try:
         network: Any = wrapper._model  # a ScriptModule: its attributes are untyped
         front = (network.stft, network.encoder)

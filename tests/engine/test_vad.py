@@ -394,11 +394,11 @@ def test_a_silero_release_without_the_pieces_scores_recordings_window_by_window(
 ) -> None:
     """A TorchScript file whose pieces are named otherwise gives no batched scorer (a warning,
     not an error), and a Silero without one scores a recording one window at a time."""
-    from engine.vad.silero_recording import recording_scorer
+    from engine.vad.silero_recording import load_torchscript, recording_scorer
 
     other = tmp_path / "other.jit"
     torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), str(other))  # type: ignore[no-untyped-call]
-    assert recording_scorer(other) is None
+    assert recording_scorer(load_torchscript(other)) is None
     plain = SileroVAD(silero._network, "onnx", recording=None)
     audio = recording.audio[: 3 * SAMPLE_RATE]
     np.testing.assert_array_equal(plain.score_recording(audio), speech_probs(silero, audio))
