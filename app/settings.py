@@ -82,7 +82,7 @@ class ServerSettings(BaseSettings):
     dtype: str = "auto"
     """'auto' (float16 on cuda, float32 on cpu), 'float32', 'float16', 'bfloat16'."""
     quantization: Literal["auto", "none", "int8_w8a8", "fp16", "bf16"] = "auto"
-    """Weight quantization: int8_w8a8 (int8 linears, CPU), fp16/bf16 (CUDA), none; 'auto' is int8_w8a8 on CPUs with int8 dot products (avx512_vnni, avx_vnni, amx_int8 flags) whose int8 GEMM is exact, else none; decided from the CPU, never a timing (see /v1/models quantization_reason)."""
+    """Weight quantization: int8_w8a8 (int8 linears, CPU), fp16/bf16 (CUDA), none; 'auto' is int8_w8a8 on CPUs with int8 dot products (avx512_vnni, avx_vnni, amx_int8 flags) whose int8 GEMM is exact, else none (Whisper under 'auto' on amx_bf16 CPUs also attends in bfloat16 in its encoder; an explicit int8_w8a8 is the same on every x86 CPU); decided from the CPU, never a timing (see /v1/models quantization_reason)."""
     quantization_option: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     """Quantization object options as KEY=VALUE, folded with --quantization into one object: ignore=GLOB,... keeps module paths in full precision (e.g. ignore=decoder.*), module_types=linear,pointwise_conv picks layer kinds. Repeat the flag; separate entries with ';' in the env var."""
     num_threads: int | None = None

@@ -118,7 +118,9 @@ class EngineConfig:
     'fp16'/'bf16' on CUDA; 'none' keeps the float type. 'auto' is int8_w8a8 on a CPU whose int8
     GEMM sums full-range int8 products exactly and that has int8 dot-product instructions
     (AVX512-VNNI, AVX-VNNI, AMX-INT8 in /proc/cpuinfo: engine/cpu_facts.py), and 'none'
-    elsewhere; decided from those facts, never a start-up timing (issue 35: a timed probe flipped
+    elsewhere (with, for Whisper on an AMX-BF16 CPU, the encoder's self-attention in bfloat16:
+    whisper/build.py `encoder_attention_dtype`; an explicit 'int8_w8a8' keeps it in float32, the same
+    numbers on every x86 CPU); decided from those facts, never a start-up timing (issue 35: a timed probe flipped
     with the machine's load, and the transcripts with it). Without the instructions, on an AMD
     EPYC Zen 3 (AVX2 only), the int8 GEMM is exact but ~20x slower than float32, and int8
     defaults ran the dev set 7.6x slower than float32 (an explicit int8_w8a8

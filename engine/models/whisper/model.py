@@ -63,6 +63,9 @@ class MultiHeadAttention(nn.Module):
         self.key = nn.Linear(n_state, n_state, bias=False)
         self.value = nn.Linear(n_state, n_state)
         self.out = nn.Linear(n_state, n_state)
+        self.attention_dtype: torch.dtype | None = None
+        """The float type `attend` computes its softmax attention in, where not the states' own
+        (build.py `encoder_attention_dtype`: bfloat16 for the encoder under 'auto' on an AMX CPU)."""
 
     def split_heads(self, x: Tensor) -> Tensor:
         b, t, c = x.shape
@@ -99,7 +102,12 @@ class MultiHeadAttention(nn.Module):
                 self.__dict__["fused_qkv"] = fuse_int8_layers([self.query, self.key, self.value])
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        kind = self.attention_dtype
+        if kind is None or kind == q.dtype:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        else:
+            out = F.scaled_dot_product_attention(q.to(kind), k.to(kind), v.to(kind),
+                                                 attn_mask=None if mask is None else mask.to(kind)).to(q.dtype)
         return self.out(self.merge_heads(out))
 
 

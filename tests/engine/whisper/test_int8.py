@@ -369,3 +369,96 @@ def test_auto_quantizes_only_on_cpus_with_int8_dot_products(monkeypatch: pytest.
     with caplog.at_level(logging.WARNING, logger="engine.models.whisper.build"):
         assert decide_layer_scheme(QuantizationConfig.parse("int8_w8a8"), cpu).scheme == "int8_w8a8"
     assert ("no int8 dot-product instructions" in caplog.text) is not vnni
+
+
+@pytest.mark.auto_quantization
+@pytest.mark.parametrize("flags", [{"avx512_vnni", "amx_int8", "amx_bf16"}, {"avx512_vnni", "avx512_bf16"}])
+def test_auto_attends_in_bfloat16_in_the_encoder_only_on_amx_bf16(monkeypatch: pytest.MonkeyPatch,
+                                                                  flags: set[str]) -> None:
+    """'auto' on a CPU with AMX-BF16 tiles computes the encoder's self-attention in bfloat16 (its
+    float32 softmax attention is most of an int8 encode there); an explicit int8_w8a8 never does,
+    so that its numbers stay the same on every x86 CPU, and neither does the decoder."""
+    from engine.models.whisper.build import encoder_attention_dtype
+    from engine.quantization import QuantizationDecision
+
+    monkeypatch.setattr("engine.models.whisper.build.host_cpu_facts", lambda: CpuFacts("test cpu", frozenset(flags)))
+    cpu, f32 = torch.device("cpu"), torch.float32
+    auto_int8 = QuantizationDecision("auto", "int8_w8a8", "test")
+    expected = torch.bfloat16 if "amx_bf16" in flags else None
+    assert encoder_attention_dtype(auto_int8, cpu, f32) is expected
+    assert encoder_attention_dtype(QuantizationDecision("int8_w8a8", "int8_w8a8", "set explicitly"), cpu, f32) is None
+    assert encoder_attention_dtype(QuantizationDecision("auto", "none", "test"), cpu, f32) is None
+    assert encoder_attention_dtype(auto_int8, cpu, torch.bfloat16) is None
+
+
+@pytest.mark.auto_quantization
+def test_auto_model_attends_as_its_cpu_decides() -> None:
+    """The loaded 'auto' model on this machine: bfloat16 encoder attention exactly where the CPU
+    has AMX-BF16 and 'auto' chose int8, said in the reason /v1/models shows; never in the decoder."""
+    from engine import EngineConfig
+    from engine.models.whisper.parts import WhisperParts
+
+    parts = WhisperParts.load(EngineConfig())
+    expected = torch.bfloat16 if parts.quantization == "int8_w8a8" and "amx_bf16" in host_cpu_facts().flags else None
+    assert {b.attn.attention_dtype for b in parts.model.encoder.blocks} == {expected}
+    assert all(b.attn.attention_dtype is None and b.cross_attn.attention_dtype is None
+               for b in parts.model.decoder.blocks)
+    assert ("encoder self-attention in bfloat16" in parts.quantization_reason) is (expected is not None)
+
+
+def test_bfloat16_attention_is_close_to_float32_and_keeps_the_float_type() -> None:
+    """`attend` in bfloat16 returns float32 states within bfloat16's rounding of the float32 result
+    (8 bits of mantissa: scores over 64 dims, values averaged), mask included."""
+    from engine.models.whisper.model import MultiHeadAttention
+
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(64, 2).eval()
+    q, k, v = (torch.randn(1, 2, 50, 32) for _ in range(3))
+    mask = torch.cat([torch.zeros(40), torch.full((10,), -2.0)]).view(1, 1, 1, -1)
+    with torch.inference_mode():
+        exact = attn.attend(q, k, v, mask)
+        attn.attention_dtype = torch.bfloat16
+        half = attn.attend(q, k, v, mask)
+    assert half.dtype == torch.float32
+    assert (half - exact).abs().max() < 0.05 * exact.abs().max()
+
+
+def test_bfloat16_encoder_attention_keeps_the_int8_dev_set_wer(clips: list[Clip], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The int8 path with the encoder's attention in bfloat16 ('auto' on an AMX-BF16 CPU, set here
+    on the int8_w8a8 path so that every CPU runs it) transcribes the dev set within half a point of
+    the int8 path's WER (greedy, no fallback: `test_int8_dev_set_wer_is_within_half_a_point_of_float32`)."""
+    from engine import ASREngine, EngineConfig
+    from engine.types import DecodingOptions
+
+    scored = [c for c in clips if c.duration <= 30.0]
+    refs = [c.text or "" for c in scored]
+    wers = {}
+    for attention in (None, torch.bfloat16):
+        monkeypatch.setattr("engine.models.whisper.build.encoder_attention_dtype", lambda *_, kind=attention: kind)
+        eng = ASREngine(EngineConfig(quantization="int8_w8a8"))
+        try:
+            assert {b.attn.attention_dtype for b in eng.runner.parts.model.encoder.blocks} == {attention}
+            outs = eng.transcribe_outputs([c.audio for c in scored], decoding=DecodingOptions(temperature_fallback=False))
+        finally:
+            eng.shutdown()
+        wers[attention] = wer(refs, [o.text for o in outs])
+    logger.info("dev set WER int8: float32 attention %.2f%%, bfloat16 encoder attention %.2f%%",
+                wers[None], wers[torch.bfloat16])
+    assert wers[torch.bfloat16] <= wers[None] + WER_MARGIN, wers
+
+
+def test_bfloat16_encoder_attention_does_not_depend_on_batch_mates() -> None:
+    """A window encodes bitwise the same in a batch as alone with the encoder attending in
+    bfloat16, as in float32: no transcript depends on what it was batched with."""
+    from engine import EngineConfig
+    from engine.models.whisper.parts import WhisperParts
+
+    encoder = WhisperParts.load(EngineConfig(quantization="int8_w8a8")).model.encoder
+    for block in encoder.blocks:
+        block.attn.attention_dtype = torch.bfloat16
+    torch.manual_seed(0)
+    mels = torch.randn(3, 80, 3000) * 0.5
+    with torch.inference_mode():
+        together = encoder(mels)
+        alone = torch.cat([encoder(mels[i : i + 1]) for i in range(3)])
+    assert torch.equal(together, alone)
