@@ -244,13 +244,14 @@ class TextDecoder(nn.Module):
         for layer, block in enumerate(self.blocks):
             if cross is None:
                 k, v = _project_own(block.cross_attn, audio_features, audio_positions if short else None,
-                                    [None if p is None else (p[0][layer], p[1][layer]) for p in projected or [None] * g])
+                                    [None if p is None else (p[0][layer], p[1][layer]) for p in projected or [None] * g],
+                                    self.cross_kv_dtype)
             else:
                 k, v = cross[0][layer], cross[1][layer]
-            if self.cross_kv_dtype is not None:
-                k, v = k.to(self.cross_kv_dtype), v.to(self.cross_kv_dtype)
-            cross_k.append(k.contiguous())  # read every step: a strided layout costs 10x in matmuls
-            cross_v.append(v.contiguous())
+            # read every step: a strided layout costs 10x in matmuls; cast and laid out in one copy
+            stored = self.cross_kv_dtype or k.dtype
+            cross_k.append(k.to(stored, memory_format=torch.contiguous_format))
+            cross_v.append(v.to(stored, memory_format=torch.contiguous_format))
             self_k.append(audio_features.new_zeros(rows, self.n_head, capacity, head_dim))
             self_v.append(audio_features.new_zeros(rows, self.n_head, capacity, head_dim))
         item_rows = list(repeats or [])
@@ -424,17 +425,19 @@ class Whisper(nn.Module):
 
 
 def _project_own(attn: MultiHeadAttention, features: Tensor, positions: list[int] | None,
-                 projected: list[tuple[Tensor, Tensor] | None]) -> tuple[Tensor, Tensor]:
+                 projected: list[tuple[Tensor, Tensor] | None], stored: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
     """Cross K/V (G, H, S, Dh) of features (G, S, C): item i's from `projected[i]` (1, H, own
     positions, Dh; `TextDecoder.project_cross`, computed beside the decoder) or projected here
     from its own `positions` only (items of one length together); the rest is zeros, which
     attention masks. Windows joining one live prefill differ in length by seconds (measured at 16
-    lockstep sessions: engine CPU 89.6 -> 87.4 s, identical transcripts)."""
+    lockstep sessions: engine CPU 89.6 -> 87.4 s, identical transcripts). `stored`: the float type
+    the K/V are kept in (the model's `cross_kv_dtype`), written in it here rather than copied into
+    it after: a long request's 16-window prefill zeroed, wrote and cast 37 MB of float32 a layer."""
     g, s, c = features.shape
     own = [s] * g if positions is None else positions
     if all(p is None for p in projected) and len(set(own)) == 1:
         return attn.project_kv(features[:, : own[0]])
-    stored = next((p[0].dtype for p in projected if p is not None), features.dtype)
+    stored = stored or next((p[0].dtype for p in projected if p is not None), features.dtype)
     k = features.new_zeros(g, attn.n_head, s, c // attn.n_head, dtype=stored)
     v = torch.zeros_like(k)
     for length in sorted({own[i] for i, p in enumerate(projected) if p is None}):
