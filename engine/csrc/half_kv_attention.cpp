@@ -7,6 +7,11 @@
 // that has them (AVX2 and AVX-512 machines alike), so results agree bit for bit between them.
 // An item's own positions may go on with a tail every item shares (Whisper's encoded silence after
 // a short 'fit' window): it is read from the item's length on, in the same softmax.
+// K/V rows are float16 (D values), or int8 (D values, then the row's float32 scale in 4 more bytes:
+// value = scale * int8; engine/ops/int8_kv.py packs them), a quarter of float32's bytes. An int8
+// row's values convert exactly to float32 and its scale multiplies the row's dot product (keys) or
+// its softmax weight (values), in the same order on every path, so the per-query and the blocked
+// paths agree bit for bit as they do for float16.
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Half.h>
@@ -15,6 +20,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -48,23 +55,56 @@ Operand operand_of(const at::Tensor& t) {
   return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)};
 }
 
+// Bytes after an int8 row's D values: its float32 scale.
+constexpr int64_t kScaleBytes = 4;
+
+template <typename Elem>
+constexpr bool kScaled = std::is_same_v<Elem, int8_t>;
+
+// An int8 row's scale (its last kScaleBytes, after the D values).
+inline float row_scale(const int8_t* row, int64_t D) {
+  float scale;
+  std::memcpy(&scale, row + D, sizeof scale);
+  return scale;
+}
+
 // Rows of one (item, head): its own positions, then (n > 0) the shared tail after them.
-struct HalfRows {
-  const c10::Half* k;
-  const c10::Half* v;
+template <typename Elem>
+struct KvRows {
+  const Elem* k;
+  const Elem* v;
   int64_t k_row, v_row, n;
 };
 
+// The scales of `own` then `tail`'s rows (keys: `key`, else values) into scales[0, own.n + tail.n).
+template <typename Elem>
+void gather_scales(const KvRows<Elem>& own, const KvRows<Elem>& tail, bool key, int64_t D, float* scales) {
+  int64_t at = 0;
+  for (const KvRows<Elem>* rows : {&own, &tail}) {
+    const Elem* base = key ? rows->k : rows->v;
+    const int64_t stride = key ? rows->k_row : rows->v_row;
+    for (int64_t s = 0; s < rows->n; ++s) scales[at++] = row_scale(base + s * stride, D);
+  }
+}
+
+// Softmax weights p[0, len) times their value rows' scales, in place (int8 values).
+inline void scale_weights(float* p, const float* scales, int64_t len) {
+  for (int64_t s = 0; s < len; ++s) p[s] *= scales[s];
+}
+
 // One query's softmax attention over `own` then `tail`: out (D) and the log-sum-exp; the scalar
 // reference for CPUs without AVX2/F16C/FMA and for head sizes the vector path does not take.
-void attend_scalar(const float* q, const HalfRows& own, const HalfRows& tail, int64_t D, float scale,
+template <typename Elem>
+void attend_scalar(const float* q, const KvRows<Elem>& own, const KvRows<Elem>& tail, int64_t D, float scale,
                    float* scores, float* out, float* lse) {
   float top = -std::numeric_limits<float>::infinity();
   int64_t at = 0;
-  for (const HalfRows* rows : {&own, &tail}) {
+  for (const KvRows<Elem>* rows : {&own, &tail}) {
     for (int64_t s = 0; s < rows->n; ++s, ++at) {
+      const Elem* row = rows->k + s * rows->k_row;
       float dot = 0.f;
-      for (int64_t d = 0; d < D; ++d) dot += q[d] * static_cast<float>(rows->k[s * rows->k_row + d]);
+      for (int64_t d = 0; d < D; ++d) dot += q[d] * static_cast<float>(row[d]);
+      if constexpr (kScaled<Elem>) dot *= row_scale(row, D);
       scores[at] = dot * scale;
       top = std::max(top, scores[at]);
     }
@@ -76,9 +116,12 @@ void attend_scalar(const float* q, const HalfRows& own, const HalfRows& tail, in
   }
   for (int64_t d = 0; d < D; ++d) out[d] = 0.f;
   at = 0;
-  for (const HalfRows* rows : {&own, &tail}) {
+  for (const KvRows<Elem>* rows : {&own, &tail}) {
     for (int64_t s = 0; s < rows->n; ++s, ++at) {
-      for (int64_t d = 0; d < D; ++d) out[d] += scores[at] * static_cast<float>(rows->v[s * rows->v_row + d]);
+      const Elem* row = rows->v + s * rows->v_row;
+      float p = scores[at];
+      if constexpr (kScaled<Elem>) p *= row_scale(row, D);
+      for (int64_t d = 0; d < D; ++d) out[d] += p * static_cast<float>(row[d]);
     }
   }
   for (int64_t d = 0; d < D; ++d) out[d] /= total;
@@ -94,8 +137,13 @@ OASR_AVX2_F16C inline __m256 load8(const c10::Half* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
+// 8 int8 values as float32 (exact).
+OASR_AVX2_F16C inline __m256 load8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
 // Rows already converted to float32 (a block of them, for several queries): the same values
-// load8 gives from their float16 (the conversion is exact), so the same scores and sums.
+// load8 gives from their float16 or int8 (the conversion is exact), so the same scores and sums.
 OASR_AVX2_F16C inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 
 
@@ -146,13 +194,16 @@ OASR_AVX2_F16C inline __m256 scores8(const __m256* q, const Elem* k, int64_t k_r
 
 // The scaled scores of n rows (k, k_row apart; the first at an 8-row boundary of its segment:
 // rows are taken eight at a time from there) into scores[0, n), and their running maximum.
+// `row_scales` (int8 rows): each row's dot product is multiplied by its scale first.
 template <int64_t kChunks, typename Elem>
 OASR_AVX2_F16C void score_rows(const __m256* q, int64_t runtime_chunks, __m256 scale8, const Elem* k, int64_t k_row,
-                               int64_t n, float* scores, __m256& top8) {
+                               int64_t n, float* scores, __m256& top8, const float* row_scales = nullptr) {
   const int64_t chunks = kChunks > 0 ? kChunks : runtime_chunks;
   const int64_t whole = n - n % 8;
   for (int64_t s = 0; s < whole; s += 8) {
-    const __m256 sc = _mm256_mul_ps(scores8<kChunks>(q, k + s * k_row, k_row, chunks), scale8);
+    __m256 dots = scores8<kChunks>(q, k + s * k_row, k_row, chunks);
+    if (row_scales != nullptr) dots = _mm256_mul_ps(dots, _mm256_loadu_ps(row_scales + s));
+    const __m256 sc = _mm256_mul_ps(dots, scale8);
     _mm256_storeu_ps(scores + s, sc);
     top8 = _mm256_max_ps(top8, sc);
   }
@@ -160,7 +211,9 @@ OASR_AVX2_F16C void score_rows(const __m256* q, int64_t runtime_chunks, __m256 s
     const Elem* row = k + s * k_row;
     __m256 a = _mm256_mul_ps(q[0], load8(row));
     for (int64_t c = 1; c < chunks; ++c) a = _mm256_fmadd_ps(q[c], load8(row + 8 * c), a);
-    scores[s] = sum8(a) * _mm256_cvtss_f32(scale8);  // sum8 adds as scores8's tree: the same score
+    float dot = sum8(a);  // sum8 adds as scores8's tree: the same score
+    if (row_scales != nullptr) dot *= row_scales[s];
+    scores[s] = dot * _mm256_cvtss_f32(scale8);
     top8 = _mm256_max_ps(top8, _mm256_set1_ps(scores[s]));
   }
 }
@@ -210,19 +263,23 @@ OASR_AVX2_F16C inline void accumulate_values(__m256* acc, int64_t chunks, const 
 }
 
 // One query's softmax over `own` followed by `tail` (the shared silence after an item's own
-// positions; n = 0: none); `scores` holds both.
-template <int64_t kChunks>
-OASR_AVX2_F16C void attend_vector(const float* q_in, const HalfRows& own, const HalfRows& tail, int64_t D,
-                                  float scale, float* scores, float* out, float* lse) {
+// positions; n = 0: none); `scores` holds both. Int8 rows: `k_scales` / `v_scales` hold their
+// rows' scales (gather_scales), as `scores` does its scores.
+template <int64_t kChunks, typename Elem>
+OASR_AVX2_F16C void attend_vector(const float* q_in, const KvRows<Elem>& own, const KvRows<Elem>& tail, int64_t D,
+                                  float scale, float* scores, const float* k_scales, const float* v_scales,
+                                  float* out, float* lse) {
   const int64_t chunks = kChunks > 0 ? kChunks : D / 8, len = own.n + tail.n;
   __m256 q[kMaxChunks];
   for (int64_t c = 0; c < chunks; ++c) q[c] = _mm256_loadu_ps(q_in + 8 * c);
   const __m256 scale8 = _mm256_set1_ps(scale);
   __m256 top8 = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  score_rows<kChunks>(q, chunks, scale8, own.k, own.k_row, own.n, scores, top8);
-  score_rows<kChunks>(q, chunks, scale8, tail.k, tail.k_row, tail.n, scores + own.n, top8);
+  score_rows<kChunks>(q, chunks, scale8, own.k, own.k_row, own.n, scores, top8, k_scales);
+  score_rows<kChunks>(q, chunks, scale8, tail.k, tail.k_row, tail.n, scores + own.n, top8,
+                      k_scales == nullptr ? nullptr : k_scales + own.n);
   const float top = max8(top8);
   const float total = exp_in_place(scores, len, top);
+  if (v_scales != nullptr) scale_weights(scores, v_scales, len);
   __m256 acc[kMaxChunks];
   for (int64_t c = 0; c < chunks; ++c) acc[c] = _mm256_setzero_ps();
   accumulate_values<kChunks>(acc, chunks, scores, own.v, own.v_row, own.n);
@@ -252,8 +309,9 @@ struct QueryScratch {
         totals(new float[T]) {}
 };
 
-// rows[0, n) of a float16 segment into `block` as float32, D apart.
-OASR_AVX2_F16C inline void convert_rows(const c10::Half* rows, int64_t row_stride, int64_t n, int64_t D, float* block) {
+// rows[0, n) of a float16 or int8 segment into `block` as float32, D apart (int8: unscaled).
+template <typename Elem>
+OASR_AVX2_F16C inline void convert_rows(const Elem* rows, int64_t row_stride, int64_t n, int64_t D, float* block) {
   for (int64_t s = 0; s < n; ++s) {
     for (int64_t d = 0; d < D; d += 8) _mm256_storeu_ps(block + s * D + d, load8(rows + s * row_stride + d));
   }
@@ -262,10 +320,10 @@ OASR_AVX2_F16C inline void convert_rows(const c10::Half* rows, int64_t row_strid
 // T queries (D apart) over the same rows: what attend_vector gives each of them, bit for bit
 // (the same operations in the same order per query), with every float16 row converted once for
 // all queries instead of once per query (the conversion, not the arithmetic, bounds a query).
-template <int64_t kChunks>
-OASR_AVX2_F16C void attend_queries(const float* q_in, int64_t T, const HalfRows& own, const HalfRows& tail,
-                                   int64_t D, float scale, QueryScratch& scratch, int64_t most, float* out,
-                                   float* lse) {
+template <int64_t kChunks, typename Elem>
+OASR_AVX2_F16C void attend_queries(const float* q_in, int64_t T, const KvRows<Elem>& own, const KvRows<Elem>& tail,
+                                   int64_t D, float scale, QueryScratch& scratch, int64_t most, const float* k_scales,
+                                   const float* v_scales, float* out, float* lse) {
   const int64_t chunks = kChunks > 0 ? kChunks : D / 8, len = own.n + tail.n;
   const __m256 scale8 = _mm256_set1_ps(scale);
   float* block = scratch.block.get();
@@ -273,7 +331,7 @@ OASR_AVX2_F16C void attend_queries(const float* q_in, int64_t T, const HalfRows&
     _mm256_storeu_ps(scratch.top.get() + 8 * t, _mm256_set1_ps(-std::numeric_limits<float>::infinity()));
   }
   int64_t base = 0;
-  for (const HalfRows* rows : {&own, &tail}) {
+  for (const KvRows<Elem>* rows : {&own, &tail}) {
     for (int64_t b = 0; b < rows->n; b += kBlockRows) {
       const int64_t n = std::min(kBlockRows, rows->n - b);
       convert_rows(rows->k + b * rows->k_row, rows->k_row, n, D, block);
@@ -282,7 +340,8 @@ OASR_AVX2_F16C void attend_queries(const float* q_in, int64_t T, const HalfRows&
         for (int64_t c = 0; c < chunks; ++c) q[c] = _mm256_loadu_ps(q_in + t * D + 8 * c);
         __m256 top8 = _mm256_loadu_ps(scratch.top.get() + 8 * t);
         score_rows<kChunks>(q, chunks, scale8, static_cast<const float*>(block), D, n,
-                            scratch.scores.get() + t * most + base + b, top8);
+                            scratch.scores.get() + t * most + base + b, top8,
+                            k_scales == nullptr ? nullptr : k_scales + base + b);
         _mm256_storeu_ps(scratch.top.get() + 8 * t, top8);
       }
     }
@@ -293,10 +352,11 @@ OASR_AVX2_F16C void attend_queries(const float* q_in, int64_t T, const HalfRows&
     const float top = max8(_mm256_loadu_ps(scratch.top.get() + 8 * t));
     totals[t] = exp_in_place(scratch.scores.get() + t * most, len, top);
     lse[t] = top + std::log(totals[t]);
+    if (v_scales != nullptr) scale_weights(scratch.scores.get() + t * most, v_scales, len);
   }
   std::fill(scratch.acc.get(), scratch.acc.get() + T * D, 0.f);
   base = 0;
-  for (const HalfRows* rows : {&own, &tail}) {
+  for (const KvRows<Elem>* rows : {&own, &tail}) {
     for (int64_t b = 0; b < rows->n; b += kBlockRows) {
       const int64_t n = std::min(kBlockRows, rows->n - b);
       convert_rows(rows->v + b * rows->v_row, rows->v_row, n, D, block);
@@ -328,10 +388,85 @@ bool vector_path(int64_t D) {
 bool vector_path(int64_t) { return false; }
 #endif
 
+// Every (item, head) of a call: item g's own rows and the tail's after them, its T queries.
+struct Call {
+  const float* q;
+  const int64_t* lengths;
+  float* out;
+  float* lse;
+  Operand k, v;
+  const void* k_tail;
+  const void* v_tail;
+  int64_t kt_head, kt_row, vt_head, vt_row, S_tail, most, G, H, T, D;
+  float scale;
+};
+
+template <typename Elem>
+void run(const Call& c) {
+  const bool vector = vector_path(c.D);
+  const int64_t D = c.D, T = c.T, H = c.H;
+  const Elem* kt = static_cast<const Elem*>(c.k_tail);
+  const Elem* vt = static_cast<const Elem*>(c.v_tail);
+  at::parallel_for(0, c.G * H, 1, [&](int64_t begin, int64_t end) {
+    std::unique_ptr<float[]> scores_buf(new float[c.most]);
+    float* scores = scores_buf.get();
+    // int8 rows: their scales, gathered once per (item, head) (float16: none)
+    std::unique_ptr<float[]> scale_buf(kScaled<Elem> ? new float[2 * c.most] : nullptr);
+    float* k_scales = scale_buf.get();
+    float* v_scales = kScaled<Elem> ? k_scales + c.most : nullptr;
+    std::unique_ptr<QueryScratch> scratch;
+    for (int64_t gh = begin; gh < end; ++gh) {
+      const int64_t g = gh / H, h = gh % H, len = c.lengths[g];
+      const int64_t tail_n = std::max<int64_t>(0, c.S_tail - len);
+      const KvRows<Elem> own{c.k.rows<Elem>(g, h), c.v.rows<Elem>(g, h), c.k.row_stride, c.v.row_stride, len};
+      const KvRows<Elem> tail{tail_n ? kt + h * c.kt_head + len * c.kt_row : nullptr,
+                              tail_n ? vt + h * c.vt_head + len * c.vt_row : nullptr, c.kt_row, c.vt_row, tail_n};
+      if constexpr (kScaled<Elem>) {
+        gather_scales(own, tail, true, D, k_scales);
+        gather_scales(own, tail, false, D, v_scales);
+      }
+#ifdef OASR_HALF_KV_VECTOR
+      if (vector && T >= kBlockedQueries) {
+        if (!scratch) scratch = std::make_unique<QueryScratch>(T, c.most, D);
+        const float* q_rows = c.q + gh * T * D;
+        if (D == 64) {
+          attend_queries<8>(q_rows, T, own, tail, D, c.scale, *scratch, c.most, k_scales, v_scales,
+                            c.out + gh * T * D, c.lse + gh * T);
+        } else {
+          attend_queries<0>(q_rows, T, own, tail, D, c.scale, *scratch, c.most, k_scales, v_scales,
+                            c.out + gh * T * D, c.lse + gh * T);
+        }
+        continue;
+      }
+      if (vector) {
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t at_q = gh * T + t;
+          // a head size of 64 (every Whisper model's) is unrolled: its accumulators stay in registers
+          if (D == 64) {
+            attend_vector<8>(c.q + at_q * D, own, tail, D, c.scale, scores, k_scales, v_scales, c.out + at_q * D,
+                             c.lse + at_q);
+          } else {
+            attend_vector<0>(c.q + at_q * D, own, tail, D, c.scale, scores, k_scales, v_scales, c.out + at_q * D,
+                             c.lse + at_q);
+          }
+        }
+        continue;
+      }
+#endif
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t at_q = gh * T + t;
+        attend_scalar(c.q + at_q * D, own, tail, D, c.scale, scores, c.out + at_q * D, c.lse + at_q);
+      }
+    }
+  });
+  (void)vector;
+}
+
 }  // namespace
 
-// q (G, H, T, D) float32; k, v (G, H, S, D) float16, rows contiguous; lengths (G,) int64: item g
-// attends over its first lengths[g] rows and, with k_tail / v_tail (H, S_tail, D) float16 (shared
+// q (G, H, T, D) float32; k, v (G, H, S, D) float16, or (G, H, S, D + 4) int8 rows with their
+// scales (engine/ops/int8_kv.py), rows contiguous; lengths (G,) int64: item g attends over its
+// first lengths[g] rows and, with k_tail / v_tail (H, S_tail, D or D + 4) of the same kind (shared
 // by every item: Whisper's encoded silence), over their rows from lengths[g] on, in one softmax.
 // Returns out (G, H, T, D) float32 and lse (G, H, T).
 std::tuple<at::Tensor, at::Tensor> half_kv_attention(const at::Tensor& q_in, const at::Tensor& k,
@@ -341,16 +476,19 @@ std::tuple<at::Tensor, at::Tensor> half_kv_attention(const at::Tensor& q_in, con
   const at::Device cpu(at::kCPU);
   check_arg(kOp, "q", q_in, at::kFloat, {-1, -1, -1, -1}, cpu);
   const int64_t G = q_in.size(0), H = q_in.size(1), T = q_in.size(2), D = q_in.size(3);
-  check_arg(kOp, "k", k, at::kHalf, {G, H, -1, D}, cpu);
-  check_arg(kOp, "v", v, at::kHalf, {G, H, k.size(2), D}, cpu);
+  const bool int8 = k.scalar_type() == at::kChar;
+  const at::ScalarType kind = int8 ? at::kChar : at::kHalf;
+  const int64_t width = int8 ? D + kScaleBytes : D;  // a stored row's elements
+  check_arg(kOp, "k", k, kind, {G, H, -1, width}, cpu);
+  check_arg(kOp, "v", v, kind, {G, H, k.size(2), width}, cpu);
   check_arg(kOp, "lengths", lengths_in, at::kLong, {G}, cpu);
   TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1, kOp, ": k and v must have contiguous rows");
   TORCH_CHECK(k_tail.has_value() == v_tail.has_value(), kOp, ": k_tail and v_tail come together");
   const bool with_tail = k_tail.has_value();
   int64_t S_tail = 0;
   if (with_tail) {
-    check_arg(kOp, "k_tail", *k_tail, at::kHalf, {H, -1, D}, cpu);
-    check_arg(kOp, "v_tail", *v_tail, at::kHalf, {H, k_tail->size(1), D}, cpu);
+    check_arg(kOp, "k_tail", *k_tail, kind, {H, -1, width}, cpu);
+    check_arg(kOp, "v_tail", *v_tail, kind, {H, k_tail->size(1), width}, cpu);
     TORCH_CHECK(k_tail->stride(2) == 1 && v_tail->stride(2) == 1, kOp, ": k_tail and v_tail must have contiguous rows");
     S_tail = k_tail->size(1);
   }
@@ -360,59 +498,17 @@ std::tuple<at::Tensor, at::Tensor> half_kv_attention(const at::Tensor& q_in, con
   const at::Tensor lengths = lengths_in.contiguous();
   at::Tensor out = at::empty({G, H, T, D}, q.options());
   at::Tensor lse = at::empty({G, H, T}, q.options());
-  const float* q_data = q.data_ptr<float>();
-  const int64_t* len_data = lengths.data_ptr<int64_t>();
-  float* out_data = out.data_ptr<float>();
-  float* lse_data = lse.data_ptr<float>();
-  const Operand ko = operand_of(k), vo = operand_of(v);
-  const c10::Half* kt = with_tail ? k_tail->data_ptr<c10::Half>() : nullptr;
-  const c10::Half* vt = with_tail ? v_tail->data_ptr<c10::Half>() : nullptr;
-  const int64_t kt_head = with_tail ? k_tail->stride(0) : 0, kt_row = with_tail ? k_tail->stride(1) : 0;
-  const int64_t vt_head = with_tail ? v_tail->stride(0) : 0, vt_row = with_tail ? v_tail->stride(1) : 0;
-  const bool vector = vector_path(D);
-  const float fscale = static_cast<float>(scale);
-  const int64_t most = std::max(S, S_tail);
-  at::parallel_for(0, G * H, 1, [&](int64_t begin, int64_t end) {
-    std::unique_ptr<float[]> scores_buf(new float[most]);
-    float* scores = scores_buf.get();
-    std::unique_ptr<QueryScratch> scratch;
-    for (int64_t gh = begin; gh < end; ++gh) {
-      const int64_t g = gh / H, h = gh % H, len = len_data[g];
-      const int64_t tail_n = std::max<int64_t>(0, S_tail - len);
-      const HalfRows own{ko.rows<c10::Half>(g, h), vo.rows<c10::Half>(g, h), ko.row_stride, vo.row_stride, len};
-      const HalfRows tail{tail_n ? kt + h * kt_head + len * kt_row : nullptr,
-                          tail_n ? vt + h * vt_head + len * vt_row : nullptr, kt_row, vt_row, tail_n};
-#ifdef OASR_HALF_KV_VECTOR
-      if (vector && T >= kBlockedQueries) {
-        if (!scratch) scratch = std::make_unique<QueryScratch>(T, most, D);
-        const float* q_rows = q_data + gh * T * D;
-        if (D == 64) {
-          attend_queries<8>(q_rows, T, own, tail, D, fscale, *scratch, most, out_data + gh * T * D, lse_data + gh * T);
-        } else {
-          attend_queries<0>(q_rows, T, own, tail, D, fscale, *scratch, most, out_data + gh * T * D, lse_data + gh * T);
-        }
-        continue;
-      }
-      if (vector) {
-        for (int64_t t = 0; t < T; ++t) {
-          const int64_t at_q = gh * T + t;
-          // a head size of 64 (every Whisper model's) is unrolled: its accumulators stay in registers
-          if (D == 64) {
-            attend_vector<8>(q_data + at_q * D, own, tail, D, fscale, scores, out_data + at_q * D, lse_data + at_q);
-          } else {
-            attend_vector<0>(q_data + at_q * D, own, tail, D, fscale, scores, out_data + at_q * D, lse_data + at_q);
-          }
-        }
-        continue;
-      }
-#endif
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t at_q = gh * T + t;
-        attend_scalar(q_data + at_q * D, own, tail, D, fscale, scores, out_data + at_q * D, lse_data + at_q);
-      }
-    }
-  });
-  (void)vector;
+  Call call{q.data_ptr<float>(), lengths.data_ptr<int64_t>(), out.data_ptr<float>(), lse.data_ptr<float>(),
+            operand_of(k), operand_of(v),
+            with_tail ? k_tail->data_ptr() : nullptr, with_tail ? v_tail->data_ptr() : nullptr,
+            with_tail ? k_tail->stride(0) : 0, with_tail ? k_tail->stride(1) : 0,
+            with_tail ? v_tail->stride(0) : 0, with_tail ? v_tail->stride(1) : 0,
+            S_tail, std::max(S, S_tail), G, H, T, D, static_cast<float>(scale)};
+  if (int8) {
+    run<int8_t>(call);
+  } else {
+    run<c10::Half>(call);
+  }
   return {out, lse};
 }
 

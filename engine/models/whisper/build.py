@@ -68,9 +68,11 @@ def build_model(ckpt_dir: str, config: EngineConfig, device: torch.device,
     if device.type == "cpu" and model.decoder.output_projection is None:
         model.decoder.keep_output_weight_transposed(transposed)
     if decision.scheme == "int8_w8a8" and dtype == torch.float32 and half_kv_kernel(device):
-        # the int8 path's cross K/V in float16: half the bytes its memory-bound decoder steps read
-        # (measured: 240 -> 147 us per window and layer; the float32 path stays the reference's)
-        model.decoder.cross_kv_dtype = torch.float16
+        # the int8 path's cross K/V as int8 rows with a scale each (engine/ops/int8_kv.py): a
+        # quarter of float32's bytes, which its memory-bound decoder steps read (measured, one
+        # query, 16 windows: float32 240, float16 102-147, int8 56 us per window and layer); the
+        # float32 path stays the reference's
+        model.decoder.cross_kv_dtype = torch.int8
     return model, ckpt, decision
 
 

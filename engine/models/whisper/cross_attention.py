@@ -49,14 +49,14 @@ def attend_run(q: Tensor, layer: int, cache: DecoderCache, run: CrossRun, silenc
 
 
 def _half_store(cache: DecoderCache) -> bool:
-    """float16 K/V under float32 states: a model with `cross_kv_dtype` (a float16 model's K/V are
-    float16 too, and attend in float16 as they are)."""
-    return (bool(cache.cross_k) and cache.cross_k[0].dtype == torch.float16
+    """float16 or packed int8 K/V under float32 states: a model with `cross_kv_dtype` (a float16
+    model's K/V are float16 too, and attend in float16 as they are)."""
+    return (bool(cache.cross_k) and cache.cross_k[0].dtype in (torch.float16, torch.int8)
             and cache.self_k[0].dtype == torch.float32)
 
 
 def _attend_half(q: Tensor, layer: int, cache: DecoderCache, run: CrossRun) -> Tensor:
-    """`attend_run` over float16 K/V (a model with `cross_kv_dtype`): in one kernel call, each item
+    """`attend_run` over float16 or int8 K/V (a model with `cross_kv_dtype`): in one kernel call, each item
     over its own positions and then, where its context goes on with the shared silence, over the
     silence's positions after them, in one softmax per (item, head)."""
     items = run.items
@@ -73,7 +73,7 @@ def _attend_half(q: Tensor, layer: int, cache: DecoderCache, run: CrossRun) -> T
 def cross_runs(cache: DecoderCache, queries: int = 1) -> list[tuple[CrossRun, Tensor | None]]:
     """The cache's runs (`DecoderCache.item_runs`) for `queries` positions per row, each
     batched live one with its (G, 1, 1, S + 1500) additive mask over [own positions, silence
-    positions] per item (float32 K/V: float16 ones are read by a kernel that needs none)."""
+    positions] per item (float32 K/V: float16 and int8 ones are read by a kernel that needs none)."""
     runs: list[tuple[CrossRun, Tensor | None]] = []
     half = _half_store(cache)
     for run in cache.item_runs(batch_live=queries == 1):

@@ -61,11 +61,12 @@ def window_request(request: Request, window: SpeechWindow) -> Request:
 
 WINDOWS_IN_FLIGHT = 32
 """Most windows of one long request started and not done at once (fewer where the batch has fewer
-rows). A window in the batch holds ~15 MB, mostly its decoder cross K/V (float16, 1500 positions,
-four layers): an hour of audio (120 windows) through the engine API, int8, two threads, 16 / 32 /
-64 in flight took 34.5 / 33.1 / 33.1 s at a request peak of 755 / 1167 / 1440 MiB over the loaded
-engine (`python -m benchmarks.family_hour --families whisper --threads 2`): past 32 the batch
-runs no faster, and a second long request still finds rows beside it."""
+rows). A window in the batch held ~15 MB, mostly its decoder cross K/V (float16 then, 1500
+positions, four layers): an hour of audio (120 windows) through the engine API, int8, two threads,
+16 / 32 / 64 in flight took 34.5 / 33.1 / 33.1 s at a request peak of 755 / 1167 / 1440 MiB over
+the loaded engine (`python -m benchmarks.family_hour --families whisper --threads 2`): past 32 the
+batch runs no faster, and a second long request still finds rows beside it. With int8 cross K/V
+(4.9 MB a window against 9.2) the same hour at 32 took 28.5 s at a request peak of 843 MiB."""
 
 WindowFeatures = Callable[[list[Request]], list[Tensor]]
 """Window requests -> their log-mel features (the collator's, collate.py), in order."""

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from engine.models.whisper.cache import CrossRun, DecoderCache
 from engine.models.whisper.cross_attention import attend_run, cross_runs
 from engine.models.whisper.int8 import Int8Linear, fuse_int8_layers
+from engine.ops.int8_kv import pack_int8_rows, unpack_int8_rows
 
 
 @dataclass(frozen=True)
@@ -202,9 +203,10 @@ class TextDecoder(nn.Module):
         )
         self.ln = nn.LayerNorm(dims.n_text_state)
         self.cross_kv_dtype: torch.dtype | None = None
-        """The dtype items' cross K/V are stored in (None: the model's). float16 on the CPU int8 path
-        (build.py): a decoder step reads every window's K/V and is bound by memory bandwidth, and the
-        float16 kernel reads half the bytes (engine/ops/half_kv_attention.py)."""
+        """The dtype items' cross K/V are stored in (None: the model's; torch.int8: packed int8 rows
+        with a scale each, engine/ops/int8_kv.py). int8 on the CPU int8 path (build.py): a decoder
+        step reads every window's K/V and is bound by memory bandwidth, and the kernel
+        (engine/ops/half_kv_attention.py) reads int8 rows in 68 bytes against float16's 128."""
         self.output_projection: nn.Module | None = None
         # a buffer, so that `.to()` moves and casts it with the embedding; not in the state dict
         self.output_weight_kn: Tensor | None
@@ -248,10 +250,8 @@ class TextDecoder(nn.Module):
                                     self.cross_kv_dtype)
             else:
                 k, v = cross[0][layer], cross[1][layer]
-            # read every step: a strided layout costs 10x in matmuls; cast and laid out in one copy
-            stored = self.cross_kv_dtype or k.dtype
-            cross_k.append(k.to(stored, memory_format=torch.contiguous_format))
-            cross_v.append(v.to(stored, memory_format=torch.contiguous_format))
+            cross_k.append(_stored(k, self.cross_kv_dtype))
+            cross_v.append(_stored(v, self.cross_kv_dtype))
             self_k.append(audio_features.new_zeros(rows, self.n_head, capacity, head_dim))
             self_v.append(audio_features.new_zeros(rows, self.n_head, capacity, head_dim))
         item_rows = list(repeats or [])
@@ -279,10 +279,8 @@ class TextDecoder(nn.Module):
         ks, vs = [], []
         for block in self.blocks:
             k, v = block.cross_attn.project_kv(features)
-            if self.cross_kv_dtype is not None:
-                k, v = k.to(self.cross_kv_dtype), v.to(self.cross_kv_dtype)
-            ks.append(k.contiguous())
-            vs.append(v.contiguous())
+            ks.append(_stored(k, self.cross_kv_dtype))
+            vs.append(_stored(v, self.cross_kv_dtype))
         return ks, vs
 
     def silence_kv(self, silence_features: Tensor) -> tuple[list[Tensor], list[Tensor]]:
@@ -374,7 +372,7 @@ class TextDecoder(nn.Module):
             q = block.cross_attn.split_heads(block.cross_attn.query(h))
             if any(lh[0] == layer for lh in heads):
                 scale = q.shape[-1] ** -0.5
-                k = audio.cross_k[layer][:, :, :n_audio].to(q.dtype)
+                k = _values(audio.cross_k[layer][:, :, :n_audio]).to(q.dtype)
                 qk = (q @ k.transpose(-1, -2)).float() * scale  # (1, H, T, n_audio)
                 w = torch.softmax(qk, dim=-1)
                 for lh in heads:
@@ -424,28 +422,45 @@ class Whisper(nn.Module):
         self.decoder = TextDecoder(dims)
 
 
+def _stored(x: Tensor, kind: torch.dtype | None) -> Tensor:
+    """Cross K/V x as the cache keeps them, contiguous (read every step: a strided layout costs 10x
+    in matmuls), cast and laid out in one copy: packed int8 rows where `kind` is torch.int8 (x
+    packed already passes through), else x in `kind` (None: its own float type)."""
+    if x.dtype == torch.int8:
+        return x.contiguous()
+    if kind == torch.int8:
+        return pack_int8_rows(x)
+    return x.to(kind or x.dtype, memory_format=torch.contiguous_format)
+
+
+def _values(stored: Tensor) -> Tensor:
+    """The values of stored cross K/V (packed int8 rows unpacked to float32)."""
+    return unpack_int8_rows(stored) if stored.dtype == torch.int8 else stored
+
+
 def _project_own(attn: MultiHeadAttention, features: Tensor, positions: list[int] | None,
-                 projected: list[tuple[Tensor, Tensor] | None], stored: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
-    """Cross K/V (G, H, S, Dh) of features (G, S, C): item i's from `projected[i]` (1, H, own
-    positions, Dh; `TextDecoder.project_cross`, computed beside the decoder) or projected here
-    from its own `positions` only (items of one length together); the rest is zeros, which
-    attention masks. Windows joining one live prefill differ in length by seconds (measured at 16
-    lockstep sessions: engine CPU 89.6 -> 87.4 s, identical transcripts). `stored`: the float type
-    the K/V are kept in (the model's `cross_kv_dtype`), written in it here rather than copied into
-    it after: a long request's 16-window prefill zeroed, wrote and cast 37 MB of float32 a layer."""
-    g, s, c = features.shape
+                 projected: list[tuple[Tensor, Tensor] | None], kind: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
+    """Cross K/V (G, H, S, Dh) of features (G, S, C), stored as `kind` (`_stored`): item i's from
+    `projected[i]` (1, H, own positions, Dh, stored; `TextDecoder.project_cross`, computed beside
+    the decoder) or projected here from its own `positions` only (items of one length together);
+    the rest is zeros, which attention masks. Windows joining one live prefill differ in length by
+    seconds (measured at 16 lockstep sessions: engine CPU 89.6 -> 87.4 s, identical transcripts).
+    Each piece is stored as it is projected, not the whole after: a long request's 16-window
+    prefill zeroed, wrote and cast 37 MB of float32 a layer."""
+    g, s, _ = features.shape
     own = [s] * g if positions is None else positions
     if all(p is None for p in projected) and len(set(own)) == 1:
-        return attn.project_kv(features[:, : own[0]])
-    stored = stored or next((p[0].dtype for p in projected if p is not None), features.dtype)
-    k = features.new_zeros(g, attn.n_head, s, c // attn.n_head, dtype=stored)
-    v = torch.zeros_like(k)
+        k, v = attn.project_kv(features[:, : own[0]])
+        return _stored(k, kind), _stored(v, kind)
+    pieces = [(torch.tensor([i], device=features.device), p[0], p[1]) for i, p in enumerate(projected) if p is not None]
     for length in sorted({own[i] for i, p in enumerate(projected) if p is None}):
         items = torch.tensor([i for i, p in enumerate(projected) if p is None and own[i] == length],
                              device=features.device)
         k_own, v_own = attn.project_kv(features[items, :length])
-        k[items, :, :length], v[items, :, :length] = k_own.to(stored), v_own.to(stored)
-    for i, p in enumerate(projected):
-        if p is not None:
-            k[i, :, : p[0].shape[2]], v[i, :, : p[1].shape[2]] = p[0][0], p[1][0]
+        pieces.append((items, _stored(k_own, kind), _stored(v_own, kind)))
+    like = pieces[0][1]
+    k = like.new_zeros(g, like.shape[1], s, like.shape[3])
+    v = torch.zeros_like(k)
+    for items, k_own, v_own in pieces:
+        k[items, :, : k_own.shape[2]], v[items, :, : v_own.shape[2]] = k_own, v_own
     return k, v

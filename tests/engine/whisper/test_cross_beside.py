@@ -49,9 +49,16 @@ def test_cross_kv_projected_beside_are_bitwise_the_prefills(int8_parts: Any) -> 
                 assert got.cross_k[layer].is_contiguous()
     # a wrong projection is seen: the check above can fail
     with torch.inference_mode():
-        wrong = [(list(k), [v_ * 1.001 for v_ in v]) for k, v in beside]
+        wrong = [(list(k), [_nudged(v_) for v_ in v]) for k, v in beside]
         got = decoder.new_cache(feats, capacity=4, audio_positions=positions, silence=silence, projected=wrong)
     assert not torch.equal(got.cross_v[0][0, :, : positions[0]], expected.cross_v[0][0, :, : positions[0]])
+
+
+def _nudged(stored: torch.Tensor) -> torch.Tensor:
+    """Stored K/V (float16, or packed int8 rows) with one value of its first row one step off."""
+    out = stored.clone()
+    out[..., 0, 0] += 1
+    return out
 
 
 def test_a_float_model_projects_in_its_prefill() -> None:
