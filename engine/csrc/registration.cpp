@@ -44,8 +44,10 @@ TORCH_LIBRARY(oasr, m) {
   // Monotonic DTW path through a (text, time) cost matrix: Whisper's word timestamps
   // (engine/ops/dtw.py).
   m.def("dtw_path(Tensor cost) -> (Tensor text_idx, Tensor time_idx)");
-  // Attention of float32 queries over float16 keys and values and its log-sum-exp: Whisper's
-  // decoder cross-attention on a CPU (engine/ops/half_kv_attention.py).
+  // Rows of float32 keys or values as int8 with a float32 scale each (engine/ops/int8_kv.py).
+  m.def("pack_int8_kv(Tensor x) -> Tensor");
+  // Attention of float32 queries over float16 (or packed int8) keys and values and its
+  // log-sum-exp: Whisper's decoder cross-attention on a CPU (engine/ops/half_kv_attention.py).
   m.def(
       "half_kv_attention(Tensor q, Tensor k, Tensor v, Tensor lengths, float scale, Tensor? k_tail=None, "
       "Tensor? v_tail=None) -> (Tensor out, Tensor lse)");

@@ -8,6 +8,8 @@ their Python references.
 | `kaldi_fbank` (CUDA; CPU twin for tests) | `kaldi_fbank_reference` (engine/fbank.py) | `KaldiFbank` on CUDA devices |
 | `rnnt_greedy_label_loop` (`TransducerWeights`) | `rnnt_greedy_label_loop_reference` | NeMo transducer greedy decoding |
 | `dtw_path` | `dtw_path_reference` | Whisper word timestamps (every live pass) |
+| `half_kv_attention` (float16 or packed int8 K/V) | `half_kv_attention_reference` | Whisper decoder cross-attention (CPU int8 path) |
+| `pack_int8_rows` (int8_kv.py) | `pack_int8_rows_reference` | Whisper cross K/V packing at prefill (CPU int8 path) |
 
 Transducer beam searches run in Python only (90 %+ of their time is the prediction network and
 joint over the hypotheses, measured in benchmarks/records/history.md): `malsd.malsd_search` (NeMo's

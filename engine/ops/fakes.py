@@ -83,6 +83,10 @@ def register() -> None:
     def _pack_int8_rows_weight(weight: torch.Tensor) -> torch.Tensor:
         return weight.new_empty(weight.shape[1] // 4, weight.shape[0], 4)
 
+    @torch.library.register_fake("oasr::pack_int8_kv")
+    def _pack_int8_kv(x: torch.Tensor) -> torch.Tensor:
+        return x.new_empty(*x.shape[:-1], x.shape[-1] + 4, dtype=torch.int8)
+
     @torch.library.register_fake("oasr::half_kv_attention")
     def _half_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor,
                            scale: float, k_tail: torch.Tensor | None = None,

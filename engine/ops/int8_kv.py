@@ -19,14 +19,26 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["SCALE_BYTES", "pack_int8_rows", "unpack_int8_rows"]
+from engine.ops.extension import kernel_for
+from engine.ops.extension import use_extension as resolve_use_extension
+
+__all__ = ["SCALE_BYTES", "pack_int8_rows", "pack_int8_rows_reference", "unpack_int8_rows"]
 
 SCALE_BYTES = 4
 """Bytes after a packed row's values: its float32 scale."""
 
 
-def pack_int8_rows(x: Tensor) -> Tensor:
-    """Rows x (..., D) float -> (..., D + SCALE_BYTES) int8: each row's int8 values, then its scale."""
+def pack_int8_rows(x: Tensor, *, use_extension: bool | None = None) -> Tensor:
+    """Rows x (..., D) float -> (..., D + SCALE_BYTES) int8: each row's int8 values, then its scale.
+    The compiled kernel (one pass a row; engine/csrc/int8_kv.cpp) where loaded, bitwise the
+    reference."""
+    if resolve_use_extension(kernel_for(x.device) and x.device.type == "cpu" if use_extension is None else use_extension):
+        return torch.ops.oasr.pack_int8_kv(x.float())
+    return pack_int8_rows_reference(x)
+
+
+def pack_int8_rows_reference(x: Tensor) -> Tensor:
+    """`pack_int8_rows` in torch ops."""
     x = x.float()
     scale = x.abs().amax(dim=-1, keepdim=True) / 127.0
     values = torch.where(scale > 0, x / scale, 0.0).round_().clamp_(-127, 127).to(torch.int8)
