@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from engine.ops.half_kv_attention import half_kv_attention, half_kv_attention_reference
-from engine.ops.int8_kv import SCALE_BYTES, pack_int8_rows, unpack_int8_rows
+from engine.ops.int8_kv import SCALE_BYTES, pack_int8_rows
 
 pytestmark = pytest.mark.usefixtures("ext")
 
