@@ -6,12 +6,16 @@
 // ±127; a row of zeros (or one holding NaN) gets values 0.
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <tuple>
+#include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -118,6 +122,79 @@ at::Tensor pack_int8_kv(const at::Tensor& x_in) {
   return out;
 }
 
-TORCH_LIBRARY_IMPL(oasr, CPU, m) { m.impl("pack_int8_kv", &pack_int8_kv); }
+// The packed key and value rows of a fused key-value int8 projection straight from its integer
+// sums: acc (B * S, 2 * H * D) (int32, or float32 holding integers: oneDNN's), its row scales
+// (B * S, 1), column scales and bias (2 * H * D) -> k, v (B, H, S, D + 4) int8. Each head's D
+// values are dequantized as dequantize_rows does (float(acc) * row scale * column scale, + bias:
+// the same operations in the same order, so the same floats) and packed as pack_int8_kv packs
+// them, without the float32 output between the two (a prefill of 16 windows wrote and read 37 MB
+// of it a layer).
+template <typename Acc>
+void dequantize_pack(const Acc* acc, const float* row_scale, const float* col_scale, const float* bias, int64_t B,
+                     int64_t S, int64_t H, int64_t D, int8_t* k, int8_t* v) {
+  const int64_t N = 2 * H * D, width = D + kScaleBytes;
+  const bool vector = vector_path(D);
+  at::parallel_for(0, B * S, kRowsPerTask / 8, [&](int64_t begin, int64_t end) {
+    std::vector<float> values(D);
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = r / S, s = r % S;
+      const Acc* row = acc + r * N;
+      const float rs = row_scale[r];
+      for (int64_t part = 0; part < 2 * H; ++part) {  // keys' heads, then values'
+        const int64_t col = part * D;
+        for (int64_t d = 0; d < D; ++d) {
+          const float scaled = static_cast<float>(row[col + d]) * rs * col_scale[col + d];
+          values[d] = bias != nullptr ? scaled + bias[col + d] : scaled;
+        }
+        const int64_t h = part % H;
+        int8_t* out = (part < H ? k : v) + ((b * H + h) * S + s) * width;
+#ifdef OASR_INT8_KV_VECTOR
+        if (vector) {
+          pack_row_avx2(values.data(), D, out);
+          continue;
+        }
+#endif
+        pack_row(values.data(), D, out);
+      }
+    }
+  });
+  (void)vector;
+}
+
+std::tuple<at::Tensor, at::Tensor> dequantize_pack_kv(const at::Tensor& acc_in, const at::Tensor& row_scale,
+                                                      const at::Tensor& col_scale, const std::optional<at::Tensor>& bias,
+                                                      int64_t batch, int64_t heads) {
+  constexpr char op[] = "dequantize_pack_kv";
+  const at::Device cpu(at::kCPU);
+  TORCH_CHECK(acc_in.scalar_type() == at::kInt || acc_in.scalar_type() == at::kFloat, op,
+              ": acc must be Int or Float, got ", acc_in.scalar_type());
+  check_arg(op, "acc", acc_in, acc_in.scalar_type(), {-1, -1}, cpu);
+  const int64_t M = acc_in.size(0), N = acc_in.size(1);
+  TORCH_CHECK(batch > 0 && heads > 0 && M % batch == 0 && N % (2 * heads) == 0, op, ": acc of shape ",
+              acc_in.sizes(), " is not ", batch, " items' rows of keys and values in ", heads, " heads");
+  check_arg(op, "row_scale", row_scale, at::kFloat, {M, 1}, cpu);
+  check_arg(op, "col_scale", col_scale, at::kFloat, {N}, cpu);
+  const bool has_bias = bias.has_value() && bias->defined();
+  if (has_bias) check_arg(op, "bias", *bias, at::kFloat, {N}, cpu);
+  const at::Tensor acc = acc_in.contiguous(), rs = row_scale.contiguous(), cs = col_scale.contiguous();
+  const at::Tensor bs = has_bias ? bias->contiguous() : at::Tensor();
+  const int64_t S = M / batch, D = N / (2 * heads);
+  at::Tensor k = at::empty({batch, heads, S, D + kScaleBytes}, acc.options().dtype(at::kChar));
+  at::Tensor v = at::empty_like(k);
+  const float* bp = has_bias ? bs.data_ptr<float>() : nullptr;
+  if (acc.scalar_type() == at::kInt) {
+    dequantize_pack(acc.data_ptr<int32_t>(), rs.data_ptr<float>(), cs.data_ptr<float>(), bp, batch, S, heads, D,
+                    k.data_ptr<int8_t>(), v.data_ptr<int8_t>());
+  } else {
+    dequantize_pack(acc.data_ptr<float>(), rs.data_ptr<float>(), cs.data_ptr<float>(), bp, batch, S, heads, D,
+                    k.data_ptr<int8_t>(), v.data_ptr<int8_t>());
+  }
+  return {k, v};
+}
+
+TORCH_LIBRARY_IMPL(oasr, CPU, m) {
+  m.impl("pack_int8_kv", &pack_int8_kv);
+  m.impl("dequantize_pack_kv", &dequantize_pack_kv);
+}
 
 }  // namespace oasr::int8_kv

@@ -46,6 +46,9 @@ TORCH_LIBRARY(oasr, m) {
   m.def("dtw_path(Tensor cost) -> (Tensor text_idx, Tensor time_idx)");
   // Rows of float32 keys or values as int8 with a float32 scale each (engine/ops/int8_kv.py).
   m.def("pack_int8_kv(Tensor x) -> Tensor");
+  // ... and those of a fused key-value int8 projection straight from its integer sums.
+  m.def("dequantize_pack_kv(Tensor acc, Tensor row_scale, Tensor col_scale, Tensor? bias, int batch, int heads) "
+        "-> (Tensor k, Tensor v)");
   // Attention of float32 queries over float16 (or packed int8) keys and values and its
   // log-sum-exp: Whisper's decoder cross-attention on a CPU (engine/ops/half_kv_attention.py).
   m.def(

@@ -87,6 +87,12 @@ def register() -> None:
     def _pack_int8_kv(x: torch.Tensor) -> torch.Tensor:
         return x.new_empty(*x.shape[:-1], x.shape[-1] + 4, dtype=torch.int8)
 
+    @torch.library.register_fake("oasr::dequantize_pack_kv")
+    def _dequantize_pack_kv(acc: torch.Tensor, row_scale: torch.Tensor, col_scale: torch.Tensor,
+                            bias: torch.Tensor | None, batch: int, heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = (batch, heads, acc.shape[0] // batch, acc.shape[1] // (2 * heads) + 4)
+        return acc.new_empty(shape, dtype=torch.int8), acc.new_empty(shape, dtype=torch.int8)
+
     @torch.library.register_fake("oasr::half_kv_attention")
     def _half_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor,
                            scale: float, k_tail: torch.Tensor | None = None,

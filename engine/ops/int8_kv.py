@@ -21,8 +21,10 @@ from torch import Tensor
 
 from engine.ops.extension import kernel_for
 from engine.ops.extension import use_extension as resolve_use_extension
+from engine.ops.int8_rows import dequantize_rows_reference
 
-__all__ = ["SCALE_BYTES", "pack_int8_rows", "pack_int8_rows_reference", "unpack_int8_rows"]
+__all__ = ["SCALE_BYTES", "dequantize_pack_kv", "dequantize_pack_kv_reference", "pack_int8_rows",
+           "pack_int8_rows_reference", "unpack_int8_rows"]
 
 SCALE_BYTES = 4
 """Bytes after a packed row's values: its float32 scale."""
@@ -49,3 +51,23 @@ def unpack_int8_rows(packed: Tensor) -> Tensor:
     """Packed rows (..., D + SCALE_BYTES) int8 -> their values (..., D) float32."""
     scale = packed[..., -SCALE_BYTES:].contiguous().view(torch.float32)
     return packed[..., :-SCALE_BYTES].float() * scale
+
+
+def dequantize_pack_kv(acc: Tensor, row_scale: Tensor, col_scale: Tensor, bias: Tensor | None, batch: int,
+                       heads: int, *, use_extension: bool | None = None) -> tuple[Tensor, Tensor]:
+    """The packed key and value rows (B, H, S, D + SCALE_BYTES) of a fused key-value int8
+    projection, from its integer sums acc (B * S, 2 * H * D) (`dequantize_rows`' operands): what
+    `pack_int8_rows` gives for the dequantized keys and values split into heads, bitwise, in one
+    pass (engine/csrc/int8_kv.cpp) where the kernel is loaded."""
+    if resolve_use_extension(kernel_for(acc.device) and acc.device.type == "cpu" if use_extension is None else use_extension):
+        k, v = torch.ops.oasr.dequantize_pack_kv(acc, row_scale, col_scale, bias, batch, heads)
+        return k, v
+    return dequantize_pack_kv_reference(acc, row_scale, col_scale, bias, batch, heads)
+
+
+def dequantize_pack_kv_reference(acc: Tensor, row_scale: Tensor, col_scale: Tensor, bias: Tensor | None,
+                                 batch: int, heads: int) -> tuple[Tensor, Tensor]:
+    """`dequantize_pack_kv` in torch ops."""
+    out = dequantize_rows_reference(acc, row_scale, col_scale, bias)  # (B * S, 2 * H * D)
+    kv = out.view(batch, acc.shape[0] // batch, 2, heads, -1).permute(2, 0, 3, 1, 4)  # (2, B, H, S, D)
+    return pack_int8_rows_reference(kv[0]), pack_int8_rows_reference(kv[1])

@@ -199,19 +199,31 @@ class Int8Linear(nn.Module):
             return x.new_zeros(*lead, self.out_features)
         if self.rows_linear is not None and rows.shape[0] <= RowsLinear.MAX_ROWS:
             return self.rows_linear(rows.contiguous()).reshape(*lead, self.out_features).to(x.dtype)
+        acc, row_scale, float_sums = self._sums(rows)
+        dequantize = dequantize_rows_reference if float_sums else dequantize_rows
+        return dequantize(acc, row_scale, self.weight_scale, self.bias).reshape(*lead, self.out_features).to(x.dtype)
+
+    def integer_sums(self, x: Tensor) -> tuple[Tensor, Tensor] | None:
+        """x's rows (M, K) as this layer's exact integer sums (M, N) (int32, or float32 holding
+        integers) and their row scales (M, 1): the layer's output is `dequantize_rows` of them with
+        `weight_scale` and `bias`. None where a few rows take the one-call kernel (RowsLinear)."""
+        rows = x.reshape(-1, self.in_features).float()
+        if rows.shape[0] == 0 or (self.rows_linear is not None and rows.shape[0] <= RowsLinear.MAX_ROWS):
+            return None
+        acc, row_scale, _ = self._sums(rows)
+        return acc, row_scale
+
+    def _sums(self, rows: Tensor) -> tuple[Tensor, Tensor, bool]:
+        """The exact integer sums of rows (M, K), their row scales, and whether they were summed as
+        float32 (dequantized by the torch reference then, the same operations)."""
         if self.weight_packed is not None:
             q_u8, row_scale = quantize_rows_u8(rows.contiguous())
-            acc = _amx_product(q_u8, self.weight_packed, self._unit_scales, self._zero_points)  # exact integers
-            return dequantize_rows(acc, row_scale, self.weight_scale, self.bias).reshape(*lead, self.out_features).to(x.dtype)
+            return _amx_product(q_u8, self.weight_packed, self._unit_scales, self._zero_points), row_scale, False
         q, row_scale = quantize_rows(rows.contiguous())
         if self.weight_as_float is not None and self._sums_exact_in_float(q):
-            acc = q.float() @ self.weight_as_float.t()  # (M, N): integers, exactly those of the int8 GEMM
-            out = dequantize_rows_reference(acc, row_scale, self.weight_scale, self.bias)
-        else:
-            # (N, K) row-major passed transposed: measured faster than a contiguous (K, N) copy
-            acc = torch._int_mm(q, self.weight_int8.t())  # (M, N) int32, exact
-            out = dequantize_rows(acc, row_scale, self.weight_scale, self.bias)
-        return out.reshape(*lead, self.out_features).to(x.dtype)
+            return q.float() @ self.weight_as_float.t(), row_scale, True  # integers, exactly the int8 GEMM's
+        # (N, K) row-major passed transposed: measured faster than a contiguous (K, N) copy
+        return torch._int_mm(q, self.weight_int8.t()), row_scale, False  # (M, N) int32, exact
 
     def _sums_exact_in_float(self, q: Tensor) -> bool:
         """Every partial sum of a row's products is at most Σ|q|·max|w| in magnitude."""

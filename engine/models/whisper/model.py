@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from engine.models.whisper.cache import CrossRun, DecoderCache
 from engine.models.whisper.cross_attention import attend_run, cross_runs
 from engine.models.whisper.int8 import Int8Linear, fuse_int8_layers
-from engine.ops.int8_kv import pack_int8_rows, unpack_int8_rows
+from engine.ops.int8_kv import dequantize_pack_kv, pack_int8_rows, unpack_int8_rows
 
 
 @dataclass(frozen=True)
@@ -278,9 +278,9 @@ class TextDecoder(nn.Module):
         features = audio_features[None, :positions]
         ks, vs = [], []
         for block in self.blocks:
-            k, v = block.cross_attn.project_kv(features)
-            ks.append(_stored(k, self.cross_kv_dtype))
-            vs.append(_stored(v, self.cross_kv_dtype))
+            k, v = _project_stored(block.cross_attn, features, self.cross_kv_dtype)
+            ks.append(k)
+            vs.append(v)
         return ks, vs
 
     def silence_kv(self, silence_features: Tensor) -> tuple[list[Tensor], list[Tensor]]:
@@ -433,6 +433,19 @@ def _stored(x: Tensor, kind: torch.dtype | None) -> Tensor:
     return x.to(kind or x.dtype, memory_format=torch.contiguous_format)
 
 
+def _project_stored(attn: MultiHeadAttention, x: Tensor, kind: torch.dtype | None) -> tuple[Tensor, Tensor]:
+    """The keys and values (B, H, S, Dh) of states x (B, S, C) as `_stored` keeps them. Packed int8
+    rows from a fused int8 projection come straight from its integer sums (`dequantize_pack_kv`,
+    bitwise the same rows), without its float32 output between."""
+    fused: Int8Linear | None = attn.__dict__.get("fused_kv")
+    if kind == torch.int8 and fused is not None:
+        sums = fused.integer_sums(x)
+        if sums is not None:
+            return dequantize_pack_kv(sums[0], sums[1], fused.weight_scale, fused.bias, x.shape[0], attn.n_head)
+    k, v = attn.project_kv(x)
+    return _stored(k, kind), _stored(v, kind)
+
+
 def _values(stored: Tensor) -> Tensor:
     """The values of stored cross K/V (packed int8 rows unpacked to float32)."""
     return unpack_int8_rows(stored) if stored.dtype == torch.int8 else stored
@@ -451,8 +464,7 @@ def _project_own(attn: MultiHeadAttention, features: Tensor, positions: list[int
     g, s, _ = features.shape
     own = [s] * g if positions is None else positions
     if all(p is None for p in projected) and len(set(own)) == 1:
-        k, v = attn.project_kv(features[:, : own[0]])
-        return _stored(k, kind), _stored(v, kind)
+        return _project_stored(attn, features[:, : own[0]], kind)
     pieces = [(slice(i, i + 1), p[0], p[1]) for i, p in enumerate(projected) if p is not None]
     first = 0
     while first < g:  # runs of consecutive items of one length (the runner sorts them by length)
@@ -460,8 +472,8 @@ def _project_own(attn: MultiHeadAttention, features: Tensor, positions: list[int
         if projected[first] is None:
             while end < g and projected[end] is None and own[end] == own[first]:
                 end += 1
-            k_own, v_own = attn.project_kv(features[first:end, : own[first]])  # a view: no gathered copy
-            pieces.append((slice(first, end), _stored(k_own, kind), _stored(v_own, kind)))
+            k_own, v_own = _project_stored(attn, features[first:end, : own[first]], kind)  # a view: no gathered copy
+            pieces.append((slice(first, end), k_own, v_own))
         first = end
     like = pieces[0][1]
     k = like.new_zeros(g, like.shape[1], s, like.shape[3])

@@ -54,6 +54,22 @@ def test_cross_kv_projected_beside_are_bitwise_the_prefills(int8_parts: Any) -> 
     assert not torch.equal(got.cross_v[0][0, :, : positions[0]], expected.cross_v[0][0, :, : positions[0]])
 
 
+def test_packed_cross_kv_are_bitwise_the_layers_outputs_packed(int8_parts: Any) -> None:
+    """The int8 path's cross K/V come packed straight from the fused projection's integer sums
+    (model._project_stored): bitwise its outputs packed (`pack_int8_rows`)."""
+    from engine.ops.int8_kv import pack_int8_rows
+
+    decoder = int8_parts.model.decoder
+    if decoder.cross_kv_dtype != torch.int8:
+        pytest.skip("the compiled kernels are not loaded: the int8 path keeps float32 cross K/V")
+    feats, positions = _features(int8_parts, [3, 5])
+    with torch.inference_mode():
+        ks, vs = decoder.project_cross(feats[1], positions[1])
+        for layer, block in enumerate(decoder.blocks):
+            k, v = block.cross_attn.project_kv(feats[1][None, : positions[1]])
+            assert torch.equal(ks[layer], pack_int8_rows(k)) and torch.equal(vs[layer], pack_int8_rows(v))
+
+
 def _nudged(stored: torch.Tensor) -> torch.Tensor:
     """Stored K/V (float16, or packed int8 rows) with one value of its first row one step off."""
     out = stored.clone()
