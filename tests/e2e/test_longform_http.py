@@ -84,8 +84,13 @@ def test_verbose_json_and_srt_read_as_one_recording(sdk: openai.OpenAI, recordin
         previous = seg.end
     starts = [w.start for w in out.words]
     assert starts == sorted(starts) and out.words[-1].end <= speech_end + 0.5
+    # SRT against the same decoding's segments: word timestamps encode every window with its full
+    # 30 s context (collate.py), so their segments may be cut otherwise ("... on the" | "left.")
+    segments = _create(sdk, data, response_format="verbose_json", timestamp_granularities=["segment"]).segments
     srt = _create(sdk, data, response_format="srt")
     stamps = re.findall(r"(\d\d):(\d\d):(\d\d),(\d\d\d) --> (\d\d):(\d\d):(\d\d),(\d\d\d)", srt)
-    assert len(stamps) == len(out.segments)
+    assert len(stamps) == len(segments)
+    starts_srt = [int(h) * 3600 + int(m) * 60 + int(sec) + int(ms) / 1000 for h, m, sec, ms, *_ in stamps]
+    assert all(abs(a - seg.start) <= 0.0015 for a, seg in zip(starts_srt, segments)), (starts_srt, segments)
     seconds = [(int(h) * 3600 + int(m) * 60 + int(s) + int(ms) / 1000) for h, m, s, ms, *_ in stamps]
     assert seconds == sorted(seconds) and seconds[-1] < speech_end
