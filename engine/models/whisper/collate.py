@@ -12,7 +12,8 @@ A request whose VAD or features fail gets its error output and no state; one tha
 decoding (all silence) gets its finished output and no jobs.
 
 A long request's collation (the VAD over the whole recording, then every window's features) takes
-seconds for an hour of audio: the 601 s long-form recording's took ~1 s of the engine thread. Run
+seconds for an hour of audio: the 601 s long-form recording's takes 0.36-0.5 s of the engine thread
+(/metrics' offline.collate stage; ~1 s before its VAD was scored in batched calls). Run
 there, it stops every live stream's passes for that long. `collate_beside` runs it on a thread of
 its own that ends with it, torch on one intra-op thread there, so the engine thread keeps stepping
 meanwhile and its own parallel ops keep their spinning OpenMP workers: a second thread running

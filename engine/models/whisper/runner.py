@@ -328,7 +328,8 @@ class WhisperRunner:
         self.planner.drop(job)
         self.batch.remove_job(job)
 
-    def _fail(self, state: WindowOwner, stage: str, exc: Exception, outputs: list[RequestOutput]) -> None:
+    def _fail(self, state: WindowOwner | SegmentedTranscription, stage: str, exc: Exception,
+              outputs: list[RequestOutput]) -> None:
         rid = state.request.request_id
         if rid not in self.active:
             return
