@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 #include <limits>
 #include <memory>
@@ -34,6 +33,7 @@
 #endif
 
 #include "common.h"
+#include "int8_kv.h"
 
 namespace oasr::half_kv_attention {
 
@@ -55,18 +55,8 @@ Operand operand_of(const at::Tensor& t) {
   return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)};
 }
 
-// Bytes after an int8 row's D values: its float32 scale.
-constexpr int64_t kScaleBytes = 4;
-
 template <typename Elem>
 constexpr bool kScaled = std::is_same_v<Elem, int8_t>;
-
-// An int8 row's scale (its last kScaleBytes, after the D values).
-inline float row_scale(const int8_t* row, int64_t D) {
-  float scale;
-  std::memcpy(&scale, row + D, sizeof scale);
-  return scale;
-}
 
 // Rows of one (item, head): its own positions, then (n > 0) the shared tail after them.
 template <typename Elem>
@@ -83,7 +73,7 @@ void gather_scales(const KvRows<Elem>& own, const KvRows<Elem>& tail, bool key, 
   for (const KvRows<Elem>* rows : {&own, &tail}) {
     const Elem* base = key ? rows->k : rows->v;
     const int64_t stride = key ? rows->k_row : rows->v_row;
-    for (int64_t s = 0; s < rows->n; ++s) scales[at++] = row_scale(base + s * stride, D);
+    for (int64_t s = 0; s < rows->n; ++s) scales[at++] = packed_scale(base + s * stride, D);
   }
 }
 
@@ -104,7 +94,7 @@ void attend_scalar(const float* q, const KvRows<Elem>& own, const KvRows<Elem>& 
       const Elem* row = rows->k + s * rows->k_row;
       float dot = 0.f;
       for (int64_t d = 0; d < D; ++d) dot += q[d] * static_cast<float>(row[d]);
-      if constexpr (kScaled<Elem>) dot *= row_scale(row, D);
+      if constexpr (kScaled<Elem>) dot *= packed_scale(row, D);
       scores[at] = dot * scale;
       top = std::max(top, scores[at]);
     }
@@ -120,7 +110,7 @@ void attend_scalar(const float* q, const KvRows<Elem>& own, const KvRows<Elem>& 
     for (int64_t s = 0; s < rows->n; ++s, ++at) {
       const Elem* row = rows->v + s * rows->v_row;
       float p = scores[at];
-      if constexpr (kScaled<Elem>) p *= row_scale(row, D);
+      if constexpr (kScaled<Elem>) p *= packed_scale(row, D);
       for (int64_t d = 0; d < D; ++d) out[d] += p * static_cast<float>(row[d]);
     }
   }

@@ -2,89 +2,44 @@
 // Whisper's cross K/V on the CPU int8 path, packed at every prefill. One pass a row (its largest
 // magnitude, then its values), where the torch reference makes six over the whole store (16
 // windows' prefill: ~125 ms of it). Bitwise the reference: scale = max|x| / 127 in float32, values
-// x / scale rounded half to even (std::nearbyint in the default rounding mode) and clamped to
-// ±127; a row of zeros (or one holding NaN) gets values 0.
+// x / scale rounded half to even and clamped to ±127 (round_half_even and the NaN-winning peak of
+// row_kernels.h, as the int8 activations); a row of zeros (or one holding NaN) gets values 0.
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <optional>
 #include <tuple>
 #include <vector>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define OASR_INT8_KV_VECTOR 1
-#endif
-
 #include "common.h"
+#include "int8_kv.h"
+#include "row_kernels.h"
 
 namespace oasr::int8_kv {
 
 namespace {
 constexpr char kOp[] = "pack_int8_kv";
-constexpr int64_t kScaleBytes = 4;  // the scale after a row's values
 constexpr int64_t kRowsPerTask = 256;
 
-void pack_row(const float* x, int64_t D, int8_t* out) {
-  float top = 0.f;
-  for (int64_t d = 0; d < D; ++d) {
-    const float a = std::fabs(x[d]);
-    top = (a > top || std::isnan(a)) && !std::isnan(top) ? a : top;  // NaN wins, as torch's amax
-  }
-  const float scale = top / 127.f;
-  for (int64_t d = 0; d < D; ++d) {
-    const float q = scale > 0.f ? std::nearbyint(x[d] / scale) : 0.f;
-    out[d] = static_cast<int8_t>(std::min(127.f, std::max(-127.f, q)));
-  }
-  std::memcpy(out + D, &scale, sizeof scale);
-}
-
-#ifdef OASR_INT8_KV_VECTOR
-// pack_row for D a multiple of 8 on AVX2: the same maximum (NaN found apart: the vector max drops
-// it), the same float32 division, rounding half to even (_mm256_round_ps) and clamp.
-__attribute__((target("avx2"))) void pack_row_avx2(const float* x, int64_t D, int8_t* out) {
-  const __m256 sign = _mm256_set1_ps(-0.f);
-  __m256 top8 = _mm256_setzero_ps(), nan8 = _mm256_setzero_ps();
-  for (int64_t d = 0; d < D; d += 8) {
-    const __m256 v = _mm256_loadu_ps(x + d);
-    top8 = _mm256_max_ps(top8, _mm256_andnot_ps(sign, v));
-    nan8 = _mm256_or_ps(nan8, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, top8);
-  float top = 0.f;
-  for (float a : lanes) top = std::max(top, a);
-  if (_mm256_movemask_ps(nan8) != 0) top = std::nanf("");
-  const float scale = top / 127.f;
-  if (!(scale > 0.f)) {
-    std::memset(out, 0, D);
-  } else {
-    const __m256 scale8 = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-127.f), hi = _mm256_set1_ps(127.f);
-    alignas(32) int32_t q[8];
-    for (int64_t d = 0; d < D; d += 8) {
-      __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + d), scale8),
-                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(q), _mm256_cvtps_epi32(v));
-      for (int i = 0; i < 8; ++i) out[d + i] = static_cast<int8_t>(q[i]);
+// One row x (D) packed into out (D + kScaleBytes): scale = max|x| / 127, values x / scale rounded
+// half to even and clamped to ±127; a row of zeros (or one holding NaN) gets values 0.
+OASR_ROW_KERNEL
+void pack_row(const float* __restrict x, int64_t D, int8_t* __restrict out) {
+  const float scale = peak_magnitude(x, D) / 127.f;  // NaN wins, as torch's amax
+  if (scale > 0.f) {
+    for (int64_t d = 0; d < D; ++d) {
+      const float q = round_half_even(x[d] / scale);
+      out[d] = static_cast<int8_t>(static_cast<int32_t>(q < -127.f ? -127.f : (q > 127.f ? 127.f : q)));
     }
+  } else {
+    std::memset(out, 0, D);
   }
-  std::memcpy(out + D, &scale, sizeof scale);
+  set_packed_scale(out, D, scale);
 }
-
-bool vector_path(int64_t D) {
-  static const bool cpu = __builtin_cpu_supports("avx2");
-  return cpu && D % 8 == 0;
-}
-#else
-bool vector_path(int64_t) { return false; }
-#endif
 }  // namespace
 
 // x (..., D) float32 -> (..., D + 4) int8: each row's values, then its scale's 4 bytes. Rows are
@@ -103,62 +58,37 @@ at::Tensor pack_int8_kv(const at::Tensor& x_in) {
   const float* src = x.data_ptr<float>();
   int8_t* dst = out.data_ptr<int8_t>();
   const int64_t sb = x.stride(0), sh = x.stride(1), ss = x.stride(2);
-  const bool vector = vector_path(D);
   at::parallel_for(0, B * H * S, kRowsPerTask, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t b = r / (H * S), h = (r / S) % H, s = r % S;
-      const float* row = src + b * sb + h * sh + s * ss;
-      int8_t* packed = dst + r * (D + kScaleBytes);
-#ifdef OASR_INT8_KV_VECTOR
-      if (vector) {
-        pack_row_avx2(row, D, packed);
-        continue;
-      }
-#endif
-      pack_row(row, D, packed);
+      pack_row(src + b * sb + h * sh + s * ss, D, dst + r * (D + kScaleBytes));
     }
   });
-  (void)vector;
   return out;
 }
 
 // The packed key and value rows of a fused key-value int8 projection straight from its integer
 // sums: acc (B * S, 2 * H * D) (int32, or float32 holding integers: oneDNN's), its row scales
 // (B * S, 1), column scales and bias (2 * H * D) -> k, v (B, H, S, D + 4) int8. Each head's D
-// values are dequantized as dequantize_rows does (float(acc) * row scale * column scale, + bias:
-// the same operations in the same order, so the same floats) and packed as pack_int8_kv packs
-// them, without the float32 output between the two (a prefill of 16 windows wrote and read 37 MB
+// values are dequantized by dequantize_rows' own row loop (row_kernels.h: the same floats) and
+// packed as pack_int8_kv packs them, without the float32 output between the two (a prefill of 16 windows wrote and read 37 MB
 // of it a layer).
 template <typename Acc>
 void dequantize_pack(const Acc* acc, const float* row_scale, const float* col_scale, const float* bias, int64_t B,
                      int64_t S, int64_t H, int64_t D, int8_t* k, int8_t* v) {
   const int64_t N = 2 * H * D, width = D + kScaleBytes;
-  const bool vector = vector_path(D);
   at::parallel_for(0, B * S, kRowsPerTask / 8, [&](int64_t begin, int64_t end) {
     std::vector<float> values(D);
     for (int64_t r = begin; r < end; ++r) {
       const int64_t b = r / S, s = r % S;
-      const Acc* row = acc + r * N;
-      const float rs = row_scale[r];
       for (int64_t part = 0; part < 2 * H; ++part) {  // keys' heads, then values'
-        const int64_t col = part * D;
-        for (int64_t d = 0; d < D; ++d) {
-          const float scaled = static_cast<float>(row[col + d]) * rs * col_scale[col + d];
-          values[d] = bias != nullptr ? scaled + bias[col + d] : scaled;
-        }
-        const int64_t h = part % H;
-        int8_t* out = (part < H ? k : v) + ((b * H + h) * S + s) * width;
-#ifdef OASR_INT8_KV_VECTOR
-        if (vector) {
-          pack_row_avx2(values.data(), D, out);
-          continue;
-        }
-#endif
-        pack_row(values.data(), D, out);
+        const int64_t col = part * D, h = part % H;
+        dequantize_row(acc + r * N + col, row_scale[r], col_scale + col, bias == nullptr ? nullptr : bias + col,
+                       values.data(), D);
+        pack_row(values.data(), D, (part < H ? k : v) + ((b * H + h) * S + s) * width);
       }
     }
   });
-  (void)vector;
 }
 
 std::tuple<at::Tensor, at::Tensor> dequantize_pack_kv(const at::Tensor& acc_in, const at::Tensor& row_scale,

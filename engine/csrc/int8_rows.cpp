@@ -23,6 +23,7 @@
 #endif
 
 #include "common.h"
+#include "row_kernels.h"
 
 namespace oasr::int8_rows {
 
@@ -32,60 +33,15 @@ constexpr float kActivationMax = 127.f;
 constexpr float kMinScale = 1e-12f;
 constexpr int64_t kRowsPerTask = 16;
 
-// Round half to even of |v| <= 2^22, as torch.round: adding and taking back 1.5 * 2^23 leaves
-// no fraction bits, so the float addition rounds in the current (nearest-even) mode. Plain
-// arithmetic vectorizes; std::nearbyint is a libm call per element without SSE4.1.
-inline float round_half_even(float v) {
-  constexpr float kShift = 12582912.f;  // 1.5 * 2^23
-  return (v + kShift) - kShift;
-}
-
-// The row loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time:
-// the extension is built for any x86-64, and at SSE2 width these loops cost more than the int8
-// GEMM they feed (measured: 6x torch's own AVX-512 elementwise ops). Every lane computes what
-// the scalar code would, so the clones agree bit for bit.
-#if defined(__x86_64__) && defined(__GNUC__)
-#define OASR_ROW_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define OASR_ROW_KERNEL
-#endif
-
 // Out is int8_t (q) or uint8_t (q + 128: the unsigned activations of oneDNN's AMX int8 matmul,
 // engine/models/whisper/int8.py); q is the same either way.
 template <typename Out>
 OASR_ROW_KERNEL
 void quantize_row(const float* __restrict row, Out* __restrict out, float* __restrict scale, int64_t K) {
   constexpr int32_t offset = std::is_same_v<Out, uint8_t> ? 128 : 0;
-  // the peak |x| compared as integers: non-negative floats order like their bit patterns, and an
-  // integer max reduction vectorizes where a float one (NaN rules) does not; NaN still wins
-  int32_t peak_bits = 0;
-  for (int64_t k = 0; k < K; ++k) {
-    int32_t bits;
-    std::memcpy(&bits, row + k, sizeof bits);
-    bits &= 0x7fffffff;
-    peak_bits = bits > peak_bits ? bits : peak_bits;
-  }
-  float peak;
-  std::memcpy(&peak, &peak_bits, sizeof peak);
-  const float s = std::fmax(peak, kMinScale) / kActivationMax;
+  const float s = std::fmax(peak_magnitude(row, K), kMinScale) / kActivationMax;  // NaN still wins
   *scale = s;
   for (int64_t k = 0; k < K; ++k) out[k] = static_cast<Out>(static_cast<int32_t>(round_half_even(row[k] / s)) + offset);
-}
-
-// Acc is int32_t (torch._int_mm) or float (oneDNN's int8 matmul with float32 output, whose sums are
-// integers below 2^24, so the conversion below is exact either way).
-template <typename Acc>
-OASR_ROW_KERNEL
-void dequantize_row(const Acc* __restrict row, float s, const float* __restrict col_scale,
-                    const float* __restrict bias, float* __restrict out, int64_t N) {
-  if (bias != nullptr) {
-    for (int64_t n = 0; n < N; ++n) {
-      const float scaled = static_cast<float>(row[n]) * s * col_scale[n];  // the reference's order
-      out[n] = scaled + bias[n];
-    }
-  } else {
-    for (int64_t n = 0; n < N; ++n) out[n] = static_cast<float>(row[n]) * s * col_scale[n];
-  }
 }
 
 template <typename Out>
