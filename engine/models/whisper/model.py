@@ -17,8 +17,8 @@ from torch import Tensor, nn
 
 from engine.models.whisper.cache import CrossRun, DecoderCache
 from engine.models.whisper.cross_attention import attend_run, cross_runs
+from engine.models.whisper.cross_kv import as_stored, project_own, project_stored, stored_values
 from engine.models.whisper.int8 import Int8Linear, fuse_int8_layers
-from engine.ops.int8_kv import dequantize_pack_kv, pack_int8_rows, unpack_int8_rows
 
 
 @dataclass(frozen=True)
@@ -245,13 +245,13 @@ class TextDecoder(nn.Module):
         self_k, self_v, cross_k, cross_v = [], [], [], []
         for layer, block in enumerate(self.blocks):
             if cross is None:
-                k, v = _project_own(block.cross_attn, audio_features, audio_positions if short else None,
+                k, v = project_own(block.cross_attn, audio_features, audio_positions if short else None,
                                     [None if p is None else (p[0][layer], p[1][layer]) for p in projected or [None] * g],
                                     self.cross_kv_dtype)
             else:
                 k, v = cross[0][layer], cross[1][layer]
-            cross_k.append(_stored(k, self.cross_kv_dtype))
-            cross_v.append(_stored(v, self.cross_kv_dtype))
+            cross_k.append(as_stored(k, self.cross_kv_dtype))
+            cross_v.append(as_stored(v, self.cross_kv_dtype))
             self_k.append(audio_features.new_zeros(rows, self.n_head, capacity, head_dim))
             self_v.append(audio_features.new_zeros(rows, self.n_head, capacity, head_dim))
         item_rows = list(repeats or [])
@@ -278,7 +278,7 @@ class TextDecoder(nn.Module):
         features = audio_features[None, :positions]
         ks, vs = [], []
         for block in self.blocks:
-            k, v = _project_stored(block.cross_attn, features, self.cross_kv_dtype)
+            k, v = project_stored(block.cross_attn, features, self.cross_kv_dtype)
             ks.append(k)
             vs.append(v)
         return ks, vs
@@ -372,7 +372,7 @@ class TextDecoder(nn.Module):
             q = block.cross_attn.split_heads(block.cross_attn.query(h))
             if any(lh[0] == layer for lh in heads):
                 scale = q.shape[-1] ** -0.5
-                k = _values(audio.cross_k[layer][:, :, :n_audio]).to(q.dtype)
+                k = stored_values(audio.cross_k[layer][:, :, :n_audio]).to(q.dtype)
                 qk = (q @ k.transpose(-1, -2)).float() * scale  # (1, H, T, n_audio)
                 w = torch.softmax(qk, dim=-1)
                 for lh in heads:
@@ -420,64 +420,3 @@ class Whisper(nn.Module):
         self.dims = dims
         self.encoder = AudioEncoder(dims)
         self.decoder = TextDecoder(dims)
-
-
-def _stored(x: Tensor, kind: torch.dtype | None) -> Tensor:
-    """Cross K/V x as the cache keeps them, contiguous (read every step: a strided layout costs 10x
-    in matmuls), cast and laid out in one copy: packed int8 rows where `kind` is torch.int8 (x
-    packed already passes through), else x in `kind` (None: its own float type)."""
-    if x.dtype == torch.int8:
-        return x.contiguous()
-    if kind == torch.int8:
-        return pack_int8_rows(x)
-    return x.to(kind or x.dtype, memory_format=torch.contiguous_format)
-
-
-def _project_stored(attn: MultiHeadAttention, x: Tensor, kind: torch.dtype | None) -> tuple[Tensor, Tensor]:
-    """The keys and values (B, H, S, Dh) of states x (B, S, C) as `_stored` keeps them. Packed int8
-    rows from a fused int8 projection come straight from its integer sums (`dequantize_pack_kv`,
-    bitwise the same rows), without its float32 output between."""
-    fused: Int8Linear | None = attn.__dict__.get("fused_kv")
-    if kind == torch.int8 and fused is not None:
-        sums = fused.integer_sums(x)
-        if sums is not None:
-            return dequantize_pack_kv(sums[0], sums[1], fused.weight_scale, fused.bias, x.shape[0], attn.n_head)
-    k, v = attn.project_kv(x)
-    return _stored(k, kind), _stored(v, kind)
-
-
-def _values(stored: Tensor) -> Tensor:
-    """The values of stored cross K/V (packed int8 rows unpacked to float32)."""
-    return unpack_int8_rows(stored) if stored.dtype == torch.int8 else stored
-
-
-def _project_own(attn: MultiHeadAttention, features: Tensor, positions: list[int] | None,
-                 projected: list[tuple[Tensor, Tensor] | None], kind: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
-    """Cross K/V (G, H, S, Dh) of features (G, S, C), stored as `kind` (`_stored`): item i's from
-    `projected[i]` (1, H, own positions, Dh, stored; `TextDecoder.project_cross`, computed beside
-    the decoder) or projected here from its own `positions` only, in runs of consecutive items of
-    one length (the runner sorts them by length), read and written as slices; the rest is zeros,
-    which attention masks. Windows joining one live prefill differ in length by
-    seconds (measured at 16 lockstep sessions: engine CPU 89.6 -> 87.4 s, identical transcripts).
-    Each piece is stored as it is projected, not the whole after: a long request's 16-window
-    prefill zeroed, wrote and cast 37 MB of float32 a layer."""
-    g, s, _ = features.shape
-    own = [s] * g if positions is None else positions
-    if all(p is None for p in projected) and len(set(own)) == 1:
-        return _project_stored(attn, features[:, : own[0]], kind)
-    pieces = [(slice(i, i + 1), p[0], p[1]) for i, p in enumerate(projected) if p is not None]
-    first = 0
-    while first < g:  # runs of consecutive items of one length (the runner sorts them by length)
-        end = first + 1
-        if projected[first] is None:
-            while end < g and projected[end] is None and own[end] == own[first]:
-                end += 1
-            k_own, v_own = _project_stored(attn, features[first:end, : own[first]], kind)  # a view: no gathered copy
-            pieces.append((slice(first, end), k_own, v_own))
-        first = end
-    like = pieces[0][1]
-    k = like.new_zeros(g, like.shape[1], s, like.shape[3])
-    v = torch.zeros_like(k)
-    for items, k_own, v_own in pieces:
-        k[items, :, : k_own.shape[2]], v[items, :, : v_own.shape[2]] = k_own, v_own
-    return k, v

@@ -56,7 +56,7 @@ def test_cross_kv_projected_beside_are_bitwise_the_prefills(int8_parts: Any) -> 
 
 def test_packed_cross_kv_are_bitwise_the_layers_outputs_packed(int8_parts: Any) -> None:
     """The int8 path's cross K/V come packed straight from the fused projection's integer sums
-    (model._project_stored): bitwise its outputs packed (`pack_int8_rows`)."""
+    (cross_kv.project_stored): bitwise its outputs packed (`pack_int8_rows`)."""
     from engine.ops.int8_kv import pack_int8_rows
 
     decoder = int8_parts.model.decoder
