@@ -77,6 +77,13 @@ def use_extension(requested: bool | None) -> bool:
     return status.loaded if requested is None else requested
 
 
+def cpu_kernel(device: torch.device, requested: bool | None) -> bool:
+    """Resolve `use_extension=` for an entry point whose kernel serves CPU tensors only: None runs
+    it where the library is loaded and the tensors are on the CPU (elsewhere the reference);
+    True insists, False declines."""
+    return use_extension(kernel_for(device) and device.type == "cpu" if requested is None else requested)
+
+
 def _load() -> ExtensionStatus:
     if disabled_by_env():
         return ExtensionStatus(False, False, f"{DISABLE_ENV}=1")

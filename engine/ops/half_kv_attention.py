@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.ops.extension import kernel_for
-from engine.ops.extension import use_extension as resolve_use_extension
+from engine.ops.extension import cpu_kernel, kernel_for
 from engine.ops.int8_kv import unpack_int8_rows
 
 __all__ = ["half_kv_attention", "half_kv_attention_reference", "half_kv_kernel"]
@@ -56,7 +55,7 @@ def half_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths
     item, over the tail's rows from lengths[g] on, in one softmax; and its log-sum-exp (G, H, T).
     `scale` defaults to D ** -0.5."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    if resolve_use_extension(half_kv_kernel(q.device) if use_extension is None else use_extension):
+    if cpu_kernel(q.device, use_extension):
         out, lse = torch.ops.oasr.half_kv_attention(q, k, v, lengths, scale, k_tail, v_tail)
         return out, lse
     return half_kv_attention_reference(q, k, v, lengths, scale, k_tail, v_tail)

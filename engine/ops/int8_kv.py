@@ -19,8 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from engine.ops.extension import kernel_for
-from engine.ops.extension import use_extension as resolve_use_extension
+from engine.ops.extension import cpu_kernel
 from engine.ops.int8_rows import dequantize_rows_reference
 
 __all__ = ["SCALE_BYTES", "dequantize_pack_kv", "dequantize_pack_kv_reference", "pack_int8_rows",
@@ -34,7 +33,7 @@ def pack_int8_rows(x: Tensor, *, use_extension: bool | None = None) -> Tensor:
     """Rows x (..., D) float -> (..., D + SCALE_BYTES) int8: each row's int8 values, then its scale.
     The compiled kernel (one pass a row; engine/csrc/int8_kv.cpp) where loaded, bitwise the
     reference."""
-    if resolve_use_extension(kernel_for(x.device) and x.device.type == "cpu" if use_extension is None else use_extension):
+    if cpu_kernel(x.device, use_extension):
         return torch.ops.oasr.pack_int8_kv(x.float())
     return pack_int8_rows_reference(x)
 
@@ -59,7 +58,7 @@ def dequantize_pack_kv(acc: Tensor, row_scale: Tensor, col_scale: Tensor, bias: 
     projection, from its integer sums acc (B * S, 2 * H * D) (`dequantize_rows`' operands): what
     `pack_int8_rows` gives for the dequantized keys and values split into heads, bitwise, in one
     pass (engine/csrc/int8_kv.cpp) where the kernel is loaded."""
-    if resolve_use_extension(kernel_for(acc.device) and acc.device.type == "cpu" if use_extension is None else use_extension):
+    if cpu_kernel(acc.device, use_extension):
         k, v = torch.ops.oasr.dequantize_pack_kv(acc, row_scale, col_scale, bias, batch, heads)
         return k, v
     return dequantize_pack_kv_reference(acc, row_scale, col_scale, bias, batch, heads)

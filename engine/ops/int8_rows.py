@@ -24,8 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.cpu_facts import host_cpu_facts
-from engine.ops.extension import kernel_for
-from engine.ops.extension import use_extension as resolve_use_extension
+from engine.ops.extension import cpu_kernel, kernel_for
 
 __all__ = ["ACTIVATION_MAX", "UNSIGNED_OFFSET", "RowsLinear", "dequantize_rows", "dequantize_rows_reference",
            "quantize_rows", "quantize_rows_reference", "quantize_rows_u8", "quantize_rows_u8_reference"]
@@ -55,15 +54,9 @@ def dequantize_rows_reference(acc: torch.Tensor, row_scale: torch.Tensor, col_sc
     return out.add_(bias) if bias is not None else out
 
 
-def _fused(device: torch.device, use_extension: bool | None) -> bool:
-    if use_extension is None:
-        use_extension = kernel_for(device) and device.type == "cpu"
-    return resolve_use_extension(use_extension)
-
-
 def quantize_rows(x: torch.Tensor, *, use_extension: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x (M, K) float32 -> (int8 (M, K), float32 scale (M, 1)) with x ≈ q * scale per row."""
-    if _fused(x.device, use_extension):
+    if cpu_kernel(x.device, use_extension):
         q, scale = torch.ops.oasr.quantize_rows(x)
         return q, scale
     return quantize_rows_reference(x)
@@ -71,7 +64,7 @@ def quantize_rows(x: torch.Tensor, *, use_extension: bool | None = None) -> tupl
 
 def quantize_rows_u8(x: torch.Tensor, *, use_extension: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x (M, K) float32 -> (uint8 q + 128 (M, K), float32 scale (M, 1)): quantize_rows' q, offset."""
-    if _fused(x.device, use_extension):
+    if cpu_kernel(x.device, use_extension):
         q, scale = torch.ops.oasr.quantize_rows_u8(x)
         return q, scale
     return quantize_rows_u8_reference(x)
@@ -81,7 +74,7 @@ def dequantize_rows(acc: torch.Tensor, row_scale: torch.Tensor, col_scale: torch
                     bias: torch.Tensor | None = None, *, use_extension: bool | None = None) -> torch.Tensor:
     """acc (M, N) int32, or float32 holding integers below 2**24 (oneDNN's int8 matmul) -> acc *
     row_scale (M, 1) * col_scale (N,) + bias (N,), float32."""
-    if _fused(acc.device, use_extension):
+    if cpu_kernel(acc.device, use_extension):
         out: torch.Tensor = torch.ops.oasr.dequantize_rows(acc, row_scale, col_scale, bias)
         return out
     return dequantize_rows_reference(acc, row_scale, col_scale, bias)
